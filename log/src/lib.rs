@@ -1,0 +1,16 @@
+//! The session log on Kafka.
+//!
+//! - [`settings`]: how a deployment is configured (file plus environment, defaults for the local stack);
+//! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
+//! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
+//! - [`reader`]: reading one partition between two offsets, for recovery and read-backs.
+
+pub mod error;
+pub mod partitioner;
+pub mod reader;
+pub mod settings;
+pub mod topic;
+
+pub use error::{Error, Result};
+pub use reader::{PartitionReader, RawRecord};
+pub use settings::{CqlSettings, KafkaSettings, RegistrySettings, Settings};

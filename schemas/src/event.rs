@@ -1,0 +1,312 @@
+//! The session event model: one envelope, many kinds.
+//!
+//! These types mirror `avro/session-event.v*.avsc`; `crate::avro` converts between the two.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use uuid::Uuid;
+
+/// The stable identity of a session (a UUIDv7 unless the caller supplies one).
+/// It is the Kafka record key, so every event of a session lands on one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub Uuid);
+
+impl SessionId {
+    /// A fresh, time-ordered session id.
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+}
+
+impl Default for SessionId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for SessionId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(Self)
+    }
+}
+
+/// The position of an event in a session's gap-free sequence (the first event is 1).
+pub type Seq = u64;
+
+/// A writer epoch: the generation of the harness allowed to append to a session.
+pub type Epoch = u64;
+
+/// Microseconds since the Unix epoch (Avro `timestamp-micros`).
+pub type Micros = i64;
+
+/// The part common to every event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventEnvelope {
+    /// Unique id of this event (UUIDv7); a retry of the same event keeps it.
+    pub event_id: Uuid,
+    /// The session this event belongs to; also the Kafka record key.
+    pub session_id: SessionId,
+    /// Gap-free position in the session. For `WriterClaimed` it is the next seq the
+    /// claimant expects, which the fold does not use for ordering (claims are arbitrated by epoch).
+    pub seq: Seq,
+    /// The epoch of the writer that appended this event.
+    pub writer_epoch: Epoch,
+    /// When the writer created the event.
+    pub occurred_at: Micros,
+    /// The event this one answers or follows from (e.g. the tool call a result answers).
+    pub causation_id: Option<Uuid>,
+    /// A key that lets an external service recognise a repeated side-effecting request.
+    pub idempotency_key: Option<String>,
+    /// The version of the session-event schema the writer used.
+    pub schema_version: u32,
+    /// What happened.
+    pub event: SessionEvent,
+}
+
+/// A payload that may hold sensitive text: prompts, responses, tool arguments and outputs.
+///
+/// `Sealed` exists from schema v1 on so that per-session encryption (DESIGN.md, Privacy)
+/// is not a breaking schema change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Content {
+    /// Readable text.
+    Plain(String),
+    /// Text encrypted under the session's data key.
+    Sealed {
+        /// Which data key (and version) sealed it.
+        key_id: String,
+        /// The AEAD nonce.
+        nonce: Vec<u8>,
+        /// Ciphertext with its authentication tag.
+        ciphertext: Vec<u8>,
+    },
+}
+
+impl Content {
+    /// Plain text content.
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self::Plain(text.into())
+    }
+}
+
+/// Whether a tool call may be repeated safely, which decides what recovery may do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EffectClass {
+    /// No side effect: may run again.
+    Pure,
+    /// Repeating with the same idempotency key returns the first result.
+    Idempotent,
+    /// Repeating may repeat the side effect.
+    NonIdempotent,
+}
+
+/// How a tool call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CallOutcome {
+    /// The tool did what was asked.
+    Succeeded,
+    /// The tool reported an error.
+    Failed,
+}
+
+/// Who established a tool call's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ResultSource {
+    /// The harness ran the call and saw its result.
+    Executed,
+    /// A resolver asked the tool's service by idempotency key.
+    Resolver,
+    /// An operator recorded the outcome by hand.
+    Operator,
+}
+
+/// How a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TerminalOutcome {
+    /// The run finished its task.
+    Completed,
+    /// The run gave up on an error.
+    Failed,
+    /// Someone stopped the run.
+    Cancelled,
+}
+
+/// Where a forked session branched off its parent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkPoint {
+    /// The parent session.
+    pub parent_session_id: SessionId,
+    /// The last parent event the child inherits.
+    pub parent_seq: Seq,
+    /// The parent's partition.
+    pub parent_partition: i32,
+    /// The offset of the parent event at `parent_seq`.
+    pub parent_offset: i64,
+}
+
+/// The kinds of session event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SessionEvent {
+    /// A new session begins (always seq 1 of a session that is not a fork).
+    SessionStarted {
+        /// Which agent or harness runs it.
+        agent: String,
+        /// The human-readable task.
+        title: Option<String>,
+    },
+    /// A user asked something.
+    UserRequest {
+        /// The request.
+        content: Content,
+    },
+    /// The model answered.
+    ModelResponse {
+        /// Model name.
+        model: String,
+        /// Prompt tokens.
+        tokens_in: u64,
+        /// Completion tokens.
+        tokens_out: u64,
+        /// Cost in millionths of a US dollar.
+        cost_micros: u64,
+        /// When the model call began.
+        started_at: Micros,
+        /// The response.
+        content: Content,
+    },
+    /// The agent asked for a tool call. The envelope's `idempotency_key` names it to the tool's service.
+    ToolCallRequested {
+        /// Tool name.
+        tool: String,
+        /// The arguments.
+        arguments: Content,
+        /// What repeating it would do.
+        effect: EffectClass,
+    },
+    /// A tool call's result. The envelope's `causation_id` is the call's event id.
+    ToolCallResult {
+        /// The seq of the `ToolCallRequested` this answers.
+        call_seq: Seq,
+        /// How it ended.
+        outcome: CallOutcome,
+        /// The output.
+        output: Content,
+        /// Who established it.
+        source: ResultSource,
+        /// Who recorded it (an operator's name, or a resolver's).
+        recorded_by: Option<String>,
+        /// Why (an operator's reason).
+        note: Option<String>,
+    },
+    /// A human steered the run mid-flight.
+    SteeringMessage {
+        /// Who.
+        author: String,
+        /// What they said.
+        content: Content,
+    },
+    /// The agent's plan changed.
+    PlanUpdated {
+        /// The new plan.
+        plan: Content,
+    },
+    /// The run waits for a human decision.
+    ApprovalRequested {
+        /// Names the approval within the session.
+        approval_id: String,
+        /// What is to be approved.
+        action: String,
+    },
+    /// A human decided.
+    ApprovalDecided {
+        /// Which approval.
+        approval_id: String,
+        /// Yes or no.
+        approved: bool,
+        /// Who decided.
+        decided_by: String,
+        /// Why.
+        reason: Option<String>,
+    },
+    /// A verified position to resume or fork from.
+    Checkpoint {
+        /// Digest of the session state covering every event before this one, as the writer computed it.
+        state_digest: String,
+        /// The workspace revision at this point, if the harness has one.
+        workspace_revision: Option<String>,
+    },
+    /// A harness took over the session with a new epoch (equal to the envelope's `writer_epoch`).
+    WriterClaimed {
+        /// Which harness.
+        writer: String,
+    },
+    /// First event of a session forked from another.
+    SessionForked {
+        /// Where it branched.
+        fork_point: ForkPoint,
+        /// Which agent or harness runs the branch.
+        agent: String,
+    },
+    /// An in-doubt tool call needs an operator to record its outcome.
+    ResolutionRequired {
+        /// The seq of the call in doubt.
+        call_seq: Seq,
+        /// Why it could not be resolved automatically.
+        reason: String,
+    },
+    /// The run paused.
+    SessionPaused {
+        /// Why.
+        reason: Option<String>,
+    },
+    /// The run resumed.
+    SessionResumed {},
+    /// The run ended.
+    SessionEnded {
+        /// How.
+        outcome: TerminalOutcome,
+        /// Why.
+        reason: Option<String>,
+    },
+    /// The session's data key was destroyed: its payloads are unreadable from now on.
+    SessionErased {
+        /// Who asked.
+        requested_by: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SessionEvent {
+    /// The event kind's stable name, as in the Avro schema.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::SessionStarted { .. } => "SessionStarted",
+            Self::UserRequest { .. } => "UserRequest",
+            Self::ModelResponse { .. } => "ModelResponse",
+            Self::ToolCallRequested { .. } => "ToolCallRequested",
+            Self::ToolCallResult { .. } => "ToolCallResult",
+            Self::SteeringMessage { .. } => "SteeringMessage",
+            Self::PlanUpdated { .. } => "PlanUpdated",
+            Self::ApprovalRequested { .. } => "ApprovalRequested",
+            Self::ApprovalDecided { .. } => "ApprovalDecided",
+            Self::Checkpoint { .. } => "Checkpoint",
+            Self::WriterClaimed { .. } => "WriterClaimed",
+            Self::SessionForked { .. } => "SessionForked",
+            Self::ResolutionRequired { .. } => "ResolutionRequired",
+            Self::SessionPaused { .. } => "SessionPaused",
+            Self::SessionResumed { .. } => "SessionResumed",
+            Self::SessionEnded { .. } => "SessionEnded",
+            Self::SessionErased { .. } => "SessionErased",
+        }
+    }
+}

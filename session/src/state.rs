@@ -1,0 +1,455 @@
+//! The derived state of one session and the fold step that advances it.
+
+use crate::verdict::{Rejection, Verdict};
+use serde::{Deserialize, Serialize};
+use sessionlog_schemas::{
+    Content, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros, Seq, SessionEvent, SessionId,
+    TerminalOutcome,
+};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, VecDeque};
+use uuid::Uuid;
+
+/// How many recently accepted `(seq, event_id)` pairs the fold remembers to tell a harmless
+/// retry from a conflicting write. A writer retries at most its in-flight window, far below this;
+/// a bounded window keeps the state (and a 1,000,000-event fold) small.
+pub const DUPLICATE_WINDOW: usize = 1024;
+
+/// Where a session stands, derived from its accepted history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SessionStatus {
+    /// Accepting events.
+    Running,
+    /// Paused by its harness or an operator.
+    Paused,
+    /// Waiting for a human decision.
+    AwaitingApproval,
+    /// An in-doubt tool call waits for an operator.
+    NeedsResolution,
+    /// Ended: task done.
+    Completed,
+    /// Ended: gave up.
+    Failed,
+    /// Ended: stopped.
+    Cancelled,
+    /// Payloads destroyed; only the skeleton remains.
+    Erased,
+}
+
+impl SessionStatus {
+    /// The status as stored in tables (`snake_case`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::AwaitingApproval => "awaiting_approval",
+            Self::NeedsResolution => "needs_resolution",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Erased => "erased",
+        }
+    }
+}
+
+/// A tool call requested but without a recorded result: in doubt if the harness died.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// The seq of the `ToolCallRequested` event.
+    pub seq: Seq,
+    /// Its event id (results name it as their causation id).
+    pub event_id: Uuid,
+    /// Tool name.
+    pub tool: String,
+    /// What repeating it would do.
+    pub effect: EffectClass,
+    /// The key the tool's service knows the request by.
+    pub idempotency_key: Option<String>,
+    /// When it was requested.
+    pub requested_at: Micros,
+    /// Set once the session stopped for an operator to resolve this call.
+    pub resolution_required: Option<String>,
+}
+
+/// An approval requested and not yet decided.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// Names the approval within the session.
+    pub approval_id: String,
+    /// What is to be approved.
+    pub action: String,
+    /// The seq of the request.
+    pub seq: Seq,
+}
+
+/// The latest checkpoint and whether its declared digest matched the fold's own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMark {
+    /// The checkpoint event's seq.
+    pub seq: Seq,
+    /// The digest the writer declared.
+    pub declared_digest: String,
+    /// The digest this fold computed over the same events.
+    pub computed_digest: String,
+}
+
+impl CheckpointMark {
+    /// A checkpoint is verified when the writer's digest equals the fold's.
+    pub fn verified(&self) -> bool {
+        self.declared_digest == self.computed_digest
+    }
+}
+
+/// The derived state of one session: everything the fold knows after the events it has seen.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// Which session.
+    pub session_id: SessionId,
+    /// Whether the start (or fork) event was accepted.
+    pub started: bool,
+    /// The agent or harness running it.
+    pub agent: Option<String>,
+    /// The human-readable task.
+    pub title: Option<String>,
+    /// Where it was forked from, if it is a fork.
+    pub parent: Option<ForkPoint>,
+    /// The current writer epoch.
+    pub epoch: Epoch,
+    /// The writer that claimed the current epoch (none until a claim after the start).
+    pub writer: Option<String>,
+    /// The last accepted seq (gap-free from 1).
+    pub last_seq: Seq,
+    /// When the start event happened.
+    pub started_at: Micros,
+    /// When the last accepted event happened.
+    pub updated_at: Micros,
+    /// The current plan.
+    pub plan: Option<Content>,
+    /// Tool calls without a result, by the seq of their request.
+    pub pending_calls: BTreeMap<Seq, PendingCall>,
+    /// Approvals without a decision, by approval id.
+    pub pending_approvals: BTreeMap<String, PendingApproval>,
+    /// Paused and not resumed.
+    pub paused: bool,
+    /// How it ended, once it has.
+    pub terminal: Option<TerminalOutcome>,
+    /// Whether its payloads were erased.
+    pub erased: bool,
+    /// Prompt tokens over all model calls.
+    pub tokens_in: u64,
+    /// Completion tokens over all model calls.
+    pub tokens_out: u64,
+    /// Cost in millionths of a US dollar.
+    pub cost_micros: u64,
+    /// Model calls answered.
+    pub model_calls: u64,
+    /// Tool calls requested.
+    pub tool_calls: u64,
+    /// The latest checkpoint.
+    pub last_checkpoint: Option<CheckpointMark>,
+    /// Recently accepted `(seq, event_id)` pairs, oldest first, to recognise retries.
+    pub recent: VecDeque<(Seq, Uuid)>,
+}
+
+impl SessionState {
+    /// The state of a session before any event.
+    pub fn empty(session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            started: false,
+            agent: None,
+            title: None,
+            parent: None,
+            epoch: 0,
+            writer: None,
+            last_seq: 0,
+            started_at: 0,
+            updated_at: 0,
+            plan: None,
+            pending_calls: BTreeMap::new(),
+            pending_approvals: BTreeMap::new(),
+            paused: false,
+            terminal: None,
+            erased: false,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost_micros: 0,
+            model_calls: 0,
+            tool_calls: 0,
+            last_checkpoint: None,
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// Whether the session's start event has been accepted.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// The seq the next sequenced event must carry.
+    pub fn next_seq(&self) -> Seq {
+        self.last_seq + 1
+    }
+
+    /// Where the session stands.
+    pub fn status(&self) -> SessionStatus {
+        if self.erased {
+            return SessionStatus::Erased;
+        }
+        match self.terminal {
+            Some(TerminalOutcome::Completed) => return SessionStatus::Completed,
+            Some(TerminalOutcome::Failed) => return SessionStatus::Failed,
+            Some(TerminalOutcome::Cancelled) => return SessionStatus::Cancelled,
+            None => {}
+        }
+        if self
+            .pending_calls
+            .values()
+            .any(|c| c.resolution_required.is_some())
+        {
+            SessionStatus::NeedsResolution
+        } else if !self.pending_approvals.is_empty() {
+            SessionStatus::AwaitingApproval
+        } else if self.paused {
+            SessionStatus::Paused
+        } else {
+            SessionStatus::Running
+        }
+    }
+
+    /// The canonical encoding of the state: what digests and tables store.
+    pub fn canonical_json(&self) -> String {
+        // Every map in the state is a BTreeMap and every list is ordered by the log,
+        // so serde_json's output is a pure function of the accepted history.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// SHA-256 of [`Self::canonical_json`], hex-encoded: what a checkpoint declares.
+    pub fn digest(&self) -> String {
+        hex::encode(Sha256::digest(self.canonical_json().as_bytes()))
+    }
+
+    /// The fold step: judge one event against the state and, if accepted, apply it.
+    pub fn apply(&mut self, event: &EventEnvelope) -> Verdict {
+        let verdict = self.judge(event);
+        if verdict.is_accepted() {
+            self.accept(event);
+        }
+        verdict
+    }
+
+    /// Decides an event's fate without changing the state.
+    pub fn judge(&self, e: &EventEnvelope) -> Verdict {
+        use SessionEvent as E;
+        if e.session_id != self.session_id {
+            return reject_invalid(format!(
+                "event of session {} folded into session {}",
+                e.session_id, self.session_id
+            ));
+        }
+        if self.recent.contains(&(e.seq, e.event_id)) {
+            return Verdict::Duplicate;
+        }
+        if !self.started {
+            return match e.event {
+                E::SessionStarted { .. } | E::SessionForked { .. } if e.seq != 1 => {
+                    Verdict::Rejected(Rejection::Gap {
+                        expected: 1,
+                        got: e.seq,
+                    })
+                }
+                E::SessionStarted { .. } | E::SessionForked { .. } if e.writer_epoch == 0 => {
+                    reject_invalid("a session starts at epoch 1 or above".into())
+                }
+                E::SessionStarted { .. } | E::SessionForked { .. } => Verdict::Accepted,
+                _ => Verdict::Rejected(Rejection::NotStarted),
+            };
+        }
+        match &e.event {
+            E::SessionStarted { .. } | E::SessionForked { .. } => {
+                Verdict::Rejected(Rejection::AlreadyStarted)
+            }
+            E::WriterClaimed { .. } if e.writer_epoch > self.epoch => Verdict::Accepted,
+            E::WriterClaimed { .. } => Verdict::Rejected(Rejection::StaleClaim {
+                epoch: e.writer_epoch,
+                current: self.epoch,
+            }),
+            event => match self.judge_sequenced(e) {
+                Verdict::Accepted => self.judge_kind(event),
+                other => other,
+            },
+        }
+    }
+
+    /// Epoch and seq rules for every event that takes a seq.
+    fn judge_sequenced(&self, e: &EventEnvelope) -> Verdict {
+        let current = self.epoch;
+        if e.writer_epoch < current {
+            return Verdict::Rejected(Rejection::Zombie {
+                epoch: e.writer_epoch,
+                current,
+            });
+        }
+        if e.writer_epoch > current {
+            return Verdict::Rejected(Rejection::UnclaimedEpoch {
+                epoch: e.writer_epoch,
+                current,
+            });
+        }
+        let expected = self.next_seq();
+        if e.seq > expected {
+            return Verdict::Rejected(Rejection::Gap {
+                expected,
+                got: e.seq,
+            });
+        }
+        if e.seq < expected {
+            return Verdict::Rejected(Rejection::SeqConflict { seq: e.seq });
+        }
+        let erasure = matches!(e.event, SessionEvent::SessionErased { .. });
+        if self.erased || (self.terminal.is_some() && !erasure) {
+            return Verdict::Rejected(Rejection::AfterTerminal);
+        }
+        Verdict::Accepted
+    }
+
+    /// Kind-specific rules: results, resolutions and decisions must refer to something open.
+    fn judge_kind(&self, event: &SessionEvent) -> Verdict {
+        use SessionEvent as E;
+        match event {
+            E::ToolCallResult { call_seq, .. } if !self.pending_calls.contains_key(call_seq) => {
+                reject_invalid(format!("no pending tool call at seq {call_seq}"))
+            }
+            E::ResolutionRequired { call_seq, .. } => match self.pending_calls.get(call_seq) {
+                None => reject_invalid(format!("no pending tool call at seq {call_seq}")),
+                Some(c) if c.resolution_required.is_some() => reject_invalid(format!(
+                    "tool call at seq {call_seq} already awaits resolution"
+                )),
+                Some(_) => Verdict::Accepted,
+            },
+            E::ApprovalRequested { approval_id, .. }
+                if self.pending_approvals.contains_key(approval_id) =>
+            {
+                reject_invalid(format!("approval {approval_id:?} is already pending"))
+            }
+            E::ApprovalDecided { approval_id, .. }
+                if !self.pending_approvals.contains_key(approval_id) =>
+            {
+                reject_invalid(format!("no pending approval {approval_id:?}"))
+            }
+            E::SessionPaused { .. } if self.paused => {
+                reject_invalid("the session is already paused".into())
+            }
+            E::SessionResumed {} if !self.paused => {
+                reject_invalid("the session is not paused".into())
+            }
+            _ => Verdict::Accepted,
+        }
+    }
+
+    /// Applies an event already judged acceptable.
+    fn accept(&mut self, e: &EventEnvelope) {
+        use SessionEvent as E;
+        // A checkpoint's digest covers every event before it, so take it before changing anything.
+        let digest_before = matches!(e.event, E::Checkpoint { .. }).then(|| self.digest());
+
+        self.recent.push_back((e.seq, e.event_id));
+        if self.recent.len() > DUPLICATE_WINDOW {
+            self.recent.pop_front();
+        }
+        self.updated_at = e.occurred_at;
+        if !matches!(e.event, E::WriterClaimed { .. }) {
+            self.last_seq = e.seq;
+        }
+        match &e.event {
+            E::SessionStarted { agent, title } => {
+                self.started = true;
+                self.agent = Some(agent.clone());
+                self.title.clone_from(title);
+                self.epoch = e.writer_epoch;
+                self.started_at = e.occurred_at;
+            }
+            E::SessionForked { fork_point, agent } => {
+                self.started = true;
+                self.agent = Some(agent.clone());
+                self.parent = Some(fork_point.clone());
+                self.epoch = e.writer_epoch;
+                self.started_at = e.occurred_at;
+            }
+            E::WriterClaimed { writer } => {
+                self.epoch = e.writer_epoch;
+                self.writer = Some(writer.clone());
+            }
+            E::UserRequest { .. } | E::SteeringMessage { .. } => {}
+            E::ModelResponse {
+                tokens_in,
+                tokens_out,
+                cost_micros,
+                ..
+            } => {
+                self.model_calls += 1;
+                self.tokens_in += tokens_in;
+                self.tokens_out += tokens_out;
+                self.cost_micros += cost_micros;
+            }
+            E::ToolCallRequested { tool, effect, .. } => {
+                self.tool_calls += 1;
+                self.pending_calls.insert(
+                    e.seq,
+                    PendingCall {
+                        seq: e.seq,
+                        event_id: e.event_id,
+                        tool: tool.clone(),
+                        effect: *effect,
+                        idempotency_key: e.idempotency_key.clone(),
+                        requested_at: e.occurred_at,
+                        resolution_required: None,
+                    },
+                );
+            }
+            E::ToolCallResult { call_seq, .. } => {
+                self.pending_calls.remove(call_seq);
+            }
+            E::ResolutionRequired { call_seq, reason } => {
+                if let Some(call) = self.pending_calls.get_mut(call_seq) {
+                    call.resolution_required = Some(reason.clone());
+                }
+            }
+            E::PlanUpdated { plan } => self.plan = Some(plan.clone()),
+            E::ApprovalRequested {
+                approval_id,
+                action,
+            } => {
+                self.pending_approvals.insert(
+                    approval_id.clone(),
+                    PendingApproval {
+                        approval_id: approval_id.clone(),
+                        action: action.clone(),
+                        seq: e.seq,
+                    },
+                );
+            }
+            E::ApprovalDecided { approval_id, .. } => {
+                self.pending_approvals.remove(approval_id);
+            }
+            E::Checkpoint { state_digest, .. } => {
+                self.last_checkpoint = Some(CheckpointMark {
+                    seq: e.seq,
+                    declared_digest: state_digest.clone(),
+                    computed_digest: digest_before.unwrap_or_default(),
+                });
+            }
+            E::SessionPaused { .. } => self.paused = true,
+            E::SessionResumed {} => self.paused = false,
+            E::SessionEnded { outcome, .. } => self.terminal = Some(*outcome),
+            E::SessionErased { .. } => {
+                self.erased = true;
+                self.plan = None;
+            }
+        }
+    }
+}
+
+fn reject_invalid(why: String) -> Verdict {
+    Verdict::Rejected(Rejection::Invalid(why))
+}

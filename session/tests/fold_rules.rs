@@ -1,0 +1,465 @@
+//! Unit and property tests of the session fold: ordering, duplicates, gaps, stale epochs,
+//! claims racing, and that a state snapshot resumes the fold exactly.
+
+use proptest::prelude::*;
+use sessionlog_schemas::{
+    CallOutcome, Content, EffectClass, EventEnvelope, ResultSource, SessionEvent, SessionId,
+    TerminalOutcome,
+};
+use sessionlog_session::{Rejection, SessionState, SessionStatus, Verdict, fold};
+use uuid::Uuid;
+
+fn session() -> SessionId {
+    SessionId(Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0001))
+}
+
+/// Builds an envelope with a deterministic event id derived from (seq, epoch, salt).
+fn ev(seq: u64, epoch: u64, salt: u64, event: SessionEvent) -> EventEnvelope {
+    EventEnvelope {
+        event_id: Uuid::from_u128(((seq as u128) << 64) | ((epoch as u128) << 32) | salt as u128),
+        session_id: session(),
+        seq,
+        writer_epoch: epoch,
+        occurred_at: 1_700_000_000_000_000 + seq as i64,
+        causation_id: None,
+        idempotency_key: None,
+        schema_version: 1,
+        event,
+    }
+}
+
+fn started() -> SessionEvent {
+    SessionEvent::SessionStarted {
+        agent: "test".into(),
+        title: None,
+    }
+}
+
+fn user(text: &str) -> SessionEvent {
+    SessionEvent::UserRequest {
+        content: Content::plain(text),
+    }
+}
+
+fn claim(writer: &str) -> SessionEvent {
+    SessionEvent::WriterClaimed {
+        writer: writer.into(),
+    }
+}
+
+fn apply_all(events: &[EventEnvelope]) -> (SessionState, Vec<Verdict>) {
+    let mut state = SessionState::empty(session());
+    let verdicts = events.iter().map(|e| state.apply(e)).collect();
+    (state, verdicts)
+}
+
+#[test]
+fn a_single_writer_history_is_accepted_in_order() {
+    let events = vec![
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("hello")),
+        ev(
+            3,
+            1,
+            0,
+            SessionEvent::ModelResponse {
+                model: "m".into(),
+                tokens_in: 10,
+                tokens_out: 5,
+                cost_micros: 7,
+                started_at: 0,
+                content: Content::plain("hi"),
+            },
+        ),
+        ev(
+            4,
+            1,
+            0,
+            SessionEvent::ToolCallRequested {
+                tool: "shell".into(),
+                arguments: Content::plain("ls"),
+                effect: EffectClass::Pure,
+            },
+        ),
+    ];
+    let (state, verdicts) = apply_all(&events);
+    assert!(verdicts.iter().all(Verdict::is_accepted), "{verdicts:?}");
+    assert_eq!(state.last_seq, 4);
+    assert_eq!(state.tokens_in, 10);
+    assert_eq!(state.cost_micros, 7);
+    assert_eq!(state.pending_calls.len(), 1);
+    assert_eq!(state.status(), SessionStatus::Running);
+}
+
+#[test]
+fn events_before_the_start_are_rejected() {
+    let (_, verdicts) = apply_all(&[ev(1, 1, 0, user("early"))]);
+    assert_eq!(verdicts, vec![Verdict::Rejected(Rejection::NotStarted)]);
+}
+
+#[test]
+fn a_second_start_is_rejected() {
+    let (_, verdicts) = apply_all(&[ev(1, 1, 0, started()), ev(2, 1, 0, started())]);
+    assert_eq!(verdicts[1], Verdict::Rejected(Rejection::AlreadyStarted));
+}
+
+#[test]
+fn a_gap_is_rejected_and_the_next_seq_still_fits() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(3, 1, 0, user("skipped ahead")),
+        ev(2, 1, 0, user("in order")),
+    ]);
+    assert_eq!(
+        verdicts[1],
+        Verdict::Rejected(Rejection::Gap {
+            expected: 2,
+            got: 3
+        })
+    );
+    assert!(verdicts[2].is_accepted());
+    assert_eq!(state.last_seq, 2);
+}
+
+#[test]
+fn a_retry_is_a_duplicate_and_a_different_event_at_a_taken_seq_conflicts() {
+    let first = ev(2, 1, 0, user("once"));
+    let other = ev(2, 1, 9, user("someone else"));
+    let (state, verdicts) = apply_all(&[ev(1, 1, 0, started()), first.clone(), first, other]);
+    assert_eq!(verdicts[2], Verdict::Duplicate);
+    assert_eq!(
+        verdicts[3],
+        Verdict::Rejected(Rejection::SeqConflict { seq: 2 })
+    );
+    assert_eq!(state.last_seq, 2);
+}
+
+#[test]
+fn a_claim_fences_the_older_epoch() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("before takeover")),
+        ev(3, 2, 0, claim("harness-b")),
+        ev(3, 1, 0, user("zombie")),
+        ev(3, 2, 1, user("new writer")),
+    ]);
+    assert!(verdicts[2].is_accepted());
+    assert_eq!(
+        verdicts[3],
+        Verdict::Rejected(Rejection::Zombie {
+            epoch: 1,
+            current: 2
+        })
+    );
+    assert!(verdicts[4].is_accepted());
+    assert_eq!(state.epoch, 2);
+    assert_eq!(state.writer.as_deref(), Some("harness-b"));
+    assert_eq!(state.last_seq, 3);
+}
+
+#[test]
+fn racing_claims_of_one_epoch_the_first_in_the_log_wins() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 2, 1, claim("a")),
+        ev(2, 2, 2, claim("b")),
+        ev(2, 2, 3, user("from a or b")),
+    ]);
+    assert!(verdicts[1].is_accepted());
+    assert_eq!(
+        verdicts[2],
+        Verdict::Rejected(Rejection::StaleClaim {
+            epoch: 2,
+            current: 2
+        })
+    );
+    assert_eq!(state.writer.as_deref(), Some("a"));
+}
+
+#[test]
+fn writing_at_an_unclaimed_epoch_is_rejected() {
+    let (_, verdicts) = apply_all(&[ev(1, 1, 0, started()), ev(2, 5, 0, user("jumped"))]);
+    assert_eq!(
+        verdicts[1],
+        Verdict::Rejected(Rejection::UnclaimedEpoch {
+            epoch: 5,
+            current: 1
+        })
+    );
+}
+
+#[test]
+fn tool_results_must_answer_a_pending_call_and_only_once() {
+    let call = SessionEvent::ToolCallRequested {
+        tool: "deploy".into(),
+        arguments: Content::plain("v2"),
+        effect: EffectClass::NonIdempotent,
+    };
+    let result = |call_seq| SessionEvent::ToolCallResult {
+        call_seq,
+        outcome: CallOutcome::Succeeded,
+        output: Content::plain("ok"),
+        source: ResultSource::Executed,
+        recorded_by: None,
+        note: None,
+    };
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, call),
+        ev(3, 1, 0, result(2)),
+        ev(4, 1, 0, result(2)),
+        ev(4, 1, 1, result(9)),
+    ]);
+    assert!(verdicts[2].is_accepted());
+    assert!(matches!(verdicts[3], Verdict::Rejected(Rejection::Invalid(_))));
+    assert!(matches!(verdicts[4], Verdict::Rejected(Rejection::Invalid(_))));
+    assert!(state.pending_calls.is_empty());
+}
+
+#[test]
+fn resolution_and_approval_gate_the_status() {
+    let (state, _) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(
+            2,
+            1,
+            0,
+            SessionEvent::ToolCallRequested {
+                tool: "pay".into(),
+                arguments: Content::plain("$5"),
+                effect: EffectClass::NonIdempotent,
+            },
+        ),
+        ev(
+            3,
+            1,
+            0,
+            SessionEvent::ResolutionRequired {
+                call_seq: 2,
+                reason: "no resolver".into(),
+            },
+        ),
+    ]);
+    assert_eq!(state.status(), SessionStatus::NeedsResolution);
+
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(
+            2,
+            1,
+            0,
+            SessionEvent::ApprovalRequested {
+                approval_id: "deploy-prod".into(),
+                action: "deploy".into(),
+            },
+        ),
+    ]);
+    assert!(verdicts.iter().all(Verdict::is_accepted));
+    assert_eq!(state.status(), SessionStatus::AwaitingApproval);
+}
+
+#[test]
+fn nothing_but_erasure_follows_the_end() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(
+            2,
+            1,
+            0,
+            SessionEvent::SessionEnded {
+                outcome: TerminalOutcome::Completed,
+                reason: None,
+            },
+        ),
+        ev(3, 1, 0, user("too late")),
+        ev(
+            3,
+            1,
+            1,
+            SessionEvent::SessionErased {
+                requested_by: "dpo".into(),
+                reason: "request".into(),
+            },
+        ),
+    ]);
+    assert_eq!(verdicts[2], Verdict::Rejected(Rejection::AfterTerminal));
+    assert!(verdicts[3].is_accepted());
+    assert_eq!(state.status(), SessionStatus::Erased);
+}
+
+#[test]
+fn a_checkpoint_is_verified_when_its_digest_matches_the_fold() {
+    let mut writer_view = SessionState::empty(session());
+    let start = ev(1, 1, 0, started());
+    let req = ev(2, 1, 0, user("x"));
+    writer_view.apply(&start);
+    writer_view.apply(&req);
+    let good = ev(
+        3,
+        1,
+        0,
+        SessionEvent::Checkpoint {
+            state_digest: writer_view.digest(),
+            workspace_revision: None,
+        },
+    );
+    let bad = ev(
+        4,
+        1,
+        0,
+        SessionEvent::Checkpoint {
+            state_digest: "00".repeat(32),
+            workspace_revision: None,
+        },
+    );
+    let (state, _) = apply_all(&[start, req, good]);
+    assert!(state.last_checkpoint.as_ref().is_some_and(|c| c.verified()));
+    let mut state = state;
+    state.apply(&bad);
+    assert!(!state.last_checkpoint.as_ref().is_some_and(|c| c.verified()));
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties over random multi-writer logs.
+
+/// One step of a random log: which writer acts and what it tries.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Writer `w` appends its next event (its own idea of the next seq).
+    Append(usize),
+    /// Writer `w` re-sends one of its earlier events (a retry).
+    Retry(usize, usize),
+    /// Writer `w` claims the epoch after the highest it has seen.
+    Claim(usize),
+    /// Writer `w` skips a seq (a bug or a lost event).
+    Skip(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..3usize).prop_map(Step::Append),
+        2 => (0..3usize, 0..50usize).prop_map(|(w, i)| Step::Retry(w, i)),
+        1 => (0..3usize).prop_map(Step::Claim),
+        1 => (0..3usize).prop_map(Step::Skip),
+    ]
+}
+
+/// Turns steps into a log: each writer keeps its own (possibly stale) view of epoch and seq.
+fn log_of(steps: &[Step]) -> Vec<EventEnvelope> {
+    struct W {
+        epoch: u64,
+        next: u64,
+        sent: Vec<EventEnvelope>,
+    }
+    let mut writers: Vec<W> = (0..3)
+        .map(|_| W {
+            epoch: 1,
+            next: 2,
+            sent: Vec::new(),
+        })
+        .collect();
+    let mut log = vec![ev(1, 1, 0, started())];
+    let mut max_epoch = 1;
+    for (salt, s) in steps.iter().enumerate() {
+        let salt = salt as u64 + 1;
+        match *s {
+            Step::Append(w) => {
+                let wr = &mut writers[w];
+                let e = ev(wr.next, wr.epoch, salt, user("step"));
+                wr.next += 1;
+                wr.sent.push(e.clone());
+                log.push(e);
+            }
+            Step::Retry(w, i) => {
+                let wr = &writers[w];
+                if !wr.sent.is_empty() {
+                    log.push(wr.sent[i % wr.sent.len()].clone());
+                }
+            }
+            Step::Claim(w) => {
+                max_epoch += 1;
+                let wr = &mut writers[w];
+                wr.epoch = max_epoch;
+                log.push(ev(wr.next, wr.epoch, salt, claim(&format!("w{w}"))));
+            }
+            Step::Skip(w) => writers[w].next += 1,
+        }
+    }
+    log
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Accepted seqs are exactly 1..=last_seq, in log order, with no holes.
+    #[test]
+    fn accepted_seqs_are_gap_free(steps in prop::collection::vec(step(), 0..120)) {
+        let log = log_of(&steps);
+        let (state, verdicts) = apply_all(&log);
+        let accepted: Vec<u64> = log.iter().zip(&verdicts)
+            .filter(|(e, v)| v.is_accepted() && !matches!(e.event, SessionEvent::WriterClaimed { .. }))
+            .map(|(e, _)| e.seq)
+            .collect();
+        let expected: Vec<u64> = (1..=state.last_seq).collect();
+        prop_assert_eq!(accepted, expected);
+    }
+
+    /// Accepted epochs never go down, and a sequenced event is accepted only at the current epoch.
+    #[test]
+    fn no_write_of_a_fenced_epoch_is_accepted(steps in prop::collection::vec(step(), 0..120)) {
+        let log = log_of(&steps);
+        let mut state = SessionState::empty(session());
+        for e in &log {
+            let before = state.epoch;
+            let v = state.apply(e);
+            prop_assert!(state.epoch >= before);
+            if v.is_accepted() && !matches!(e.event, SessionEvent::WriterClaimed { .. }) && before > 0 {
+                prop_assert_eq!(e.writer_epoch, before);
+            }
+            if matches!(e.event, SessionEvent::WriterClaimed { .. }) && v.is_accepted() {
+                prop_assert!(e.writer_epoch > before);
+            }
+        }
+    }
+
+    /// Re-delivering any accepted events again, anywhere later, changes nothing.
+    #[test]
+    fn duplicates_are_harmless(steps in prop::collection::vec(step(), 0..80), picks in prop::collection::vec(any::<prop::sample::Index>(), 0..20)) {
+        let log = log_of(&steps);
+        let (clean, verdicts) = apply_all(&log);
+        let accepted: Vec<&EventEnvelope> = log.iter().zip(&verdicts).filter(|(_, v)| v.is_accepted()).map(|(e, _)| e).collect();
+        let mut noisy = log.clone();
+        for p in &picks {
+            noisy.push(p.get(&accepted).to_owned().clone());
+        }
+        let (with_dups, dup_verdicts) = apply_all(&noisy);
+        for v in &dup_verdicts[log.len()..] {
+            prop_assert_eq!(v, &Verdict::Duplicate);
+        }
+        prop_assert_eq!(clean.digest(), with_dups.digest());
+    }
+
+    /// Folding from a serialised snapshot taken anywhere gives the state of folding from the start:
+    /// this is what recovery does with a checkpoint.
+    #[test]
+    fn a_snapshot_resumes_the_fold_exactly(steps in prop::collection::vec(step(), 0..120), cut in any::<prop::sample::Index>()) {
+        let log = log_of(&steps);
+        let cut = cut.index(log.len() + 1);
+        let (full, _) = apply_all(&log);
+        let (prefix, _) = apply_all(&log[..cut]);
+        let mut resumed: SessionState = serde_json::from_str(&prefix.canonical_json()).unwrap();
+        for e in &log[cut..] {
+            resumed.apply(e);
+        }
+        prop_assert_eq!(full.canonical_json(), resumed.canonical_json());
+    }
+
+    /// The fold is a pure function: `fold` over the same log twice gives the same digest.
+    #[test]
+    fn the_fold_is_deterministic(steps in prop::collection::vec(step(), 0..60)) {
+        let log = log_of(&steps);
+        let a = fold(&log).map(|s| s.digest());
+        let b = fold(&log).map(|s| s.digest());
+        prop_assert_eq!(a, b);
+    }
+}
