@@ -62,11 +62,19 @@ mod tests {
             (b"foobar", -790332482),
             (b"a-little-bit-long-string", -985981536),
             (b"a-little-bit-longer-string", -1486304829),
-            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58897971,
+            ),
             (b"abc", 479470107),
         ];
         for (key, expected) in cases {
-            assert_eq!(murmur2(key) as i32, *expected, "key {:?}", String::from_utf8_lossy(key));
+            assert_eq!(
+                murmur2(key) as i32,
+                *expected,
+                "key {:?}",
+                String::from_utf8_lossy(key)
+            );
         }
     }
 

@@ -157,6 +157,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
     fn environment_overrides_file_overrides_defaults() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("s.toml", "[kafka]\ntopic = \"from-file\"\npartitions = 3\n")?;

@@ -1,0 +1,86 @@
+//! Versioned, idempotent schema migrations of the projection keyspace.
+//!
+//! CQL that runs unchanged on ScyllaDB and Cassandra: no LWT, no materialized views,
+//! no SASI, and column names that are keywords in neither (`log_offset`, not `offset`).
+//! A migration is applied once; its version is recorded in `schema_migrations`. Every
+//! statement is `IF NOT EXISTS`, so a migration interrupted half-way can simply run again.
+
+/// One migration: a version and the statements that bring the keyspace to it.
+pub struct Migration {
+    /// Monotonic version number.
+    pub version: i32,
+    /// What it does.
+    pub description: &'static str,
+    /// The statements; `{ks}` stands for the keyspace.
+    pub statements: &'static [&'static str],
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "sessions, event index, writer claims, checkpoints, rejected events",
+    statements: &[
+        "CREATE TABLE IF NOT EXISTS {ks}.sessions (
+            session_id uuid PRIMARY KEY,
+            status text,
+            agent text,
+            title text,
+            epoch bigint,
+            writer text,
+            last_seq bigint,
+            parent_session_id uuid,
+            parent_seq bigint,
+            started_at_us bigint,
+            updated_at_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            pending_calls int,
+            pending_approvals int,
+            log_partition int,
+            applied_offset bigint,
+            state_digest text,
+            state_json text)",
+        "CREATE TABLE IF NOT EXISTS {ks}.event_index (
+            session_id uuid,
+            seq bigint,
+            log_partition int,
+            log_offset bigint,
+            kind text,
+            event_id uuid,
+            epoch bigint,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), seq))",
+        "CREATE TABLE IF NOT EXISTS {ks}.writer_claims (
+            session_id uuid,
+            epoch bigint,
+            writer text,
+            log_partition int,
+            log_offset bigint,
+            event_id uuid,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), epoch))",
+        "CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
+            session_id uuid,
+            seq bigint,
+            log_partition int,
+            log_offset bigint,
+            declared_digest text,
+            computed_digest text,
+            verified boolean,
+            state_json text,
+            PRIMARY KEY ((session_id), seq))
+            WITH CLUSTERING ORDER BY (seq DESC)",
+        "CREATE TABLE IF NOT EXISTS {ks}.rejected_events (
+            session_id uuid,
+            log_partition int,
+            log_offset bigint,
+            seq bigint,
+            epoch bigint,
+            event_id uuid,
+            kind text,
+            label text,
+            reason text,
+            PRIMARY KEY ((session_id), log_partition, log_offset))",
+    ],
+}];

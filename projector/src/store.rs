@@ -1,0 +1,394 @@
+//! The projection tables in CQL.
+
+use crate::migrations::MIGRATIONS;
+use crate::{Error, Result};
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::prepared::PreparedStatement;
+use sessionlog_log::CqlSettings;
+use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
+use sessionlog_session::{Rejection, SessionState};
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A session's projected row: its folded state and how far into the log it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProjectedSession {
+    /// The folded state.
+    pub state: SessionState,
+    /// The session's partition.
+    pub partition: i32,
+    /// The offset of the last record folded into `state` (accepted or not).
+    pub applied_offset: i64,
+}
+
+/// The `sessions` row, column by column, then the write timestamp.
+#[derive(scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SessionRow<'a> {
+    session_id: Uuid,
+    status: &'static str,
+    agent: Option<&'a str>,
+    title: Option<&'a str>,
+    epoch: i64,
+    writer: Option<&'a str>,
+    last_seq: i64,
+    parent_session_id: Option<Uuid>,
+    parent_seq: Option<i64>,
+    started_at_us: i64,
+    updated_at_us: i64,
+    tokens_in: i64,
+    tokens_out: i64,
+    cost_micros: i64,
+    pending_calls: i32,
+    pending_approvals: i32,
+    log_partition: i32,
+    applied_offset: i64,
+    state_digest: String,
+    state_json: String,
+    write_timestamp: i64,
+}
+
+impl<'a> From<&'a ProjectedSession> for SessionRow<'a> {
+    fn from(projected: &'a ProjectedSession) -> Self {
+        let s = &projected.state;
+        Self {
+            session_id: s.session_id.0,
+            status: s.status().as_str(),
+            agent: s.agent.as_deref(),
+            title: s.title.as_deref(),
+            epoch: s.epoch as i64,
+            writer: s.writer.as_deref(),
+            last_seq: s.last_seq as i64,
+            parent_session_id: s.parent.as_ref().map(|p| p.parent_session_id.0),
+            parent_seq: s.parent.as_ref().map(|p| p.parent_seq as i64),
+            started_at_us: s.started_at,
+            updated_at_us: s.updated_at,
+            tokens_in: s.tokens_in as i64,
+            tokens_out: s.tokens_out as i64,
+            cost_micros: s.cost_micros as i64,
+            pending_calls: s.pending_calls.len() as i32,
+            pending_approvals: s.pending_approvals.len() as i32,
+            log_partition: projected.partition,
+            applied_offset: projected.applied_offset,
+            state_digest: s.digest(),
+            state_json: s.canonical_json(),
+            write_timestamp: projected.applied_offset,
+        }
+    }
+}
+
+/// Reads and writes the projection tables. Cheap to clone.
+#[derive(Clone)]
+pub struct ProjectionStore {
+    session: Arc<Session>,
+    keyspace: String,
+    statements: Arc<Statements>,
+}
+
+struct Statements {
+    load_session: PreparedStatement,
+    save_session: PreparedStatement,
+    put_index: PreparedStatement,
+    put_claim: PreparedStatement,
+    put_checkpoint: PreparedStatement,
+    put_rejected: PreparedStatement,
+}
+
+impl ProjectionStore {
+    /// Connects, creates the keyspace, applies pending migrations and prepares the statements.
+    pub async fn connect(settings: &CqlSettings) -> Result<Self> {
+        let session = SessionBuilder::new()
+            .known_nodes(settings.node_list())
+            .connection_timeout(Duration::from_secs(10))
+            .build()
+            .await
+            .map_err(Error::store("connect"))?;
+        let keyspace = settings.keyspace.clone();
+        migrate(&session, &keyspace, settings.replication_factor).await?;
+        let statements = Statements::prepare(&session, &keyspace).await?;
+        Ok(Self {
+            session: Arc::new(session),
+            keyspace,
+            statements: Arc::new(statements),
+        })
+    }
+
+    /// The keyspace written to.
+    pub fn keyspace(&self) -> &str {
+        &self.keyspace
+    }
+
+    /// The driver session, for queries the store does not wrap.
+    pub fn cql(&self) -> &Session {
+        &self.session
+    }
+
+    /// The projected row of a session, if the projector has seen it.
+    pub async fn load_session(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.statements.load_session, (session.0,))
+            .await
+            .map_err(Error::store("load session"))?
+            .into_rows_result()
+            .map_err(Error::store("load session"))?;
+        let Some((state_json, partition, applied_offset)) = rows
+            .maybe_first_row::<(Option<String>, Option<i32>, Option<i64>)>()
+            .map_err(Error::store("load session"))?
+        else {
+            return Ok(None);
+        };
+        let state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
+            .map_err(|e| Error::CorruptRow {
+                session: session.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Some(ProjectedSession {
+            state,
+            partition: partition.unwrap_or_default(),
+            applied_offset: applied_offset.unwrap_or(-1),
+        }))
+    }
+
+    /// Writes a session's row: the commit point of everything folded into it.
+    ///
+    /// The write timestamp is the applied offset: offsets only grow within the session's
+    /// partition, so a late write from an instance that lost the partition in a rebalance
+    /// can never overwrite a newer state, whatever order the writes arrive in.
+    pub async fn save_session(&self, projected: &ProjectedSession) -> Result<()> {
+        self.session
+            .execute_unpaged(&self.statements.save_session, SessionRow::from(projected))
+            .await
+            .map_err(Error::store("save session"))?;
+        Ok(())
+    }
+
+    /// Records an accepted event in the index (claims in `writer_claims`). For a checkpoint,
+    /// `after` is the state including it, stored in `checkpoints` for recovery to start from.
+    pub async fn record_accepted(
+        &self,
+        event: &EventEnvelope,
+        partition: i32,
+        offset: i64,
+        after: Option<&SessionState>,
+    ) -> Result<()> {
+        let session = event.session_id.0;
+        if let SessionEvent::WriterClaimed { writer } = &event.event {
+            self.session
+                .execute_unpaged(
+                    &self.statements.put_claim,
+                    (
+                        session,
+                        event.writer_epoch as i64,
+                        writer.as_str(),
+                        partition,
+                        offset,
+                        event.event_id,
+                        event.occurred_at,
+                    ),
+                )
+                .await
+                .map_err(Error::store("record claim"))?;
+            return Ok(());
+        }
+        self.session
+            .execute_unpaged(
+                &self.statements.put_index,
+                (
+                    session,
+                    event.seq as i64,
+                    partition,
+                    offset,
+                    event.event.kind(),
+                    event.event_id,
+                    event.writer_epoch as i64,
+                    event.occurred_at,
+                ),
+            )
+            .await
+            .map_err(Error::store("index event"))?;
+        let checkpoint = after.and_then(|s| {
+            s.last_checkpoint
+                .as_ref()
+                .filter(|m| m.seq == event.seq)
+                .map(|m| (m, s))
+        });
+        if let Some((mark, after)) = checkpoint {
+            self.session
+                .execute_unpaged(
+                    &self.statements.put_checkpoint,
+                    (
+                        session,
+                        event.seq as i64,
+                        partition,
+                        offset,
+                        mark.declared_digest.as_str(),
+                        mark.computed_digest.as_str(),
+                        mark.verified(),
+                        after.canonical_json(),
+                    ),
+                )
+                .await
+                .map_err(Error::store("record checkpoint"))?;
+        }
+        Ok(())
+    }
+
+    /// Records an event the fold rejected, with its reason.
+    pub async fn record_rejected(
+        &self,
+        event: &EventEnvelope,
+        partition: i32,
+        offset: i64,
+        why: &Rejection,
+    ) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.statements.put_rejected,
+                (
+                    event.session_id.0,
+                    partition,
+                    offset,
+                    event.seq as i64,
+                    event.writer_epoch as i64,
+                    event.event_id,
+                    event.event.kind(),
+                    why.label(),
+                    why.to_string(),
+                ),
+            )
+            .await
+            .map_err(Error::store("record rejection"))?;
+        Ok(())
+    }
+
+    /// The `(partition, offset)` of a session's event at `seq`, from the index.
+    pub async fn locate(&self, session: SessionId, seq: u64) -> Result<Option<(i32, i64)>> {
+        let query = format!(
+            "SELECT log_partition, log_offset FROM {}.event_index WHERE session_id = ? AND seq = ?",
+            self.keyspace
+        );
+        let rows = self
+            .session
+            .query_unpaged(query, (session.0, seq as i64))
+            .await
+            .map_err(Error::store("locate event"))?
+            .into_rows_result()
+            .map_err(Error::store("locate event"))?;
+        rows.maybe_first_row::<(i32, i64)>()
+            .map_err(Error::store("locate event"))
+    }
+}
+
+impl Statements {
+    async fn prepare(session: &Session, ks: &str) -> Result<Self> {
+        let prepare = |cql: String| async move {
+            let mut statement = session
+                .prepare(cql)
+                .await
+                .map_err(Error::store("prepare"))?;
+            // Every write is keyed by position or (session, seq): repeating it is harmless,
+            // so the driver may retry it.
+            statement.set_is_idempotent(true);
+            Ok::<_, Error>(statement)
+        };
+        Ok(Self {
+            load_session: prepare(format!(
+                "SELECT state_json, log_partition, applied_offset FROM {ks}.sessions WHERE session_id = ?"
+            ))
+            .await?,
+            save_session: prepare(format!(
+                "INSERT INTO {ks}.sessions (session_id, status, agent, title, epoch, writer, last_seq,
+                 parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
+                 cost_micros, pending_calls, pending_approvals, log_partition, applied_offset,
+                 state_digest, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 USING TIMESTAMP ?"
+            ))
+            .await?,
+            put_index: prepare(format!(
+                "INSERT INTO {ks}.event_index (session_id, seq, log_partition, log_offset, kind,
+                 event_id, epoch, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_claim: prepare(format!(
+                "INSERT INTO {ks}.writer_claims (session_id, epoch, writer, log_partition, log_offset,
+                 event_id, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_checkpoint: prepare(format!(
+                "INSERT INTO {ks}.checkpoints (session_id, seq, log_partition, log_offset,
+                 declared_digest, computed_digest, verified, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_rejected: prepare(format!(
+                "INSERT INTO {ks}.rejected_events (session_id, log_partition, log_offset, seq, epoch,
+                 event_id, kind, label, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+        })
+    }
+}
+
+/// Creates the keyspace and applies every migration not yet recorded.
+async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result<()> {
+    let ddl = |cql: String| async move {
+        session
+            .query_unpaged(cql, ())
+            .await
+            .map_err(Error::store("migrate"))?;
+        Ok::<_, Error>(())
+    };
+    ddl(format!(
+        "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = \
+         {{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+    ))
+    .await?;
+    ddl(format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.schema_migrations (
+            version int PRIMARY KEY, description text, applied_at_us bigint)"
+    ))
+    .await?;
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(Error::store("schema agreement"))?;
+    let applied: Vec<i32> = session
+        .query_unpaged(format!("SELECT version FROM {ks}.schema_migrations"), ())
+        .await
+        .map_err(Error::store("read migrations"))?
+        .into_rows_result()
+        .map_err(Error::store("read migrations"))?
+        .rows::<(i32,)>()
+        .map_err(Error::store("read migrations"))?
+        .filter_map(|r| r.ok().map(|(v,)| v))
+        .collect();
+    for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        for statement in migration.statements {
+            ddl(statement.replace("{ks}", ks)).await?;
+        }
+        session
+            .await_schema_agreement()
+            .await
+            .map_err(Error::store("schema agreement"))?;
+        session
+            .query_unpaged(
+                format!(
+                    "INSERT INTO {ks}.schema_migrations (version, description, applied_at_us) VALUES (?, ?, ?)"
+                ),
+                (migration.version, migration.description, now_micros()),
+            )
+            .await
+            .map_err(Error::store("record migration"))?;
+        tracing::info!(version = migration.version, "applied CQL migration");
+    }
+    Ok(())
+}
+
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,38 @@
+//! Session events, their Avro schemas and the Confluent wire-format codec.
+//!
+//! Layout:
+//! - [`event`]: the Rust event model ([`EventEnvelope`] and the [`SessionEvent`] kinds).
+//! - `avro/session-event.vN.avsc`: one self-contained schema per version. Every version is
+//!   kept; the highest is the one this build writes ([`avro::CURRENT_SCHEMA_VERSION`]).
+//! - [`avro`]: the kept versions, and a hand-written mapping between the model and Avro
+//!   values. [`avro::encode_body`] writes a raw datum with the current schema;
+//!   [`avro::BodyDecoder`] reads a datum of any writer schema into the current model.
+//! - [`wire`]: the Confluent framing (magic byte 0, 4-byte big-endian schema id, body).
+//! - [`registry`]: a Confluent-compatible schema registry client (Apicurio's ccompat API or
+//!   Confluent's), plus [`EventEncoder`] / [`EventDecoder`], which combine all of the above
+//!   into the bytes of a Kafka record value.
+//! - `golden/vN/`: bodies written by version N, which every later build must still decode.
+//! - [`error`]: the crate's one error type.
+
+#![warn(missing_docs)]
+
+pub mod avro;
+pub mod error;
+pub mod event;
+pub mod registry;
+pub mod wire;
+
+pub use avro::{
+    BodyDecoder, CURRENT_SCHEMA_VERSION, SchemaVersion, current_schema, decode_body, encode_body,
+    schema_versions,
+};
+pub use error::{Error, Result};
+pub use event::{
+    CallOutcome, Content, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros, ResultSource, Seq,
+    SessionEvent, SessionId, TerminalOutcome,
+};
+pub use registry::{
+    CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, SchemaRegistry,
+    value_subject,
+};
+pub use wire::{frame, unframe};

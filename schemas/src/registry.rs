@@ -1,0 +1,322 @@
+//! A Confluent-compatible schema registry client, and the record-value codec built on it.
+//!
+//! Works against Apicurio Registry 3's ccompat API (the default URL) and against Confluent
+//! Schema Registry. Schema lookups and registration go through schema_registry_converter's
+//! async API; the compatibility config, which that crate lacks, goes through plain reqwest.
+
+use crate::avro::{BodyDecoder, encode_body, schema_versions};
+use crate::error::{Error, Result};
+use crate::event::EventEnvelope;
+use crate::wire::{frame, unframe};
+use apache_avro::Schema;
+use schema_registry_converter::async_impl::schema_registry::{
+    SrSettings, get_schema_by_id, post_schema,
+};
+use schema_registry_converter::error::SRCError;
+use schema_registry_converter::schema_registry_common::{RawError, SchemaType, SuppliedSchema};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Apicurio Registry 3's Confluent-compatible API on its default port.
+pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:8081/apis/ccompat/v7";
+
+/// How long one registry HTTP call may take before it counts as unreachable.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Confluent content type for registry requests.
+const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// The subject for the values of `topic` under the TopicNameStrategy (`{topic}-value`),
+/// which is what Java and Python Confluent serializers look up by default.
+pub fn value_subject(topic: &str) -> String {
+    format!("{topic}-value")
+}
+
+/// A subject's compatibility level, as the registry's `/config` API spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompatibilityLevel {
+    /// New schemas can read data written by the latest one.
+    Backward,
+    /// New schemas can read data written by every earlier one (what sessionlog requires).
+    BackwardTransitive,
+    /// The latest schema can read data written by new ones.
+    Forward,
+    /// Every earlier schema can read data written by new ones.
+    ForwardTransitive,
+    /// Backward and forward against the latest.
+    Full,
+    /// Backward and forward against every earlier one.
+    FullTransitive,
+    /// No checks.
+    None,
+}
+
+impl CompatibilityLevel {
+    /// The registry's name for the level.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Backward => "BACKWARD",
+            Self::BackwardTransitive => "BACKWARD_TRANSITIVE",
+            Self::Forward => "FORWARD",
+            Self::ForwardTransitive => "FORWARD_TRANSITIVE",
+            Self::Full => "FULL",
+            Self::FullTransitive => "FULL_TRANSITIVE",
+            Self::None => "NONE",
+        }
+    }
+}
+
+/// A handle on a schema registry; cheap to clone, and clones share the schema cache.
+#[derive(Clone, Debug)]
+pub struct SchemaRegistry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    url: String,
+    settings: SrSettings,
+    http: reqwest::Client,
+    /// Schemas by id. Registry ids are immutable, so entries never go stale; failures are not
+    /// cached, so a registry outage heals by itself.
+    by_id: Mutex<HashMap<u32, Arc<Schema>>>,
+}
+
+impl SchemaRegistry {
+    /// A client for the registry API at `url`, e.g. [`DEFAULT_REGISTRY_URL`]. No request is made yet.
+    pub fn new(url: impl Into<String>) -> Result<Self> {
+        let url = url.into().trim_end_matches('/').to_owned();
+        let settings = SrSettings::new_builder(url.clone())
+            .set_timeout(TIMEOUT)
+            .build()
+            .map_err(|e| Error::Registry {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .map_err(|e| Error::Registry {
+                url: url.clone(),
+                message: format!("cannot build an HTTP client: {e}"),
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url,
+                settings,
+                http,
+                by_id: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The registry base URL.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// Set `subject`'s compatibility level (`PUT /config/{subject}`).
+    pub async fn ensure_compatibility(
+        &self,
+        subject: &str,
+        level: CompatibilityLevel,
+    ) -> Result<()> {
+        let url = format!("{}/config/{}", self.inner.url, escape(subject));
+        let response = self
+            .inner
+            .http
+            .put(&url)
+            .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
+            .header(reqwest::header::ACCEPT, CONTENT_TYPE)
+            .body(serde_json::json!({ "compatibility": level.as_str() }).to_string())
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = response.text().await.unwrap_or_default();
+        let message = format!("PUT {url} answered {status}: {body}");
+        if status.is_server_error() {
+            Err(self.unreachable(message))
+        } else {
+            Err(Error::Registry {
+                url: self.inner.url.clone(),
+                message,
+            })
+        }
+    }
+
+    /// Register one schema text under `subject`, returning its id. Registering a schema the
+    /// subject already has returns the existing id.
+    pub async fn register(&self, subject: &str, schema: &str) -> Result<u32> {
+        let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.to_owned());
+        post_schema(&self.inner.settings, subject.to_owned(), supplied)
+            .await
+            .map(|registered| registered.id)
+            .map_err(|e| self.classify(e, None))
+    }
+
+    /// Make `subject` BACKWARD_TRANSITIVE and register every kept schema version in order;
+    /// returns the id of the current version. Idempotent.
+    pub async fn register_all_versions(&self, subject: &str) -> Result<u32> {
+        let mut versions = schema_versions().iter();
+        let first = versions.next().ok_or_else(|| Error::Registry {
+            url: self.inner.url.clone(),
+            message: "no schema versions are kept".to_owned(),
+        })?;
+        // The oldest version goes first: Apicurio's ccompat API refuses to configure a subject
+        // that does not exist yet, and the first version has nothing to be compatible with.
+        let mut id = self.register(subject, first.text).await?;
+        self.ensure_compatibility(subject, CompatibilityLevel::BackwardTransitive)
+            .await?;
+        for version in versions {
+            id = self.register(subject, version.text).await?;
+        }
+        tracing::debug!(
+            subject,
+            id,
+            "registered every kept session-event schema version"
+        );
+        Ok(id)
+    }
+
+    /// The schema registered under `id`, fetched once and then served from the cache.
+    pub async fn schema_by_id(&self, id: u32) -> Result<Arc<Schema>> {
+        if let Some(schema) = self.cache().get(&id) {
+            return Ok(Arc::clone(schema));
+        }
+        let registered = get_schema_by_id(id, &self.inner.settings)
+            .await
+            .map_err(|e| self.classify(e, Some(id)))?;
+        if registered.schema_type != SchemaType::Avro {
+            return Err(Error::Registry {
+                url: self.inner.url.clone(),
+                message: format!("schema id {id} is {:?}, not Avro", registered.schema_type),
+            });
+        }
+        let schema = Schema::parse_str(&registered.schema).map_err(|source| Error::Schema {
+            context: format!("registry id {id}"),
+            source,
+        })?;
+        let schema = Arc::new(schema);
+        // Two concurrent first lookups may both fetch; the schemas are identical, keep either.
+        Ok(Arc::clone(self.cache().entry(id).or_insert(schema)))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<Schema>>> {
+        // The map holds only complete entries, so a panic elsewhere cannot leave it torn.
+        self.inner
+            .by_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn unreachable(&self, source: impl Into<crate::error::BoxError>) -> Error {
+        Error::RegistryUnreachable {
+            url: self.inner.url.clone(),
+            source: source.into(),
+        }
+    }
+
+    /// Sort a schema_registry_converter error into "no such schema" (dead-letter),
+    /// "try again" (network, 5xx) and "refused" (everything else).
+    fn classify(&self, e: SRCError, id: Option<u32>) -> Error {
+        let not_found = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<RawError>())
+            .is_some_and(|raw| raw.error_code == 40403 || raw.error_code == 40401)
+            || e.error.contains("status 404");
+        match id {
+            Some(id) if not_found => Error::UnknownSchemaId(id),
+            _ if e.retriable => self.unreachable(e),
+            _ => Error::Registry {
+                url: self.inner.url.clone(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Subjects go into a URL path; the Confluent clients escape `/` the same way.
+fn escape(subject: &str) -> String {
+    subject.replace('/', "%2F")
+}
+
+/// Encodes envelopes as Kafka record values: Confluent framing around the current schema's
+/// body, with the schema id resolved once at construction.
+#[derive(Clone, Copy, Debug)]
+pub struct EventEncoder {
+    schema_id: u32,
+}
+
+impl EventEncoder {
+    /// Register every kept version under `subject` and encode with the current one's id.
+    pub async fn register(registry: &SchemaRegistry, subject: &str) -> Result<Self> {
+        Ok(Self {
+            schema_id: registry.register_all_versions(subject).await?,
+        })
+    }
+
+    /// An encoder for a schema id obtained elsewhere; it must be the current schema's id.
+    pub fn with_schema_id(schema_id: u32) -> Self {
+        Self { schema_id }
+    }
+
+    /// The registry id written in every record.
+    pub fn schema_id(&self) -> u32 {
+        self.schema_id
+    }
+
+    /// The record value for `envelope`.
+    pub fn encode(&self, envelope: &EventEnvelope) -> Result<Vec<u8>> {
+        Ok(frame(self.schema_id, &encode_body(envelope)?))
+    }
+}
+
+/// Decodes Kafka record values written by any registered version of the schema.
+///
+/// Keeps one [`BodyDecoder`] per writer schema id, so the registry is asked once per id,
+/// not once per record.
+#[derive(Clone, Debug)]
+pub struct EventDecoder {
+    registry: SchemaRegistry,
+    decoders: Arc<Mutex<HashMap<u32, Arc<BodyDecoder>>>>,
+}
+
+impl EventDecoder {
+    /// A decoder that looks writer schemas up in `registry`.
+    pub fn new(registry: SchemaRegistry) -> Self {
+        Self {
+            registry,
+            decoders: Arc::default(),
+        }
+    }
+
+    /// The registry this decoder asks.
+    pub fn registry(&self) -> &SchemaRegistry {
+        &self.registry
+    }
+
+    /// Decode one framed record value. [`Error::is_retriable`] tells a registry outage
+    /// (retry) from a record that will never decode (dead-letter).
+    pub async fn decode(&self, bytes: &[u8]) -> Result<EventEnvelope> {
+        let (id, body) = unframe(bytes)?;
+        self.decoder_for(id).await?.decode(body)
+    }
+
+    /// The body decoder for writer schema `id`, built on first use.
+    pub async fn decoder_for(&self, id: u32) -> Result<Arc<BodyDecoder>> {
+        if let Some(decoder) = self.decoders().get(&id) {
+            return Ok(Arc::clone(decoder));
+        }
+        let schema = self.registry.schema_by_id(id).await?;
+        let decoder = Arc::new(BodyDecoder::new(&schema)?);
+        Ok(Arc::clone(self.decoders().entry(id).or_insert(decoder)))
+    }
+
+    fn decoders(&self) -> std::sync::MutexGuard<'_, HashMap<u32, Arc<BodyDecoder>>> {
+        self.decoders.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

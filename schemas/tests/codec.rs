@@ -1,0 +1,398 @@
+//! Round trips, schema compatibility, wire framing and robustness against bad input.
+
+use apache_avro::Schema;
+use apache_avro::schema_compatibility::SchemaCompatibility;
+use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
+use proptest::prelude::*;
+use sessionlog_schemas::{
+    BodyDecoder, CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, Error, EventEncoder,
+    EventEnvelope, ForkPoint, ResultSource, SessionEvent, SessionId, TerminalOutcome,
+    current_schema, decode_body, encode_body, schema_versions, unframe,
+};
+use uuid::Uuid;
+
+fn uuid() -> impl Strategy<Value = Uuid> {
+    any::<u128>().prop_map(Uuid::from_u128)
+}
+
+fn small_u64() -> impl Strategy<Value = u64> {
+    0..=i64::MAX as u64
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), ".{0,24}"]
+}
+
+fn opt_text() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of(text())
+}
+
+fn content() -> impl Strategy<Value = Content> {
+    prop_oneof![
+        text().prop_map(Content::Plain),
+        (
+            text(),
+            proptest::collection::vec(any::<u8>(), 0..16),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(key_id, nonce, ciphertext)| Content::Sealed {
+                key_id,
+                nonce,
+                ciphertext
+            }),
+    ]
+}
+
+fn event() -> impl Strategy<Value = SessionEvent> {
+    use SessionEvent as E;
+    let effect = prop_oneof![
+        Just(EffectClass::Pure),
+        Just(EffectClass::Idempotent),
+        Just(EffectClass::NonIdempotent)
+    ];
+    let outcome = prop_oneof![Just(CallOutcome::Succeeded), Just(CallOutcome::Failed)];
+    let source = prop_oneof![
+        Just(ResultSource::Executed),
+        Just(ResultSource::Resolver),
+        Just(ResultSource::Operator)
+    ];
+    let terminal = prop_oneof![
+        Just(TerminalOutcome::Completed),
+        Just(TerminalOutcome::Failed),
+        Just(TerminalOutcome::Cancelled)
+    ];
+    prop_oneof![
+        (text(), opt_text()).prop_map(|(agent, title)| E::SessionStarted { agent, title }),
+        content().prop_map(|content| E::UserRequest { content }),
+        (
+            text(),
+            small_u64(),
+            small_u64(),
+            small_u64(),
+            any::<i64>(),
+            content()
+        )
+            .prop_map(
+                |(model, tokens_in, tokens_out, cost_micros, started_at, content)| {
+                    E::ModelResponse {
+                        model,
+                        tokens_in,
+                        tokens_out,
+                        cost_micros,
+                        started_at,
+                        content,
+                    }
+                }
+            ),
+        (text(), content(), effect).prop_map(|(tool, arguments, effect)| E::ToolCallRequested {
+            tool,
+            arguments,
+            effect
+        }),
+        (
+            small_u64(),
+            outcome,
+            content(),
+            source,
+            opt_text(),
+            opt_text()
+        )
+            .prop_map(|(call_seq, outcome, output, source, recorded_by, note)| {
+                E::ToolCallResult {
+                    call_seq,
+                    outcome,
+                    output,
+                    source,
+                    recorded_by,
+                    note,
+                }
+            }),
+        (text(), content()).prop_map(|(author, content)| E::SteeringMessage { author, content }),
+        content().prop_map(|plan| E::PlanUpdated { plan }),
+        (text(), text()).prop_map(|(approval_id, action)| E::ApprovalRequested {
+            approval_id,
+            action
+        }),
+        (text(), any::<bool>(), text(), opt_text()).prop_map(
+            |(approval_id, approved, decided_by, reason)| {
+                E::ApprovalDecided {
+                    approval_id,
+                    approved,
+                    decided_by,
+                    reason,
+                }
+            }
+        ),
+        (text(), opt_text()).prop_map(|(state_digest, workspace_revision)| E::Checkpoint {
+            state_digest,
+            workspace_revision
+        }),
+        text().prop_map(|writer| E::WriterClaimed { writer }),
+        (uuid(), small_u64(), any::<i32>(), any::<i64>(), text()).prop_map(
+            |(p, parent_seq, parent_partition, parent_offset, agent)| {
+                E::SessionForked {
+                    fork_point: ForkPoint {
+                        parent_session_id: SessionId(p),
+                        parent_seq,
+                        parent_partition,
+                        parent_offset,
+                    },
+                    agent,
+                }
+            }
+        ),
+        (small_u64(), text())
+            .prop_map(|(call_seq, reason)| E::ResolutionRequired { call_seq, reason }),
+        opt_text().prop_map(|reason| E::SessionPaused { reason }),
+        Just(E::SessionResumed {}),
+        (terminal, opt_text()).prop_map(|(outcome, reason)| E::SessionEnded { outcome, reason }),
+        (text(), text()).prop_map(|(requested_by, reason)| E::SessionErased {
+            requested_by,
+            reason
+        }),
+    ]
+}
+
+fn envelope() -> impl Strategy<Value = EventEnvelope> {
+    (
+        uuid(),
+        uuid(),
+        small_u64(),
+        small_u64(),
+        any::<i64>(),
+        proptest::option::of(uuid()),
+        opt_text(),
+        0..=i32::MAX as u32,
+        event(),
+    )
+        .prop_map(
+            |(
+                event_id,
+                session,
+                seq,
+                writer_epoch,
+                occurred_at,
+                causation_id,
+                idempotency_key,
+                schema_version,
+                event,
+            )| {
+                EventEnvelope {
+                    event_id,
+                    session_id: SessionId(session),
+                    seq,
+                    writer_epoch,
+                    occurred_at,
+                    causation_id,
+                    idempotency_key,
+                    schema_version,
+                    event,
+                }
+            },
+        )
+}
+
+/// The same schema as v1 but a distinct value, so the decoder takes the resolving path.
+fn v1_with_other_docs() -> Schema {
+    let text = current_schema()
+        .text
+        .replace("\"doc\": \"", "\"doc\": \"(copy) ");
+    Schema::parse_str(&text).expect("v1 copy parses")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn round_trip_every_kind(e in envelope()) {
+        let body = encode_body(&e).expect("encodes");
+        prop_assert_eq!(&decode_body(&body).expect("decodes"), &e);
+        for v in schema_versions() {
+            if v.version == CURRENT_SCHEMA_VERSION {
+                let via_version = BodyDecoder::for_version(v.version).expect("decoder").decode(&body);
+                prop_assert_eq!(&via_version.expect("decodes"), &e);
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_through_the_resolving_path(e in envelope()) {
+        static DECODER: std::sync::LazyLock<BodyDecoder> =
+            std::sync::LazyLock::new(|| BodyDecoder::new(&v1_with_other_docs()).expect("decoder"));
+        let body = encode_body(&e).expect("encodes");
+        prop_assert_eq!(&DECODER.decode(&body).expect("decodes"), &e);
+    }
+
+    #[test]
+    fn round_trip_with_wire_framing(e in envelope(), id: u32) {
+        let bytes = EventEncoder::with_schema_id(id).encode(&e).expect("encodes");
+        let (got_id, body) = unframe(&bytes).expect("unframes");
+        prop_assert_eq!(got_id, id);
+        prop_assert_eq!(&decode_body(body).expect("decodes"), &e);
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode_body(&bytes);
+        let _ = unframe(&bytes);
+    }
+
+    #[test]
+    fn truncated_and_extended_bodies_are_errors(e in envelope(), extra in proptest::collection::vec(any::<u8>(), 1..8)) {
+        let body = encode_body(&e).expect("encodes");
+        for cut in 0..body.len() {
+            prop_assert!(decode_body(&body[..cut]).is_err(), "prefix of {} bytes decoded", cut);
+        }
+        let mut longer = body;
+        longer.extend_from_slice(&extra);
+        prop_assert!(matches!(decode_body(&longer), Err(Error::TrailingBytes(n)) if n == extra.len()));
+    }
+
+    #[test]
+    fn flipped_bytes_never_panic(e in envelope(), at: prop::sample::Index, byte: u8) {
+        let mut body = encode_body(&e).expect("encodes");
+        let i = at.index(body.len());
+        body[i] = byte;
+        let _ = decode_body(&body);
+    }
+}
+
+#[test]
+fn every_version_can_be_read_by_the_current_one() {
+    let current = &current_schema().schema;
+    for older in schema_versions() {
+        SchemaCompatibility::can_read(&older.schema, current).unwrap_or_else(|e| {
+            panic!(
+                "current v{CURRENT_SCHEMA_VERSION} cannot read v{}: {e}",
+                older.version
+            )
+        });
+    }
+    // And transitively: each version reads every earlier one (BACKWARD_TRANSITIVE).
+    for (i, newer) in schema_versions().iter().enumerate() {
+        for older in &schema_versions()[..i] {
+            SchemaCompatibility::can_read(&older.schema, &newer.schema).unwrap_or_else(|e| {
+                panic!("v{} cannot read v{}: {e}", newer.version, older.version)
+            });
+        }
+    }
+}
+
+#[test]
+fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
+    let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    assert_eq!(numbers.last(), Some(&CURRENT_SCHEMA_VERSION));
+    assert_eq!(current_schema().version, CURRENT_SCHEMA_VERSION);
+    assert_eq!(
+        current_schema()
+            .schema
+            .name()
+            .map(|n| n.fullname(None))
+            .as_deref(),
+        Some(sessionlog_schemas::avro::ENVELOPE_RECORD)
+    );
+}
+
+#[test]
+fn out_of_range_numbers_are_refused_not_wrapped() {
+    let mut e = sample();
+    e.seq = u64::MAX;
+    assert!(matches!(
+        encode_body(&e),
+        Err(Error::OutOfRange { field: "seq", .. })
+    ));
+    let mut e = sample();
+    e.schema_version = u32::MAX;
+    assert!(matches!(
+        encode_body(&e),
+        Err(Error::OutOfRange {
+            field: "schema_version",
+            ..
+        })
+    ));
+}
+
+fn sample() -> EventEnvelope {
+    EventEnvelope {
+        event_id: Uuid::from_u128(1),
+        session_id: SessionId(Uuid::from_u128(2)),
+        seq: 1,
+        writer_epoch: 1,
+        occurred_at: 0,
+        causation_id: None,
+        idempotency_key: None,
+        schema_version: CURRENT_SCHEMA_VERSION,
+        event: SessionEvent::SessionResumed {},
+    }
+}
+
+/// A hypothetical older writer whose union lists the kinds in another order, lacks two
+/// envelope fields and has `SessionPaused` without `reason`. apache-avro's own union
+/// resolution picks the first branch a value fits, which would turn `SessionResumed {}` into
+/// `SessionStarted`-or-`SessionPaused`; ours must match by name and fill defaults.
+#[test]
+fn resolution_matches_union_branches_by_name_and_fills_defaults() {
+    let writer = Schema::parse_str(
+        r#"{"type":"record","name":"SessionEventEnvelope","namespace":"sessionlog.events","fields":[
+            {"name":"event_id","type":{"type":"string","logicalType":"uuid"}},
+            {"name":"session_id","type":{"type":"string","logicalType":"uuid"}},
+            {"name":"seq","type":"long"},
+            {"name":"writer_epoch","type":"long"},
+            {"name":"occurred_at","type":{"type":"long","logicalType":"timestamp-micros"}},
+            {"name":"causation_id","type":["null",{"type":"string","logicalType":"uuid"}],"default":null},
+            {"name":"event","type":[
+                {"type":"record","name":"SessionPaused","fields":[]},
+                {"type":"record","name":"SessionResumed","fields":[]},
+                {"type":"record","name":"WriterClaimed","fields":[{"name":"writer","type":"string"}]}
+            ]}
+        ]}"#,
+    )
+    .expect("test writer schema parses");
+    let writer_datum = GenericDatumWriter::builder(&writer)
+        .build()
+        .expect("writer");
+    let envelope = |branch: u32, record: Vec<(String, Value)>| {
+        Value::Record(vec![
+            ("event_id".into(), Value::Uuid(Uuid::from_u128(7))),
+            ("session_id".into(), Value::Uuid(Uuid::from_u128(8))),
+            ("seq".into(), Value::Long(3)),
+            ("writer_epoch".into(), Value::Long(2)),
+            ("occurred_at".into(), Value::TimestampMicros(99)),
+            (
+                "causation_id".into(),
+                Value::Union(0, Box::new(Value::Null)),
+            ),
+            (
+                "event".into(),
+                Value::Union(branch, Box::new(Value::Record(record))),
+            ),
+        ])
+    };
+    let decoder = BodyDecoder::new(&writer).expect("decoder for the test writer");
+    let decode = |value: Value| {
+        let body = writer_datum.write_value_to_vec(value).expect("writes");
+        decoder.decode(&body).expect("resolves")
+    };
+    let resumed = decode(envelope(1, vec![]));
+    assert_eq!(resumed.event, SessionEvent::SessionResumed {});
+    assert_eq!(resumed.idempotency_key, None);
+    assert_eq!(resumed.schema_version, 1, "default of schema_version");
+    assert_eq!(
+        (resumed.seq, resumed.writer_epoch, resumed.occurred_at),
+        (3, 2, 99)
+    );
+    assert_eq!(
+        decode(envelope(0, vec![])).event,
+        SessionEvent::SessionPaused { reason: None }
+    );
+    assert_eq!(
+        decode(envelope(
+            2,
+            vec![("writer".into(), Value::String("h".into()))]
+        ))
+        .event,
+        SessionEvent::WriterClaimed { writer: "h".into() }
+    );
+}
