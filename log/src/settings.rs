@@ -60,9 +60,23 @@ impl KafkaSettings {
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.bootstrap);
-        // Java, Python and Go clients hash keys with murmur2; librdkafka's default differs.
-        // Setting it everywhere keeps a session on the partition every client expects.
-        config.set("partitioner", "murmur2_random");
+        for (key, value) in &self.librdkafka {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// A producer configuration: durable (`acks=all`, idempotent) and partitioning like Kafka's
+    /// own clients. Pass-through properties still win.
+    pub fn producer_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            // Java, Python and Go clients hash keys with murmur2; librdkafka's default differs.
+            // murmur2 keeps a session on the partition every client (and recovery) expects.
+            .set("partitioner", "murmur2_random");
         for (key, value) in &self.librdkafka {
             config.set(key, value);
         }

@@ -61,9 +61,7 @@ impl EventLog {
             EventEncoder::register(&registry, &value_subject(&settings.kafka.topic)).await?;
         let producer: FutureProducer = settings
             .kafka
-            .client_config()
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
+            .producer_config()
             .set("compression.type", &options.compression)
             .set("linger.ms", options.linger_ms.to_string())
             .set(

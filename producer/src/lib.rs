@@ -7,6 +7,7 @@
 
 mod error;
 mod event_log;
+pub mod example;
 mod writer;
 
 pub use error::{Error, Result};

@@ -31,8 +31,13 @@ pub struct SessionWriter {
 }
 
 impl SessionWriter {
-    /// Starts a new session (seq 1, epoch 1) with a fresh UUIDv7 id.
-    pub async fn create(log: Arc<EventLog>, agent: &str, title: Option<&str>) -> Result<Self> {
+    /// Starts a new session (seq 1, epoch 1) with a fresh UUIDv7 id; returns the writer and
+    /// the acknowledged start event.
+    pub async fn create(
+        log: Arc<EventLog>,
+        agent: &str,
+        title: Option<&str>,
+    ) -> Result<(Self, Appended)> {
         Self::create_with_id(log, SessionId::new(), agent, title).await
     }
 
@@ -42,7 +47,7 @@ impl SessionWriter {
         session: SessionId,
         agent: &str,
         title: Option<&str>,
-    ) -> Result<Self> {
+    ) -> Result<(Self, Appended)> {
         let mut writer = Self {
             log,
             state: SessionState::empty(session),
@@ -55,8 +60,8 @@ impl SessionWriter {
         };
         // The start event carries epoch 1: the creator is the first writer.
         writer.state.epoch = 1;
-        writer.append(started).await?;
-        Ok(writer)
+        let start = writer.append(started).await?;
+        Ok((writer, start))
     }
 
     /// The session written to.

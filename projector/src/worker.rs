@@ -126,9 +126,7 @@ impl Projector {
             .map_err(sessionlog_log::Error::kafka("subscribe"))?;
         let dead_letters: FutureProducer = settings
             .kafka
-            .client_config()
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
+            .producer_config()
             .create()
             .map_err(sessionlog_log::Error::kafka("create dead-letter producer"))?;
         Ok(Self {

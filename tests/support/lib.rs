@@ -1,0 +1,159 @@
+//! Shared set-up for the integration tests: each test gets its own topic, keyspace and
+//! consumer group on the real stack, so tests run in parallel without seeing each other.
+//!
+//! The stack's addresses come from the environment `scripts/stack up` writes to
+//! `.stack/stack.env` (the test script exports it); defaults point at the local stack.
+
+use anyhow::{Context, Result, bail};
+use sessionlog_log::{Settings, topic};
+use sessionlog_schemas::{SchemaRegistry, value_subject};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One test's private corner of the stack.
+pub struct TestStack {
+    /// Settings naming the test's own topic, dead-letter topic and keyspace.
+    pub settings: Settings,
+    /// A consumer group unique to the test.
+    pub group: String,
+}
+
+impl TestStack {
+    /// Creates a topic of `partitions` partitions, registers the schemas and names a fresh
+    /// keyspace, all unique to this test run.
+    pub async fn new(name: &str, partitions: i32) -> Result<Self> {
+        let mut settings = Settings::load(None).context("loading settings from the environment")?;
+        let run = uuid::Uuid::now_v7().simple().to_string();
+        let tag = format!("{name}_{}", &run[run.len() - 8..]);
+        settings.kafka.topic = format!("t-{tag}");
+        settings.kafka.dead_letter_topic = format!("t-{tag}-dlq");
+        settings.kafka.partitions = partitions;
+        settings.cql.keyspace = format!("t_{tag}");
+        topic::ensure_topics(&settings.kafka)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating test topics on {} (is the stack up? `scripts/stack up`)",
+                    settings.kafka.bootstrap
+                )
+            })?;
+        SchemaRegistry::new(settings.registry.url.clone())?
+            .register_all_versions(&value_subject(&settings.kafka.topic))
+            .await
+            .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+        Ok(Self {
+            settings,
+            group: format!("g-{tag}"),
+        })
+    }
+
+    /// Environment variables that point a `sessionlog` process at this test's corner.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let s = &self.settings;
+        vec![
+            (
+                "SESSIONLOG_KAFKA__BOOTSTRAP".into(),
+                s.kafka.bootstrap.clone(),
+            ),
+            ("SESSIONLOG_KAFKA__TOPIC".into(), s.kafka.topic.clone()),
+            (
+                "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC".into(),
+                s.kafka.dead_letter_topic.clone(),
+            ),
+            ("SESSIONLOG_REGISTRY__URL".into(), s.registry.url.clone()),
+            ("SESSIONLOG_CQL__NODES".into(), s.cql.nodes.clone()),
+            ("SESSIONLOG_CQL__KEYSPACE".into(), s.cql.keyspace.clone()),
+        ]
+    }
+
+    /// Starts `sessionlog project` as a separate process in this test's consumer group.
+    pub fn spawn_projector(&self) -> Result<ChildGuard> {
+        let child = Command::new(sessionlog_bin()?)
+            .args(["project", "--group", &self.group])
+            .envs(self.env())
+            .env("SESSIONLOG_CONFIG", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("spawning `sessionlog project`")?;
+        Ok(ChildGuard(child))
+    }
+}
+
+/// Kills its process when dropped, so a failing test leaves nothing running.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Fails if the process already exited (it should still be serving).
+    pub fn assert_running(&mut self) -> Result<()> {
+        if let Some(status) = self.0.try_wait()? {
+            bail!("process exited early with {status}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The built `sessionlog` binary: `$SESSIONLOG_BIN`, else next to the test executable's
+/// target directory (`scripts/test` builds it before running the tests).
+pub fn sessionlog_bin() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    // target/<profile>/deps/<test> -> target/<profile>/sessionlog
+    let candidate = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("sessionlog"))
+        .context("locating the target directory")?;
+    if !candidate.exists() {
+        bail!(
+            "{} not found: build it first with `cargo build -p sessionlog-cli` (scripts/test does)",
+            candidate.display()
+        );
+    }
+    Ok(candidate)
+}
+
+/// The repository root (the workspace directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
+/// Polls `probe` until it yields a value or `limit` passes; the error names `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut last_error = None;
+    loop {
+        match probe().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "timed out after {}s waiting for {what}{}",
+                limit.as_secs(),
+                last_error
+                    .map(|e| format!(" (last error: {e:#})"))
+                    .unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

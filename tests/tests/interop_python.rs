@@ -1,0 +1,73 @@
+//! A client we did not write reads our events: Confluent's Python `confluent-kafka` with its
+//! AvroDeserializer, through the schema registry, from PyPI into a virtual environment that
+//! `scripts/python-env` manages.
+
+use anyhow::{Context, Result, bail};
+use sessionlog_producer::{EventLog, ProducerOptions, example};
+use sessionlog_tests::{TestStack, repo_root};
+use std::process::Command;
+use std::sync::Arc;
+
+fn python() -> Result<String> {
+    let out = Command::new(repo_root().join("scripts/python-env"))
+        .output()
+        .context("running scripts/python-env")?;
+    if !out.status.success() {
+        bail!(
+            "scripts/python-env failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn confluent_python_deserializer_reads_our_events() -> Result<()> {
+    let stack = TestStack::new("pyinterop", 1).await?;
+    let log = Arc::new(EventLog::connect(&stack.settings, ProducerOptions::default()).await?);
+    let schema_id = log.schema_id();
+    let (_, appended) = example::run_example_session(log).await?;
+
+    let out = Command::new(python()?)
+        .arg(repo_root().join("tests/python/read_session_events.py"))
+        .args([
+            &stack.settings.kafka.bootstrap,
+            &stack.settings.registry.url,
+            &stack.settings.kafka.topic,
+            &appended.len().to_string(),
+        ])
+        .output()
+        .context("running the Python reader")?;
+    if !out.status.success() {
+        bail!(
+            "Python reader failed ({}): {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let records: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(records.len(), appended.len());
+    for (record, a) in records.iter().zip(&appended) {
+        let e = &a.envelope;
+        assert_eq!(record["schema_id"], schema_id);
+        assert_eq!(record["key"], e.session_id.to_string());
+        assert_eq!(record["session_id"], e.session_id.to_string());
+        assert_eq!(record["event_id"], e.event_id.to_string());
+        assert_eq!(record["seq"], e.seq);
+        assert_eq!(record["writer_epoch"], e.writer_epoch);
+        assert_eq!(record["kind"], e.event.kind());
+        assert_eq!(record["offset"], a.position.offset);
+    }
+    // Spot-check payload fields decoded by the other implementation.
+    let response = records
+        .iter()
+        .find(|r| r["kind"] == "ModelResponse")
+        .context("a model response")?;
+    assert_eq!(response["event"]["model"], "example-model");
+    assert_eq!(response["event"]["tokens_in"], 1250);
+    Ok(())
+}
