@@ -74,13 +74,22 @@ impl fmt::Display for Rejection {
             Self::NotStarted => write!(f, "not started: the session has no start event"),
             Self::AlreadyStarted => write!(f, "already started: a session has one start event"),
             Self::Zombie { epoch, current } => {
-                write!(f, "zombie write: epoch {epoch} was fenced by epoch {current}")
+                write!(
+                    f,
+                    "zombie write: epoch {epoch} was fenced by epoch {current}"
+                )
             }
             Self::UnclaimedEpoch { epoch, current } => {
-                write!(f, "epoch {epoch} was never claimed (current epoch {current})")
+                write!(
+                    f,
+                    "epoch {epoch} was never claimed (current epoch {current})"
+                )
             }
             Self::StaleClaim { epoch, current } => {
-                write!(f, "stale claim: epoch {epoch} is not above current epoch {current}")
+                write!(
+                    f,
+                    "stale claim: epoch {epoch} is not above current epoch {current}"
+                )
             }
             Self::Gap { expected, got } => write!(f, "gap: expected seq {expected}, got {got}"),
             Self::SeqConflict { seq } => write!(f, "seq {seq} is already taken by another event"),

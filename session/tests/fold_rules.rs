@@ -211,8 +211,14 @@ fn tool_results_must_answer_a_pending_call_and_only_once() {
         ev(4, 1, 1, result(9)),
     ]);
     assert!(verdicts[2].is_accepted());
-    assert!(matches!(verdicts[3], Verdict::Rejected(Rejection::Invalid(_))));
-    assert!(matches!(verdicts[4], Verdict::Rejected(Rejection::Invalid(_))));
+    assert!(matches!(
+        verdicts[3],
+        Verdict::Rejected(Rejection::Invalid(_))
+    ));
+    assert!(matches!(
+        verdicts[4],
+        Verdict::Rejected(Rejection::Invalid(_))
+    ));
     assert!(state.pending_calls.is_empty());
 }
 
