@@ -1,0 +1,40 @@
+# syntax=docker/dockerfile:1
+# The `sessionlog` binary (init, project, example, inspect, recover) in a small Debian image.
+#
+#   docker build -t sessionlog:local .
+#   docker run --rm sessionlog:local --help
+#
+# Builder and runtime are both Debian bookworm, so the binary's glibc is the one it runs on.
+
+# The workspace's rust-version (Cargo.toml): the image proves the declared minimum really builds.
+ARG RUST_VERSION=1.88
+
+FROM rust:${RUST_VERSION}-bookworm AS builder
+# The rust image already has gcc, make, perl and zlib headers: enough for librdkafka (built from
+# source by rdkafka-sys with mklove) and zstd-sys (cc). cmake is the fallback aws-lc-sys (rustls)
+# uses when its cc build does not cover the target.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends cmake \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+# Cache mounts keep the registry and the build between image builds; the binary is copied out
+# of the cached target directory because cache mounts are not part of the image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p sessionlog-cli \
+    && install -m 0755 target/release/sessionlog /usr/local/bin/sessionlog
+
+FROM debian:bookworm-slim AS runtime
+# ca-certificates: for a registry or brokers reached over TLS (rustls reads the system roots).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+RUN useradd --system --uid 10001 --home-dir /app --create-home sessionlog
+COPY --from=builder /usr/local/bin/sessionlog /usr/local/bin/sessionlog
+USER sessionlog
+# `sessionlog.toml` here is read if present (mount one); SESSIONLOG_* variables override it.
+WORKDIR /app
+ENTRYPOINT ["sessionlog"]
+CMD ["--help"]

@@ -1,0 +1,662 @@
+//! The docker-compose deployment agrees with the code it deploys.
+//!
+//! No Docker engine runs here, so these tests parse `docker-compose.yml` and the `Dockerfile`
+//! and compare them with `Settings::default()` and the `sessionlog` binary's commands: a port,
+//! a setting name or a subcommand that drifts on one side fails here instead of at
+//! `docker compose up`. No servers are needed.
+
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+use sessionlog_log::Settings;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The services our binary runs; the others are the servers.
+const OUR_SERVICES: [&str; 2] = ["sessionlog-init", "projector"];
+const SERVERS: [&str; 3] = ["kafka", "schema-registry", "scylla"];
+/// Where the binary reads the `SESSIONLOG_*` variables that are not settings (`SESSIONLOG_LOG`).
+const CLI_SOURCES: [&str; 2] = ["cli/src/main.rs", "cli/src/commands.rs"];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives inside the workspace")
+        .to_path_buf()
+}
+
+fn read(relative: &str) -> String {
+    let path = repo_root().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The compose file with its anchors resolved (serde_yaml expands aliases while parsing).
+fn compose() -> Yaml {
+    let text = read("docker-compose.yml");
+    assert!(
+        !text.contains("<<:"),
+        "docker-compose.yml uses a `<<` merge key: these tests read aliases, not merges; \
+         write the shared part as a whole alias (`environment: *sessionlog-env`)"
+    );
+    serde_yaml::from_str(&text).expect("docker-compose.yml is not valid YAML")
+}
+
+fn service<'a>(compose: &'a Yaml, name: &str) -> &'a Yaml {
+    compose
+        .get("services")
+        .and_then(|s| s.get(name))
+        .unwrap_or_else(|| panic!("docker-compose.yml has no service `{name}`"))
+}
+
+fn scalar(value: &Yaml) -> String {
+    match value {
+        Yaml::String(s) => s.clone(),
+        Yaml::Number(n) => n.to_string(),
+        Yaml::Bool(b) => b.to_string(),
+        other => panic!("expected a scalar, found {other:?}"),
+    }
+}
+
+/// A service's environment, whether written as a mapping or as a `KEY=value` list.
+fn env_of(compose: &Yaml, name: &str) -> BTreeMap<String, String> {
+    match service(compose, name).get("environment") {
+        None => BTreeMap::new(),
+        Some(Yaml::Mapping(map)) => map
+            .iter()
+            .map(|(k, v)| {
+                (
+                    scalar(k),
+                    if v.is_null() {
+                        String::new()
+                    } else {
+                        scalar(v)
+                    },
+                )
+            })
+            .collect(),
+        Some(Yaml::Sequence(items)) => items
+            .iter()
+            .map(|item| {
+                let item = scalar(item);
+                let (k, v) = item.split_once('=').unwrap_or((&item, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect(),
+        Some(other) => {
+            panic!("service `{name}`: environment is neither a map nor a list: {other:?}")
+        }
+    }
+}
+
+/// A service's command as words (compose accepts a string or a list).
+fn command_of(compose: &Yaml, name: &str) -> Vec<String> {
+    match service(compose, name).get("command") {
+        Some(Yaml::String(s)) => s.split_whitespace().map(String::from).collect(),
+        Some(Yaml::Sequence(words)) => words.iter().map(scalar).collect(),
+        other => panic!("service `{name}` has no usable command: {other:?}"),
+    }
+}
+
+/// `(host port, container port)` for each published port, short (`[ip:]host:container`) or
+/// long (`{published, target}`) syntax.
+fn published_ports(compose: &Yaml, name: &str) -> Vec<(u16, u16)> {
+    let Some(Yaml::Sequence(ports)) = service(compose, name).get("ports") else {
+        return Vec::new();
+    };
+    ports
+        .iter()
+        .map(|p| match p {
+            Yaml::Mapping(_) => (
+                parse_port(&scalar(
+                    p.get("published")
+                        .expect("long port syntax without `published`"),
+                )),
+                parse_port(&scalar(
+                    p.get("target").expect("long port syntax without `target`"),
+                )),
+            ),
+            _ => {
+                let short = scalar(p);
+                let short = short.split('/').next().unwrap_or_default(); // drop `/tcp`
+                let parts: Vec<&str> = short.rsplitn(3, ':').collect();
+                assert!(
+                    parts.len() >= 2,
+                    "service `{name}`: port `{short}` publishes no host port"
+                );
+                (parse_port(parts[1]), parse_port(parts[0]))
+            }
+        })
+        .collect()
+}
+
+fn parse_port(text: &str) -> u16 {
+    text.parse()
+        .unwrap_or_else(|_| panic!("`{text}` is not a port number"))
+}
+
+/// `host:port` → (host, port).
+fn host_port(address: &str) -> (String, u16) {
+    let (host, port) = address
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("`{address}` has no port"));
+    (host.to_string(), parse_port(port))
+}
+
+/// `scheme://host:port/path` → (host, port).
+fn url_host_port(url: &str) -> (String, u16) {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    host_port(rest.split('/').next().unwrap_or_default())
+}
+
+/// A Kafka listener list (`NAME://host:port,...`) as name → (host, port).
+fn listeners(list: &str) -> BTreeMap<String, (String, u16)> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (name, address) = l
+                .split_once("://")
+                .unwrap_or_else(|| panic!("listener `{l}` is not NAME://host:port"));
+            (name.to_string(), host_port(address))
+        })
+        .collect()
+}
+
+fn kafka_env(compose: &Yaml, key: &str) -> String {
+    env_of(compose, "kafka")
+        .remove(key)
+        .unwrap_or_else(|| panic!("the kafka service does not set {key}"))
+}
+
+/// The default settings as JSON: the shape `SESSIONLOG_<SECTION>__<KEY>` variables address.
+fn default_settings_json() -> Json {
+    serde_json::to_value(Settings::default()).expect("settings serialise")
+}
+
+/// The value a service sees for a setting: its own variable, else the default.
+fn effective(env: &BTreeMap<String, String>, section: &str, key: &str) -> String {
+    let var = format!(
+        "SESSIONLOG_{}__{}",
+        section.to_uppercase(),
+        key.to_uppercase()
+    );
+    env.get(&var)
+        .cloned()
+        .unwrap_or_else(|| match &default_settings_json()[section][key] {
+            Json::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+}
+
+#[test]
+fn compose_declares_the_stack_and_builds_our_services_from_the_dockerfile() {
+    let compose = compose();
+    for name in SERVERS.iter().chain(&OUR_SERVICES) {
+        service(&compose, name);
+    }
+    for name in OUR_SERVICES {
+        let build = service(&compose, name).get("build").unwrap_or_else(|| {
+            panic!("service `{name}` is not built from our Dockerfile (no `build`)")
+        });
+        let (context, dockerfile) = match build {
+            Yaml::String(context) => (context.clone(), "Dockerfile".to_string()),
+            _ => (
+                build.get("context").map_or_else(|| ".".into(), scalar),
+                build
+                    .get("dockerfile")
+                    .map_or_else(|| "Dockerfile".into(), scalar),
+            ),
+        };
+        assert!(
+            context == "." && dockerfile == "Dockerfile",
+            "service `{name}` builds {context}/{dockerfile}, not ./Dockerfile"
+        );
+        assert!(
+            service(&compose, name).get("entrypoint").is_none(),
+            "service `{name}` overrides the Dockerfile's ENTRYPOINT (`sessionlog`)"
+        );
+    }
+}
+
+#[test]
+fn our_services_start_in_order_on_healthy_servers() {
+    let compose = compose();
+    let init_deps = service(&compose, "sessionlog-init").get("depends_on");
+    for server in SERVERS {
+        let condition = init_deps
+            .and_then(|d| d.get(server))
+            .and_then(|d| d.get("condition"))
+            .map(scalar);
+        assert_eq!(
+            condition.as_deref(),
+            Some("service_healthy"),
+            "sessionlog-init must wait for `{server}` to be healthy (depends_on condition)"
+        );
+        assert!(
+            service(&compose, server).get("healthcheck").is_some(),
+            "`{server}` has no healthcheck, so `service_healthy` never holds"
+        );
+    }
+    let condition = service(&compose, "projector")
+        .get("depends_on")
+        .and_then(|d| d.get("sessionlog-init"))
+        .and_then(|d| d.get("condition"))
+        .map(scalar);
+    assert_eq!(
+        condition.as_deref(),
+        Some("service_completed_successfully"),
+        "the projector must start only after `sessionlog init` succeeded"
+    );
+}
+
+#[test]
+fn published_ports_are_the_default_settings_ports() {
+    let compose = compose();
+    let defaults = Settings::default();
+    let expected = [
+        (
+            "kafka",
+            host_port(&defaults.kafka.bootstrap).1,
+            "kafka.bootstrap",
+        ),
+        (
+            "schema-registry",
+            url_host_port(&defaults.registry.url).1,
+            "registry.url",
+        ),
+        (
+            "scylla",
+            host_port(&defaults.cql.node_list()[0]).1,
+            "cql.nodes",
+        ),
+    ];
+    for (name, port, setting) in expected {
+        let host_ports: Vec<u16> = published_ports(&compose, name)
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert!(
+            host_ports.contains(&port),
+            "`{name}` publishes host ports {host_ports:?}, but the default {setting} uses {port}"
+        );
+    }
+}
+
+#[test]
+fn kafka_advertises_the_default_bootstrap_to_the_host_and_a_name_to_containers() {
+    let compose = compose();
+    let declared = listeners(&kafka_env(&compose, "KAFKA_LISTENERS"));
+    let advertised = listeners(&kafka_env(&compose, "KAFKA_ADVERTISED_LISTENERS"));
+    let protocols = kafka_env(&compose, "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP");
+    for name in advertised.keys() {
+        assert!(
+            declared.contains_key(name),
+            "kafka advertises listener {name} but KAFKA_LISTENERS does not declare it"
+        );
+        assert!(
+            protocols
+                .split(',')
+                .any(|p| p.split(':').next() == Some(name)),
+            "listener {name} has no entry in KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"
+        );
+    }
+
+    // The host listener: advertised as the default bootstrap, published on the port it listens on.
+    let (default_host, default_port) = host_port(&Settings::default().kafka.bootstrap);
+    let (host_listener, (host, port)) = advertised
+        .iter()
+        .find(|(_, (_, port))| *port == default_port)
+        .unwrap_or_else(|| {
+            panic!("kafka advertises no listener on the default bootstrap port {default_port}: {advertised:?}")
+        });
+    assert!(
+        host == &default_host || host == "localhost",
+        "kafka's host listener {host_listener} advertises {host}:{port}; host clients use {default_host}:{default_port}"
+    );
+    let listening_port = declared[host_listener].1;
+    assert!(
+        published_ports(&compose, "kafka").contains(&(default_port, listening_port)),
+        "kafka must publish host port {default_port} to container port {listening_port}, where \
+         {host_listener} listens; it publishes {:?}",
+        published_ports(&compose, "kafka")
+    );
+
+    // Containers must bootstrap through a listener advertised under a name they can resolve.
+    let internal: Vec<String> = advertised
+        .values()
+        .filter(|(host, _)| host == "kafka")
+        .map(|(host, port)| format!("{host}:{port}"))
+        .collect();
+    assert!(
+        !internal.is_empty(),
+        "kafka advertises no listener as `kafka:<port>` for containers"
+    );
+    for name in OUR_SERVICES {
+        let bootstrap = effective(&env_of(&compose, name), "kafka", "bootstrap");
+        for server in bootstrap.split(',').map(str::trim) {
+            assert!(
+                internal.iter().any(|a| a == server),
+                "`{name}` bootstraps from {server}, not a listener kafka advertises to containers {internal:?}"
+            );
+        }
+    }
+    let registry_store = env_of(&compose, "schema-registry")
+        .remove("SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS")
+        .expect("schema-registry sets SCHEMA_REGISTRY_KAFKASTORE_BOOTSTRAP_SERVERS");
+    for server in registry_store.split(',') {
+        let address = server.split_once("://").map_or(server, |(_, a)| a).trim();
+        assert!(
+            internal.iter().any(|a| a == address),
+            "the schema registry stores schemas via {address}, not a listener kafka advertises to containers {internal:?}"
+        );
+    }
+}
+
+#[test]
+fn our_services_reach_the_registry_and_cql_at_their_container_ports() {
+    let compose = compose();
+    for name in OUR_SERVICES {
+        let env = env_of(&compose, name);
+        let (host, port) = url_host_port(&effective(&env, "registry", "url"));
+        let registry_ports: Vec<u16> = published_ports(&compose, "schema-registry")
+            .iter()
+            .map(|p| p.1)
+            .collect();
+        assert!(
+            host == "schema-registry" && registry_ports.contains(&port),
+            "`{name}` looks for the registry at {host}:{port}; the service is schema-registry on {registry_ports:?}"
+        );
+        for node in effective(&env, "cql", "nodes").split(',').map(str::trim) {
+            let (host, port) = host_port(node);
+            let cql_ports: Vec<u16> = published_ports(&compose, "scylla")
+                .iter()
+                .map(|p| p.1)
+                .collect();
+            assert!(
+                host == "scylla" && cql_ports.contains(&port),
+                "`{name}` connects to CQL node {node}; the service is scylla on {cql_ports:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_sessionlog_variable_is_one_our_code_reads() {
+    let compose = compose();
+    let settings = default_settings_json();
+    let cli_sources: String = CLI_SOURCES.iter().map(|f| read(f)).collect();
+    for name in OUR_SERVICES {
+        for var in env_of(&compose, name)
+            .keys()
+            .filter(|k| k.starts_with("SESSIONLOG_"))
+        {
+            let path = &var["SESSIONLOG_".len()..];
+            if !path.contains("__") {
+                // Not a setting (e.g. SESSIONLOG_LOG, the tracing filter): the binary must name it.
+                assert!(
+                    cli_sources.contains(&format!("\"{var}\"")),
+                    "`{name}` sets {var}, which is neither a setting (SESSIONLOG_<SECTION>__<KEY>) \
+                     nor a variable {CLI_SOURCES:?} read"
+                );
+                continue;
+            }
+            let mut node = &settings;
+            for segment in path.split("__").map(str::to_lowercase) {
+                match node.get(&segment) {
+                    Some(next) => node = next,
+                    // A free-form map (kafka.librdkafka) takes any key.
+                    None if node.as_object().is_some_and(|m| m.is_empty()) => break,
+                    None => panic!(
+                        "`{name}` sets {var}, but Settings has no `{}` (typo? known keys: {})",
+                        path.to_lowercase().replace("__", "."),
+                        known_keys(&settings).join(", ")
+                    ),
+                }
+            }
+        }
+    }
+}
+
+fn known_keys(settings: &Json) -> Vec<String> {
+    let mut keys = Vec::new();
+    for (section, fields) in settings.as_object().into_iter().flatten() {
+        for key in fields.as_object().into_iter().flatten().map(|(k, _)| k) {
+            keys.push(format!(
+                "SESSIONLOG_{}__{}",
+                section.to_uppercase(),
+                key.to_uppercase()
+            ));
+        }
+    }
+    keys
+}
+
+#[test]
+fn our_services_use_the_default_names_and_fit_a_single_node() {
+    let compose = compose();
+    for name in OUR_SERVICES {
+        let env = env_of(&compose, name);
+        for (section, key) in [
+            ("kafka", "topic"),
+            ("kafka", "dead_letter_topic"),
+            ("cql", "keyspace"),
+        ] {
+            let default = effective(&BTreeMap::new(), section, key);
+            assert_eq!(
+                effective(&env, section, key),
+                default,
+                "`{name}` uses {section}.{key} {:?}; everything else (README, scripts) uses the default",
+                effective(&env, section, key)
+            );
+        }
+        // One Kafka node and one Scylla node: more replicas than that cannot be placed.
+        let number = |section: &str, key: &str| -> i64 {
+            effective(&env, section, key)
+                .parse()
+                .unwrap_or_else(|_| panic!("`{name}`: {section}.{key} is not a number"))
+        };
+        let kafka_rf = number("kafka", "replication_factor");
+        assert!(
+            kafka_rf == 1,
+            "`{name}`: kafka.replication_factor {kafka_rf} on the single kafka node"
+        );
+        let min_isr = number("kafka", "min_insync_replicas");
+        assert!(
+            min_isr <= kafka_rf,
+            "`{name}`: kafka.min_insync_replicas {min_isr} exceeds the replication factor {kafka_rf}"
+        );
+        let cql_rf = number("cql", "replication_factor");
+        assert!(
+            cql_rf == 1,
+            "`{name}`: cql.replication_factor {cql_rf} on the single scylla node"
+        );
+    }
+}
+
+/// The subcommands of `cli/src/commands.rs`'s `enum Command`, kebab-cased as clap names them,
+/// each with its field names (clap's `--flags`, snake_cased).
+fn cli_subcommands() -> BTreeMap<String, Vec<String>> {
+    let source = read("cli/src/commands.rs");
+    let start = source
+        .find("enum Command {")
+        .expect("cli/src/commands.rs has no `enum Command`");
+    let body = &source[start..];
+    let body = &body[..body.find("\n}").expect("`enum Command` is not closed")];
+    // Variants sit at 4 spaces of indentation, their fields (`name: Type`) at 8.
+    let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+    for line in body.lines().skip(1) {
+        let indent = line.len() - line.trim_start().len();
+        let word: String = line
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let is_field = line.trim_start()[word.len()..].starts_with(':');
+        if indent == 4 && word.starts_with(|c: char| c.is_ascii_uppercase()) {
+            let mut kebab = String::new();
+            for (i, c) in word.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            commands.push((kebab, Vec::new()));
+        } else if indent == 8
+            && is_field
+            && !word.is_empty()
+            && let Some((_, fields)) = commands.last_mut()
+        {
+            fields.push(word);
+        }
+    }
+    commands.into_iter().collect()
+}
+
+#[test]
+fn our_services_run_commands_the_binary_accepts() {
+    let compose = compose();
+    let commands = cli_subcommands();
+    assert_eq!(
+        command_of(&compose, "sessionlog-init"),
+        ["init"],
+        "sessionlog-init must run `sessionlog init`"
+    );
+    let projector = command_of(&compose, "projector");
+    assert_eq!(
+        projector.first().map(String::as_str),
+        Some("project"),
+        "the projector must run `sessionlog project`"
+    );
+    for name in OUR_SERVICES {
+        let words = command_of(&compose, name);
+        let fields = commands.get(&words[0]).unwrap_or_else(|| {
+            panic!(
+                "`{name}` runs `sessionlog {}`, but the binary's commands are {:?}",
+                words[0],
+                commands.keys()
+            )
+        });
+        for flag in words.iter().filter_map(|w| w.strip_prefix("--")) {
+            let flag = flag.split('=').next().unwrap_or_default().replace('-', "_");
+            assert!(
+                fields.contains(&flag),
+                "`{name}` passes --{flag} to `sessionlog {}`, which takes {fields:?}",
+                words[0]
+            );
+        }
+    }
+}
+
+#[test]
+fn kafka_image_is_the_version_the_native_stack_runs() {
+    let compose = compose();
+    let image = scalar(
+        service(&compose, "kafka")
+            .get("image")
+            .expect("kafka has an image"),
+    );
+    let common = read("scripts/lib/common.sh");
+    let version = common
+        .lines()
+        .find_map(|l| l.strip_prefix("KAFKA_VERSION="))
+        .expect("scripts/lib/common.sh sets KAFKA_VERSION")
+        .trim();
+    assert_eq!(
+        image,
+        format!("apache/kafka:{version}"),
+        "compose runs {image}, the native stack (and so the tests) Kafka {version}"
+    );
+}
+
+/// The `FROM` lines of the Dockerfile, as (image, stage name).
+fn dockerfile_stages(dockerfile: &str) -> Vec<(String, Option<String>)> {
+    dockerfile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("FROM "))
+        .map(|rest| {
+            let words: Vec<&str> = rest
+                .split_whitespace()
+                .filter(|w| !w.starts_with("--"))
+                .collect();
+            let stage = match words.as_slice() {
+                [_, as_, name] if as_.eq_ignore_ascii_case("as") => Some(name.to_string()),
+                _ => None,
+            };
+            (words[0].to_string(), stage)
+        })
+        .collect()
+}
+
+#[test]
+fn dockerfile_builds_the_cli_and_runs_sessionlog() {
+    let dockerfile = read("Dockerfile");
+    let build = dockerfile
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("the Dockerfile runs no `cargo build`");
+    assert!(
+        build.contains("--release")
+            && (build.contains("-p sessionlog-cli") || build.contains("--package sessionlog-cli")),
+        "the Dockerfile's build is `{}`, not a release build of sessionlog-cli",
+        build.trim()
+    );
+    let cli_manifest = read("cli/Cargo.toml");
+    assert!(
+        cli_manifest.contains("name = \"sessionlog-cli\"")
+            && cli_manifest.contains("name = \"sessionlog\""),
+        "cli/Cargo.toml no longer names the package sessionlog-cli with a `sessionlog` binary"
+    );
+    assert!(
+        dockerfile.contains("target/release/sessionlog"),
+        "the Dockerfile does not copy target/release/sessionlog out of the build"
+    );
+
+    let stages = dockerfile_stages(&dockerfile);
+    assert!(
+        stages.len() >= 2,
+        "the Dockerfile should be multi-stage (builder + runtime): {stages:?}"
+    );
+    let runtime_start = dockerfile.rfind("\nFROM ").expect("a runtime stage");
+    let entrypoint = dockerfile[runtime_start..]
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("ENTRYPOINT"))
+        .expect("the runtime stage sets no ENTRYPOINT")
+        .trim();
+    assert!(
+        entrypoint == r#"["sessionlog"]"# || entrypoint == "sessionlog",
+        "the runtime ENTRYPOINT is {entrypoint}, not sessionlog (compose passes only the subcommand)"
+    );
+
+    // The binary links glibc dynamically: build and run on the same Debian release.
+    let codename = |image: &str| {
+        ["bookworm", "trixie", "bullseye"]
+            .into_iter()
+            .find(|c| image.contains(c))
+            .map(String::from)
+    };
+    let builder = codename(&stages[0].0);
+    let runtime = codename(&stages[stages.len() - 1].0);
+    assert!(
+        builder.is_some() && builder == runtime,
+        "builder {} and runtime {} are not the same Debian release",
+        stages[0].0,
+        stages[stages.len() - 1].0
+    );
+}
+
+#[test]
+fn docker_build_context_leaves_out_build_output_and_stack_state() {
+    let ignore = read(".dockerignore");
+    let entries: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_start_matches('/').trim_end_matches('/'))
+        .collect();
+    for needed in ["target", ".stack", ".git"] {
+        assert!(
+            entries.contains(&needed),
+            ".dockerignore does not exclude {needed}/ (it has {entries:?})"
+        );
+    }
+}
