@@ -1,0 +1,100 @@
+//! Shared pieces of the benchmark programs in `src/bin/`: latency percentiles, the process's
+//! peak resident memory, and the result table. Absolute numbers on a shared 2-core machine
+//! are noise; every benchmark prints a ratio against a reference measured in the same run.
+
+use std::time::Duration;
+
+/// Latency samples and their percentiles.
+#[derive(Clone, Debug, Default)]
+pub struct Latencies {
+    samples: Vec<Duration>,
+}
+
+impl Latencies {
+    /// Records one sample.
+    pub fn record(&mut self, latency: Duration) {
+        self.samples.push(latency);
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether no sample was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The `p`-th percentile (0–100), nearest rank; zero without samples.
+    pub fn percentile(&mut self, p: f64) -> Duration {
+        if self.samples.is_empty() {
+            return Duration::ZERO;
+        }
+        self.samples.sort_unstable();
+        let rank = ((p / 100.0) * self.samples.len() as f64).ceil() as usize;
+        self.samples[rank.clamp(1, self.samples.len()) - 1]
+    }
+
+    /// The largest sample.
+    pub fn max(&self) -> Duration {
+        self.samples.iter().copied().max().unwrap_or_default()
+    }
+}
+
+/// The process's peak resident set size in bytes (`VmHWM`), if the platform tells.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Prints rows as an aligned text table with a header.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.len());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    println!("{}", line(header.to_vec()));
+    println!(
+        "{}",
+        widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")
+    );
+    for row in rows {
+        println!("{}", line(row.iter().map(String::as_str).collect()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let mut l = Latencies::default();
+        for ms in 1..=100 {
+            l.record(Duration::from_millis(ms));
+        }
+        assert_eq!(l.percentile(50.0), Duration::from_millis(50));
+        assert_eq!(l.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(l.max(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn peak_rss_is_known_on_linux() {
+        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+    }
+}
