@@ -71,7 +71,11 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     println!("{}", line(header.to_vec()));
     println!(
         "{}",
-        widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  ")
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  ")
     );
     for row in rows {
         println!("{}", line(row.iter().map(String::as_str).collect()));

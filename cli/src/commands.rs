@@ -1,11 +1,12 @@
 //! The subcommands. Each is a few calls into the libraries; output is human by default,
 //! JSON with `--json`.
 
+use crate::recovery::parse_session;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use sessionlog_log::{Settings, topic};
-use sessionlog_producer::{EventLog, ProducerOptions, example};
+use sessionlog_producer::{EventLog, example};
 use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_projector::{ProjectionStore, Projector};
 use sessionlog_recovery::Recovery;
@@ -36,9 +37,52 @@ enum Command {
     Init,
     /// Run a projector instance until interrupted.
     Project {
-        /// Consumer group; instances in one group share the partitions.
-        #[arg(long, default_value = "sessionlog-projector")]
-        group: String,
+        /// Consumer group; instances in one group share the partitions (default: `[projector] group_id`).
+        #[arg(long)]
+        group: Option<String>,
+        /// Serve `/metrics` (Prometheus) and `/health` on this address, e.g. 127.0.0.1:9100
+        /// (default: `[projector] listen`; empty serves nothing).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Rebuild the projections into a keyspace from the log: from the beginning, given offsets
+    /// or a time; resumes where an earlier replay into the same keyspace stopped.
+    Replay {
+        /// Target keyspace (default: `[cql] keyspace`). Use a fresh one to rebuild from scratch.
+        #[arg(long)]
+        keyspace: Option<String>,
+        /// Start offsets, `partition:offset` comma-separated (others start at the beginning).
+        #[arg(long, conflicts_with = "from_time")]
+        from_offsets: Option<String>,
+        /// Start at the first record at or after this time: milliseconds since the epoch or
+        /// RFC 3339 in UTC (`2025-01-31T12:00:00Z`).
+        #[arg(long)]
+        from_time: Option<String>,
+        /// Only these partitions, comma-separated.
+        #[arg(long)]
+        partitions: Option<String>,
+        /// Fold and count without writing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Records per batch.
+        #[arg(long, default_value_t = 2000)]
+        batch: usize,
+    },
+    /// Compare two projection keyspaces table by table; exits non-zero on any difference.
+    Verify {
+        /// One keyspace.
+        #[arg(long)]
+        left: String,
+        /// The other.
+        #[arg(long)]
+        right: String,
+    },
+    /// Serve the HTTP ingest API (create, claim, append, checkpoint, close; /openapi.json,
+    /// /metrics, /health) until interrupted.
+    Ingest {
+        /// Address to listen on (default: `[ingest] listen`).
+        #[arg(long)]
+        listen: Option<String>,
     },
     /// Append the example harness session and print its id and the writer's own fold.
     Example,
@@ -58,6 +102,40 @@ enum Command {
         /// The session id.
         session: String,
     },
+    /// Take over a session as a new writer: claim the next epoch, settle in-doubt tool calls,
+    /// and print the resume bundle. Refused while an approval or an operator is awaited.
+    Resume {
+        /// The session id.
+        session: String,
+        /// Who takes over.
+        #[arg(long, default_value = "sessionlog-cli")]
+        writer: String,
+        /// Token budget of the context view in the bundle.
+        #[arg(long, default_value_t = 8_000)]
+        context_tokens: usize,
+    },
+    /// Fork a session at a seq or a checkpoint into a new session that names its parent.
+    Fork(crate::recovery::ForkArgs),
+    /// Print a session's ancestors and the sessions forked from it.
+    Lineage {
+        /// The session id.
+        session: String,
+    },
+    /// Print the events after the fork point on each side of a fork and its parent.
+    Diff {
+        /// The forked (child) session id.
+        session: String,
+    },
+    /// Record an operator's outcome for an in-doubt tool call.
+    Resolve(crate::recovery::ResolveArgs),
+    /// Record a decision on a pending approval.
+    Approve(crate::recovery::ApproveArgs),
+    /// Run the recovery HTTP service until interrupted.
+    ServeRecovery {
+        /// Address to listen on (default from settings: 127.0.0.1:8095).
+        #[arg(long)]
+        listen: Option<String>,
+    },
 }
 
 /// Runs one command.
@@ -65,8 +143,32 @@ pub async fn run(cli: Cli) -> Result<()> {
     let settings = Settings::load(cli.config.as_deref()).context("loading settings")?;
     match cli.command {
         Command::Init => init(&settings, cli.json).await,
-        Command::Project { group } => project(&settings, group).await,
+        Command::Project { group, listen } => project(&settings, group, listen).await,
+        Command::Replay {
+            keyspace,
+            from_offsets,
+            from_time,
+            partitions,
+            dry_run,
+            batch,
+        } => {
+            let request = crate::replay::ReplayRequest {
+                keyspace,
+                from_offsets,
+                from_time,
+                partitions,
+                dry_run,
+                batch,
+            };
+            crate::replay::replay(&settings, request, cli.json).await
+        }
+        Command::Verify { left, right } => {
+            crate::replay::verify(&settings, &left, &right, cli.json).await
+        }
         Command::Example => run_example(&settings, cli.json).await,
+        Command::Ingest { listen } => {
+            crate::ingest::run(&settings, listen, shutdown_signal()).await
+        }
         Command::Inspect {
             session,
             wait_for_seq,
@@ -84,16 +186,28 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Recover { session } => {
             recover(&settings, &parse_session(&session)?, cli.json).await
         }
+        Command::Resume {
+            session,
+            writer,
+            context_tokens,
+        } => print_value(
+            crate::recovery::resume(&settings, &session, &writer, context_tokens).await?,
+        ),
+        Command::Fork(args) => print_value(crate::recovery::fork(&settings, &args).await?),
+        Command::Lineage { session } => {
+            print_value(crate::recovery::lineage(&settings, &session).await?)
+        }
+        Command::Diff { session } => print_value(crate::recovery::diff(&settings, &session).await?),
+        Command::Resolve(args) => print_value(crate::recovery::resolve(&settings, &args).await?),
+        Command::Approve(args) => print_value(crate::recovery::approve(&settings, &args).await?),
+        Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
     }
 }
 
-fn parse_session(text: &str) -> Result<SessionId> {
-    text.parse().map_err(|_| {
-        anyhow::anyhow!(
-            "{text:?} is not a session id: expected a UUID such as 0190c6e2-5b7a-7c3e-9f00-1a2b3c4d5e6f \
-             (`sessionlog example` prints one)"
-        )
-    })
+/// Prints a JSON result (the recovery commands' output is structured either way).
+fn print_value(value: serde_json::Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
 }
 
 async fn init(settings: &Settings, json: bool) -> Result<()> {
@@ -126,20 +240,25 @@ async fn init(settings: &Settings, json: bool) -> Result<()> {
     )
 }
 
-async fn project(settings: &Settings, group: String) -> Result<()> {
-    let options = ProjectorOptions {
-        group_id: group,
-        ..ProjectorOptions::default()
-    };
+async fn project(settings: &Settings, group: Option<String>, listen: Option<String>) -> Result<()> {
+    let mut options = ProjectorOptions::from(&settings.projector);
+    if let Some(group) = group {
+        options.group_id = group;
+    }
     let projector = Projector::new(settings, options)
         .await
         .context("starting the projector")?;
+    let listen = listen.unwrap_or_else(|| settings.projector.listen.clone());
+    if !listen.is_empty() {
+        crate::serve::serve_metrics(&listen, projector.health()).await?;
+    }
     tracing::info!(topic = %settings.kafka.topic, "projector running; Ctrl-C or SIGTERM stops it");
     projector.run(shutdown_signal()).await?;
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(signal) => signal,
         Err(_) => return std::future::pending().await,
@@ -152,7 +271,7 @@ async fn shutdown_signal() {
 
 async fn run_example(settings: &Settings, json: bool) -> Result<()> {
     let log = Arc::new(
-        EventLog::connect(settings, ProducerOptions::default())
+        EventLog::from_settings(settings)
             .await
             .context("connecting to the log (did you run `sessionlog init`?)")?,
     );

@@ -1,6 +1,10 @@
 //! `sessionlog`: one command for operators and the demo.
 
 mod commands;
+mod ingest;
+mod recovery;
+mod replay;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -13,4 +13,7 @@ pub mod topic;
 
 pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
-pub use settings::{CqlSettings, KafkaSettings, RegistrySettings, Settings};
+pub use settings::{
+    CqlSettings, IngestSettings, KafkaSettings, ProducerSettings, ProjectorSettings,
+    RegistrySettings, Settings,
+};

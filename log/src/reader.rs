@@ -2,9 +2,37 @@
 
 use crate::{Error, KafkaSettings, Result};
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a read may go without progress before it fails.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Errors a read rides out: a broker restarting or a leader moving heals by itself within the
+/// stall limit, and a consumer reports them as messages on its queue.
+fn is_transient(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    match error {
+        KafkaError::PartitionEOF(_) => true,
+        KafkaError::MessageConsumption(code) | KafkaError::MetadataFetch(code) => matches!(
+            code,
+            C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::NetworkException
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::NotCoordinator
+                | C::UnknownTopicOrPartition
+        ),
+        _ => false,
+    }
+}
 
 /// One record as it sits in the log, undecoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,7 +53,7 @@ pub struct RawRecord {
 ///
 /// Uses manual assignment and never commits: recovery must not disturb any consumer group.
 pub struct PartitionReader {
-    consumer: StreamConsumer,
+    consumer: Arc<StreamConsumer>,
     topic: String,
 }
 
@@ -42,21 +70,32 @@ impl PartitionReader {
             .create()
             .map_err(Error::kafka("create reader"))?;
         Ok(Self {
-            consumer,
+            consumer: Arc::new(consumer),
             topic: topic.to_string(),
         })
     }
 
     /// The low and high watermarks of a partition (first offset, next offset to be written).
     pub async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
-        let consumer = &self.consumer;
-        let topic = self.topic.clone();
-        // fetch_watermarks blocks; it is a single round trip, so block_in_place is enough.
-        tokio::task::block_in_place(|| {
-            consumer
-                .fetch_watermarks(&topic, partition, Duration::from_secs(10))
-                .map_err(Error::kafka("fetch watermarks"))
-        })
+        let deadline = Instant::now() + STALL_LIMIT;
+        loop {
+            let consumer = Arc::clone(&self.consumer);
+            let topic = self.topic.clone();
+            // fetch_watermarks blocks the thread for a round trip: keep it off the runtime.
+            let result = tokio::task::spawn_blocking(move || {
+                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))
+            })
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?;
+            match result {
+                Ok(marks) => return Ok(marks),
+                Err(e) if is_transient(&e) && Instant::now() < deadline => {
+                    tracing::warn!(error = %e, partition, "watermarks unavailable; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(Error::kafka("fetch watermarks")(e)),
+            }
+        }
     }
 
     /// Calls `visit` for every record of `partition` from `from` (inclusive) up to the partition's
@@ -70,6 +109,31 @@ impl PartitionReader {
         let (low, high) = self.watermarks(partition).await?;
         self.read_range(partition, from.max(low), high, &mut visit)
             .await
+    }
+
+    /// Calls `visit` for the records at the given offsets of `partition` (in ascending order),
+    /// reading each contiguous run with one assignment: the way to skip other sessions'
+    /// records when an index says where this session's are. Returns how many were read.
+    pub async fn read_offsets(
+        &self,
+        partition: i32,
+        offsets: &[i64],
+        visit: &mut impl FnMut(RawRecord),
+    ) -> Result<usize> {
+        let mut sorted = offsets.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut read = 0;
+        let mut runs = sorted.chunk_by(|a, b| b - a == 1);
+        for run in &mut runs {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            self.read_range(partition, first, last + 1, &mut |record| {
+                read += 1;
+                visit(record);
+            })
+            .await?;
+        }
+        Ok(read)
     }
 
     /// Calls `visit` for every record of `partition` with `from <= offset < until`.
@@ -91,17 +155,32 @@ impl PartitionReader {
             .assign(&assignment)
             .map_err(Error::kafka("assign partition"))?;
         let mut next = from;
+        let mut progress = Instant::now();
         while next < until {
-            let message = tokio::time::timeout(Duration::from_secs(30), self.consumer.recv())
-                .await
-                .map_err(|_| Error::Timeout {
-                    what: format!("{}[{partition}] offset {next}", self.topic),
-                    seconds: 30,
-                })?
-                .map_err(Error::kafka("read partition"))?;
+            let waited = progress.elapsed();
+            let message = match tokio::time::timeout(
+                STALL_LIMIT.saturating_sub(waited),
+                self.consumer.recv(),
+            )
+            .await
+            {
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        what: format!("{}[{partition}] offset {next}", self.topic),
+                        seconds: STALL_LIMIT.as_secs(),
+                    });
+                }
+                Ok(Err(e)) if is_transient(&e) => {
+                    tracing::debug!(error = %e, partition, next, "transient read error; waiting");
+                    continue;
+                }
+                Ok(Err(e)) => return Err(Error::kafka("read partition")(e)),
+                Ok(Ok(message)) => message,
+            };
             if message.partition() != partition || message.offset() < next {
                 continue;
             }
+            progress = Instant::now();
             next = message.offset() + 1;
             if message.offset() >= until {
                 break;

@@ -19,6 +19,125 @@ pub struct Settings {
     pub registry: RegistrySettings,
     /// The CQL store (ScyllaDB, or Cassandra).
     pub cql: CqlSettings,
+    /// The projector's consumer group, batching and metrics endpoint.
+    pub projector: ProjectorSettings,
+    /// How harness processes produce to the session-events topic.
+    pub producer: ProducerSettings,
+    /// The HTTP ingest service for harnesses not written in Rust.
+    pub ingest: IngestSettings,
+    /// The recovery service: its HTTP address and the resolvers it may ask.
+    pub recovery: RecoverySettings,
+}
+
+/// The recovery service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecoverySettings {
+    /// Where `sessionlog serve-recovery` listens.
+    pub listen: String,
+    /// Resolvers by tool name: the base URL a tool's service answers
+    /// `GET {url}/{idempotency_key}` on (see `recovery::HttpResolver`).
+    pub resolvers: BTreeMap<String, String>,
+}
+
+impl Default for RecoverySettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8095".into(),
+            resolvers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Producer tuning (`[producer]`), with defaults for durability first. `acks=all`, idempotence
+/// and the murmur2 partitioner are not settings: they are what keeps a session's order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProducerSettings {
+    /// How long librdkafka waits to fill a batch (`linger.ms`).
+    pub linger_ms: u32,
+    /// Largest batch to one partition, in bytes (`batch.size`).
+    pub batch_size: u32,
+    /// Largest batch to one partition, in records (`batch.num.messages`).
+    pub batch_num_messages: u32,
+    /// `lz4` by default; `zstd`, `snappy`, `gzip` or `none`.
+    pub compression: String,
+    /// Events whose encoded size exceeds this are refused before sending.
+    pub max_event_bytes: usize,
+    /// Events sent but not yet acknowledged, over every session of the process. Appends beyond
+    /// it wait (or fail with a typed error in the non-waiting variant): this bounds memory.
+    pub max_in_flight: usize,
+    /// How long an event may wait for its ack before it counts as not acknowledged
+    /// (`message.timeout.ms`).
+    pub delivery_timeout_ms: u64,
+}
+
+impl Default for ProducerSettings {
+    fn default() -> Self {
+        Self {
+            linger_ms: 5,
+            batch_size: 1_000_000,
+            batch_num_messages: 10_000,
+            compression: "lz4".into(),
+            // Kafka's default max.message.bytes is 1 MiB; stay under it with room for headers.
+            max_event_bytes: 1_000_000,
+            max_in_flight: 10_000,
+            delivery_timeout_ms: 120_000,
+        }
+    }
+}
+
+/// The HTTP ingest service (`[ingest]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IngestSettings {
+    /// Address to listen on.
+    pub listen: String,
+    /// Largest request body accepted, in bytes; larger requests get 413.
+    pub max_body_bytes: usize,
+    /// Most events accepted in one append request.
+    pub max_batch_events: usize,
+}
+
+impl Default for IngestSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8090".into(),
+            max_body_bytes: 16 * 1024 * 1024,
+            max_batch_events: 1_000,
+        }
+    }
+}
+
+/// How a projector instance consumes and writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProjectorSettings {
+    /// The consumer group; instances in one group share the partitions.
+    pub group_id: String,
+    /// At most this many records are folded before their writes are flushed and committed.
+    pub batch_max: usize,
+    /// How long a batch waits for more records once it has one, in milliseconds.
+    pub batch_wait_ms: u64,
+    /// Concurrent CQL writes per batch.
+    pub write_concurrency: usize,
+    /// Sessions kept in memory between batches; beyond it the cache starts over from CQL.
+    pub cache_sessions: usize,
+    /// Where `/metrics` and `/health` are served (`host:port`); empty means not served.
+    pub listen: String,
+}
+
+impl Default for ProjectorSettings {
+    fn default() -> Self {
+        Self {
+            group_id: "sessionlog-projector".into(),
+            batch_max: 500,
+            batch_wait_ms: 20,
+            write_concurrency: 32,
+            cache_sessions: 10_000,
+            listen: String::new(),
+        }
+    }
 }
 
 /// The Kafka cluster and topics.

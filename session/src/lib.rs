@@ -16,7 +16,9 @@
 mod state;
 mod verdict;
 
-pub use state::{CheckpointMark, PendingApproval, PendingCall, SessionState, SessionStatus};
+pub use state::{
+    CheckpointMark, DUPLICATE_WINDOW, PendingApproval, PendingCall, SessionState, SessionStatus,
+};
 pub use verdict::{Rejection, Verdict};
 
 use sessionlog_schemas::EventEnvelope;

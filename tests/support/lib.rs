@@ -4,6 +4,12 @@
 //! The stack's addresses come from the environment `scripts/stack up` writes to
 //! `.stack/stack.env` (the test script exports it); defaults point at the local stack.
 
+pub mod producer;
+
+pub mod projector;
+
+pub mod recovery;
+
 use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
 use sessionlog_schemas::{SchemaRegistry, value_subject};
