@@ -1,5 +1,6 @@
 //! Errors of the producer library.
 
+use sessionlog_schemas::{Epoch, SessionId};
 use sessionlog_session::Rejection;
 
 /// What can go wrong appending to the log.
@@ -8,9 +9,23 @@ pub enum Error {
     /// Settings or topic set-up failed.
     #[error(transparent)]
     Log(#[from] sessionlog_log::Error),
-    /// Encoding, or the schema registry, failed.
+    /// Encoding, decoding, or the schema registry, failed.
     #[error(transparent)]
     Schema(#[from] sessionlog_schemas::Error),
+    /// The registry could not be reached at start-up: without the schema id no event can be
+    /// encoded, so the process cannot write at all.
+    #[error(
+        "cannot start producing: the schema registry at {url} is unreachable, and without it no \
+         schema id is known to encode events with (is the registry up? check [registry] url or \
+         SESSIONLOG_REGISTRY__URL): {source}"
+    )]
+    RegistryUnavailable {
+        /// The registry URL tried.
+        url: String,
+        /// What the registry client saw.
+        #[source]
+        source: sessionlog_schemas::Error,
+    },
     /// Kafka did not acknowledge the event. It may or may not be in the log: retry the same
     /// envelope (same seq and event id), which the fold treats as a harmless duplicate.
     #[error("kafka did not acknowledge event seq {seq} of session {session}: {source}")]
@@ -23,6 +38,17 @@ pub enum Error {
         #[source]
         source: rdkafka::error::KafkaError,
     },
+    /// The process already has `limit` events in flight and the caller asked not to wait.
+    /// Nothing was sent; retry later or use the waiting variant.
+    #[error(
+        "backpressure: {limit} events are already in flight (asked for {wanted} more); nothing was sent"
+    )]
+    Backpressure {
+        /// The configured `max_in_flight`.
+        limit: usize,
+        /// How many events the refused call wanted to send.
+        wanted: usize,
+    },
     /// The event breaks the session's rules and was not sent.
     #[error("event refused before sending: {0}")]
     Refused(Rejection),
@@ -30,9 +56,31 @@ pub enum Error {
     #[error("fenced: epoch {epoch} was superseded by epoch {current}")]
     Fenced {
         /// This writer's epoch.
-        epoch: u64,
+        epoch: Epoch,
         /// The session's current epoch.
-        current: u64,
+        current: Epoch,
+    },
+    /// Another claim of the same or a later epoch reached the log first: this claimant did not
+    /// take the session over and must not write to it.
+    #[error("lost the claim: epoch {epoch} lost to the session's current epoch {current}")]
+    LostClaim {
+        /// The epoch this claimant asked for.
+        epoch: Epoch,
+        /// The epoch the log established.
+        current: Epoch,
+    },
+    /// The session has no accepted start event in its partition.
+    #[error("session {0} is not in the log (no accepted start event on its partition)")]
+    UnknownSession(SessionId),
+    /// A read-back did not find an event the log had acknowledged at that position.
+    #[error(
+        "read-back of partition {partition} did not find the event acknowledged at offset {offset}"
+    )]
+    Unconfirmed {
+        /// The partition read.
+        partition: i32,
+        /// The acknowledged offset.
+        offset: i64,
     },
     /// The encoded event is larger than the configured limit.
     #[error("event of {size} bytes exceeds the limit of {limit} bytes")]
@@ -42,6 +90,9 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// The HTTP ingest service could not bind or serve.
+    #[error("ingest service: {0}")]
+    Serve(#[source] std::io::Error),
 }
 
 /// Result with the producer's error.

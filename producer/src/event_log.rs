@@ -1,14 +1,21 @@
 //! The process-wide handle on the session-events topic.
 
-use crate::{Error, Result};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::util::Timeout;
-use sessionlog_log::{Settings, partitioner::session_key};
-use sessionlog_schemas::{EventEncoder, EventEnvelope, SchemaRegistry, value_subject};
+use crate::{Appended, Error, Result};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use serde::Serialize;
+use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
+use sessionlog_schemas::{Epoch, Error as SchemaError};
+use sessionlog_schemas::{
+    EventDecoder, EventEncoder, EventEnvelope, SchemaRegistry, SessionId, value_subject,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// Where an acknowledged event sits in the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Position {
     /// The partition (the session's).
     pub partition: i32,
@@ -16,65 +23,93 @@ pub struct Position {
     pub offset: i64,
 }
 
-/// Producer tuning, with defaults for durability first.
-#[derive(Clone, Debug)]
-pub struct ProducerOptions {
-    /// How long the producer waits to fill a batch.
-    pub linger_ms: u32,
-    /// `lz4` by default; `zstd`, `snappy`, `gzip` or `none`.
-    pub compression: String,
-    /// Events whose encoded size exceeds this are refused before sending.
-    pub max_event_bytes: usize,
-    /// How long an event may wait for its ack before it counts as not acknowledged.
-    pub delivery_timeout: Duration,
+/// Producer tuning: the `[producer]` section of the settings.
+pub type ProducerOptions = sessionlog_log::ProducerSettings;
+
+/// Whether an append waits for room in the in-flight window or fails at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Wait until earlier events are acknowledged (backpressure).
+    Wait,
+    /// Fail with [`Error::Backpressure`] without sending anything.
+    Fail,
 }
 
-impl Default for ProducerOptions {
-    fn default() -> Self {
-        Self {
-            linger_ms: 5,
-            compression: "lz4".into(),
-            // Kafka's default max.message.bytes is 1 MiB; stay under it with room for headers.
-            max_event_bytes: 1_000_000,
-            delivery_timeout: Duration::from_secs(120),
-        }
-    }
-}
-
-/// The session-events topic as a harness process sees it: one Kafka producer and one encoder,
-/// shared by every session the process runs.
+/// The session-events topic as a harness process sees it: one Kafka producer, one encoder and
+/// decoder, and one bounded in-flight window, shared by every session the process runs.
+///
+/// It also remembers, per session, the highest writer epoch any claim made through it
+/// established or observed. A [`crate::SessionWriter`] checks it before every append, so a
+/// writer of this process that another writer of this process took over is fenced without a
+/// round trip. Writers of other processes are detected by the read-back at claim and at
+/// checkpoint; whatever a fenced writer sends before then is rejected by the fold (a zombie
+/// write), never accepted.
 pub struct EventLog {
     producer: FutureProducer,
     encoder: EventEncoder,
-    topic: String,
+    decoder: EventDecoder,
+    kafka: KafkaSettings,
+    partitions: i32,
     options: ProducerOptions,
+    in_flight: Arc<Semaphore>,
+    epochs: Mutex<HashMap<SessionId, Epoch>>,
 }
 
 impl EventLog {
-    /// Registers the schemas (once per process) and creates the producer.
+    /// Connects with the `[producer]` settings.
+    pub async fn from_settings(settings: &Settings) -> Result<Self> {
+        Self::connect(settings, settings.producer.clone()).await
+    }
+
+    /// Registers the schemas (once per process), learns the topic's partition count and
+    /// creates the producer.
     ///
-    /// Fails with a clear error when the registry is unreachable: without a schema id
-    /// no event can be written.
+    /// Fails with [`Error::RegistryUnavailable`] when the registry is unreachable: without a
+    /// schema id no event can be written.
     pub async fn connect(settings: &Settings, options: ProducerOptions) -> Result<Self> {
-        let registry = SchemaRegistry::new(settings.registry.url.clone())?;
-        let encoder =
-            EventEncoder::register(&registry, &value_subject(&settings.kafka.topic)).await?;
-        let producer: FutureProducer = settings
-            .kafka
-            .producer_config()
+        let url = settings.registry.url.clone();
+        let registry = SchemaRegistry::new(url.clone())?;
+        let encoder = EventEncoder::register(&registry, &value_subject(&settings.kafka.topic))
+            .await
+            .map_err(|source| match source {
+                SchemaError::RegistryUnreachable { .. } => {
+                    Error::RegistryUnavailable { url, source }
+                }
+                other => other.into(),
+            })?;
+        let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
+        let mut config = settings.kafka.producer_config();
+        config
             .set("compression.type", &options.compression)
             .set("linger.ms", options.linger_ms.to_string())
+            .set("batch.size", options.batch_size.to_string())
+            .set("batch.num.messages", options.batch_num_messages.to_string())
             .set(
                 "message.timeout.ms",
-                options.delivery_timeout.as_millis().to_string(),
+                options.delivery_timeout_ms.to_string(),
             )
+            // Our own window admits at most max_in_flight events, so librdkafka's queue never
+            // has to refuse one of ours for its count.
+            .set(
+                "queue.buffering.max.messages",
+                options.max_in_flight.clamp(1, 10_000_000).to_string(),
+            );
+        // Pass-through properties win over our tuning, as they do in producer_config().
+        for (key, value) in &settings.kafka.librdkafka {
+            config.set(key, value);
+        }
+        let producer: FutureProducer = config
             .create()
             .map_err(sessionlog_log::Error::kafka("create producer"))?;
         Ok(Self {
             producer,
             encoder,
-            topic: settings.kafka.topic.clone(),
+            decoder: EventDecoder::new(registry),
+            kafka: settings.kafka.clone(),
+            partitions,
+            in_flight: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
             options,
+            epochs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -85,38 +120,282 @@ impl EventLog {
 
     /// The topic written to.
     pub fn topic(&self) -> &str {
-        &self.topic
+        &self.kafka.topic
     }
 
-    /// Encodes, sends keyed by session id, and waits for the ack (`acks=all`).
-    /// When the local queue is full the call waits: backpressure, never a silent drop.
+    /// The topic's partition count, as learnt at connect.
+    pub fn partitions(&self) -> i32 {
+        self.partitions
+    }
+
+    /// The partition every event of `session` lands on.
+    pub fn partition_of(&self, session: SessionId) -> i32 {
+        partitioner::partition_for(session, self.partitions)
+    }
+
+    /// The producer settings in force.
+    pub fn options(&self) -> &ProducerOptions {
+        &self.options
+    }
+
+    /// Events sent and not yet acknowledged, over every session of the process.
+    pub fn in_flight(&self) -> usize {
+        self.options.max_in_flight.max(1) - self.in_flight.available_permits()
+    }
+
+    /// Encodes, sends keyed by session id, and waits for the ack (`acks=all`). When the
+    /// in-flight window is full the call waits: backpressure, never a silent drop.
     pub async fn append(&self, envelope: &EventEnvelope) -> Result<Position> {
-        let payload = self.encoder.encode(envelope)?;
-        if payload.len() > self.options.max_event_bytes {
-            return Err(Error::TooLarge {
-                size: payload.len(),
-                limit: self.options.max_event_bytes,
-            });
+        first_outcome(
+            self.send_all(std::slice::from_ref(envelope), WhenFull::Wait)
+                .await?,
+        )
+    }
+
+    /// Like [`Self::append`], but fails with [`Error::Backpressure`] instead of waiting when
+    /// the in-flight window is full.
+    pub async fn try_append(&self, envelope: &EventEnvelope) -> Result<Position> {
+        first_outcome(
+            self.send_all(std::slice::from_ref(envelope), WhenFull::Fail)
+                .await?,
+        )
+    }
+
+    /// Sends several events in order and waits for every ack. Events of one session keep
+    /// their order in the log (the idempotent producer never reorders a partition). Fails on
+    /// the first event not acknowledged; [`crate::SessionWriter::append_envelopes`] tells which
+    /// were.
+    pub async fn append_batch(&self, envelopes: &[EventEnvelope]) -> Result<Vec<Position>> {
+        self.send_all(envelopes, WhenFull::Wait)
+            .await?
+            .into_iter()
+            .collect()
+    }
+
+    /// Encodes and size-checks every event (sending none if one fails), enqueues them in
+    /// order, then waits for each ack. The outer error is raised before anything is sent;
+    /// the inner results are per event.
+    pub(crate) async fn send_all(
+        &self,
+        envelopes: &[EventEnvelope],
+        when_full: WhenFull,
+    ) -> Result<Vec<Result<Position>>> {
+        let limit = self.options.max_event_bytes;
+        let payloads = envelopes
+            .iter()
+            .map(|e| {
+                let payload = self.encoder.encode(e)?;
+                if payload.len() > limit {
+                    return Err(Error::TooLarge {
+                        size: payload.len(),
+                        limit,
+                    });
+                }
+                Ok(payload)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Fail mode reserves room for the whole batch up front, or sends nothing; Wait mode
+        // takes room event by event, so a batch larger than the window still goes through.
+        let _whole_batch = match when_full {
+            WhenFull::Fail => Some(self.try_reserve(envelopes.len())?),
+            WhenFull::Wait => None,
+        };
+        let mut pending = Vec::with_capacity(envelopes.len());
+        for (envelope, payload) in envelopes.iter().zip(&payloads) {
+            let permit = match when_full {
+                WhenFull::Wait => Some(self.reserve().await?),
+                WhenFull::Fail => None,
+            };
+            let key = partitioner::session_key(envelope.session_id);
+            let delivery = self.enqueue(&key, payload).await;
+            pending.push((envelope, key, delivery, permit));
         }
-        let key = session_key(envelope.session_id);
-        let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
-        match self.producer.send(record, Timeout::Never).await {
-            Ok(delivery) => Ok(Position {
-                partition: delivery.partition,
-                offset: delivery.offset,
-            }),
-            Err((source, _)) => Err(Error::NotAcknowledged {
+        let mut outcomes = Vec::with_capacity(pending.len());
+        for (envelope, key, delivery, permit) in pending {
+            let outcome = match delivery {
+                Ok(future) => match future.await {
+                    Ok(Ok(delivery)) => Ok(Position {
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                    }),
+                    Ok(Err((source, _))) => Err(source),
+                    // The producer was dropped with the event queued: it was never acknowledged.
+                    Err(_) => Err(KafkaError::Canceled),
+                },
+                Err(source) => Err(source),
+            };
+            drop(permit);
+            outcomes.push(outcome.map_err(|source| Error::NotAcknowledged {
                 session: key,
                 seq: envelope.seq,
                 source,
-            }),
+            }));
+        }
+        Ok(outcomes)
+    }
+
+    async fn reserve(&self) -> Result<OwnedSemaphorePermit> {
+        Arc::clone(&self.in_flight)
+            .acquire_owned()
+            .await
+            // The semaphore is never closed; treat a closed one as a full window that never frees.
+            .map_err(|_| Error::Backpressure {
+                limit: self.options.max_in_flight,
+                wanted: 1,
+            })
+    }
+
+    fn try_reserve(&self, wanted: usize) -> Result<OwnedSemaphorePermit> {
+        let full = || Error::Backpressure {
+            limit: self.options.max_in_flight,
+            wanted,
+        };
+        let count = u32::try_from(wanted).map_err(|_| full())?;
+        Arc::clone(&self.in_flight)
+            .try_acquire_many_owned(count)
+            .map_err(|_: TryAcquireError| full())
+    }
+
+    /// Hands one record to librdkafka. Enqueueing is synchronous, so events enqueued one after
+    /// another keep their order; librdkafka refuses only when its own byte budget is full,
+    /// and then we wait for acks to free it rather than drop the event.
+    async fn enqueue(
+        &self,
+        key: &str,
+        payload: &[u8],
+    ) -> std::result::Result<DeliveryFuture, KafkaError> {
+        loop {
+            let record = FutureRecord::to(&self.kafka.topic)
+                .key(key)
+                .payload(payload);
+            match self.producer.send_result(record) {
+                Ok(future) => return Ok(future),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    // librdkafka has no "queue has room" notification; its own FutureProducer
+                    // polls the same way.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
         }
     }
 
-    /// Waits until everything sent so far is acknowledged or `timeout` passes.
-    pub fn flush(&self, timeout: Duration) -> Result<()> {
-        self.producer
-            .flush(timeout)
+    /// Waits until everything sent so far is acknowledged or `timeout` passes. Call it on
+    /// shutdown: events still queued when the process exits are lost unacknowledged.
+    pub async fn flush(&self, timeout: Duration) -> Result<()> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || producer.flush(timeout))
+            .await
+            .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
             .map_err(|e| sessionlog_log::Error::kafka("flush producer")(e).into())
     }
+
+    /// Reads `partition` from `from` (inclusive) up to `until` (exclusive; `None`: its end as
+    /// of now) and decodes the records of `session` (of every session when `None`), in log
+    /// order. Returns them and the offset after the last record read.
+    ///
+    /// A record that will never decode is skipped, as the projector dead-letters it: the fold
+    /// never sees it. A registry outage is an error.
+    pub async fn read_events(
+        &self,
+        partition: i32,
+        from: i64,
+        until: Option<i64>,
+        session: Option<SessionId>,
+    ) -> Result<(Vec<Appended>, i64)> {
+        let key = session.map(partitioner::session_key);
+        let (records, next) = self
+            .read_records(partition, from, until, key.as_deref())
+            .await?;
+        let mut events = Vec::with_capacity(records.len());
+        for record in records {
+            let Some(payload) = record.payload.as_deref() else {
+                continue;
+            };
+            match self.decoder.decode(payload).await {
+                Ok(envelope) if session.is_none_or(|s| s == envelope.session_id) => {
+                    events.push(Appended {
+                        envelope,
+                        position: Position {
+                            partition,
+                            offset: record.offset,
+                        },
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.is_retriable() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(partition, offset = record.offset, error = %e, "skipping undecodable record");
+                }
+            }
+        }
+        Ok((events, next))
+    }
+
+    /// The raw records of `partition` in `[from, until)` (with `key`, when given).
+    ///
+    /// `PartitionReader` gives up at the first consumer error, and librdkafka reports a broker
+    /// it lost the connection to (one restarting, say) as such an error while it reconnects.
+    /// A read is repeatable, so a Kafka error or timeout gets a few fresh attempts.
+    async fn read_records(
+        &self,
+        partition: i32,
+        from: i64,
+        until: Option<i64>,
+        key: Option<&str>,
+    ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
+        const ATTEMPTS: u32 = 4;
+        let mut attempt = 1;
+        loop {
+            let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
+            let mut records = Vec::new();
+            let mut keep = |record: sessionlog_log::RawRecord| {
+                if key.is_none_or(|k| record.key.as_deref() == Some(k.as_bytes())) {
+                    records.push(record);
+                }
+            };
+            let read = match until {
+                None => reader.read_to_end(partition, from, &mut keep).await,
+                Some(until) => reader.read_range(partition, from, until, &mut keep).await,
+            };
+            match read {
+                Ok(next) => return Ok((records, next)),
+                Err(
+                    e @ (sessionlog_log::Error::Kafka { .. }
+                    | sessionlog_log::Error::Timeout { .. }),
+                ) if attempt < ATTEMPTS => {
+                    tracing::warn!(partition, attempt, error = %e, "read-back failed; reading again");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The highest epoch a claim made or observed through this log established for `session`.
+    pub fn highest_epoch_seen(&self, session: SessionId) -> Option<Epoch> {
+        self.epochs().get(&session).copied()
+    }
+
+    /// Records that `session` reached `epoch` (keeps the highest).
+    pub(crate) fn note_epoch(&self, session: SessionId, epoch: Epoch) {
+        let mut epochs = self.epochs();
+        let seen = epochs.entry(session).or_insert(epoch);
+        *seen = (*seen).max(epoch);
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Epoch>> {
+        // Entries are single integers: a panic elsewhere cannot leave the map torn.
+        self.epochs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn first_outcome(outcomes: Vec<Result<Position>>) -> Result<Position> {
+    outcomes
+        .into_iter()
+        .next()
+        .unwrap_or(Err(Error::Unconfirmed {
+            partition: -1,
+            offset: -1,
+        }))
 }

@@ -1,15 +1,19 @@
 //! The harness side of sessionlog: append a session's events to the log, in order, durably.
 //!
 //! - [`EventLog`]: one per process, shared by every session it runs: the Kafka producer
-//!   (`acks=all`, idempotent, murmur2 partitioning) and the encoder with its schema id.
-//! - [`SessionWriter`]: one per session a harness runs: assigns seq, event id, epoch and time,
-//!   checks each event against its own fold of the session before sending, and awaits the ack.
+//!   (`acks=all`, idempotent, murmur2 partitioning), the encoder with its schema id resolved
+//!   once, a bounded in-flight window (backpressure), and read-backs of a partition.
+//! - [`SessionWriter`]: one per session a harness runs: creates, claims or forks a session,
+//!   assigns seq, event id, epoch and time, checks each event against its own fold of the
+//!   session before sending, awaits the ack, and learns when another writer fenced it.
+//! - [`ingest`]: the same over HTTP (axum), for harnesses not written in Rust.
 
 mod error;
 mod event_log;
 pub mod example;
+pub mod ingest;
 mod writer;
 
 pub use error::{Error, Result};
-pub use event_log::{EventLog, Position, ProducerOptions};
+pub use event_log::{EventLog, Position, ProducerOptions, WhenFull};
 pub use writer::{Appended, SessionWriter};

@@ -1,16 +1,18 @@
-//! Appending one session's events.
+//! Appending one session's events: creating, claiming and forking sessions, fencing.
 
+use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::{
-    CURRENT_SCHEMA_VERSION, Content, EventEnvelope, Seq, SessionEvent, SessionId, TerminalOutcome,
+    CURRENT_SCHEMA_VERSION, Content, EventEnvelope, ForkPoint, Seq, SessionEvent, SessionId,
+    TerminalOutcome,
 };
 use sessionlog_session::{Rejection, SessionState, Verdict};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
-/// An event the log acknowledged.
-#[derive(Clone, Debug, PartialEq)]
+/// An event in the log: acknowledged by an append, or found by a read-back.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Appended {
     /// The event as written.
     pub envelope: EventEnvelope,
@@ -23,9 +25,24 @@ pub struct Appended {
 /// The writer keeps its own fold of what it appended, so it refuses an event the log would
 /// reject (a result for a call that is not pending, anything after the end) before sending,
 /// and can declare a checkpoint's state digest.
+///
+/// Fencing (DESIGN.md, "One writer per session"): the log decides, and a writer learns it lost
+/// in three ways, all ending in [`Error::Fenced`] (or [`Error::LostClaim`] for a claimant):
+/// - at [`Self::claim`], by reading its own claim back;
+/// - at every append, from the [`EventLog`]'s per-session epoch map, which every claim made
+///   through the same `EventLog` updates: immediate, no round trip, but blind to other processes;
+/// - at every [`Self::checkpoint`], by reading the session's partition back from the last
+///   offset it confirmed up to the checkpoint and folding it: authoritative, for any process.
+///
+/// Between a takeover by another process and the next checkpoint a fenced writer's appends
+/// are acknowledged by Kafka but rejected by the fold as zombie writes; they never enter the
+/// accepted history.
 pub struct SessionWriter {
     log: Arc<EventLog>,
     state: SessionState,
+    partition: i32,
+    /// The first offset of the session's partition not yet read back.
+    confirmed: i64,
     first: Option<Position>,
     last: Option<Position>,
 }
@@ -48,20 +65,146 @@ impl SessionWriter {
         agent: &str,
         title: Option<&str>,
     ) -> Result<(Self, Appended)> {
-        let mut writer = Self {
-            log,
-            state: SessionState::empty(session),
-            first: None,
-            last: None,
-        };
         let started = SessionEvent::SessionStarted {
             agent: agent.to_string(),
             title: title.map(String::from),
         };
-        // The start event carries epoch 1: the creator is the first writer.
-        writer.state.epoch = 1;
-        let start = writer.append(started).await?;
+        Self::start(log, session, started).await
+    }
+
+    /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
+    /// `SessionForked{fork_point}`. The parent's prefix is referenced, not copied.
+    pub async fn fork(
+        log: Arc<EventLog>,
+        fork_point: ForkPoint,
+        agent: &str,
+    ) -> Result<(Self, Appended)> {
+        let forked = SessionEvent::SessionForked {
+            fork_point,
+            agent: agent.to_string(),
+        };
+        Self::start(log, SessionId::new(), forked).await
+    }
+
+    async fn start(
+        log: Arc<EventLog>,
+        session: SessionId,
+        first_event: SessionEvent,
+    ) -> Result<(Self, Appended)> {
+        let partition = log.partition_of(session);
+        let mut state = SessionState::empty(session);
+        // The first event carries epoch 1: the creator is the first writer.
+        state.epoch = 1;
+        let mut writer = Self {
+            log,
+            state,
+            partition,
+            confirmed: 0,
+            first: None,
+            last: None,
+        };
+        let start = writer.append(first_event).await?;
+        // Nothing before its own start event can concern the session.
+        writer.confirmed = start.position.offset + 1;
         Ok((writer, start))
+    }
+
+    /// Takes over `session`: folds it from the log (its partition, from the low watermark),
+    /// appends `WriterClaimed{epoch = current + 1}`, reads the log back up to its own claim,
+    /// and returns [`Error::LostClaim`] if another claim won.
+    pub async fn claim(
+        log: Arc<EventLog>,
+        session: SessionId,
+        writer: &str,
+    ) -> Result<(Self, Appended)> {
+        let partition = log.partition_of(session);
+        Self::claim_from(log, SessionState::empty(session), partition, 0, writer).await
+    }
+
+    /// The same, for a caller that already folded the session up to and including
+    /// `next_offset - 1` of its partition (recovery, from a checkpoint). Events after that are
+    /// read and folded before claiming, so the claim names the epoch after the latest one.
+    pub async fn claim_from(
+        log: Arc<EventLog>,
+        state: SessionState,
+        partition: i32,
+        next_offset: i64,
+        writer: &str,
+    ) -> Result<(Self, Appended)> {
+        let session = state.session_id;
+        let mut state = state;
+        let (events, caught_up) = log
+            .read_events(partition, next_offset, None, Some(session))
+            .await?;
+        for event in &events {
+            state.apply(&event.envelope);
+        }
+        if !state.is_started() {
+            return Err(Error::UnknownSession(session));
+        }
+        let claim = EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: session,
+            // Claims take no seq in the fold; this is the seq the claimant will write next.
+            seq: state.next_seq(),
+            writer_epoch: state.epoch + 1,
+            occurred_at: now_micros(),
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: CURRENT_SCHEMA_VERSION,
+            event: SessionEvent::WriterClaimed {
+                writer: writer.to_string(),
+            },
+        };
+        let position = log.append(&claim).await?;
+        // Whatever reached the partition between the catch-up and the claim (a zombie's last
+        // events, a rival claim) is folded in log order: the partition decides who won.
+        let (events, _) = log
+            .read_events(
+                partition,
+                caught_up,
+                Some(position.offset + 1),
+                Some(session),
+            )
+            .await?;
+        let mut verdict = None;
+        for event in &events {
+            let v = state.apply(&event.envelope);
+            if event.envelope.event_id == claim.event_id && event.position == position {
+                verdict = Some(v);
+            }
+        }
+        log.note_epoch(session, state.epoch);
+        match verdict {
+            Some(Verdict::Accepted) => {}
+            Some(_) => {
+                return Err(Error::LostClaim {
+                    epoch: claim.writer_epoch,
+                    current: state.epoch,
+                });
+            }
+            None => {
+                return Err(Error::Unconfirmed {
+                    partition,
+                    offset: position.offset,
+                });
+            }
+        }
+        let writer = Self {
+            log,
+            state,
+            partition,
+            confirmed: position.offset + 1,
+            first: Some(position),
+            last: Some(position),
+        };
+        Ok((
+            writer,
+            Appended {
+                envelope: claim,
+                position,
+            },
+        ))
     }
 
     /// The session written to.
@@ -74,6 +217,11 @@ impl SessionWriter {
         &self.state
     }
 
+    /// The session's partition.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
     /// Where the session's first event this writer appended sits.
     pub fn first_position(&self) -> Option<Position> {
         self.first
@@ -82,6 +230,11 @@ impl SessionWriter {
     /// Where the last acknowledged event sits.
     pub fn last_position(&self) -> Option<Position> {
         self.last
+    }
+
+    /// The seq the next event will get.
+    pub fn next_seq(&self) -> Seq {
+        self.state.next_seq()
     }
 
     /// Appends an event with no causation or idempotency key.
@@ -96,44 +249,154 @@ impl SessionWriter {
         causation_id: Option<Uuid>,
         idempotency_key: Option<String>,
     ) -> Result<Appended> {
-        let envelope = EventEnvelope {
-            event_id: Uuid::now_v7(),
-            session_id: self.state.session_id,
-            seq: self.state.next_seq(),
-            writer_epoch: self.state.epoch,
-            occurred_at: now_micros(),
-            causation_id,
-            idempotency_key,
-            schema_version: CURRENT_SCHEMA_VERSION,
-            event,
-        };
+        let envelope = self.envelope(self.next_seq(), event, causation_id, idempotency_key);
         self.append_envelope(envelope).await
+    }
+
+    /// Like [`Self::append`], but fails with [`Error::Backpressure`] instead of waiting when
+    /// the process already has its maximum of events in flight.
+    pub async fn try_append(&mut self, event: SessionEvent) -> Result<Appended> {
+        let envelope = self.envelope(self.next_seq(), event, None, None);
+        let mut appended = self.send(vec![envelope], WhenFull::Fail).await?;
+        appended.pop().ok_or(Error::Unconfirmed {
+            partition: self.partition,
+            offset: -1,
+        })
+    }
+
+    /// Appends several events with consecutive seqs, sent together, and waits for every ack.
+    pub async fn append_batch(&mut self, events: Vec<SessionEvent>) -> Result<Vec<Appended>> {
+        let envelopes = self.envelopes(events);
+        self.append_envelopes(envelopes).await
+    }
+
+    /// Prepares envelopes for `events` with consecutive seqs from the next one, without
+    /// sending them: keep them to retry with the same seq and event ids after a lost ack.
+    pub fn envelopes(&self, events: Vec<SessionEvent>) -> Vec<EventEnvelope> {
+        let next = self.next_seq();
+        events
+            .into_iter()
+            .zip(next..)
+            .map(|(event, seq)| self.envelope(seq, event, None, None))
+            .collect()
     }
 
     /// Sends a prepared envelope (also the way to retry one whose ack was lost).
     pub async fn append_envelope(&mut self, envelope: EventEnvelope) -> Result<Appended> {
-        match self.state.judge(&envelope) {
-            Verdict::Accepted | Verdict::Duplicate => {}
-            Verdict::Rejected(Rejection::Zombie { epoch, current }) => {
-                return Err(Error::Fenced { epoch, current });
-            }
-            Verdict::Rejected(why) => return Err(Error::Refused(why)),
-        }
-        let position = self.log.append(&envelope).await?;
-        self.state.apply(&envelope);
-        self.first.get_or_insert(position);
-        self.last = Some(position);
-        Ok(Appended { envelope, position })
+        let mut appended = self.append_envelopes(vec![envelope]).await?;
+        appended.pop().ok_or(Error::Unconfirmed {
+            partition: self.partition,
+            offset: -1,
+        })
     }
 
-    /// Appends a checkpoint declaring the digest of everything before it.
+    /// Sends prepared envelopes in order and waits for every ack.
+    ///
+    /// Every envelope is judged against the writer's fold first; if one would be rejected,
+    /// none is sent. A repeat of an acknowledged envelope (same seq and event id) is sent
+    /// again and is a harmless duplicate in the log. If an ack fails, the events acknowledged
+    /// before it are applied and the error returned: retry from [`Self::next_seq`] with the
+    /// same envelopes.
+    pub async fn append_envelopes(
+        &mut self,
+        envelopes: Vec<EventEnvelope>,
+    ) -> Result<Vec<Appended>> {
+        self.send(envelopes, WhenFull::Wait).await
+    }
+
+    async fn send(
+        &mut self,
+        envelopes: Vec<EventEnvelope>,
+        when_full: WhenFull,
+    ) -> Result<Vec<Appended>> {
+        self.check_not_fenced()?;
+        self.judge_all(&envelopes)?;
+        let outcomes = self.log.send_all(&envelopes, when_full).await?;
+        let mut appended = Vec::with_capacity(envelopes.len());
+        for (envelope, outcome) in envelopes.into_iter().zip(outcomes) {
+            let position = outcome?;
+            self.state.apply(&envelope);
+            self.first.get_or_insert(position);
+            self.last = Some(position);
+            appended.push(Appended { envelope, position });
+        }
+        Ok(appended)
+    }
+
+    /// Judges a batch in order, as the fold will, without touching the writer's state.
+    fn judge_all(&self, envelopes: &[EventEnvelope]) -> Result<()> {
+        let refuse = |verdict: Verdict| match verdict {
+            Verdict::Accepted | Verdict::Duplicate => Ok(()),
+            Verdict::Rejected(Rejection::Zombie { epoch, current }) => {
+                Err(Error::Fenced { epoch, current })
+            }
+            Verdict::Rejected(why) => Err(Error::Refused(why)),
+        };
+        match envelopes {
+            [] => Ok(()),
+            [single] => refuse(self.state.judge(single)),
+            batch => {
+                // Later events of a batch depend on earlier ones (a result on its call).
+                let mut scratch = self.state.clone();
+                batch.iter().try_for_each(|e| refuse(scratch.apply(e)))
+            }
+        }
+    }
+
+    /// Fails if a claim made or seen through this process's [`EventLog`] superseded this writer.
+    fn check_not_fenced(&self) -> Result<()> {
+        match self.log.highest_epoch_seen(self.session_id()) {
+            Some(current) if current > self.state.epoch => Err(Error::Fenced {
+                epoch: self.state.epoch,
+                current,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends a checkpoint declaring the digest of everything before it, then reads the
+    /// session's partition back up to it: [`Error::Fenced`] if another writer's claim of a
+    /// later epoch is in the log, whichever process made it.
     pub async fn checkpoint(&mut self, workspace_revision: Option<String>) -> Result<Appended> {
         let state_digest = self.state.digest();
-        self.append(SessionEvent::Checkpoint {
-            state_digest,
-            workspace_revision,
-        })
-        .await
+        let appended = self
+            .append(SessionEvent::Checkpoint {
+                state_digest,
+                workspace_revision,
+            })
+            .await?;
+        self.confirm(appended.position.offset).await?;
+        Ok(appended)
+    }
+
+    /// Reads the session's events from the last confirmed offset up to `upto` and folds them
+    /// into a copy of the writer's state. The writer's own events fold as duplicates; a claim
+    /// of a later epoch, by anyone, raises the copy's epoch, which means this writer is fenced
+    /// (its events after that claim are zombie writes in the accepted history).
+    async fn confirm(&mut self, upto: i64) -> Result<()> {
+        let session = self.session_id();
+        let (events, next) = self
+            .log
+            .read_events(
+                self.partition,
+                self.confirmed,
+                Some(upto + 1),
+                Some(session),
+            )
+            .await?;
+        let mut replay = self.state.clone();
+        for event in &events {
+            replay.apply(&event.envelope);
+        }
+        if replay.epoch > self.state.epoch {
+            self.log.note_epoch(session, replay.epoch);
+            return Err(Error::Fenced {
+                epoch: self.state.epoch,
+                current: replay.epoch,
+            });
+        }
+        self.confirmed = next;
+        Ok(())
     }
 
     /// Appends the terminal outcome.
@@ -154,9 +417,24 @@ impl SessionWriter {
         .await
     }
 
-    /// The seq the next event will get.
-    pub fn next_seq(&self) -> Seq {
-        self.state.next_seq()
+    fn envelope(
+        &self,
+        seq: Seq,
+        event: SessionEvent,
+        causation_id: Option<Uuid>,
+        idempotency_key: Option<String>,
+    ) -> EventEnvelope {
+        EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: self.state.session_id,
+            seq,
+            writer_epoch: self.state.epoch,
+            occurred_at: now_micros(),
+            causation_id,
+            idempotency_key,
+            schema_version: CURRENT_SCHEMA_VERSION,
+            event,
+        }
     }
 }
 

@@ -1,0 +1,319 @@
+//! Producer benchmark: S sessions × E events of about 1 KiB with W concurrent writer tasks,
+//! through `EventLog` + `SessionWriter`, against Kafka's own `ProducerPerformance` run in the
+//! same program with the same record size, `acks=all`, idempotence, compression and linger.
+//!
+//! ```sh
+//! set -a; . .stack/stack.env; set +a
+//! cargo run --release -p sessionlog-benches --bin producer_bench -- --sessions 10000 --events 20 --writers 8
+//! ```
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use sessionlog_benches::{Latencies, peak_rss_bytes, print_table};
+use sessionlog_log::{Settings, topic};
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_schemas::{Content, EventEncoder, SessionEvent};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+#[command(about = "sessionlog producer vs Kafka's ProducerPerformance")]
+struct Args {
+    /// Sessions open at once.
+    #[arg(long, default_value_t = 10_000)]
+    sessions: usize,
+    /// Events appended per session (after its start event).
+    #[arg(long, default_value_t = 20)]
+    events: usize,
+    /// Concurrent writer tasks; each drives sessions/writers sessions at once.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Size of one record value in bytes (both producers).
+    #[arg(long, default_value_t = 1024)]
+    record_size: usize,
+    /// Partitions of each benchmark topic.
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+}
+
+/// One producer's figures.
+struct Figures {
+    records: usize,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl Figures {
+    fn throughput(&self) -> f64 {
+        self.records as f64 / self.seconds
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut settings = Settings::load(None).context("loading settings")?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = &run[run.len() - 8..];
+    settings.kafka.topic = format!("bench-producer-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-producer-{tag}-dlq");
+    settings.kafka.partitions = args.partitions;
+    topic::ensure_topics(&settings.kafka).await?;
+    let mut reference = settings.kafka.clone();
+    reference.topic = format!("bench-kafka-{tag}");
+    reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
+    topic::ensure_topics(&reference).await?;
+
+    let ours = run_ours(&settings, &args).await?;
+    let rss = peak_rss_bytes();
+    let kafka = run_kafka(&settings, &reference.topic, &args, ours.records)?;
+
+    println!(
+        "\n{} sessions × {} events of {} bytes, {} writer tasks, {} partitions, lz4, linger {} ms, acks=all, idempotent",
+        args.sessions,
+        args.events,
+        args.record_size,
+        args.writers,
+        args.partitions,
+        settings.producer.linger_ms
+    );
+    let row = |name: &str, f: &Figures| {
+        vec![
+            name.to_string(),
+            f.records.to_string(),
+            format!("{:.0}", f.throughput()),
+            format!("{:.1}", f.p50_ms),
+            format!("{:.1}", f.p99_ms),
+        ]
+    };
+    print_table(
+        &[
+            "producer",
+            "records",
+            "records/s",
+            "ack p50 ms",
+            "ack p99 ms",
+        ],
+        &[
+            row("sessionlog (EventLog + SessionWriter)", &ours),
+            row("kafka ProducerPerformance", &kafka),
+            vec![
+                "ratio (sessionlog / kafka)".into(),
+                String::new(),
+                format!("{:.2}", ours.throughput() / kafka.throughput()),
+                format!("{:.2}", ours.p50_ms / kafka.p50_ms.max(f64::EPSILON)),
+                format!("{:.2}", ours.p99_ms / kafka.p99_ms.max(f64::EPSILON)),
+            ],
+        ],
+    );
+    match rss {
+        Some(bytes) => println!(
+            "peak RSS of this process with {} sessions open: {:.1} MiB",
+            args.sessions,
+            bytes as f64 / (1024.0 * 1024.0)
+        ),
+        None => println!("peak RSS: unknown on this platform"),
+    }
+    Ok(())
+}
+
+/// Opens the sessions, then appends `events` to each from `writers` tasks, timing each ack.
+async fn run_ours(settings: &Settings, args: &Args) -> Result<Figures> {
+    let log = Arc::new(EventLog::from_settings(settings).await?);
+    let content = Arc::new(payload(&log, args.record_size)?);
+    let writers = args.writers.max(1);
+    let per_writer = args.sessions.div_ceil(writers);
+
+    eprintln!("opening {} sessions ...", args.sessions);
+    let mut open = tokio::task::JoinSet::new();
+    for _ in 0..writers {
+        let log = Arc::clone(&log);
+        open.spawn(async move {
+            let creates =
+                (0..per_writer).map(|_| SessionWriter::create(Arc::clone(&log), "bench", None));
+            futures::future::try_join_all(creates).await
+        });
+    }
+    let mut groups = Vec::new();
+    while let Some(done) = open.join_next().await {
+        groups.push(done??.into_iter().map(|(w, _)| w).collect::<Vec<_>>());
+    }
+
+    let acked = Arc::new(AtomicUsize::new(0));
+    let total = groups.iter().map(Vec::len).sum::<usize>() * args.events;
+    let progress = tokio::spawn({
+        let acked = Arc::clone(&acked);
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                tick.tick().await;
+                eprintln!(
+                    "sessionlog: {} / {total} acknowledged",
+                    acked.load(Ordering::Relaxed)
+                );
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut group in groups {
+        let (content, acked, events) = (Arc::clone(&content), Arc::clone(&acked), args.events);
+        tasks.spawn(async move {
+            let sessions = group.iter_mut().map(|writer| {
+                let (content, acked) = (Arc::clone(&content), Arc::clone(&acked));
+                async move {
+                    let mut latencies = Vec::with_capacity(events);
+                    for _ in 0..events {
+                        let sent = Instant::now();
+                        writer
+                            .append(SessionEvent::UserRequest {
+                                content: Content::plain(content.as_str()),
+                            })
+                            .await?;
+                        latencies.push(sent.elapsed());
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok::<_, sessionlog_producer::Error>(latencies)
+                }
+            });
+            let all = futures::future::try_join_all(sessions).await?;
+            // The writers stay open (in memory) until every task is done: RSS counts them all.
+            Ok::<_, sessionlog_producer::Error>((group, all))
+        });
+    }
+    let mut latencies = Latencies::default();
+    let mut keep_open = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        let (group, all) = done??;
+        for sample in all.into_iter().flatten() {
+            latencies.record(sample);
+        }
+        keep_open.push(group);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    progress.abort();
+    log.flush(Duration::from_secs(30)).await?;
+    let figures = Figures {
+        records: latencies.len(),
+        seconds,
+        p50_ms: latencies.percentile(50.0).as_secs_f64() * 1e3,
+        p99_ms: latencies.percentile(99.0).as_secs_f64() * 1e3,
+    };
+    drop(keep_open);
+    Ok(figures)
+}
+
+/// Text such that one `UserRequest` envelope encodes to `record_size` bytes: random capital
+/// letters, as ProducerPerformance fills its records.
+fn payload(log: &EventLog, record_size: usize) -> Result<String> {
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x9e37_79b9)
+        | 1;
+    let mut letter = move || {
+        // xorshift64: enough to defeat compression the way ProducerPerformance's payload does.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        char::from(b'A' + (seed % 26) as u8)
+    };
+    let encoder = EventEncoder::with_schema_id(log.schema_id());
+    let probe = |text: String| -> Result<usize> {
+        let envelope = sessionlog_schemas::EventEnvelope {
+            event_id: uuid::Uuid::now_v7(),
+            session_id: sessionlog_schemas::SessionId::new(),
+            seq: 2,
+            writer_epoch: 1,
+            occurred_at: 0,
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
+            event: SessionEvent::UserRequest {
+                content: Content::plain(text),
+            },
+        };
+        Ok(encoder.encode(&envelope)?.len())
+    };
+    let overhead = probe(String::new())?;
+    if record_size <= overhead + 2 {
+        bail!("--record-size must exceed the envelope's {overhead} bytes");
+    }
+    // The string's length prefix grows by a byte past 63 and 8191 characters; adjust once.
+    let mut len = record_size - overhead;
+    let text: String = (0..len).map(|_| letter()).collect();
+    let extra = probe(text.clone())?.saturating_sub(record_size);
+    len -= extra;
+    Ok(text[..len].to_string())
+}
+
+/// Runs Kafka's ProducerPerformance with the same record size and producer settings.
+fn run_kafka(settings: &Settings, topic: &str, args: &Args, records: usize) -> Result<Figures> {
+    let p = &settings.producer;
+    eprintln!(
+        "kafka ProducerPerformance: {records} records of {} bytes ...",
+        args.record_size
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka-tool");
+    let output = Command::new(script)
+        .args([
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            topic,
+            "--num-records",
+            &records.to_string(),
+            "--record-size",
+            &args.record_size.to_string(),
+            "--throughput",
+            "-1",
+            "--command-property",
+            &format!("bootstrap.servers={}", settings.kafka.bootstrap),
+            "acks=all",
+            "enable.idempotence=true",
+            &format!("compression.type={}", p.compression),
+            &format!("linger.ms={}", p.linger_ms),
+            &format!("batch.size={}", p.batch_size),
+        ])
+        .output()
+        .context("running scripts/kafka-tool ProducerPerformance")?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in stdout.lines() {
+        eprintln!("kafka: {line}");
+    }
+    if !output.status.success() {
+        bail!(
+            "ProducerPerformance failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // The last line: "N records sent, X records/sec (Y MB/sec), A ms avg latency, M ms max
+    // latency, P50 ms 50th, P95 ms 95th, P99 ms 99th, P999 ms 99.9th."
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains("99th"))
+        .context("no summary line from ProducerPerformance")?;
+    let number_before = |marker: &str| -> Result<f64> {
+        let head = summary
+            .split(marker)
+            .next()
+            .with_context(|| format!("{marker:?} in {summary:?}"))?;
+        let word = head
+            .rsplit([',', ' '])
+            .find(|w| !w.is_empty())
+            .with_context(|| format!("a number before {marker:?}"))?;
+        word.parse()
+            .with_context(|| format!("{word:?} before {marker:?}"))
+    };
+    let sent = number_before(" records sent")? as usize;
+    let rate = number_before(" records/sec")?;
+    Ok(Figures {
+        records: sent,
+        seconds: sent as f64 / rate,
+        p50_ms: number_before(" ms 50th")?,
+        p99_ms: number_before(" ms 99th")?,
+    })
+}

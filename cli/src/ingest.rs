@@ -1,0 +1,27 @@
+//! `sessionlog ingest`: the producer's HTTP ingest service, as a command.
+
+use anyhow::{Context, Result};
+use sessionlog_log::Settings;
+use sessionlog_producer::EventLog;
+use sessionlog_producer::ingest::Ingest;
+use std::sync::Arc;
+
+/// Connects to the log and serves until `shutdown` completes, then flushes what is in flight.
+pub async fn run(
+    settings: &Settings,
+    listen: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let listen = listen.unwrap_or_else(|| settings.ingest.listen.clone());
+    let log = EventLog::from_settings(settings)
+        .await
+        .context("connecting to the log (did you run `sessionlog init`?)")?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
+    Ingest::new(Arc::new(log), settings.ingest.clone())
+        .serve(listener, shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! The HTTP ingest service on the real stack, from a plain HTTP client: a round trip with
+//! durable offsets and idempotent retries, and a 4xx with a JSON body for each bad input.
+
+use anyhow::{Context, Result};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sessionlog_producer::EventLog;
+use sessionlog_producer::ingest::Ingest;
+use sessionlog_tests::TestStack;
+use sessionlog_tests::producer::fold_topic;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The service on an ephemeral port of this test, stopped when dropped.
+struct Service {
+    base: String,
+    log: Arc<EventLog>,
+    http: reqwest::Client,
+    _stop: oneshot::Sender<()>,
+}
+
+impl Service {
+    async fn start(stack: &mut TestStack) -> Result<Self> {
+        stack.settings.producer.max_event_bytes = 32 * 1024;
+        stack.settings.ingest.max_body_bytes = 256 * 1024;
+        let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let ingest = Ingest::new(Arc::clone(&log), stack.settings.ingest.clone());
+        tokio::spawn(async move {
+            let _ = ingest
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(Self {
+            base,
+            log,
+            http: reqwest::Client::new(),
+            _stop: stop,
+        })
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<(StatusCode, Value)> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        Ok((status, response.json().await.context("a JSON body")?))
+    }
+
+    async fn post_raw(&self, path: &str, body: String) -> Result<(StatusCode, Value)> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let status = response.status();
+        Ok((status, response.json().await.context("a JSON body")?))
+    }
+
+    async fn get(&self, path: &str) -> Result<(StatusCode, String)> {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await?;
+        Ok((response.status(), response.text().await?))
+    }
+}
+
+fn user_request(seq: u64, id: &uuid::Uuid, text: &str) -> Value {
+    json!({ "seq": seq, "event_id": id, "kind": "UserRequest", "data": { "content": { "Plain": text } } })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempotent_retries()
+-> Result<()> {
+    let mut stack = TestStack::new("pingest", 2).await?;
+    let service = Service::start(&mut stack).await?;
+
+    let (status, opened) = service
+        .post(
+            "/sessions",
+            json!({ "agent": "python-harness", "title": "over http" }),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let session = opened["session_id"]
+        .as_str()
+        .context("session id")?
+        .to_string();
+    assert_eq!(
+        (opened["epoch"].as_u64(), opened["next_seq"].as_u64()),
+        (Some(1), Some(2))
+    );
+
+    let ids: Vec<_> = (0..3).map(|_| uuid::Uuid::now_v7()).collect();
+    let batch = json!({ "epoch": 1, "events": [
+        user_request(2, &ids[0], "first"),
+        { "seq": 3, "event_id": ids[1], "kind": "ToolCallRequested",
+          "data": { "tool": "shell", "arguments": { "Plain": "ls" }, "effect": "Pure" },
+          "idempotency_key": "call-1" },
+        { "seq": 4, "event_id": ids[2], "kind": "ToolCallResult", "causation_id": ids[1],
+          "data": { "call_seq": 3, "outcome": "Succeeded", "output": { "Plain": "a b" },
+                    "source": "Executed", "recorded_by": null, "note": null } },
+    ]});
+    let path = format!("/sessions/{session}/events");
+    let (status, first) = service.post(&path, batch.clone()).await?;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["next_seq"], 5);
+    // The same request again: nothing new is written, and the answer names the first writes.
+    let (status, retry) = service.post(&path, batch).await?;
+    assert_eq!(status, StatusCode::OK, "{retry}");
+    for (a, b) in first["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(retry["events"].as_array().into_iter().flatten())
+    {
+        assert_eq!(a["offset"], b["offset"]);
+        assert_eq!(
+            (a["duplicate"].as_bool(), b["duplicate"].as_bool()),
+            (Some(false), Some(true))
+        );
+    }
+
+    let (status, checkpoint) = service
+        .post(
+            &format!("/sessions/{session}/checkpoint"),
+            json!({ "epoch": 1, "workspace_revision": "git:abc" }),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{checkpoint}");
+    let (status, closed) = service
+        .post(
+            &format!("/sessions/{session}/close"),
+            json!({ "epoch": 1, "outcome": "Completed" }),
+        )
+        .await?;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+
+    // The log holds exactly what the answers said, where they said.
+    let histories = fold_topic(&service.log).await?;
+    let history = histories.values().next().context("one session")?;
+    assert_eq!(histories.len(), 1);
+    assert_eq!(history.state.session_id.to_string(), session);
+    assert_eq!(history.verdicts.len(), 6, "no duplicate was written");
+    assert!(history.verdicts.iter().all(|(_, v)| v.is_accepted()));
+    assert!(
+        history
+            .state
+            .last_checkpoint
+            .as_ref()
+            .is_some_and(|c| c.verified())
+    );
+    assert_eq!(history.state.status().as_str(), "completed");
+    let mut answered: Vec<i64> = vec![opened["event"]["offset"].as_i64().unwrap_or(-1)];
+    answered.extend(
+        first["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["offset"].as_i64()),
+    );
+    answered.extend([
+        checkpoint["offset"].as_i64().unwrap_or(-1),
+        closed["offset"].as_i64().unwrap_or(-1),
+    ]);
+    let logged: Vec<i64> = history
+        .verdicts
+        .iter()
+        .map(|(a, _)| a.position.offset)
+        .collect();
+    assert_eq!(answered, logged);
+    let ids_logged: Vec<_> = history.verdicts[1..4]
+        .iter()
+        .map(|(a, _)| a.envelope.event_id)
+        .collect();
+    assert_eq!(ids_logged, ids, "the client's event ids");
+
+    let (status, doc) = service.get("/openapi.json").await?;
+    assert_eq!(status, StatusCode::OK);
+    let doc: Value = serde_json::from_str(&doc)?;
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/sessions/{session_id}/events"]["post"].is_object());
+    let (status, health) = service.get("/health").await?;
+    assert_eq!(status, StatusCode::OK, "{health}");
+    let (status, metrics) = service.get("/metrics").await?;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        metrics.contains("sessionlog_ingest_requests_total"),
+        "{metrics}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Result<()> {
+    let mut stack = TestStack::new("pingbad", 1).await?;
+    let service = Service::start(&mut stack).await?;
+    let (_, opened) = service
+        .post("/sessions", json!({ "agent": "bad-input" }))
+        .await?;
+    let session = opened["session_id"]
+        .as_str()
+        .context("session id")?
+        .to_string();
+    let path = format!("/sessions/{session}/events");
+    let id = uuid::Uuid::now_v7();
+
+    let large = "x".repeat(40 * 1024);
+    let cases: Vec<(&str, StatusCode, &str, String)> = vec![
+        ("malformed JSON", StatusCode::BAD_REQUEST, "malformed_json", "{\"epoch\": 1, \"events\": [".into()),
+        ("missing field", StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", json!({ "events": [] }).to_string()),
+        ("unknown kind", StatusCode::UNPROCESSABLE_ENTITY, "unknown_kind",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "TeleportRequested", "data": {} }] }).to_string()),
+        ("reserved kind", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "WriterClaimed", "data": { "writer": "me" } }] }).to_string()),
+        ("wrong seq", StatusCode::CONFLICT, "wrong_seq",
+            json!({ "epoch": 1, "events": [user_request(5, &id, "skips ahead")] }).to_string()),
+        ("stale epoch", StatusCode::CONFLICT, "stale_epoch",
+            json!({ "epoch": 7, "events": [user_request(2, &id, "wrong epoch")] }).to_string()),
+        ("event too large", StatusCode::PAYLOAD_TOO_LARGE, "too_large",
+            json!({ "epoch": 1, "events": [user_request(2, &id, &large)] }).to_string()),
+        ("body too large", StatusCode::PAYLOAD_TOO_LARGE, "too_large",
+            json!({ "epoch": 1, "events": [user_request(2, &id, &"y".repeat(300 * 1024))] }).to_string()),
+        ("number out of range", StatusCode::UNPROCESSABLE_ENTITY, "invalid_event",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ModelResponse", "data": {
+                "model": "m", "tokens_in": u64::MAX, "tokens_out": 1, "cost_micros": 1,
+                "started_at": 0, "content": { "Plain": "x" } } }] }).to_string()),
+        ("result for no call", StatusCode::UNPROCESSABLE_ENTITY, "invalid_event",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ToolCallResult", "data": {
+                "call_seq": 1, "outcome": "Failed", "output": { "Plain": "?" }, "source": "Executed",
+                "recorded_by": null, "note": null } }] }).to_string()),
+    ];
+    for (what, status, code, body) in cases {
+        let (got, answer) = service.post_raw(&path, body).await?;
+        assert_eq!(got, status, "{what}: {answer}");
+        assert_eq!(answer["error"], code, "{what}: {answer}");
+        assert!(
+            answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {answer}"
+        );
+    }
+
+    let (got, answer) = service
+        .post(
+            "/sessions/not-a-uuid/events",
+            json!({ "epoch": 1, "events": [] }),
+        )
+        .await?;
+    assert_eq!(
+        (got, answer["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("bad_session_id"))
+    );
+    let elsewhere = uuid::Uuid::now_v7();
+    let (got, answer) = service
+        .post(
+            &format!("/sessions/{elsewhere}/events"),
+            json!({ "epoch": 1, "events": [] }),
+        )
+        .await?;
+    assert_eq!(
+        (got, answer["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("session_not_open"))
+    );
+    let (got, answer) = service
+        .post(
+            &format!("/sessions/{elsewhere}/claim"),
+            json!({ "writer": "w" }),
+        )
+        .await?;
+    assert_eq!(
+        (got, answer["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown_session"))
+    );
+
+    // A claim through the service fences the epoch it handed out before.
+    let (got, claimed) = service
+        .post(
+            &format!("/sessions/{session}/claim"),
+            json!({ "writer": "second" }),
+        )
+        .await?;
+    assert_eq!(got, StatusCode::OK, "{claimed}");
+    assert_eq!(claimed["epoch"], 2);
+    let (got, answer) = service
+        .post(
+            &path,
+            json!({ "epoch": 1, "events": [user_request(2, &id, "old epoch")] }),
+        )
+        .await?;
+    assert_eq!(
+        (got, answer["error"].as_str()),
+        (StatusCode::CONFLICT, Some("stale_epoch")),
+        "{answer}"
+    );
+    assert_eq!(answer["current_epoch"], 2);
+
+    // None of it reached the log: start and claim only.
+    let histories = fold_topic(&service.log).await?;
+    assert_eq!(
+        histories.values().map(|h| h.verdicts.len()).sum::<usize>(),
+        2
+    );
+    Ok(())
+}
