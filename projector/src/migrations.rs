@@ -16,11 +16,12 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "sessions, event index, writer claims, checkpoints, rejected events",
-    statements: &[
-        "CREATE TABLE IF NOT EXISTS {ks}.sessions (
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "sessions, event index, writer claims, checkpoints, rejected events",
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS {ks}.sessions (
             session_id uuid PRIMARY KEY,
             status text,
             agent text,
@@ -41,7 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             applied_offset bigint,
             state_digest text,
             state_json text)",
-        "CREATE TABLE IF NOT EXISTS {ks}.event_index (
+            "CREATE TABLE IF NOT EXISTS {ks}.event_index (
             session_id uuid,
             seq bigint,
             log_partition int,
@@ -51,7 +52,7 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             epoch bigint,
             occurred_at_us bigint,
             PRIMARY KEY ((session_id), seq))",
-        "CREATE TABLE IF NOT EXISTS {ks}.writer_claims (
+            "CREATE TABLE IF NOT EXISTS {ks}.writer_claims (
             session_id uuid,
             epoch bigint,
             writer text,
@@ -60,7 +61,7 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             event_id uuid,
             occurred_at_us bigint,
             PRIMARY KEY ((session_id), epoch))",
-        "CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
+            "CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
             session_id uuid,
             seq bigint,
             log_partition int,
@@ -71,7 +72,7 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             state_json text,
             PRIMARY KEY ((session_id), seq))
             WITH CLUSTERING ORDER BY (seq DESC)",
-        "CREATE TABLE IF NOT EXISTS {ks}.rejected_events (
+            "CREATE TABLE IF NOT EXISTS {ks}.rejected_events (
             session_id uuid,
             log_partition int,
             log_offset bigint,
@@ -82,5 +83,56 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
             label text,
             reason text,
             PRIMARY KEY ((session_id), log_partition, log_offset))",
-    ],
-}];
+        ],
+    },
+    Migration {
+        version: 2,
+        description: "trace spans by session and by day, context view, partition progress",
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_session (
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            start_us bigint,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            PRIMARY KEY ((session_id), span_seq))",
+            // Analytics read a day at a time; spans of a day sort by start.
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_day (
+            day text,
+            start_us bigint,
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            PRIMARY KEY ((day), start_us, session_id, span_seq))",
+            "CREATE TABLE IF NOT EXISTS {ks}.context_view (
+            session_id uuid PRIMARY KEY,
+            applied_offset bigint,
+            last_seq bigint,
+            plan text,
+            recent_turns text,
+            unresolved_calls text,
+            older_ranges text,
+            left_out text)",
+            "CREATE TABLE IF NOT EXISTS {ks}.partition_progress (
+            topic text,
+            log_partition int,
+            next_offset bigint,
+            PRIMARY KEY ((topic), log_partition))",
+        ],
+    },
+];

@@ -1,13 +1,17 @@
 //! The projection tables in CQL.
 
+use crate::context::ContextWindow;
 use crate::migrations::MIGRATIONS;
+use crate::trace::SpanWrite;
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::statement::prepared::PreparedStatement;
+use scylla::value::MaybeUnset;
 use sessionlog_log::CqlSettings;
 use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::{Rejection, SessionState};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -94,6 +98,12 @@ struct Statements {
     put_claim: PreparedStatement,
     put_checkpoint: PreparedStatement,
     put_rejected: PreparedStatement,
+    put_span_by_session: PreparedStatement,
+    put_span_by_day: PreparedStatement,
+    save_context: PreparedStatement,
+    load_context: PreparedStatement,
+    save_progress: PreparedStatement,
+    load_progress: PreparedStatement,
 }
 
 impl ProjectionStore {
@@ -282,6 +292,161 @@ impl ProjectionStore {
     }
 }
 
+/// The columns of a span write that are absent stay unset, so a later write never erases them.
+fn unset_or<T>(value: Option<T>) -> MaybeUnset<T> {
+    value.map_or(MaybeUnset::Unset, MaybeUnset::Set)
+}
+
+impl ProjectionStore {
+    /// Writes a span to both trace tables. `offset` (the event's log offset) is the write
+    /// timestamp, so the write of the event that completes a span wins over the one that opened it.
+    pub async fn put_span(&self, span: &SpanWrite, offset: i64) -> Result<()> {
+        let as_i64 = |v: Option<u64>| unset_or(v.map(|v| v as i64));
+        let end_seq = as_i64(span.end_seq);
+        let (end_us, duration_us) = (unset_or(span.end_us), unset_or(span.duration_us()));
+        let (tokens_in, tokens_out, cost) = (
+            as_i64(span.tokens_in),
+            as_i64(span.tokens_out),
+            as_i64(span.cost_micros),
+        );
+        let (session, seq) = (span.session_id.0, span.span_seq as i64);
+        self.session
+            .execute_unpaged(
+                &self.statements.put_span_by_session,
+                (
+                    session,
+                    seq,
+                    span.span_kind,
+                    span.name.as_str(),
+                    span.start_us,
+                    &end_seq,
+                    &end_us,
+                    &duration_us,
+                    &tokens_in,
+                    &tokens_out,
+                    &cost,
+                    span.outcome,
+                    offset,
+                ),
+            )
+            .await
+            .map_err(Error::store("write span"))?;
+        self.session
+            .execute_unpaged(
+                &self.statements.put_span_by_day,
+                (
+                    span.day(),
+                    span.start_us,
+                    session,
+                    seq,
+                    span.span_kind,
+                    span.name.as_str(),
+                    &end_seq,
+                    &end_us,
+                    &duration_us,
+                    &tokens_in,
+                    &tokens_out,
+                    &cost,
+                    span.outcome,
+                    offset,
+                ),
+            )
+            .await
+            .map_err(Error::store("write span by day"))?;
+        Ok(())
+    }
+
+    /// The stored context window of a session, if any.
+    pub async fn load_context(&self, session: SessionId) -> Result<Option<ContextWindow>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.statements.load_context, (session.0,))
+            .await
+            .map_err(Error::store("load context"))?
+            .into_rows_result()
+            .map_err(Error::store("load context"))?;
+        type Row = (Option<i64>, Option<String>, Option<String>, Option<String>);
+        let Some((offset, recent, older, left_out)) = rows
+            .maybe_first_row::<Row>()
+            .map_err(Error::store("load context"))?
+        else {
+            return Ok(None);
+        };
+        let corrupt = |e: serde_json::Error| Error::CorruptRow {
+            session: session.to_string(),
+            message: format!("context view: {e}"),
+        };
+        let parse = |text: Option<String>, empty: &str| text.unwrap_or_else(|| empty.into());
+        Ok(Some(ContextWindow {
+            applied_offset: offset.unwrap_or(-1),
+            recent: serde_json::from_str(&parse(recent, "[]")).map_err(corrupt)?,
+            older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
+            left_out: serde_json::from_str(&parse(left_out, "{}")).map_err(corrupt)?,
+        }))
+    }
+
+    /// Writes a session's context view: the window, plus the plan and unresolved calls of `state`.
+    /// Written `USING TIMESTAMP` the window's applied offset, like the session row.
+    pub async fn save_context(&self, window: &ContextWindow, state: &SessionState) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.statements.save_context,
+                (
+                    state.session_id.0,
+                    window.applied_offset,
+                    state.last_seq as i64,
+                    ContextWindow::plan_text(state),
+                    to_json(&window.recent),
+                    to_json(&ContextWindow::unresolved_calls(state)),
+                    to_json(&window.older),
+                    to_json(&window.left_out),
+                    window.applied_offset,
+                ),
+            )
+            .await
+            .map_err(Error::store("save context view"))?;
+        Ok(())
+    }
+
+    /// Records that every record of `topic[partition]` before `next_offset` is applied.
+    /// The write timestamp is the offset, so progress never moves back.
+    pub async fn save_progress(&self, topic: &str, partition: i32, next_offset: i64) -> Result<()> {
+        self.session
+            .execute_unpaged(
+                &self.statements.save_progress,
+                (topic, partition, next_offset, next_offset),
+            )
+            .await
+            .map_err(Error::store("save partition progress"))?;
+        Ok(())
+    }
+
+    /// The stored next offset to apply, by partition of `topic`.
+    pub async fn load_progress(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
+        let rows = self
+            .session
+            .execute_unpaged(&self.statements.load_progress, (topic,))
+            .await
+            .map_err(Error::store("load partition progress"))?
+            .into_rows_result()
+            .map_err(Error::store("load partition progress"))?;
+        let mut progress = BTreeMap::new();
+        for row in rows
+            .rows::<(i32, Option<i64>)>()
+            .map_err(Error::store("load partition progress"))?
+        {
+            let (partition, next) = row.map_err(Error::store("load partition progress"))?;
+            progress.insert(partition, next.unwrap_or_default());
+        }
+        Ok(progress)
+    }
+}
+
+/// A JSON column's text (serialising plain data cannot fail; empty if it somehow did).
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 impl Statements {
     async fn prepare(session: &Session, ks: &str) -> Result<Self> {
         let prepare = |cql: String| async move {
@@ -325,6 +490,38 @@ impl Statements {
             put_rejected: prepare(format!(
                 "INSERT INTO {ks}.rejected_events (session_id, log_partition, log_offset, seq, epoch,
                  event_id, kind, label, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ))
+            .await?,
+            put_span_by_session: prepare(format!(
+                "INSERT INTO {ks}.trace_spans_by_session (session_id, span_seq, span_kind, name,
+                 start_us, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            ))
+            .await?,
+            put_span_by_day: prepare(format!(
+                "INSERT INTO {ks}.trace_spans_by_day (day, start_us, session_id, span_seq, span_kind,
+                 name, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            ))
+            .await?,
+            save_context: prepare(format!(
+                "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
+                 recent_turns, unresolved_calls, older_ranges, left_out)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            ))
+            .await?,
+            load_context: prepare(format!(
+                "SELECT applied_offset, recent_turns, older_ranges, left_out
+                 FROM {ks}.context_view WHERE session_id = ?"
+            ))
+            .await?,
+            save_progress: prepare(format!(
+                "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset)
+                 VALUES (?, ?, ?) USING TIMESTAMP ?"
+            ))
+            .await?,
+            load_progress: prepare(format!(
+                "SELECT log_partition, next_offset FROM {ks}.partition_progress WHERE topic = ?"
             ))
             .await?,
         })

@@ -1,20 +1,23 @@
-//! The consume → fold → write → commit loop.
+//! The consumer-group worker: consume → fold → dead-letter → write → record progress → commit.
 
-use crate::{Error, ProjectedSession, ProjectionStore, Result};
-use futures::stream::{self, TryStreamExt};
-use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use crate::apply::{Applier, BatchStats, DeadLetter, with_retry};
+use crate::observe::{self, Health};
+use crate::{ProjectionStore, Result};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::statistics::Statistics;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use sessionlog_log::Settings;
-use sessionlog_schemas::{EventDecoder, EventEnvelope, SchemaRegistry, SessionEvent, SessionId};
-use sessionlog_session::{Rejection, Verdict};
-use std::collections::{BTreeMap, HashMap};
+use sessionlog_log::{ProjectorSettings, RawRecord, Settings};
+use sessionlog_schemas::{EventDecoder, SchemaRegistry};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Tuning of a projector instance.
 #[derive(Clone, Debug)]
@@ -33,76 +36,115 @@ pub struct ProjectorOptions {
 
 impl Default for ProjectorOptions {
     fn default() -> Self {
+        Self::from(&ProjectorSettings::default())
+    }
+}
+
+impl From<&ProjectorSettings> for ProjectorOptions {
+    fn from(s: &ProjectorSettings) -> Self {
         Self {
-            group_id: "sessionlog-projector".into(),
-            batch_max: 500,
-            batch_wait: Duration::from_millis(20),
-            write_concurrency: 32,
-            cache_sessions: 10_000,
+            group_id: s.group_id.clone(),
+            batch_max: s.batch_max.max(1),
+            batch_wait: Duration::from_millis(s.batch_wait_ms),
+            write_concurrency: s.write_concurrency.max(1),
+            cache_sessions: s.cache_sessions,
         }
     }
 }
 
-/// Notes rebalances so the worker drops cached state it may no longer own.
+/// State the consumer's callbacks share with the worker.
 #[derive(Default)]
-struct ProjectorContext {
-    rebalanced: Arc<AtomicBool>,
+struct Shared {
+    topic: String,
+    /// Set on every rebalance: cached sessions may have moved on elsewhere.
+    rebalanced: AtomicBool,
+    /// Partitions assigned since the worker last looked, to resume from stored progress.
+    assigned: Mutex<Vec<i32>>,
+    /// Next offset to commit, by partition, for everything made durable.
+    applied: Mutex<BTreeMap<i32, i64>>,
 }
 
-impl ClientContext for ProjectorContext {}
-
-impl ConsumerContext for ProjectorContext {
-    fn pre_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, _: &Rebalance<'_>) {
-        // Another instance may advance these sessions while we do not own them: forget them.
-        self.rebalanced.store(true, Ordering::SeqCst);
+impl Shared {
+    fn applied_offsets(&self, only: Option<&HashSet<i32>>) -> TopicPartitionList {
+        let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut list = TopicPartitionList::new();
+        for (partition, next) in applied.iter() {
+            if only.is_none_or(|set| set.contains(partition)) {
+                // Only fails for an invalid offset, which `Offset::Offset` of ours is not.
+                let _ = list.add_partition_offset(&self.topic, *partition, Offset::Offset(*next));
+            }
+        }
+        list
     }
 }
 
-/// One row write a batch owes the store.
-enum RowWrite {
-    Accepted {
-        event: EventEnvelope,
-        partition: i32,
-        offset: i64,
-        /// The state including the event, kept only for checkpoints.
-        checkpoint_state: Option<Box<sessionlog_session::SessionState>>,
-    },
-    Rejected {
-        event: EventEnvelope,
-        partition: i32,
-        offset: i64,
-        why: Rejection,
-    },
+/// Commits on revoke, notes assignments, and turns librdkafka statistics into lag gauges.
+struct ProjectorContext {
+    shared: Arc<Shared>,
 }
 
-/// Counts of what a batch did, for logs, metrics and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BatchStats {
-    /// Records read.
-    pub consumed: usize,
-    /// Events accepted by the fold.
-    pub accepted: usize,
-    /// Events the fold rejected (recorded in `rejected_events`).
-    pub rejected: usize,
-    /// Harmless repeats.
-    pub duplicates: usize,
-    /// Records already folded before (a replay after a crash or rebalance).
-    pub skipped: usize,
-    /// Records sent to the dead-letter topic.
-    pub dead_lettered: usize,
+impl ClientContext for ProjectorContext {
+    fn stats(&self, statistics: Statistics) {
+        let Some(topic) = statistics.topics.get(&self.shared.topic) else {
+            return;
+        };
+        for (partition, stats) in &topic.partitions {
+            // Partition -1 is librdkafka's internal "unassigned" queue; -1 lag means unknown.
+            if *partition >= 0 && stats.consumer_lag >= 0 {
+                observe::record_lag(*partition, stats.consumer_lag);
+            }
+        }
+    }
+}
+
+impl ConsumerContext for ProjectorContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        // Another instance may advance these sessions while we do not own them: forget them.
+        self.shared.rebalanced.store(true, Ordering::SeqCst);
+        if let Rebalance::Revoke(revoked) = rebalance {
+            // Rebalance callbacks run inside `recv`, between batches, so everything applied is
+            // durable: commit it before the partitions move, so the next owner starts there.
+            let revoked: HashSet<i32> = revoked.elements().iter().map(|e| e.partition()).collect();
+            let offsets = self.shared.applied_offsets(Some(&revoked));
+            if offsets.count() > 0
+                && let Err(e) = consumer.commit(&offsets, CommitMode::Sync)
+            {
+                tracing::warn!(error = %e, "commit on revoke failed; the next owner re-reads");
+            }
+            let mut applied = self
+                .shared
+                .applied
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            applied.retain(|p, _| !revoked.contains(p));
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(assigned) = rebalance {
+            let mut pending = self
+                .shared
+                .assigned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            pending.extend(assigned.elements().iter().map(|e| e.partition()));
+        }
+    }
 }
 
 /// A projector instance: a member of the consumer group over the session-events topic.
 pub struct Projector {
     consumer: StreamConsumer<ProjectorContext>,
-    rebalanced: Arc<AtomicBool>,
-    store: ProjectionStore,
-    decoder: EventDecoder,
+    shared: Arc<Shared>,
+    applier: Applier,
     dead_letters: FutureProducer,
     topic: String,
     dead_letter_topic: String,
     options: ProjectorOptions,
-    cache: HashMap<SessionId, ProjectedSession>,
+    /// Per partition, the stored progress at assignment: records below it are already applied.
+    floors: HashMap<i32, i64>,
+    /// Partitions already moved forward to their floor since their assignment.
+    sought: HashSet<i32>,
 }
 
 impl Projector {
@@ -110,8 +152,13 @@ impl Projector {
     pub async fn new(settings: &Settings, options: ProjectorOptions) -> Result<Self> {
         let store = ProjectionStore::connect(&settings.cql).await?;
         let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
-        let context = ProjectorContext::default();
-        let rebalanced = Arc::clone(&context.rebalanced);
+        let shared = Arc::new(Shared {
+            topic: settings.kafka.topic.clone(),
+            ..Shared::default()
+        });
+        let context = ProjectorContext {
+            shared: Arc::clone(&shared),
+        };
         let consumer: StreamConsumer<ProjectorContext> = settings
             .kafka
             .client_config()
@@ -119,6 +166,8 @@ impl Projector {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("partition.assignment.strategy", "cooperative-sticky")
+            // Lag per partition comes from librdkafka's statistics.
+            .set("statistics.interval.ms", "5000")
             .create_with_context(context)
             .map_err(sessionlog_log::Error::kafka("create consumer"))?;
         consumer
@@ -129,22 +178,34 @@ impl Projector {
             .producer_config()
             .create()
             .map_err(sessionlog_log::Error::kafka("create dead-letter producer"))?;
+        let applier = Applier::new(
+            Some(store),
+            decoder,
+            &settings.kafka.topic,
+            options.write_concurrency,
+            options.cache_sessions,
+        );
         Ok(Self {
             consumer,
-            rebalanced,
-            store,
-            decoder,
+            shared,
+            applier,
             dead_letters,
             topic: settings.kafka.topic.clone(),
             dead_letter_topic: settings.kafka.dead_letter_topic.clone(),
             options,
-            cache: HashMap::new(),
+            floors: HashMap::new(),
+            sought: HashSet::new(),
         })
     }
 
     /// The store this projector writes.
-    pub fn store(&self) -> &ProjectionStore {
-        &self.store
+    pub fn store(&self) -> Option<&ProjectionStore> {
+        self.applier.store()
+    }
+
+    /// The health handle `/health` reports.
+    pub fn health(&self) -> Arc<Health> {
+        self.applier.health()
     }
 
     /// Runs batches until `shutdown` completes, then commits what it applied.
@@ -161,237 +222,152 @@ impl Projector {
                 }
             }
         }
-        // Everything applied was committed at the end of its batch; a final sync commit
-        // makes sure the last asynchronous one is not lost.
-        if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
-            tracing::debug!(error = %e, "final commit (nothing to commit is fine)");
+        // Batches commit asynchronously; a final synchronous commit makes sure the last
+        // one is not lost, so a restart does not re-read what this instance applied.
+        let offsets = self.shared.applied_offsets(None);
+        if offsets.count() > 0
+            && let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync)
+        {
+            tracing::warn!(error = %e, "final commit failed; a restart re-reads a little");
         }
         Ok(())
     }
 
-    /// Reads one batch, folds it, makes its writes durable, then commits its offsets.
+    /// Reads one batch, folds it, dead-letters what cannot be projected, makes its writes
+    /// durable, records the partitions' progress, then commits its offsets.
     pub async fn run_batch(&mut self) -> Result<BatchStats> {
         let records = self.next_records().await?;
-        let mut stats = BatchStats {
-            consumed: records.len(),
-            ..BatchStats::default()
-        };
         if records.is_empty() {
-            return Ok(stats);
+            self.applier.health().idle();
+            return Ok(BatchStats::default());
         }
-        let mut writes = Vec::new();
-        let mut touched: Vec<SessionId> = Vec::new();
-        let mut next_offsets: BTreeMap<i32, i64> = BTreeMap::new();
+        let started = Instant::now();
+        let folded = self.applier.fold(&records).await?;
+        for DeadLetter { index, reason } in &folded.dead_letters {
+            if let Some(record) = records.get(*index) {
+                self.dead_letter(record, reason).await?;
+            }
+        }
+        let stats = folded.stats;
+        let next_offsets = folded.next_offsets.clone();
+        self.applier.persist(folded).await;
+        observe::record_apply(started.elapsed());
         for record in &records {
-            next_offsets.insert(record.partition(), record.offset() + 1);
-            self.fold_record(record, &mut writes, &mut touched, &mut stats)
-                .await?;
+            observe::record_visible(record.timestamp_ms);
         }
-        self.flush(writes, &touched).await;
         self.commit(&next_offsets)?;
-        if self.cache.len() > self.options.cache_sessions {
-            self.cache.clear();
-        }
         Ok(stats)
     }
 
-    async fn next_records(&mut self) -> Result<Vec<OwnedMessage>> {
+    async fn next_records(&mut self) -> Result<Vec<RawRecord>> {
         let mut records = Vec::new();
         let first = tokio::time::timeout(Duration::from_millis(500), self.consumer.recv()).await;
         match first {
-            Err(_) => return Ok(records),
-            Ok(message) => records.push(
-                message
-                    .map_err(sessionlog_log::Error::kafka("consume"))?
-                    .detach(),
-            ),
+            Err(_) => {}
+            Ok(Ok(message)) => records.push(raw(&message)),
+            // Consumer errors (a broker down, a leader moving) are reports: librdkafka keeps
+            // reconnecting and fetching, so the worker keeps going rather than exiting.
+            Ok(Err(e)) => tracing::warn!(error = %e, "kafka consumer error; continuing"),
         }
-        while records.len() < self.options.batch_max {
+        while !records.is_empty() && records.len() < self.options.batch_max {
             match tokio::time::timeout(self.options.batch_wait, self.consumer.recv()).await {
-                Ok(Ok(message)) => records.push(message.detach()),
-                Ok(Err(e)) => return Err(sessionlog_log::Error::kafka("consume")(e).into()),
+                Ok(Ok(message)) => records.push(raw(&message)),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "kafka consumer error; continuing");
+                    break;
+                }
                 Err(_) => break,
             }
         }
-        if self.rebalanced.swap(false, Ordering::SeqCst) {
-            self.cache.clear();
+        if self.shared.rebalanced.swap(false, Ordering::SeqCst) {
+            self.applier.forget();
         }
+        self.resume_assigned().await;
+        self.drop_applied(&mut records);
         Ok(records)
     }
 
-    async fn fold_record(
-        &mut self,
-        record: &OwnedMessage,
-        writes: &mut Vec<RowWrite>,
-        touched: &mut Vec<SessionId>,
-        stats: &mut BatchStats,
-    ) -> Result<()> {
-        let (partition, offset) = (record.partition(), record.offset());
-        let event = match self.decode(record).await {
-            Ok(event) => event,
-            Err(reason) => {
-                self.dead_letter(record, &reason).await?;
-                stats.dead_lettered += 1;
-                return Ok(());
-            }
-        };
-        let session = event.session_id;
-        let entry = self.session_entry(session, partition).await?;
-        if entry.applied_offset >= offset {
-            stats.skipped += 1;
-            return Ok(());
+    /// For newly assigned partitions, reads the stored progress: the committed offset may be
+    /// behind it (commits are asynchronous), and records below it are already applied.
+    async fn resume_assigned(&mut self) {
+        let assigned: Vec<i32> = std::mem::take(
+            &mut *self
+                .shared
+                .assigned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if assigned.is_empty() {
+            return;
         }
-        let verdict = entry.state.apply(&event);
-        entry.applied_offset = offset;
-        entry.partition = partition;
-        match verdict {
-            Verdict::Accepted => {
-                stats.accepted += 1;
-                let checkpoint_state = matches!(event.event, SessionEvent::Checkpoint { .. })
-                    .then(|| Box::new(entry.state.clone()));
-                writes.push(RowWrite::Accepted {
-                    event,
-                    partition,
-                    offset,
-                    checkpoint_state,
-                });
-            }
-            Verdict::Duplicate => stats.duplicates += 1,
-            Verdict::Rejected(why) => {
-                stats.rejected += 1;
-                writes.push(RowWrite::Rejected {
-                    event,
-                    partition,
-                    offset,
-                    why,
-                });
-            }
-        }
-        if !touched.contains(&session) {
-            touched.push(session);
-        }
-        Ok(())
-    }
-
-    /// Decodes a record; `Err` carries the reason it belongs in the dead-letter topic.
-    /// A registry outage is not the record's fault: it is retried until the registry answers.
-    async fn decode(&self, record: &OwnedMessage) -> Result<EventEnvelope, String> {
-        let Some(payload) = record.payload() else {
-            return Err("empty record value".into());
+        let Some(store) = self.applier.store() else {
+            return;
         };
-        let mut backoff = Duration::from_millis(100);
-        let event = loop {
-            match self.decoder.decode(payload).await {
-                Ok(event) => break event,
-                Err(e) if e.is_retriable() => {
-                    tracing::warn!(error = %e, "schema registry unavailable; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        let expected_key = event.session_id.to_string();
-        if record.key() != Some(expected_key.as_bytes()) {
-            return Err(format!(
-                "record key {:?} is not the event's session id {expected_key}",
-                record.key().map(String::from_utf8_lossy)
-            ));
-        }
-        Ok(event)
-    }
-
-    async fn session_entry(
-        &mut self,
-        session: SessionId,
-        partition: i32,
-    ) -> Result<&mut ProjectedSession> {
-        let loaded = if self.cache.contains_key(&session) {
-            None
-        } else {
-            with_retry("load session", || self.store.load_session(session)).await
-        };
-        Ok(self.cache.entry(session).or_insert_with(|| {
-            loaded.unwrap_or_else(|| ProjectedSession {
-                state: sessionlog_session::SessionState::empty(session),
-                partition,
-                applied_offset: -1,
-            })
-        }))
-    }
-
-    /// Makes a batch's writes durable: index and rejection rows first, then each touched
-    /// session's row, which records how far it goes. Retries until the store answers, so an
-    /// outage stalls the projector instead of losing anything.
-    async fn flush(&self, writes: Vec<RowWrite>, touched: &[SessionId]) {
-        let store = &self.store;
-        let concurrency = self.options.write_concurrency;
-        let writes = &writes;
-        with_retry("write rows", || async move {
-            stream::iter(writes.iter().map(Ok))
-                .try_for_each_concurrent(concurrency, |write| async move {
-                    match write {
-                        RowWrite::Accepted {
-                            event,
-                            partition,
-                            offset,
-                            checkpoint_state,
-                        } => {
-                            store
-                                .record_accepted(
-                                    event,
-                                    *partition,
-                                    *offset,
-                                    checkpoint_state.as_deref(),
-                                )
-                                .await
-                        }
-                        RowWrite::Rejected {
-                            event,
-                            partition,
-                            offset,
-                            why,
-                        } => store.record_rejected(event, *partition, *offset, why).await,
-                    }
-                })
-                .await
+        let health = self.applier.health();
+        let topic = self.topic.as_str();
+        let progress = with_retry("load partition progress", &health, || {
+            store.load_progress(topic)
         })
         .await;
-        let rows: Vec<&ProjectedSession> =
-            touched.iter().filter_map(|s| self.cache.get(s)).collect();
-        let rows = &rows;
-        with_retry("write sessions", || async move {
-            stream::iter(rows.iter().map(Ok))
-                .try_for_each_concurrent(concurrency, |row| store.save_session(row))
-                .await
-        })
-        .await;
+        for partition in assigned {
+            self.sought.remove(&partition);
+            match progress.get(&partition) {
+                Some(next) => self.floors.insert(partition, *next),
+                None => self.floors.remove(&partition),
+            };
+        }
+    }
+
+    /// Drops records below their partition's stored progress, and moves the partition's
+    /// fetch position forward to it once, so they are not fetched again.
+    fn drop_applied(&mut self, records: &mut Vec<RawRecord>) {
+        let mut behind: BTreeMap<i32, i64> = BTreeMap::new();
+        let before = records.len();
+        records.retain(|r| match self.floors.get(&r.partition) {
+            Some(floor) if r.offset < *floor => {
+                behind.insert(r.partition, *floor);
+                false
+            }
+            _ => true,
+        });
+        metrics::counter!(observe::SKIPPED).increment((before - records.len()) as u64);
+        for (partition, floor) in behind {
+            if self.sought.insert(partition)
+                && let Err(e) = self.consumer.seek(
+                    &self.topic,
+                    partition,
+                    Offset::Offset(floor),
+                    Duration::from_secs(5),
+                )
+            {
+                // The filter above still drops what is below the floor.
+                tracing::debug!(partition, error = %e, "seek to stored progress failed");
+            }
+        }
     }
 
     fn commit(&self, next_offsets: &BTreeMap<i32, i64>) -> Result<()> {
-        let mut offsets = TopicPartitionList::new();
-        for (partition, next) in next_offsets {
-            offsets
-                .add_partition_offset(&self.topic, *partition, Offset::Offset(*next))
-                .map_err(sessionlog_log::Error::kafka("build commit"))?;
+        {
+            let mut applied = self
+                .shared
+                .applied
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            applied.extend(next_offsets.iter().map(|(p, o)| (*p, *o)));
         }
+        let only: HashSet<i32> = next_offsets.keys().copied().collect();
+        let offsets = self.shared.applied_offsets(Some(&only));
         // Asynchronous: losing a commit only means re-reading records whose effects are
-        // already in the tables, which the applied offsets turn into no-ops.
+        // already in the tables, which the stored progress turns into no-ops.
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             tracing::warn!(error = %e, "offset commit failed; records will be re-read");
         }
         Ok(())
     }
 
-    async fn dead_letter(&self, record: &OwnedMessage, reason: &str) -> Result<()> {
-        tracing::warn!(
-            partition = record.partition(),
-            offset = record.offset(),
-            reason,
-            "dead-lettering record"
-        );
-        let partition = record.partition().to_string();
-        let offset = record.offset().to_string();
+    async fn dead_letter(&self, record: &RawRecord, reason: &str) -> Result<()> {
+        let partition = record.partition.to_string();
+        let offset = record.offset.to_string();
         let headers = OwnedHeaders::new()
             .insert(Header {
                 key: "sessionlog.reason",
@@ -411,10 +387,10 @@ impl Projector {
             });
         let mut out: FutureRecord<'_, [u8], [u8]> =
             FutureRecord::to(&self.dead_letter_topic).headers(headers);
-        if let Some(key) = record.key() {
+        if let Some(key) = record.key.as_deref() {
             out = out.key(key);
         }
-        if let Some(payload) = record.payload() {
+        if let Some(payload) = record.payload.as_deref() {
             out = out.payload(payload);
         }
         self.dead_letters
@@ -425,21 +401,12 @@ impl Projector {
     }
 }
 
-/// Retries a store operation with capped exponential backoff until it succeeds.
-async fn with_retry<T, F, Fut>(what: &'static str, mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match op().await {
-            Ok(value) => return value,
-            Err(e) => {
-                tracing::warn!(error = %e, what, ?backoff, "store unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
+fn raw(message: &impl Message) -> RawRecord {
+    RawRecord {
+        partition: message.partition(),
+        offset: message.offset(),
+        key: message.key().map(<[u8]>::to_vec),
+        payload: message.payload().map(<[u8]>::to_vec),
+        timestamp_ms: message.timestamp().to_millis(),
     }
 }

@@ -1,0 +1,360 @@
+//! Projector benchmark, against the running stack (`scripts/stack up`):
+//!
+//! 1. End-to-end lag: appends at `--rate` events/s for `--duration` seconds across `--sessions`
+//!    sessions while a `sessionlog project` process projects them; a sampler measures, for a
+//!    sample of events, the time from the start of the append to the session row showing it.
+//! 2. Replay throughput: `sessionlog replay` of the same topic into a fresh keyspace, against
+//!    a plain `scylla`-driver insert of the same rows (read back from the replayed keyspace)
+//!    into a third keyspace, in the same run; prints both and the ratio.
+//!
+//! The projector's peak resident memory (VmHWM of the child process) is printed for both runs.
+//!
+//! `cargo run --release -p sessionlog-benches --bin projector_bench -- --duration 120`
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use sessionlog_benches::{Latencies, print_table};
+use sessionlog_log::{PartitionReader, Settings, topic};
+use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
+use sessionlog_projector::ProjectionStore;
+use sessionlog_projector::verify::TABLES;
+use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seconds of load.
+    #[arg(long, default_value_t = 120)]
+    duration: u64,
+    /// Events appended per second.
+    #[arg(long, default_value_t = 5_000)]
+    rate: u64,
+    /// Concurrent sessions the load spreads over.
+    #[arg(long, default_value_t = 500)]
+    sessions: usize,
+    /// Topic partitions.
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// Lag samples per second.
+    #[arg(long, default_value_t = 50)]
+    samples: u64,
+}
+
+/// The `sessionlog` binary next to this one.
+fn sessionlog_bin() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let bin = exe
+        .parent()
+        .map(|dir| dir.join("sessionlog"))
+        .context("locating the target directory")?;
+    if !bin.exists() {
+        bail!(
+            "{} not found: cargo build --release -p sessionlog-cli",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+fn env_of(settings: &Settings) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "SESSIONLOG_KAFKA__BOOTSTRAP",
+            settings.kafka.bootstrap.clone(),
+        ),
+        ("SESSIONLOG_KAFKA__TOPIC", settings.kafka.topic.clone()),
+        (
+            "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC",
+            settings.kafka.dead_letter_topic.clone(),
+        ),
+        ("SESSIONLOG_REGISTRY__URL", settings.registry.url.clone()),
+        ("SESSIONLOG_CQL__NODES", settings.cql.nodes.clone()),
+        ("SESSIONLOG_CQL__KEYSPACE", settings.cql.keyspace.clone()),
+        ("SESSIONLOG_CONFIG", "/dev/null".into()),
+    ]
+}
+
+/// A child process whose peak resident memory is sampled until it ends.
+struct Watched {
+    child: Child,
+    peak_kib: Arc<AtomicU64>,
+}
+
+impl Watched {
+    fn spawn(mut command: Command) -> Result<Self> {
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("spawning sessionlog")?;
+        let peak_kib = Arc::new(AtomicU64::new(0));
+        let (pid, peak) = (child.id(), Arc::clone(&peak_kib));
+        std::thread::spawn(move || {
+            // VmHWM is the kernel's own high-water mark: sampling it often enough to read it
+            // before the process exits is all that is needed.
+            while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                let hwm = status
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or_default();
+                peak.fetch_max(hwm, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Ok(Self { child, peak_kib })
+    }
+
+    fn peak_mib(&self) -> f64 {
+        self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut settings = Settings::load(None)?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = &run[run.len() - 8..];
+    settings.kafka.topic = format!("bench-projector-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
+    settings.kafka.partitions = args.partitions;
+    settings.cql.keyspace = format!("bench_projector_{tag}");
+    topic::ensure_topics(&settings.kafka).await?;
+    SchemaRegistry::new(settings.registry.url.clone())?
+        .register_all_versions(&value_subject(&settings.kafka.topic))
+        .await?;
+    let store = ProjectionStore::connect(&settings.cql).await?;
+    let bin = sessionlog_bin()?;
+
+    // Run 1: live projection under load.
+    let mut project = Command::new(&bin);
+    project.arg("project").envs(env_of(&settings));
+    let projector = Watched::spawn(project)?;
+    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
+    let (appended, mut lag) = load(&args, &log, &store).await?;
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    let mut ends = BTreeMap::new();
+    for p in 0..args.partitions {
+        ends.insert(p, reader.watermarks(p).await?.1);
+    }
+    let drain = Instant::now();
+    loop {
+        let progress = store.load_progress(&settings.kafka.topic).await?;
+        if ends
+            .iter()
+            .all(|(p, e)| progress.get(p).copied().unwrap_or(0) >= *e)
+        {
+            break;
+        }
+        if drain.elapsed() > Duration::from_secs(600) {
+            bail!("the projector did not catch up within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let live_rss = projector.peak_mib();
+    drop(projector);
+    let total: i64 = ends.values().sum();
+
+    // Run 2: replay into a fresh keyspace, then the same rows inserted plainly.
+    let replay_ks = format!("{}_replay", settings.cql.keyspace);
+    let mut replay = Command::new(&bin);
+    replay
+        .args(["replay", "--keyspace", &replay_ks])
+        .envs(env_of(&settings))
+        .stderr(Stdio::null());
+    let started = Instant::now();
+    let mut replayer = Watched::spawn(replay)?;
+    let status = tokio::task::block_in_place(|| replayer.child.wait())?;
+    let replay_secs = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("sessionlog replay failed: {status}");
+    }
+    let replay_rss = replayer.peak_mib();
+    let (rows, plain_secs) = plain_insert(&settings, &replay_ks).await?;
+
+    let replay_eps = total as f64 / replay_secs;
+    let plain_eps = total as f64 / plain_secs;
+    println!(
+        "appended {appended} events over {}s across {} sessions; {} lag samples",
+        args.duration,
+        args.sessions,
+        lag.len()
+    );
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    print_table(
+        &["measure", "value"],
+        &[
+            vec![
+                "lag p50 (append → visible)".into(),
+                ms(lag.percentile(50.0)),
+            ],
+            vec!["lag p99".into(), ms(lag.percentile(99.0))],
+            vec!["lag max".into(), ms(lag.max())],
+            vec![
+                "projector peak RSS (live)".into(),
+                format!("{live_rss:.0} MiB"),
+            ],
+            vec![
+                "replay".into(),
+                format!("{total} events in {replay_secs:.1} s = {replay_eps:.0} events/s"),
+            ],
+            vec![
+                "plain scylla insert of the same rows".into(),
+                format!("{rows} rows in {plain_secs:.1} s = {plain_eps:.0} events/s"),
+            ],
+            vec![
+                "ratio replay / plain".into(),
+                format!("{:.2}x", replay_eps / plain_eps),
+            ],
+            vec![
+                "projector peak RSS (replay)".into(),
+                format!("{replay_rss:.0} MiB"),
+            ],
+        ],
+    );
+    Ok(())
+}
+
+/// Appends at the target rate; returns how many events were appended and the lag samples.
+async fn load(
+    args: &Args,
+    log: &Arc<EventLog>,
+    store: &ProjectionStore,
+) -> Result<(u64, Latencies)> {
+    let per_session = args.rate as f64 / args.sessions as f64;
+    let interval = Duration::from_secs_f64(1.0 / per_session);
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let appended = Arc::new(AtomicU64::new(0));
+    let lag = Arc::new(Mutex::new(Latencies::default()));
+    let sample_every = (args.rate / args.samples.max(1)).max(1);
+    let mut tasks = Vec::new();
+    for i in 0..args.sessions {
+        let (log, appended, lag, store) = (
+            Arc::clone(log),
+            Arc::clone(&appended),
+            Arc::clone(&lag),
+            store.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let (mut writer, _) = SessionWriter::create(log, "bench", None).await?;
+            let mut tick = tokio::time::interval(interval);
+            // Spread the sessions' ticks over one interval rather than all at once.
+            tokio::time::sleep(interval.mul_f64(i as f64 / 500.0 % 1.0)).await;
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while Instant::now() < deadline {
+                tick.tick().await;
+                let n = appended.fetch_add(1, Ordering::Relaxed);
+                let started = Instant::now();
+                let a = writer
+                    .append(SessionEvent::UserRequest {
+                        content: Content::plain(format!("turn {n}")),
+                    })
+                    .await?;
+                if n % sample_every == 0 {
+                    let (store, lag) = (store.clone(), Arc::clone(&lag));
+                    let (session, seq) = (writer.session_id(), a.envelope.seq);
+                    tokio::spawn(async move {
+                        if let Ok(seen) = visible(&store, session, seq, started).await {
+                            lag.lock().await.record(seen);
+                        }
+                    });
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let appended = appended.load(Ordering::Relaxed);
+    // Let the last samples land.
+    let settle = Instant::now();
+    while Arc::strong_count(&lag) > 1 && settle.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lag = lag.lock().await.clone();
+    Ok((appended, lag))
+}
+
+/// Polls a session's row until it shows `seq`; the time since `started`.
+async fn visible(
+    store: &ProjectionStore,
+    session: SessionId,
+    seq: u64,
+    started: Instant,
+) -> Result<Duration> {
+    let ks = store.keyspace().to_string();
+    let query = format!("SELECT last_seq FROM {ks}.sessions WHERE session_id = ?");
+    let limit = Instant::now() + Duration::from_secs(120);
+    loop {
+        let row: Option<(Option<i64>,)> = store
+            .cql()
+            .query_unpaged(query.as_str(), (session.0,))
+            .await?
+            .into_rows_result()?
+            .maybe_first_row()?;
+        if row.and_then(|(s,)| s).unwrap_or(0) >= seq as i64 {
+            return Ok(started.elapsed());
+        }
+        if Instant::now() > limit {
+            bail!("seq {seq} of {session} never became visible");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Reads every row the replay wrote and inserts it, as it is, into a third keyspace with
+/// plain prepared `INSERT ... JSON` statements, 64 in flight: the store's own cost of the rows.
+async fn plain_insert(settings: &Settings, source: &str) -> Result<(u64, f64)> {
+    let mut cql = settings.cql.clone();
+    cql.keyspace = format!("{}_plain", settings.cql.keyspace);
+    let target = ProjectionStore::connect(&cql).await?;
+    let session = target.cql();
+    let mut rows: Vec<(usize, String)> = Vec::new();
+    let mut inserts = Vec::new();
+    for (i, table) in TABLES.iter().enumerate() {
+        let mut stream = session
+            .query_iter(format!("SELECT JSON * FROM {source}.{table}"), ())
+            .await?
+            .rows_stream::<(String,)>()?;
+        while let Some((json,)) = stream.try_next().await? {
+            rows.push((i, json));
+        }
+        inserts.push(
+            session
+                .prepare(format!("INSERT INTO {}.{table} JSON ?", cql.keyspace))
+                .await?,
+        );
+    }
+    let started = Instant::now();
+    let inserts = &inserts;
+    futures::stream::iter(rows.iter())
+        .map(|(i, json)| async move {
+            session
+                .execute_unpaged(&inserts[*i], (json.as_str(),))
+                .await
+        })
+        .buffer_unordered(64)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    Ok((rows.len() as u64, started.elapsed().as_secs_f64()))
+}

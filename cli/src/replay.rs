@@ -1,0 +1,205 @@
+//! `sessionlog replay` and `sessionlog verify`.
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use sessionlog_log::Settings;
+use sessionlog_projector::ProjectionStore;
+use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
+use sessionlog_projector::verify;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The `replay` command's arguments.
+pub struct ReplayRequest {
+    /// Target keyspace.
+    pub keyspace: Option<String>,
+    /// `partition:offset,...`.
+    pub from_offsets: Option<String>,
+    /// Milliseconds or RFC 3339 UTC.
+    pub from_time: Option<String>,
+    /// `0,1,...`.
+    pub partitions: Option<String>,
+    /// Write nothing.
+    pub dry_run: bool,
+    /// Records per batch.
+    pub batch: usize,
+}
+
+/// Plans and runs a replay with a progress bar (events/s, time remaining) on stderr.
+pub async fn replay(settings: &Settings, request: ReplayRequest, json: bool) -> Result<()> {
+    let mut settings = settings.clone();
+    if let Some(keyspace) = request.keyspace {
+        settings.cql.keyspace = keyspace;
+    }
+    let start = match (&request.from_offsets, &request.from_time) {
+        (Some(offsets), _) => StartAt::Offsets(parse_offsets(offsets)?),
+        (None, Some(time)) => StartAt::Timestamp(parse_time(time)?),
+        (None, None) => StartAt::Beginning,
+    };
+    let partitions = request
+        .partitions
+        .as_deref()
+        .map(|list| {
+            list.split(',')
+                .map(|p| p.trim().parse::<i32>())
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("--partitions {list:?}: expected e.g. 0,2,5"))
+        })
+        .transpose()?;
+    let options = ReplayOptions {
+        start,
+        partitions,
+        dry_run: request.dry_run,
+        batch: request.batch,
+        ..ReplayOptions::default()
+    };
+    let plan = Replay::plan(&settings, options)
+        .await
+        .with_context(|| format!("planning a replay into keyspace {}", settings.cql.keyspace))?;
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = ProgressBar::new(plan.total());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} records  {per_sec}  eta {eta}",
+        )
+        .context("progress bar template")?
+        .progress_chars("=> "),
+    );
+    let ticker = {
+        let (bar, done) = (bar.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(done.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let summary = plan.run(Arc::clone(&done)).await;
+    ticker.abort();
+    bar.set_position(done.load(Ordering::Relaxed));
+    bar.finish();
+    let summary = summary?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "{} {} records into {} in {:.1}s: {} accepted, {} rejected, {} undecodable, {} already there",
+            if request.dry_run {
+                "folded (dry run)"
+            } else {
+                "replayed"
+            },
+            summary.consumed,
+            settings.cql.keyspace,
+            summary.seconds,
+            summary.accepted,
+            summary.rejected,
+            summary.dead_lettered,
+            summary.skipped,
+        );
+    }
+    Ok(())
+}
+
+/// Compares two keyspaces; an error (non-zero exit) when any table differs.
+pub async fn verify(settings: &Settings, left: &str, right: &str, json: bool) -> Result<()> {
+    let mut cql = settings.cql.clone();
+    cql.keyspace = left.to_string();
+    let store = ProjectionStore::connect(&cql).await?;
+    let comparison = verify::compare(store.cql(), left, right).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        for t in &comparison.tables {
+            println!(
+                "{:<24} {:>9} rows {}  {:>9} rows {}  {}",
+                t.left.table,
+                t.left.rows,
+                &t.left.digest[..12],
+                t.right.rows,
+                &t.right.digest[..12],
+                if t.equal() { "same" } else { "DIFFERENT" }
+            );
+            for row in &t.only_left {
+                println!("  only in {left}: {row}");
+            }
+            for row in &t.only_right {
+                println!("  only in {right}: {row}");
+            }
+        }
+    }
+    if !comparison.equal() {
+        bail!("keyspaces {left} and {right} differ");
+    }
+    Ok(())
+}
+
+fn parse_offsets(text: &str) -> Result<BTreeMap<i32, i64>> {
+    text.split(',')
+        .map(|pair| {
+            let (p, o) = pair
+                .split_once(':')
+                .with_context(|| format!("{pair:?}: expected partition:offset"))?;
+            Ok((p.trim().parse()?, o.trim().parse()?))
+        })
+        .collect()
+}
+
+/// Milliseconds since the epoch, or `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+fn parse_time(text: &str) -> Result<i64> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    let bad =
+        || format!("{text:?}: expected milliseconds or RFC 3339 UTC like 2025-01-31T12:00:00Z");
+    let body = text.strip_suffix('Z').with_context(bad)?;
+    let (date, time) = body.split_once('T').with_context(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(bad)?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms
+        .split(':')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(bad)?;
+    let (&[y, m, day], &[h, min, s]) = (d.as_slice(), t.as_slice()) else {
+        bail!(bad());
+    };
+    let millis: i64 = format!("{frac:0<3}")[..3].parse().with_context(bad)?;
+    // Howard Hinnant's days_from_civil.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(((days * 24 + h) * 60 + min) * 60_000 + s * 1_000 + millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_utc_milliseconds() {
+        assert_eq!(parse_time("0").ok(), Some(0));
+        assert_eq!(parse_time("1970-01-01T00:00:00Z").ok(), Some(0));
+        assert_eq!(
+            parse_time("2024-03-01T00:00:01.5Z").ok(),
+            Some(1_709_251_201_500)
+        );
+        assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn offsets_parse_by_partition() {
+        let parsed = parse_offsets("0:10, 3:7").ok();
+        assert_eq!(parsed, Some(BTreeMap::from([(0, 10), (3, 7)])));
+        assert!(parse_offsets("0=10").is_err());
+    }
+}

@@ -1,0 +1,382 @@
+//! Folding log records into projection rows and making them durable: the part of the
+//! projector that the live consumer-group worker and the ops replay share.
+
+use crate::context::ContextWindow;
+use crate::observe::{self, Health};
+use crate::trace::{SpanWrite, span_of};
+use crate::{Error, ProjectedSession, ProjectionStore, Result};
+use futures::stream::{self, TryStreamExt};
+use sessionlog_log::RawRecord;
+use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
+use sessionlog_session::{Rejection, SessionState, Verdict};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counts of what a batch did, for logs, metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Records read.
+    pub consumed: usize,
+    /// Events accepted by the fold.
+    pub accepted: usize,
+    /// Events the fold rejected (recorded in `rejected_events`).
+    pub rejected: usize,
+    /// Harmless repeats.
+    pub duplicates: usize,
+    /// Records already folded before (a replay after a crash or rebalance).
+    pub skipped: usize,
+    /// Records that belong in the dead-letter topic.
+    pub dead_lettered: usize,
+}
+
+impl std::ops::AddAssign for BatchStats {
+    fn add_assign(&mut self, other: Self) {
+        self.consumed += other.consumed;
+        self.accepted += other.accepted;
+        self.rejected += other.rejected;
+        self.duplicates += other.duplicates;
+        self.skipped += other.skipped;
+        self.dead_lettered += other.dead_lettered;
+    }
+}
+
+/// A session as the applier keeps it between records: the folded row and its context window.
+struct Projection {
+    row: ProjectedSession,
+    context: ContextWindow,
+}
+
+/// One row write a batch owes the store.
+enum RowWrite {
+    Accepted {
+        event: EventEnvelope,
+        partition: i32,
+        offset: i64,
+        /// The state including the event, kept only for checkpoints.
+        checkpoint_state: Option<Box<SessionState>>,
+    },
+    Rejected {
+        event: EventEnvelope,
+        partition: i32,
+        offset: i64,
+        why: Rejection,
+    },
+    Span {
+        span: SpanWrite,
+        offset: i64,
+    },
+}
+
+/// A record that cannot be projected, and why: it belongs in the dead-letter topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Its index in the folded batch.
+    pub index: usize,
+    /// Why it cannot be projected.
+    pub reason: String,
+}
+
+/// A folded batch: the writes it owes and the positions it reaches.
+pub struct Folded {
+    writes: Vec<RowWrite>,
+    touched: Vec<SessionId>,
+    /// The next offset to read, by partition, once the batch is durable.
+    pub next_offsets: BTreeMap<i32, i64>,
+    /// Records for the dead-letter topic.
+    pub dead_letters: Vec<DeadLetter>,
+    /// What the batch did.
+    pub stats: BatchStats,
+}
+
+/// Folds records and writes their rows. Without a store (a dry run) it folds in memory only.
+pub struct Applier {
+    store: Option<ProjectionStore>,
+    decoder: EventDecoder,
+    topic: String,
+    write_concurrency: usize,
+    cache_sessions: usize,
+    cache: HashMap<SessionId, Projection>,
+    health: Arc<Health>,
+}
+
+impl Applier {
+    /// An applier of `topic`'s records into `store` (`None`: fold only, write nothing).
+    pub fn new(
+        store: Option<ProjectionStore>,
+        decoder: EventDecoder,
+        topic: &str,
+        write_concurrency: usize,
+        cache_sessions: usize,
+    ) -> Self {
+        Self {
+            store,
+            decoder,
+            topic: topic.to_string(),
+            write_concurrency: write_concurrency.max(1),
+            cache_sessions,
+            cache: HashMap::new(),
+            health: Arc::new(Health::default()),
+        }
+    }
+
+    /// The health handle this applier updates.
+    pub fn health(&self) -> Arc<Health> {
+        Arc::clone(&self.health)
+    }
+
+    /// The store written to, if any.
+    pub fn store(&self) -> Option<&ProjectionStore> {
+        self.store.as_ref()
+    }
+
+    /// Forgets cached sessions: after a rebalance another instance may have advanced them.
+    pub fn forget(&mut self) {
+        self.cache.clear();
+    }
+
+    /// Folds a batch of records in log order. Decoding failures become dead letters;
+    /// the fold's rejections become `rejected_events` rows.
+    pub async fn fold(&mut self, records: &[RawRecord]) -> Result<Folded> {
+        let mut folded = Folded {
+            writes: Vec::new(),
+            touched: Vec::new(),
+            next_offsets: BTreeMap::new(),
+            dead_letters: Vec::new(),
+            stats: BatchStats {
+                consumed: records.len(),
+                ..BatchStats::default()
+            },
+        };
+        for (index, record) in records.iter().enumerate() {
+            folded
+                .next_offsets
+                .insert(record.partition, record.offset + 1);
+            match self.decode(record).await {
+                Ok(event) => self.fold_event(event, record, &mut folded).await?,
+                Err(reason) => {
+                    tracing::warn!(
+                        partition = record.partition,
+                        offset = record.offset,
+                        reason,
+                        "record cannot be projected"
+                    );
+                    folded.stats.dead_lettered += 1;
+                    folded.dead_letters.push(DeadLetter { index, reason });
+                }
+            }
+        }
+        observe::count_batch(&folded.stats);
+        Ok(folded)
+    }
+
+    async fn fold_event(
+        &mut self,
+        event: EventEnvelope,
+        record: &RawRecord,
+        folded: &mut Folded,
+    ) -> Result<()> {
+        let (partition, offset) = (record.partition, record.offset);
+        let session = event.session_id;
+        let entry = self.entry(session, partition).await;
+        if entry.row.applied_offset >= offset {
+            folded.stats.skipped += 1;
+            return Ok(());
+        }
+        let span = span_of(&event, &entry.row.state);
+        let verdict = entry.row.state.apply(&event);
+        entry.row.applied_offset = offset;
+        entry.row.partition = partition;
+        // The context row is written before the session row, so after a crash between the two
+        // it can be ahead of the state: it folds only records it has not seen.
+        if entry.context.applied_offset < offset {
+            if verdict.is_accepted() {
+                entry.context.apply(&event);
+            }
+            entry.context.applied_offset = offset;
+        }
+        match verdict {
+            Verdict::Accepted => {
+                folded.stats.accepted += 1;
+                let checkpoint_state = matches!(event.event, SessionEvent::Checkpoint { .. })
+                    .then(|| Box::new(entry.row.state.clone()));
+                if let Some(span) = span {
+                    folded.writes.push(RowWrite::Span { span, offset });
+                }
+                folded.writes.push(RowWrite::Accepted {
+                    event,
+                    partition,
+                    offset,
+                    checkpoint_state,
+                });
+            }
+            Verdict::Duplicate => folded.stats.duplicates += 1,
+            Verdict::Rejected(why) => {
+                folded.stats.rejected += 1;
+                observe::count_rejection(why.label());
+                folded.writes.push(RowWrite::Rejected {
+                    event,
+                    partition,
+                    offset,
+                    why,
+                });
+            }
+        }
+        if !folded.touched.contains(&session) {
+            folded.touched.push(session);
+        }
+        Ok(())
+    }
+
+    /// Decodes a record; `Err` carries the reason it belongs in the dead-letter topic.
+    /// A registry outage is not the record's fault: it is retried until the registry answers.
+    async fn decode(&self, record: &RawRecord) -> Result<EventEnvelope, String> {
+        let Some(payload) = record.payload.as_deref() else {
+            return Err("empty record value".into());
+        };
+        let mut backoff = Duration::from_millis(100);
+        let event = loop {
+            match self.decoder.decode(payload).await {
+                Ok(event) => break event,
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(error = %e, "schema registry unavailable; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let expected_key = event.session_id.to_string();
+        if record.key.as_deref() != Some(expected_key.as_bytes()) {
+            return Err(format!(
+                "record key {:?} is not the event's session id {expected_key}",
+                record.key.as_deref().map(String::from_utf8_lossy)
+            ));
+        }
+        Ok(event)
+    }
+
+    async fn entry(&mut self, session: SessionId, partition: i32) -> &mut Projection {
+        let loaded = match (&self.store, self.cache.contains_key(&session)) {
+            (Some(store), false) => {
+                let row =
+                    with_retry("load session", &self.health, || store.load_session(session)).await;
+                let context =
+                    with_retry("load context", &self.health, || store.load_context(session)).await;
+                Some((row, context))
+            }
+            _ => None,
+        };
+        self.cache.entry(session).or_insert_with(|| {
+            let (row, context) = loaded.unwrap_or_default();
+            Projection {
+                row: row.unwrap_or_else(|| ProjectedSession {
+                    state: SessionState::empty(session),
+                    partition,
+                    applied_offset: -1,
+                }),
+                context: context.unwrap_or_default(),
+            }
+        })
+    }
+
+    /// Makes a folded batch durable: event rows first, then the context views, then each
+    /// touched session's row (which records how far it goes), then the partitions' progress.
+    /// Retries until the store answers, so an outage stalls the projector instead of losing
+    /// anything. Without a store it only bounds the cache.
+    pub async fn persist(&mut self, folded: Folded) {
+        if let Some(store) = &self.store {
+            let concurrency = self.write_concurrency;
+            let health = &self.health;
+            let writes = &folded.writes;
+            with_retry("write rows", health, || async move {
+                stream::iter(writes.iter().map(Ok))
+                    .try_for_each_concurrent(concurrency, |write| write_row(store, write))
+                    .await
+            })
+            .await;
+            let touched: Vec<&Projection> = folded
+                .touched
+                .iter()
+                .filter_map(|s| self.cache.get(s))
+                .collect();
+            let touched = &touched;
+            with_retry("write context views", health, || async move {
+                stream::iter(touched.iter().map(Ok))
+                    .try_for_each_concurrent(concurrency, |p| {
+                        store.save_context(&p.context, &p.row.state)
+                    })
+                    .await
+            })
+            .await;
+            with_retry("write sessions", health, || async move {
+                stream::iter(touched.iter().map(Ok))
+                    .try_for_each_concurrent(concurrency, |p| store.save_session(&p.row))
+                    .await
+            })
+            .await;
+            let topic = self.topic.as_str();
+            let progress = &folded.next_offsets;
+            with_retry("write partition progress", health, || async move {
+                stream::iter(progress.iter().map(Ok))
+                    .try_for_each_concurrent(concurrency, |(p, next)| {
+                        store.save_progress(topic, *p, *next)
+                    })
+                    .await
+            })
+            .await;
+            // Without a store the cache is the only copy of the state, so it must stay whole.
+            if self.cache.len() > self.cache_sessions {
+                self.cache.clear();
+            }
+        }
+        self.health.batch_done();
+    }
+}
+
+async fn write_row(store: &ProjectionStore, write: &RowWrite) -> Result<()> {
+    match write {
+        RowWrite::Accepted {
+            event,
+            partition,
+            offset,
+            checkpoint_state,
+        } => {
+            store
+                .record_accepted(event, *partition, *offset, checkpoint_state.as_deref())
+                .await
+        }
+        RowWrite::Rejected {
+            event,
+            partition,
+            offset,
+            why,
+        } => store.record_rejected(event, *partition, *offset, why).await,
+        RowWrite::Span { span, offset } => store.put_span(span, *offset).await,
+    }
+}
+
+/// Retries a store operation with capped exponential backoff until it succeeds, reporting
+/// the outage on `health` meanwhile.
+pub(crate) async fn with_retry<T, F, Fut>(what: &'static str, health: &Health, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match op().await {
+            Ok(value) => {
+                health.store_answered();
+                return value;
+            }
+            Err(e) => {
+                health.store_failed();
+                tracing::warn!(error = %e, what, ?backoff, "store unavailable; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

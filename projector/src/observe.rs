@@ -1,0 +1,115 @@
+//! What the projector tells operators: Prometheus metrics (through the `metrics` facade; the
+//! binary installs the exporter) and a health handle for `/health`.
+
+use crate::apply::BatchStats;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Records read from the topic.
+pub const CONSUMED: &str = "sessionlog_projector_consumed_total";
+/// Events the fold accepted and the projector applied.
+pub const APPLIED: &str = "sessionlog_projector_applied_total";
+/// Events the fold rejected, by `reason` label.
+pub const REJECTED: &str = "sessionlog_projector_rejected_total";
+/// Harmless repeats of accepted events.
+pub const DUPLICATES: &str = "sessionlog_projector_duplicates_total";
+/// Records already applied before (re-read after a crash or rebalance).
+pub const SKIPPED: &str = "sessionlog_projector_skipped_total";
+/// Records sent to the dead-letter topic.
+pub const DEAD_LETTERED: &str = "sessionlog_projector_dead_lettered_total";
+/// Records behind the partition's end, by `partition` label.
+pub const LAG: &str = "sessionlog_projector_lag_records";
+/// Seconds from a batch's first record arriving to its writes being durable.
+pub const APPLY_SECONDS: &str = "sessionlog_projector_apply_seconds";
+/// Seconds from an event's append (its log timestamp) to its row being durable.
+pub const VISIBLE_SECONDS: &str = "sessionlog_projector_append_to_visible_seconds";
+/// Buckets (seconds) of both latency histograms.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+pub(crate) fn count_batch(stats: &BatchStats) {
+    metrics::counter!(CONSUMED).increment(stats.consumed as u64);
+    metrics::counter!(APPLIED).increment(stats.accepted as u64);
+    metrics::counter!(DUPLICATES).increment(stats.duplicates as u64);
+    metrics::counter!(SKIPPED).increment(stats.skipped as u64);
+    metrics::counter!(DEAD_LETTERED).increment(stats.dead_lettered as u64);
+}
+
+pub(crate) fn count_rejection(reason: &'static str) {
+    metrics::counter!(REJECTED, "reason" => reason).increment(1);
+}
+
+pub(crate) fn record_lag(partition: i32, lag: i64) {
+    metrics::gauge!(LAG, "partition" => partition.to_string()).set(lag as f64);
+}
+
+pub(crate) fn record_apply(took: Duration) {
+    metrics::histogram!(APPLY_SECONDS).record(took.as_secs_f64());
+}
+
+pub(crate) fn record_visible(append_ms: Option<i64>) {
+    if let Some(ms) = append_ms {
+        let age = (now_ms() - ms).max(0) as f64 / 1_000.0;
+        metrics::histogram!(VISIBLE_SECONDS).record(age);
+    }
+}
+
+/// Whether a projector is doing its job, for `/health`.
+#[derive(Debug, Default)]
+pub struct Health {
+    store_failing: AtomicBool,
+    batches: AtomicU64,
+    last_batch_ms: AtomicI64,
+}
+
+/// A snapshot of [`Health`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HealthReport {
+    /// `ok`, or `degraded` while the store does not answer (the projector is backing off).
+    pub status: &'static str,
+    /// Whether the last store operation failed.
+    pub store_failing: bool,
+    /// Batches made durable so far.
+    pub batches: u64,
+    /// Milliseconds since the worker last made a batch durable or found nothing to read.
+    pub since_last_batch_ms: i64,
+}
+
+impl Health {
+    pub(crate) fn store_failed(&self) {
+        self.store_failing.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store_answered(&self) {
+        self.store_failing.store(false, Ordering::Relaxed);
+    }
+
+    /// A poll that found nothing still shows the loop is alive.
+    pub(crate) fn idle(&self) {
+        self.last_batch_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn batch_done(&self) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.last_batch_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The current state.
+    pub fn report(&self) -> HealthReport {
+        let failing = self.store_failing.load(Ordering::Relaxed);
+        HealthReport {
+            status: if failing { "degraded" } else { "ok" },
+            store_failing: failing,
+            batches: self.batches.load(Ordering::Relaxed),
+            since_last_batch_ms: now_ms() - self.last_batch_ms.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

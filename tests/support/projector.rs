@@ -1,0 +1,304 @@
+//! Helpers for the projector's tests: a load of realistic sessions, raw records, waiting for
+//! the projection to catch up with the log, replaying and comparing keyspaces.
+
+use crate::{ChildGuard, TestStack, sessionlog_bin, wait_for};
+use anyhow::{Context, Result, bail};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+use sessionlog_log::PartitionReader;
+use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
+use sessionlog_projector::ProjectionStore;
+use sessionlog_projector::replay::{Replay, ReplayOptions, ReplaySummary};
+use sessionlog_projector::verify;
+use sessionlog_schemas::{
+    CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
+    SessionEvent, SessionId, TerminalOutcome,
+};
+use sessionlog_session::SessionState;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use uuid::Uuid;
+
+/// Connects to the log of `stack`.
+pub async fn event_log(stack: &TestStack) -> Result<Arc<EventLog>> {
+    Ok(Arc::new(
+        EventLog::connect(&stack.settings, ProducerOptions::default()).await?,
+    ))
+}
+
+/// The store of `stack`'s keyspace (migrated).
+pub async fn store(stack: &TestStack) -> Result<ProjectionStore> {
+    Ok(ProjectionStore::connect(&stack.settings.cql).await?)
+}
+
+/// Starts `sessionlog project` with extra arguments (e.g. `--listen`).
+pub fn spawn_projector_with(stack: &TestStack, extra: &[&str]) -> Result<ChildGuard> {
+    let child = Command::new(sessionlog_bin()?)
+        .args(["project", "--group", &stack.group])
+        .args(extra)
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("spawning `sessionlog project`")?;
+    Ok(ChildGuard(child))
+}
+
+/// Microseconds since the Unix epoch.
+pub fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+/// A hand-built envelope, for events a well-behaved writer would refuse to send.
+pub fn envelope(session: SessionId, seq: u64, epoch: u64, event: SessionEvent) -> EventEnvelope {
+    EventEnvelope {
+        event_id: Uuid::now_v7(),
+        session_id: session,
+        seq,
+        writer_epoch: epoch,
+        occurred_at: now_micros(),
+        causation_id: None,
+        idempotency_key: None,
+        schema_version: CURRENT_SCHEMA_VERSION,
+        event,
+    }
+}
+
+/// Sends raw bytes to `stack`'s topic under `key`; returns `(partition, offset)`.
+pub async fn send_raw(stack: &TestStack, key: &str, payload: &[u8]) -> Result<(i32, i64)> {
+    let producer: FutureProducer = stack.settings.kafka.producer_config().create()?;
+    let record = FutureRecord::to(&stack.settings.kafka.topic)
+        .key(key)
+        .payload(payload);
+    let delivered = producer
+        .send(record, Timeout::After(Duration::from_secs(30)))
+        .await
+        .map_err(|(e, _)| e)?;
+    Ok((delivered.partition, delivered.offset))
+}
+
+/// A dead-lettered record: its headers by name.
+pub type DeadLetterHeaders = BTreeMap<String, String>;
+
+/// Every record of `stack`'s dead-letter topic, as its headers.
+pub async fn dead_letters(stack: &TestStack) -> Result<Vec<DeadLetterHeaders>> {
+    let kafka = stack.settings.kafka.clone();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = kafka
+            .client_config()
+            .set("group.id", "sessionlog-test-dlq-reader")
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let topic = &kafka.dead_letter_topic;
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        let mut ends = BTreeMap::new();
+        let mut assignment = TopicPartitionList::new();
+        for p in partitions {
+            let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+            if high > low {
+                ends.insert(p, high);
+                assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
+            }
+        }
+        consumer.assign(&assignment)?;
+        let mut out = Vec::new();
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while ends
+            .iter()
+            .any(|(p, end)| next.get(p).copied().unwrap_or(0) < *end)
+        {
+            if std::time::Instant::now() > deadline {
+                bail!("timed out reading the dead-letter topic");
+            }
+            let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            let message = message?;
+            next.insert(message.partition(), message.offset() + 1);
+            let mut headers = BTreeMap::new();
+            if let Some(hs) = message.headers() {
+                for h in hs.iter() {
+                    let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                    headers.insert(h.key.to_string(), value.into_owned());
+                }
+            }
+            out.push(headers);
+        }
+        Ok(out)
+    })
+    .await?
+}
+
+/// Waits until `keyspace`'s stored progress reaches the end of every partition of the topic.
+pub async fn wait_caught_up(
+    stack: &TestStack,
+    store: &ProjectionStore,
+    limit: Duration,
+) -> Result<()> {
+    let reader = PartitionReader::new(&stack.settings.kafka, &stack.settings.kafka.topic)?;
+    let mut ends = BTreeMap::new();
+    for p in 0..stack.settings.kafka.partitions {
+        let (_, high) = reader.watermarks(p).await?;
+        ends.insert(p, high);
+    }
+    let topic = stack.settings.kafka.topic.clone();
+    wait_for("the projection to reach the end of the log", limit, || {
+        let (store, ends, topic) = (store.clone(), ends.clone(), topic.clone());
+        async move {
+            let progress = store.load_progress(&topic).await?;
+            let done = ends
+                .iter()
+                .all(|(p, end)| *end == 0 || progress.get(p).copied().unwrap_or(0) >= *end);
+            Ok(done.then_some(()))
+        }
+    })
+    .await
+}
+
+/// Replays `stack`'s topic from the beginning into `keyspace`.
+pub async fn replay_into(stack: &TestStack, keyspace: &str) -> Result<ReplaySummary> {
+    let mut settings = stack.settings.clone();
+    settings.cql.keyspace = keyspace.to_string();
+    let replay = Replay::plan(&settings, ReplayOptions::default()).await?;
+    Ok(replay.run(Arc::new(AtomicU64::new(0))).await?)
+}
+
+/// Fails with the differing rows unless the two keyspaces hold the same derived tables.
+pub async fn assert_same_tables(store: &ProjectionStore, left: &str, right: &str) -> Result<()> {
+    let comparison = verify::compare(store.cql(), left, right).await?;
+    if !comparison.equal() {
+        let diffs: Vec<String> = comparison
+            .tables
+            .iter()
+            .filter(|t| !t.equal())
+            .map(|t| {
+                format!(
+                    "{}: {} vs {} rows, {} differ; only left {:?}; only right {:?}",
+                    t.left.table,
+                    t.left.rows,
+                    t.right.rows,
+                    t.differing_rows,
+                    t.only_left,
+                    t.only_right
+                )
+            })
+            .collect();
+        bail!("{left} and {right} differ:\n{}", diffs.join("\n"));
+    }
+    Ok(())
+}
+
+/// What a load appended: each session's own fold, by session.
+pub type LoadResult = BTreeMap<SessionId, SessionState>;
+
+/// Appends `sessions` concurrent sessions of about `turns` turns each (a user request, a
+/// model response, a tool call and its result, a plan update now and then, a checkpoint every
+/// few turns, an end), pausing `pace` between turns so the load spreads over time.
+pub async fn run_load(
+    log: Arc<EventLog>,
+    sessions: usize,
+    turns: usize,
+    pace: Duration,
+) -> Result<LoadResult> {
+    let appended = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..sessions)
+        .map(|i| {
+            let (log, appended) = (Arc::clone(&log), Arc::clone(&appended));
+            tokio::spawn(async move {
+                let (mut writer, _) =
+                    SessionWriter::create(log, "load-agent", Some(&format!("load {i}"))).await?;
+                for turn in 0..turns {
+                    writer
+                        .user_request(&format!("request {turn} of {i}"))
+                        .await?;
+                    let started_at = now_micros();
+                    writer
+                        .append(SessionEvent::ModelResponse {
+                            model: "test-model".into(),
+                            tokens_in: 100 + turn as u64,
+                            tokens_out: 20,
+                            cost_micros: 150,
+                            started_at,
+                            content: Content::plain(format!("answer {turn}")),
+                        })
+                        .await?;
+                    let call = writer
+                        .append_with(
+                            SessionEvent::ToolCallRequested {
+                                tool: "search".into(),
+                                arguments: Content::plain(format!("{{\"q\":{turn}}}")),
+                                effect: EffectClass::Idempotent,
+                            },
+                            None,
+                            Some(format!("{i}-{turn}")),
+                        )
+                        .await?;
+                    writer
+                        .append_with(
+                            SessionEvent::ToolCallResult {
+                                call_seq: call.envelope.seq,
+                                outcome: CallOutcome::Succeeded,
+                                output: Content::plain("found"),
+                                source: ResultSource::Executed,
+                                recorded_by: None,
+                                note: None,
+                            },
+                            Some(call.envelope.event_id),
+                            None,
+                        )
+                        .await?;
+                    if turn % 4 == 0 {
+                        writer
+                            .append(SessionEvent::PlanUpdated {
+                                plan: Content::plain(format!("plan v{turn}")),
+                            })
+                            .await?;
+                    }
+                    if turn % 5 == 4 {
+                        writer.checkpoint(None).await?;
+                    }
+                    appended.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(pace).await;
+                }
+                writer.close(TerminalOutcome::Completed, None).await?;
+                Ok::<_, anyhow::Error>((writer.session_id(), writer.state().clone()))
+            })
+        })
+        .collect();
+    let mut result = BTreeMap::new();
+    for task in tasks {
+        let (session, state) = task.await??;
+        result.insert(session, state);
+    }
+    Ok(result)
+}
+
+/// Checks every session of a load against the projection: state equal to the writer's fold.
+pub async fn assert_projected(store: &ProjectionStore, load: &LoadResult) -> Result<()> {
+    for (session, state) in load {
+        let projected = store
+            .load_session(*session)
+            .await?
+            .with_context(|| format!("session {session} is not projected"))?;
+        if projected.state.canonical_json() != state.canonical_json() {
+            bail!("session {session}: projected state differs from the writer's fold");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Crashes and rebalances during a load leave the same tables as a clean replay.
+
+use anyhow::{Context, Result};
+use sessionlog_tests::projector::{
+    assert_projected, assert_same_tables, event_log, replay_into, run_load, store, wait_caught_up,
+};
+use sessionlog_tests::{TestStack, wait_for};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+/// A random delay in `[min, max)` milliseconds (std's randomly keyed hasher, no extra crate).
+fn random_ms(min: u64, max: u64) -> Duration {
+    let r = RandomState::new().hash_one(std::time::Instant::now());
+    Duration::from_millis(min + r % (max - min))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_leaves_the_tables_of_a_clean_replay() -> Result<()> {
+    let stack = TestStack::new("pkill", 3).await?;
+    let log = event_log(&stack).await?;
+    let load = tokio::spawn(run_load(log, 16, 24, Duration::from_millis(1_000)));
+    let mut kills = 0;
+    while kills < 22 {
+        let mut projector = stack.spawn_projector()?;
+        // The point of the test: an arbitrary instant, during start-up, a batch or a commit.
+        tokio::time::sleep(random_ms(200, 2_500)).await;
+        projector.0.kill().context("kill -9")?;
+        projector.0.wait()?;
+        kills += 1;
+    }
+    let load = load.await??;
+    let _last = stack.spawn_projector()?;
+    let live = store(&stack).await?;
+    wait_caught_up(&stack, &live, Duration::from_secs(180)).await?;
+    assert_projected(&live, &load).await?;
+    let clean = format!("{}_clean", live.keyspace());
+    replay_into(&stack, &clean).await?;
+    assert_same_tables(&live, live.keyspace(), &clean).await
+}
+
+/// Sum of stored progress over all partitions.
+async fn progress(stack: &TestStack, store: &sessionlog_projector::ProjectionStore) -> Result<i64> {
+    Ok(store
+        .load_progress(&stack.settings.kafka.topic)
+        .await?
+        .values()
+        .sum())
+}
+
+/// Waits until the projection advanced past `from` (the load keeps appending).
+async fn advanced(
+    stack: &TestStack,
+    store: &sessionlog_projector::ProjectionStore,
+    from: i64,
+) -> Result<i64> {
+    wait_for(
+        "the projection to advance",
+        Duration::from_secs(60),
+        || async move {
+            let now = progress(stack, store).await?;
+            Ok((now > from + 20).then_some(now))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_joining_and_leaving_give_the_same_final_tables() -> Result<()> {
+    let stack = TestStack::new("pjoin", 4).await?;
+    let live = store(&stack).await?;
+    let log = event_log(&stack).await?;
+    let load = tokio::spawn(run_load(log, 16, 30, Duration::from_millis(700)));
+    let first = stack.spawn_projector()?;
+    let mut at = advanced(&stack, &live, 0).await?;
+    let mut second = stack.spawn_projector()?;
+    at = advanced(&stack, &live, at).await?;
+    // The first leaves cleanly (SIGTERM: commit, leave the group) ...
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &first.0.id().to_string()])
+        .status()?;
+    assert!(status.success());
+    drop(first);
+    at = advanced(&stack, &live, at).await?;
+    let third = stack.spawn_projector()?;
+    at = advanced(&stack, &live, at).await?;
+    // ... the second dies without a word, the third takes over its partitions.
+    second.0.kill()?;
+    second.0.wait()?;
+    advanced(&stack, &live, at).await?;
+    let load = load.await??;
+    wait_caught_up(&stack, &live, Duration::from_secs(180)).await?;
+    drop(third);
+    assert_projected(&live, &load).await?;
+    let clean = format!("{}_clean", live.keyspace());
+    replay_into(&stack, &clean).await?;
+    assert_same_tables(&live, live.keyspace(), &clean).await
+}

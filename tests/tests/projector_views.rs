@@ -1,0 +1,240 @@
+//! Trace spans, the context view and partition progress, as the projector process writes
+//! them; and its `/metrics` and `/health` endpoints.
+
+use anyhow::{Context, Result};
+use sessionlog_producer::SessionWriter;
+use sessionlog_projector::trace::day_of;
+use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
+use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_caught_up};
+use sessionlog_tests::{TestStack, wait_for};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A plain HTTP/1.1 GET: status line and body.
+async fn http_get(address: &str, path: &str) -> Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("status line")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_context_view_progress_and_metrics() -> Result<()> {
+    let stack = TestStack::new("pviews", 2).await?;
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let mut projector = spawn_projector_with(&stack, &["--listen", &listen])?;
+    let log = event_log(&stack).await?;
+    let store = store(&stack).await?;
+
+    let (mut writer, _) = SessionWriter::create(log.clone(), "agent", Some("views")).await?;
+    let session = writer.session_id();
+    writer.user_request("find the bug").await?;
+    writer
+        .append(SessionEvent::PlanUpdated {
+            plan: Content::plain("1. read 2. fix"),
+        })
+        .await?;
+    let model = writer
+        .append(SessionEvent::ModelResponse {
+            model: "model-x".into(),
+            tokens_in: 1200,
+            tokens_out: 300,
+            cost_micros: 4_500,
+            started_at: sessionlog_tests::projector::now_micros() - 250_000,
+            content: Content::plain("let me look"),
+        })
+        .await?;
+    let done_call = writer
+        .append(SessionEvent::ToolCallRequested {
+            tool: "grep".into(),
+            arguments: Content::plain("bug"),
+            effect: EffectClass::Pure,
+        })
+        .await?;
+    let result = writer
+        .append(SessionEvent::ToolCallResult {
+            call_seq: done_call.envelope.seq,
+            outcome: CallOutcome::Failed,
+            output: Content::plain("no match"),
+            source: ResultSource::Executed,
+            recorded_by: None,
+            note: None,
+        })
+        .await?;
+    let open_call = writer
+        .append(SessionEvent::ToolCallRequested {
+            tool: "deploy".into(),
+            arguments: Content::plain("prod"),
+            effect: EffectClass::NonIdempotent,
+        })
+        .await?;
+    writer.checkpoint(None).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
+    projector.assert_running()?;
+    let ks = store.keyspace().to_string();
+
+    type SpanRow = (
+        i64,
+        String,
+        String,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        String,
+    );
+    let spans: Vec<SpanRow> = store
+        .cql()
+        .query_unpaged(
+            format!(
+                "SELECT span_seq, span_kind, name, start_us, end_us, duration_us, tokens_in, cost_micros, outcome \
+                 FROM {ks}.trace_spans_by_session WHERE session_id = ?"
+            ),
+            (session.0,),
+        )
+        .await?
+        .into_rows_result()?
+        .rows::<SpanRow>()?
+        .collect::<Result<_, _>>()?;
+    assert_eq!(spans.len(), 3, "{spans:?}");
+    let m = &spans[0];
+    let SessionEvent::ModelResponse { started_at, .. } = model.envelope.event else {
+        unreachable!("appended a model response")
+    };
+    assert_eq!(
+        (m.0, m.1.as_str(), m.2.as_str()),
+        (model.envelope.seq as i64, "model_call", "model-x")
+    );
+    assert_eq!((m.3, m.4), (started_at, Some(model.envelope.occurred_at)));
+    assert_eq!(m.5, Some(model.envelope.occurred_at - started_at));
+    assert_eq!((m.6, m.7, m.8.as_str()), (Some(1200), Some(4_500), "ok"));
+    let t = &spans[1];
+    assert_eq!(
+        (t.0, t.1.as_str(), t.2.as_str()),
+        (done_call.envelope.seq as i64, "tool_call", "grep")
+    );
+    assert_eq!(
+        (t.3, t.4),
+        (
+            done_call.envelope.occurred_at,
+            Some(result.envelope.occurred_at)
+        )
+    );
+    assert_eq!(t.8, "failed");
+    let open = &spans[2];
+    assert_eq!(
+        (open.2.as_str(), open.4, open.8.as_str()),
+        ("deploy", None, "pending")
+    );
+
+    let day = day_of(done_call.envelope.occurred_at);
+    let by_day: Vec<(String, i64)> = store
+        .cql()
+        .query_unpaged(
+            format!(
+                "SELECT name, span_seq FROM {ks}.trace_spans_by_day WHERE day = ? AND start_us >= ?"
+            ),
+            (day.as_str(), started_at),
+        )
+        .await?
+        .into_rows_result()?
+        .rows::<(String, i64)>()?
+        .collect::<Result<_, _>>()?;
+    let names: Vec<&str> = by_day.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["model-x", "grep", "deploy"],
+        "by start time within the day"
+    );
+
+    let (plan, recent, unresolved, left_out, last_seq): (Option<String>, String, String, String, i64) = store
+        .cql()
+        .query_unpaged(
+            format!(
+                "SELECT plan, recent_turns, unresolved_calls, left_out, last_seq FROM {ks}.context_view WHERE session_id = ?"
+            ),
+            (session.0,),
+        )
+        .await?
+        .into_rows_result()?
+        .single_row()?;
+    assert_eq!(plan.as_deref(), Some("1. read 2. fix"));
+    assert_eq!(last_seq, writer.state().last_seq as i64);
+    let recent: serde_json::Value = serde_json::from_str(&recent)?;
+    let texts: Vec<&str> = recent
+        .as_array()
+        .context("turns")?
+        .iter()
+        .filter_map(|t| t["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        ["find the bug", "let me look", "bug", "no match", "prod"]
+    );
+    let unresolved: serde_json::Value = serde_json::from_str(&unresolved)?;
+    assert_eq!(unresolved.as_array().map(Vec::len), Some(1));
+    assert_eq!(unresolved[0]["seq"], open_call.envelope.seq);
+    assert_eq!(unresolved[0]["tool"], "deploy");
+    let left_out: serde_json::Value = serde_json::from_str(&left_out)?;
+    assert_eq!(left_out["by_kind"]["Checkpoint"], 1);
+    assert_eq!(left_out["by_kind"]["PlanUpdated"], 1);
+    assert_eq!(left_out["by_kind"]["SessionStarted"], 1);
+
+    let progress = store.load_progress(&stack.settings.kafka.topic).await?;
+    let partition = writer.last_position().context("appended")?.partition;
+    assert_eq!(
+        progress.get(&partition),
+        Some(&(writer.last_position().context("appended")?.offset + 1))
+    );
+
+    let events = writer.state().last_seq;
+    let metrics = wait_for(
+        "metrics to count the session",
+        Duration::from_secs(30),
+        || {
+            let listen = listen.clone();
+            async move {
+                let (status, body) = http_get(&listen, "/metrics").await?;
+                Ok((status == 200
+                    && body.contains(&format!("sessionlog_projector_applied_total {events}"))
+                    && body.contains("sessionlog_projector_lag_records"))
+                .then_some(body))
+            }
+        },
+    )
+    .await?;
+    assert!(
+        metrics.contains(&format!("sessionlog_projector_consumed_total {events}")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sessionlog_projector_apply_seconds_bucket"),
+        "{metrics}"
+    );
+    let (status, health) = http_get(&listen, "/health").await?;
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains("\"status\":\"ok\""), "{health}");
+    Ok(())
+}
