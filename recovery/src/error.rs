@@ -15,6 +15,81 @@ pub enum Error {
     /// No event of the session is in the log.
     #[error("unknown session {0}: no event of it is in the log")]
     UnknownSession(String),
+    /// Appending to the log failed (claiming, recording an outcome, forking).
+    #[error(transparent)]
+    Producer(#[from] sessionlog_producer::Error),
+    /// The session ended; it cannot be resumed (fork it instead).
+    #[error("session {session} already ended ({outcome}); fork it to continue from a checkpoint")]
+    Ended {
+        /// The session.
+        session: String,
+        /// How it ended.
+        outcome: String,
+    },
+    /// The session waits for a human decision that is not in the log yet.
+    #[error(
+        "session {session} awaits approval {approval_id:?} ({action}); record the decision first (`sessionlog approve`)"
+    )]
+    AwaitingApproval {
+        /// The session.
+        session: String,
+        /// The approval it waits for.
+        approval_id: String,
+        /// What is to be approved.
+        action: String,
+    },
+    /// In-doubt tool calls need an operator to record their outcome before the run may go on.
+    #[error(
+        "session {session} needs resolution of tool call(s) at seq {calls:?}; record their outcome first (`sessionlog resolve`)"
+    )]
+    NeedsResolution {
+        /// The session.
+        session: String,
+        /// The seqs of the calls in doubt.
+        calls: Vec<u64>,
+    },
+    /// An operator named a call that is not in doubt: it has a recorded result, or never existed.
+    #[error("session {session} has no tool call in doubt at seq {call_seq}")]
+    NotInDoubt {
+        /// The session.
+        session: String,
+        /// The seq named.
+        call_seq: u64,
+    },
+    /// A decision for an approval that is not pending.
+    #[error("session {session} has no pending approval {approval_id:?}")]
+    NoSuchApproval {
+        /// The session.
+        session: String,
+        /// The approval named.
+        approval_id: String,
+    },
+    /// A fork point past the parent's end, or not a checkpoint when one was asked for.
+    #[error("cannot fork session {session} at seq {seq}: {reason}")]
+    BadForkPoint {
+        /// The parent.
+        session: String,
+        /// The seq asked for.
+        seq: u64,
+        /// Why not.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Whether the error is the caller's (a 4xx): bad input or a state that forbids the action.
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            Self::UnknownSession(_)
+                | Self::Ended { .. }
+                | Self::AwaitingApproval { .. }
+                | Self::NeedsResolution { .. }
+                | Self::NotInDoubt { .. }
+                | Self::NoSuchApproval { .. }
+                | Self::BadForkPoint { .. }
+        )
+    }
 }
 
 /// Result with recovery's error.

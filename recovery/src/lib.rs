@@ -1,11 +1,23 @@
-//! Recovery: rebuild a session from the log, starting at its latest verified checkpoint.
+//! Recovery: rebuild a session from the log, resume it without repeating a side effect,
+//! settle in-doubt tool calls, gate on approvals, and fork with lineage.
 //!
 //! The tables are a cache of the log, never its authority: a rebuild always reads the
 //! session's partition to its end and folds with the same code as the projector, so it is
 //! correct even when the projector is behind or down.
 
+pub mod context;
 mod error;
+mod fork;
+pub mod http;
+pub mod index;
+mod operator;
 mod rebuild;
+pub mod resolver;
+mod resume;
 
 pub use error::{Error, Result};
-pub use rebuild::{RebuiltSession, Recovery, StartPoint};
+pub use fork::{BranchDiff, ForkAt, Lineage};
+pub use operator::{Resolution, StuckSession};
+pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
+pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
+pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};

@@ -1,12 +1,19 @@
 //! Rebuilding a session's state from topic offsets.
 
+use crate::index::{self, VerifiedCheckpoint};
+use crate::resolver::Resolvers;
 use crate::{Error, Result};
-use scylla::client::session::Session;
 use serde::Serialize;
-use sessionlog_log::{PartitionReader, Settings, partitioner, topic};
+use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
+use sessionlog_producer::EventLog;
 use sessionlog_projector::ProjectionStore;
-use sessionlog_schemas::{EventDecoder, SchemaRegistry, SessionId};
+use sessionlog_schemas::{EventDecoder, EventEnvelope, SchemaRegistry, SessionId};
 use sessionlog_session::SessionState;
+use std::sync::Arc;
+
+/// How many records a rebuild holds before folding them: memory stays bounded by this,
+/// not by the session's length.
+const WINDOW: usize = 4096;
 
 /// Where a rebuild started reading.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -41,32 +48,83 @@ pub struct RebuiltSession {
     pub start: StartPoint,
     /// The partition's end when reading stopped (next offset to be written).
     pub end_offset: i64,
-    /// Records read from the partition (any session).
+    /// The offset of the session's last record read, if any was read.
+    pub last_offset: Option<i64>,
+    /// Records read from the partition (of any session).
     pub records_read: u64,
     /// Records of this session folded.
     pub events_folded: u64,
 }
 
-/// Rebuilds sessions from the log.
+impl RebuiltSession {
+    /// Records read per record of this session folded (1.0 is ideal).
+    pub fn read_amplification(&self) -> f64 {
+        if self.events_folded == 0 {
+            self.records_read as f64
+        } else {
+            self.records_read as f64 / self.events_folded as f64
+        }
+    }
+}
+
+/// One event of a session as it sits in the log.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoggedEvent {
+    /// Its offset in the session's partition.
+    pub offset: i64,
+    /// The event.
+    pub envelope: EventEnvelope,
+    /// Whether the fold accepted it (rejected events are read but change nothing).
+    pub accepted: bool,
+}
+
+/// The recovery service: rebuilds, resumes, resolves and forks sessions.
 pub struct Recovery {
     settings: Settings,
     decoder: EventDecoder,
     store: ProjectionStore,
     partitions: i32,
+    log: Arc<EventLog>,
+    resolvers: Resolvers,
 }
 
 impl Recovery {
-    /// Connects to the registry, the store and the cluster (to learn the partition count).
+    /// Connects to the registry, the store and the cluster (to learn the partition count), with
+    /// the HTTP resolvers the settings name.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
         let store = ProjectionStore::connect(&settings.cql).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
+        let log = Arc::new(EventLog::from_settings(settings).await?);
         Ok(Self {
             settings: settings.clone(),
             decoder,
             store,
             partitions,
+            log,
+            resolvers: Resolvers::http(&settings.recovery.resolvers),
         })
+    }
+
+    /// Replaces the resolvers (e.g. with in-process ones).
+    pub fn with_resolvers(mut self, resolvers: Resolvers) -> Self {
+        self.resolvers = resolvers;
+        self
+    }
+
+    /// The log recovery appends claims, outcomes and forks to.
+    pub fn log(&self) -> &Arc<EventLog> {
+        &self.log
+    }
+
+    /// The resolvers recovery asks about in-doubt idempotent calls.
+    pub fn resolvers(&self) -> &Resolvers {
+        &self.resolvers
+    }
+
+    /// The settings recovery runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The projection store recovery reads checkpoints and the index from.
@@ -74,46 +132,114 @@ impl Recovery {
         &self.store
     }
 
+    /// The partition `session` lives on.
+    pub fn partition_of(&self, session: SessionId) -> i32 {
+        partitioner::partition_for(session, self.partitions)
+    }
+
     /// Rebuilds `session`: from its latest verified checkpoint if any, else from its first
     /// event, reading its partition to the end and folding its events.
     pub async fn rebuild(&self, session: SessionId) -> Result<RebuiltSession> {
-        let partition = partitioner::partition_for(session, self.partitions);
+        self.rebuild_with(session, None, |_| {}).await
+    }
+
+    /// Rebuilds `session` from a checkpoint no later than `at_most_seq` (or the latest), and
+    /// calls `visit` with every event of the session read after the start point.
+    pub async fn rebuild_with(
+        &self,
+        session: SessionId,
+        at_most_seq: Option<u64>,
+        mut visit: impl FnMut(&LoggedEvent),
+    ) -> Result<RebuiltSession> {
+        let partition = self.partition_of(session);
         let reader = PartitionReader::new(&self.settings.kafka, &self.settings.kafka.topic)?;
-        let (start, mut state) = self.start_point(session, partition, &reader).await?;
-        let from = match &start {
-            StartPoint::Checkpoint { offset, .. } => offset + 1,
-            StartPoint::FirstEvent { offset } | StartPoint::PartitionStart { offset } => *offset,
-        };
-        let key = partitioner::session_key(session);
-        let mut matching = Vec::new();
-        let mut records_read = 0u64;
-        let end_offset = reader
-            .read_to_end(partition, from, |record| {
-                records_read += 1;
-                if record.key.as_deref() == Some(key.as_bytes()) {
-                    matching.push(record);
-                }
-            })
-            .await?;
-        let mut events_folded = 0;
-        for record in matching {
-            let Some(payload) = record.payload.as_deref() else {
-                continue;
-            };
-            // A record of this session that does not decode is the projector's dead letter;
-            // recovery skips it the same way so both folds see the same events.
-            match self.decoder.decode(payload).await {
-                Ok(event) if event.session_id == session => {
-                    state.apply(&event);
-                    events_folded += 1;
-                }
-                Ok(_) => {}
-                Err(e) if e.is_retriable() => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(offset = record.offset, error = %e, "skipping undecodable record")
-                }
+        let checkpoint =
+            index::latest_verified_checkpoint(&self.store, session, at_most_seq).await?;
+        let (start, mut state, from, after_seq) = match checkpoint {
+            Some(VerifiedCheckpoint { seq, offset, state }) => (
+                StartPoint::Checkpoint { seq, offset },
+                state,
+                offset + 1,
+                seq,
+            ),
+            None => {
+                let start = match self.store.locate(session, 1).await? {
+                    Some((p, offset)) if p == partition => StartPoint::FirstEvent { offset },
+                    _ => StartPoint::PartitionStart {
+                        offset: reader.watermarks(partition).await?.0,
+                    },
+                };
+                let from = match &start {
+                    StartPoint::FirstEvent { offset } | StartPoint::PartitionStart { offset } => {
+                        *offset
+                    }
+                    StartPoint::Checkpoint { offset, .. } => offset + 1,
+                };
+                (start, SessionState::empty(session), from, 0)
             }
+        };
+        let (_, end_offset) = reader.watermarks(partition).await?;
+        let mut fold = StreamingFold {
+            decoder: &self.decoder,
+            session,
+            key: partitioner::session_key(session),
+            state: &mut state,
+            records_read: 0,
+            events_folded: 0,
+            last_offset: None,
+            visit: &mut visit,
+        };
+
+        // Where the projection covers the session, its index says which offsets matter: read
+        // only those. Beyond it (the projector is behind, or down) read everything to the end.
+        let session_covered = match self.store.load_session(session).await? {
+            Some(row) if row.partition == partition => row.applied_offset,
+            _ => -1,
+        };
+        // The projector stores a partition's progress only after every write below it (the
+        // index included) is durable, so the index is complete up to there even when this
+        // session's last event is far behind it: without this, every record of other sessions
+        // after the session's last event would be read as tail.
+        let partition_covered = self
+            .store
+            .load_progress(&self.settings.kafka.topic)
+            .await?
+            .get(&partition)
+            .map_or(-1, |next| next - 1);
+        let covered = session_covered.max(partition_covered).min(end_offset - 1);
+        let mut tail_from = from;
+        if covered >= from {
+            let offsets =
+                index::accepted_offsets(&self.store, session, after_seq, from, covered).await?;
+            for chunk in offsets.chunks(WINDOW) {
+                let mut records = Vec::with_capacity(chunk.len());
+                reader
+                    .read_offsets(partition, chunk, &mut |r| records.push(r))
+                    .await?;
+                fold.fold(records).await?;
+            }
+            tail_from = covered + 1;
         }
+        let mut next = tail_from;
+        while next < end_offset {
+            let until = (next + WINDOW as i64).min(end_offset);
+            let mut records = Vec::new();
+            let key = fold.key.clone();
+            let mut read = 0u64;
+            next = reader
+                .read_range(partition, next, until, &mut |r: RawRecord| {
+                    read += 1;
+                    if r.key.as_deref() == Some(key.as_bytes()) {
+                        records.push(r);
+                    }
+                })
+                .await?;
+            // Records of other sessions count as read too: that is the amplification.
+            fold.records_read += read - records.len() as u64;
+            fold.fold(records).await?;
+        }
+        let (records_read, events_folded, last_offset) =
+            (fold.records_read, fold.events_folded, fold.last_offset);
         if !state.is_started() {
             return Err(Error::UnknownSession(session.to_string()));
         }
@@ -122,66 +248,55 @@ impl Recovery {
             partition,
             start,
             end_offset,
+            last_offset,
             records_read,
             events_folded,
         })
     }
-
-    async fn start_point(
-        &self,
-        session: SessionId,
-        partition: i32,
-        reader: &PartitionReader,
-    ) -> Result<(StartPoint, SessionState)> {
-        if let Some((seq, offset, state)) = latest_verified_checkpoint(&self.store, session).await?
-        {
-            return Ok((StartPoint::Checkpoint { seq, offset }, state));
-        }
-        let empty = SessionState::empty(session);
-        if let Some((p, offset)) = self.store.locate(session, 1).await?
-            && p == partition
-        {
-            return Ok((StartPoint::FirstEvent { offset }, empty));
-        }
-        let (low, _) = reader.watermarks(partition).await?;
-        Ok((StartPoint::PartitionStart { offset: low }, empty))
-    }
 }
 
-/// The newest checkpoint whose declared digest the projector confirmed, with its state.
-async fn latest_verified_checkpoint(
-    store: &ProjectionStore,
+/// Folds windows of raw records into a state, decoding only this session's records.
+struct StreamingFold<'a, V: FnMut(&LoggedEvent)> {
+    decoder: &'a EventDecoder,
     session: SessionId,
-) -> Result<Option<(u64, i64, SessionState)>> {
-    let cql: &Session = store.cql();
-    let query = format!(
-        "SELECT seq, log_offset, verified, state_json FROM {}.checkpoints WHERE session_id = ?",
-        store.keyspace()
-    );
-    let store_error = |e: &dyn std::fmt::Display| {
-        Error::Store(sessionlog_projector::Error::Store {
-            action: "read checkpoints",
-            message: e.to_string(),
-        })
-    };
-    let rows = cql
-        .query_unpaged(query, (session.0,))
-        .await
-        .map_err(|e| store_error(&e))?
-        .into_rows_result()
-        .map_err(|e| store_error(&e))?;
-    // Clustering order is seq DESC: the first verified row is the latest.
-    for row in rows
-        .rows::<(i64, i64, Option<bool>, Option<String>)>()
-        .map_err(|e| store_error(&e))?
-    {
-        let (seq, offset, verified, state_json) = row.map_err(|e| store_error(&e))?;
-        if verified != Some(true) {
-            continue;
+    key: String,
+    state: &'a mut SessionState,
+    records_read: u64,
+    events_folded: u64,
+    last_offset: Option<i64>,
+    visit: &'a mut V,
+}
+
+impl<V: FnMut(&LoggedEvent)> StreamingFold<'_, V> {
+    async fn fold(&mut self, records: Vec<RawRecord>) -> Result<()> {
+        for record in records {
+            self.records_read += 1;
+            if record.key.as_deref() != Some(self.key.as_bytes()) {
+                continue;
+            }
+            let Some(payload) = record.payload.as_deref() else {
+                continue;
+            };
+            // A record of this session that does not decode is a dead letter for the projector;
+            // recovery skips it the same way so both folds see the same events.
+            match self.decoder.decode(payload).await {
+                Ok(envelope) if envelope.session_id == self.session => {
+                    let accepted = self.state.apply(&envelope).is_accepted();
+                    self.events_folded += 1;
+                    self.last_offset = Some(record.offset);
+                    (self.visit)(&LoggedEvent {
+                        offset: record.offset,
+                        envelope,
+                        accepted,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.is_retriable() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(offset = record.offset, error = %e, "skipping undecodable record")
+                }
+            }
         }
-        if let Some(state) = state_json.and_then(|j| serde_json::from_str(&j).ok()) {
-            return Ok(Some((seq as u64, offset, state)));
-        }
+        Ok(())
     }
-    Ok(None)
 }

@@ -1,0 +1,164 @@
+//! Forks: a new session whose first event names its parent and the fork point. The parent's
+//! prefix is referenced, not copied; each branch has its own epoch, sequence and side effects.
+
+use crate::{Error, LoggedEvent, Recovery, Result};
+use futures::TryStreamExt;
+use serde::Serialize;
+use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_schemas::{ForkPoint, SessionEvent, SessionId};
+use std::sync::Arc;
+
+/// Where to fork a parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForkAt {
+    /// At a checkpoint event (its seq); refused if the event there is not a checkpoint.
+    Checkpoint(u64),
+    /// After any accepted event (its seq).
+    Seq(u64),
+}
+
+/// A session's ancestors (nearest first) and descendants.
+#[derive(Clone, Debug, Serialize)]
+pub struct Lineage {
+    /// The session asked about.
+    pub session_id: SessionId,
+    /// Its parent, grandparent, … with the fork point of each step.
+    pub ancestors: Vec<ForkPoint>,
+    /// Sessions forked from it (directly), with their fork seq, as the projection knows them.
+    pub children: Vec<(SessionId, u64)>,
+}
+
+/// The events after a fork point on each side.
+#[derive(Clone, Debug, Serialize)]
+pub struct BranchDiff {
+    /// Where the child branched.
+    pub fork_point: ForkPoint,
+    /// Accepted parent events after the fork point.
+    pub parent_only: Vec<LoggedEvent>,
+    /// Accepted child events after its fork event.
+    pub child_only: Vec<LoggedEvent>,
+}
+
+impl Recovery {
+    /// Forks `parent` at `at` into a new session run by `agent`.
+    pub async fn fork(&self, parent: SessionId, at: ForkAt, agent: &str) -> Result<Appended> {
+        let seq = match at {
+            ForkAt::Checkpoint(seq) | ForkAt::Seq(seq) => seq,
+        };
+        let bad = |reason: String| Error::BadForkPoint {
+            session: parent.to_string(),
+            seq,
+            reason,
+        };
+        let mut found: Option<LoggedEvent> = None;
+        // Read the parent from the start: the fork point may precede its latest checkpoint.
+        let rebuilt = self
+            .rebuild_with(parent, Some(0), |e| {
+                if e.accepted
+                    && e.envelope.seq == seq
+                    && !matches!(e.envelope.event, SessionEvent::WriterClaimed { .. })
+                {
+                    found = Some(e.clone());
+                }
+            })
+            .await?;
+        if seq == 0 || seq > rebuilt.state.last_seq {
+            return Err(bad(format!(
+                "the parent's events run from seq 1 to {}",
+                rebuilt.state.last_seq
+            )));
+        }
+        let event = found.ok_or_else(|| bad("no accepted event at that seq".into()))?;
+        if matches!(at, ForkAt::Checkpoint(_))
+            && !matches!(event.envelope.event, SessionEvent::Checkpoint { .. })
+        {
+            return Err(bad(format!(
+                "the event there is a {}, not a checkpoint",
+                event.envelope.event.kind()
+            )));
+        }
+        let fork_point = ForkPoint {
+            parent_session_id: parent,
+            parent_seq: seq,
+            parent_partition: rebuilt.partition,
+            parent_offset: event.offset,
+        };
+        let (_, first) = SessionWriter::fork(Arc::clone(self.log()), fork_point, agent).await?;
+        Ok(first)
+    }
+
+    /// The ancestors of `session` (from the log) and its children (from the projection).
+    pub async fn lineage(&self, session: SessionId) -> Result<Lineage> {
+        let mut ancestors = Vec::new();
+        let mut current = session;
+        // Each step rebuilds one ancestor (from its latest checkpoint) to learn its parent.
+        while let Some(point) = self.rebuild(current).await?.state.parent {
+            current = point.parent_session_id;
+            ancestors.push(point);
+            if ancestors.len() > 1000 {
+                break; // a cycle cannot be written (a fork is always a new session); guard anyway
+            }
+        }
+        Ok(Lineage {
+            session_id: session,
+            ancestors,
+            children: self.children(session).await?,
+        })
+    }
+
+    /// The events after the fork point on each side of a child and its parent.
+    pub async fn diff(&self, child: SessionId) -> Result<BranchDiff> {
+        let mut child_only = Vec::new();
+        let rebuilt = self
+            .rebuild_with(child, Some(0), |e| {
+                if e.accepted && e.envelope.seq > 1 {
+                    child_only.push(e.clone());
+                }
+            })
+            .await?;
+        let fork_point = rebuilt.state.parent.ok_or_else(|| Error::BadForkPoint {
+            session: child.to_string(),
+            seq: 0,
+            reason: "the session is not a fork".into(),
+        })?;
+        let mut parent_only = Vec::new();
+        self.rebuild_with(fork_point.parent_session_id, Some(0), |e| {
+            if e.accepted && e.envelope.seq > fork_point.parent_seq {
+                parent_only.push(e.clone());
+            }
+        })
+        .await?;
+        Ok(BranchDiff {
+            fork_point,
+            parent_only,
+            child_only,
+        })
+    }
+
+    async fn children(&self, session: SessionId) -> Result<Vec<(SessionId, u64)>> {
+        let store = self.store();
+        let store_error = |e: &dyn std::fmt::Display| {
+            Error::Store(sessionlog_projector::Error::Store {
+                action: "list forks",
+                message: e.to_string(),
+            })
+        };
+        let query = format!(
+            "SELECT session_id, parent_seq FROM {}.sessions WHERE parent_session_id = ? ALLOW FILTERING",
+            store.keyspace()
+        );
+        let mut rows = store
+            .cql()
+            .query_iter(query, (session.0,))
+            .await
+            .map_err(|e| store_error(&e))?
+            .rows_stream::<(uuid::Uuid, Option<i64>)>()
+            .map_err(|e| store_error(&e))?;
+        let mut children = Vec::new();
+        while let Some((id, seq)) = rows.try_next().await.map_err(|e| store_error(&e))? {
+            children.push((SessionId(id), seq.unwrap_or_default() as u64));
+        }
+        children.sort();
+        Ok(children)
+    }
+}

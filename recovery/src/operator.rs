@@ -1,0 +1,149 @@
+//! What operators do to stuck sessions: record an in-doubt call's outcome, decide an approval.
+//! Each validates against the session rebuilt from the log before appending anything, then
+//! appends as a new writer epoch (fencing any harness still holding the old one).
+
+use crate::{Error, Recovery, Result};
+use futures::TryStreamExt;
+use serde::Serialize;
+use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent, SessionId};
+use std::sync::Arc;
+
+/// An operator's record of what an in-doubt call did.
+#[derive(Clone, Debug)]
+pub struct Resolution {
+    /// The seq of the call in doubt.
+    pub call_seq: u64,
+    /// How it ended.
+    pub outcome: CallOutcome,
+    /// What it returned, as far as the operator knows.
+    pub output: String,
+    /// Who records it.
+    pub operator: String,
+    /// Why they believe it.
+    pub reason: String,
+}
+
+/// A session that waits for an operator, as the projection lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct StuckSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its status (`needs_resolution`).
+    pub status: String,
+    /// Its last seq.
+    pub last_seq: i64,
+}
+
+impl Recovery {
+    /// Records an operator's outcome for an in-doubt call. Fails, appending nothing, when the
+    /// call is not in doubt (it has a result, or there is no such call).
+    pub async fn record_resolution(
+        &self,
+        session: SessionId,
+        resolution: Resolution,
+    ) -> Result<Appended> {
+        let rebuilt = self.rebuild(session).await?;
+        let call = rebuilt
+            .state
+            .pending_calls
+            .get(&resolution.call_seq)
+            .cloned()
+            .ok_or_else(|| Error::NotInDoubt {
+                session: session.to_string(),
+                call_seq: resolution.call_seq,
+            })?;
+        let (mut writer, _) = SessionWriter::claim_from(
+            Arc::clone(self.log()),
+            rebuilt.state,
+            rebuilt.partition,
+            rebuilt.end_offset,
+            &format!("operator:{}", resolution.operator),
+        )
+        .await?;
+        Ok(writer
+            .append_with(
+                SessionEvent::ToolCallResult {
+                    call_seq: call.seq,
+                    outcome: resolution.outcome,
+                    output: Content::plain(resolution.output),
+                    source: ResultSource::Operator,
+                    recorded_by: Some(resolution.operator),
+                    note: Some(resolution.reason),
+                },
+                Some(call.event_id),
+                call.idempotency_key,
+            )
+            .await?)
+    }
+
+    /// Records a human's decision on a pending approval. Fails, appending nothing, when no such
+    /// approval is pending.
+    pub async fn decide_approval(
+        &self,
+        session: SessionId,
+        approval_id: &str,
+        approved: bool,
+        decided_by: &str,
+        reason: Option<String>,
+    ) -> Result<Appended> {
+        let rebuilt = self.rebuild(session).await?;
+        if !rebuilt.state.pending_approvals.contains_key(approval_id) {
+            return Err(Error::NoSuchApproval {
+                session: session.to_string(),
+                approval_id: approval_id.to_string(),
+            });
+        }
+        let (mut writer, _) = SessionWriter::claim_from(
+            Arc::clone(self.log()),
+            rebuilt.state,
+            rebuilt.partition,
+            rebuilt.end_offset,
+            &format!("approver:{decided_by}"),
+        )
+        .await?;
+        Ok(writer
+            .append(SessionEvent::ApprovalDecided {
+                approval_id: approval_id.to_string(),
+                approved,
+                decided_by: decided_by.to_string(),
+                reason,
+            })
+            .await?)
+    }
+
+    /// Sessions the projection shows as needing an operator.
+    pub async fn sessions_needing_resolution(&self) -> Result<Vec<StuckSession>> {
+        let store = self.store();
+        let store_error = |e: &dyn std::fmt::Display| {
+            Error::Store(sessionlog_projector::Error::Store {
+                action: "list sessions needing resolution",
+                message: e.to_string(),
+            })
+        };
+        // An ops query over a small set; ALLOW FILTERING keeps it portable to ScyllaDB and
+        // Cassandra without an index that every write would pay for.
+        let query = format!(
+            "SELECT session_id, status, last_seq FROM {}.sessions WHERE status = 'needs_resolution' ALLOW FILTERING",
+            store.keyspace()
+        );
+        let mut rows = store
+            .cql()
+            .query_iter(query, ())
+            .await
+            .map_err(|e| store_error(&e))?
+            .rows_stream::<(uuid::Uuid, Option<String>, Option<i64>)>()
+            .map_err(|e| store_error(&e))?;
+        let mut stuck = Vec::new();
+        while let Some((id, status, last_seq)) =
+            rows.try_next().await.map_err(|e| store_error(&e))?
+        {
+            stuck.push(StuckSession {
+                session_id: SessionId(id),
+                status: status.unwrap_or_default(),
+                last_seq: last_seq.unwrap_or_default(),
+            });
+        }
+        Ok(stuck)
+    }
+}

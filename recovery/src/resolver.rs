@@ -1,0 +1,122 @@
+//! Resolvers: asking a tool's service what became of a request, by its idempotency key.
+
+use sessionlog_schemas::{CallOutcome, Content};
+use sessionlog_session::PendingCall;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a tool's service says about a request it may or may not have received.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutcome {
+    /// It ran: here is its result. Recovery records it instead of running the call again.
+    Executed {
+        /// How it ended.
+        outcome: CallOutcome,
+        /// What it returned.
+        output: Content,
+    },
+    /// It never arrived: an idempotent call may be issued again with the same key.
+    NotExecuted,
+    /// The service cannot tell (or could not be asked): an operator must decide.
+    Unknown(String),
+}
+
+/// The future a resolver returns.
+pub type Lookup<'a> = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'a>>;
+
+/// Asks one tool's service for the outcome of a request by its idempotency key.
+pub trait ToolResolver: Send + Sync {
+    /// The outcome of `call`, which was requested but has no recorded result.
+    fn lookup<'a>(&'a self, call: &'a PendingCall) -> Lookup<'a>;
+}
+
+/// A resolver for services that answer `GET {base_url}/{idempotency_key}` with
+/// `200 {"outcome": "succeeded"|"failed", "output": "…"}` when the request ran and `404`
+/// when it never arrived.
+pub struct HttpResolver {
+    base_url: String,
+    http: reqwest::Client,
+}
+
+impl HttpResolver {
+    /// A resolver asking the service at `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    async fn ask(&self, call: &PendingCall) -> ToolOutcome {
+        let Some(key) = call.idempotency_key.as_deref() else {
+            return ToolOutcome::Unknown("the call has no idempotency key".into());
+        };
+        let url = format!("{}/{}", self.base_url, key);
+        let response = match self.http.get(&url).send().await {
+            Ok(r) => r,
+            Err(e) => return ToolOutcome::Unknown(format!("GET {url}: {e}")),
+        };
+        match response.status().as_u16() {
+            404 => ToolOutcome::NotExecuted,
+            200 => match response.json::<serde_json::Value>().await {
+                Ok(body) => {
+                    let outcome = match body["outcome"].as_str() {
+                        Some("succeeded") => CallOutcome::Succeeded,
+                        Some("failed") => CallOutcome::Failed,
+                        other => {
+                            return ToolOutcome::Unknown(format!(
+                                "GET {url}: unexpected outcome {other:?}"
+                            ));
+                        }
+                    };
+                    let output = body["output"].as_str().unwrap_or_default();
+                    ToolOutcome::Executed {
+                        outcome,
+                        output: Content::plain(output),
+                    }
+                }
+                Err(e) => ToolOutcome::Unknown(format!("GET {url}: unreadable body: {e}")),
+            },
+            status => ToolOutcome::Unknown(format!("GET {url}: status {status}")),
+        }
+    }
+}
+
+impl ToolResolver for HttpResolver {
+    fn lookup<'a>(&'a self, call: &'a PendingCall) -> Lookup<'a> {
+        Box::pin(self.ask(call))
+    }
+}
+
+/// The resolvers recovery may ask, by tool name.
+#[derive(Clone, Default)]
+pub struct Resolvers {
+    by_tool: HashMap<String, Arc<dyn ToolResolver>>,
+}
+
+impl Resolvers {
+    /// Resolvers configured as `tool -> base URL` of an HTTP resolver.
+    pub fn http(urls: &std::collections::BTreeMap<String, String>) -> Self {
+        let mut resolvers = Self::default();
+        for (tool, url) in urls {
+            resolvers.insert(tool, Arc::new(HttpResolver::new(url.clone())));
+        }
+        resolvers
+    }
+
+    /// Adds (or replaces) the resolver of `tool`.
+    pub fn insert(&mut self, tool: &str, resolver: Arc<dyn ToolResolver>) {
+        self.by_tool.insert(tool.to_string(), resolver);
+    }
+
+    /// The resolver of `tool`, if one is configured.
+    pub fn get(&self, tool: &str) -> Option<&Arc<dyn ToolResolver>> {
+        self.by_tool.get(tool)
+    }
+}

@@ -1,0 +1,241 @@
+//! Resuming a session: claim the next epoch, settle in-doubt tool calls by the rules, and hand
+//! the new harness what it needs to continue.
+
+use crate::context::{ResumeContext, within_budget};
+use crate::resolver::ToolOutcome;
+use crate::{Error, Recovery, Result, StartPoint};
+use serde::Serialize;
+use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_projector::context::ContextWindow;
+use sessionlog_schemas::{EffectClass, ResultSource, SessionEvent, SessionId};
+use sessionlog_session::{PendingCall, SessionState};
+use std::sync::Arc;
+
+/// What a resumed harness may do with a tool call that was requested but has no result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum InDoubtAction {
+    /// A pure call: run it again.
+    RunAgain,
+    /// An idempotent call its service never received: issue it again with the same key.
+    ReissueWithSameKey,
+}
+
+/// A tool call the new harness must settle before going on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InDoubtCall {
+    /// The call as the log has it.
+    pub call: PendingCall,
+    /// What the harness may do.
+    pub action: InDoubtAction,
+}
+
+/// Everything a new harness needs to continue a session.
+#[derive(Serialize)]
+pub struct ResumeBundle {
+    /// The session's state, including the claim and any outcomes recovery recorded.
+    pub state: SessionState,
+    /// The new writer's epoch.
+    pub epoch: u64,
+    /// The seq of the next event to append.
+    pub next_seq: u64,
+    /// Calls to settle first (pure, or idempotent and never received).
+    pub in_doubt: Vec<InDoubtCall>,
+    /// The working set for the next model call, within the caller's token budget.
+    pub context: ResumeContext,
+    /// Outcomes recovery learned from resolvers and recorded in the log.
+    pub resolved: Vec<Appended>,
+    /// The writer for a Rust harness to go on appending with (absent in serialised form).
+    #[serde(skip)]
+    pub writer: Option<SessionWriter>,
+}
+
+impl std::fmt::Debug for ResumeBundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResumeBundle")
+            .field("session", &self.state.session_id)
+            .field("epoch", &self.epoch)
+            .field("next_seq", &self.next_seq)
+            .field("in_doubt", &self.in_doubt)
+            .field("resolved", &self.resolved.len())
+            .finish()
+    }
+}
+
+impl Recovery {
+    /// Resumes `session` as `writer`: refuses an ended session, one awaiting an approval and one
+    /// awaiting an operator; otherwise claims the next epoch and settles every in-doubt call:
+    /// a recorded result is never re-executed, a pure call may run again, an idempotent one is
+    /// resolved through its tool's resolver, and anything else stops the session with
+    /// `ResolutionRequired` until an operator records the outcome.
+    pub async fn resume(
+        &self,
+        session: SessionId,
+        writer: &str,
+        context_budget_tokens: usize,
+    ) -> Result<ResumeBundle> {
+        // The projector's context window as far as it goes; the rest of the log is folded in
+        // below, from the same read that rebuilds the state.
+        let stored = self
+            .store()
+            .load_context(session)
+            .await?
+            .unwrap_or_default();
+        let mut window = stored.clone();
+        let rebuilt = self
+            .rebuild_with(session, None, |e| {
+                if e.accepted && e.offset > stored.applied_offset {
+                    window.apply(&e.envelope);
+                    window.applied_offset = e.offset;
+                }
+            })
+            .await?;
+        // The read above covers every event after its start point; a stored window that ends
+        // before a checkpoint start misses the events in between: fold the whole session.
+        if matches!(rebuilt.start, StartPoint::Checkpoint { offset, .. } if stored.applied_offset < offset)
+        {
+            window = ContextWindow::default();
+            self.rebuild_with(session, Some(0), |e| {
+                if e.accepted {
+                    window.apply(&e.envelope);
+                }
+            })
+            .await?;
+        }
+        check_resumable(&rebuilt.state)?;
+        let (mut writer, _claim) = SessionWriter::claim_from(
+            Arc::clone(self.log()),
+            rebuilt.state,
+            rebuilt.partition,
+            rebuilt.end_offset,
+            writer,
+        )
+        .await?;
+
+        let pending: Vec<PendingCall> = writer.state().pending_calls.values().cloned().collect();
+        let mut in_doubt = Vec::new();
+        let mut resolved = Vec::new();
+        let mut stuck = Vec::new();
+        for call in pending {
+            match self.settle(&call).await {
+                Settlement::InDoubt(action) => in_doubt.push(InDoubtCall { call, action }),
+                Settlement::Record(event) => {
+                    resolved.push(
+                        writer
+                            .append_with(event, Some(call.event_id), call.idempotency_key.clone())
+                            .await?,
+                    );
+                }
+                Settlement::NeedsOperator(reason) => {
+                    writer
+                        .append_with(
+                            SessionEvent::ResolutionRequired {
+                                call_seq: call.seq,
+                                reason,
+                            },
+                            Some(call.event_id),
+                            None,
+                        )
+                        .await?;
+                    stuck.push(call.seq);
+                }
+            }
+        }
+        if !stuck.is_empty() {
+            return Err(Error::NeedsResolution {
+                session: session.to_string(),
+                calls: stuck,
+            });
+        }
+        let context = within_budget(&window, writer.state(), context_budget_tokens);
+        Ok(ResumeBundle {
+            context,
+            epoch: writer.state().epoch,
+            next_seq: writer.next_seq(),
+            state: writer.state().clone(),
+            in_doubt,
+            resolved,
+            writer: Some(writer),
+        })
+    }
+
+    /// Decides what to do with one call that has no recorded result.
+    async fn settle(&self, call: &PendingCall) -> Settlement {
+        match call.effect {
+            EffectClass::Pure => Settlement::InDoubt(InDoubtAction::RunAgain),
+            EffectClass::NonIdempotent => Settlement::NeedsOperator(format!(
+                "{} is not idempotent and its outcome is not in the log; repeating it could repeat its effect",
+                call.tool
+            )),
+            EffectClass::Idempotent => {
+                let Some(resolver) = self.resolvers().get(&call.tool) else {
+                    return Settlement::NeedsOperator(format!(
+                        "no resolver is configured for tool {}",
+                        call.tool
+                    ));
+                };
+                match resolver.lookup(call).await {
+                    ToolOutcome::Executed { outcome, output } => {
+                        Settlement::Record(SessionEvent::ToolCallResult {
+                            call_seq: call.seq,
+                            outcome,
+                            output,
+                            source: ResultSource::Resolver,
+                            recorded_by: Some(format!("resolver:{}", call.tool)),
+                            note: None,
+                        })
+                    }
+                    ToolOutcome::NotExecuted => {
+                        Settlement::InDoubt(InDoubtAction::ReissueWithSameKey)
+                    }
+                    ToolOutcome::Unknown(why) => Settlement::NeedsOperator(format!(
+                        "the resolver of {} could not tell: {why}",
+                        call.tool
+                    )),
+                }
+            }
+        }
+    }
+}
+
+enum Settlement {
+    InDoubt(InDoubtAction),
+    Record(SessionEvent),
+    NeedsOperator(String),
+}
+
+/// Refuses to resume a session that ended, awaits a decision, or awaits an operator.
+fn check_resumable(state: &SessionState) -> Result<()> {
+    let session = state.session_id.to_string();
+    if let Some(outcome) = state.terminal {
+        return Err(Error::Ended {
+            session,
+            outcome: format!("{outcome:?}").to_lowercase(),
+        });
+    }
+    if state.erased {
+        return Err(Error::Ended {
+            session,
+            outcome: "erased".into(),
+        });
+    }
+    if let Some(approval) = state.pending_approvals.values().next() {
+        return Err(Error::AwaitingApproval {
+            session,
+            approval_id: approval.approval_id.clone(),
+            action: approval.action.clone(),
+        });
+    }
+    let stuck: Vec<u64> = state
+        .pending_calls
+        .values()
+        .filter(|c| c.resolution_required.is_some())
+        .map(|c| c.seq)
+        .collect();
+    if !stuck.is_empty() {
+        return Err(Error::NeedsResolution {
+            session,
+            calls: stuck,
+        });
+    }
+    Ok(())
+}
