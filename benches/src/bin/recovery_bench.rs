@@ -1,0 +1,301 @@
+//! Recovery benchmark: the time and peak memory of `Recovery::rebuild` against session length.
+//!
+//! For each length (1,000 / 10,000 / 100,000 events, and 1,000,000 if `--max-events` allows)
+//! one session of small `UserRequest` events with a checkpoint every 1,000 events (the last
+//! one 500 events before the end, so every rebuild folds the same tail) is written to a fresh
+//! topic of one partition; a projector runs in-process until the session's row has caught up
+//! (so its checkpoints are verified), then is stopped, and `rebuild` is timed (median of
+//! `--reps`). The reference, measured in the same run on the same session, is a full replay
+//! from the session's first event (`rebuild_with(session, Some(0), ..)`, which ignores
+//! checkpoints); the ratio rebuild ÷ full replay should fall as the session grows while the
+//! rebuild time stays flat.
+//!
+//! ```sh
+//! set -a; . .stack/stack.env; set +a
+//! cargo run --release -p sessionlog-benches --bin recovery_bench -- --max-events 100000
+//! ```
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use sessionlog_benches::{peak_rss_bytes, print_table};
+use sessionlog_log::{Settings, topic};
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_projector::worker::ProjectorOptions;
+use sessionlog_projector::{ProjectionStore, Projector};
+use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
+use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+#[command(about = "sessionlog recovery: checkpoint rebuild vs full replay against session length")]
+struct Args {
+    /// Longest session measured (lengths 1,000 / 10,000 / 100,000 / 1,000,000 up to it, and
+    /// this value itself if it is not one of them).
+    #[arg(long, default_value_t = 100_000)]
+    max_events: u64,
+    /// Events between checkpoints.
+    #[arg(long, default_value_t = 1_000)]
+    checkpoint_every: u64,
+    /// Timed repetitions of each rebuild; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Seconds to wait for the projector to catch up with one session.
+    #[arg(long, default_value_t = 900)]
+    catch_up_secs: u64,
+}
+
+/// One length's figures.
+struct Row {
+    length: u64,
+    rebuild: Duration,
+    replay: Duration,
+    checkpoint_rebuild: RebuiltSession,
+    full_replay: RebuiltSession,
+    peak_rss: Option<u64>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.checkpoint_every < 2 {
+        bail!("--checkpoint-every must be at least 2");
+    }
+    let mut lengths: Vec<u64> = [1_000, 10_000, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|&n| n <= args.max_events)
+        .collect();
+    if !lengths.contains(&args.max_events) {
+        lengths.push(args.max_events);
+    }
+    let base = Settings::load(None).context("loading settings")?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = &run[run.len() - 8..];
+
+    let mut rows = Vec::new();
+    for length in lengths {
+        rows.push(measure(&base, &format!("{tag}_{length}"), length, &args).await?);
+    }
+
+    println!(
+        "\none session per length in its own 1-partition topic; small UserRequest events, a \
+         checkpoint every {} events (the last one {} before the end); median of {} rebuilds",
+        args.checkpoint_every,
+        args.checkpoint_every / 2,
+        args.reps
+    );
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let rebuilt = &r.checkpoint_rebuild;
+            vec![
+                r.length.to_string(),
+                ms(r.rebuild),
+                ms(r.replay),
+                format!(
+                    "{:.4}",
+                    r.rebuild.as_secs_f64() / r.replay.as_secs_f64().max(f64::EPSILON)
+                ),
+                rebuilt.events_folded.to_string(),
+                rebuilt.records_read.to_string(),
+                format!("{:.2}", rebuilt.read_amplification()),
+                start_point(&rebuilt.start),
+                format!(
+                    "{}/{}",
+                    r.full_replay.events_folded, r.full_replay.records_read
+                ),
+                r.peak_rss.map_or("?".into(), |b| {
+                    format!("{:.1}", b as f64 / (1024.0 * 1024.0))
+                }),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "length",
+            "rebuild ms",
+            "full replay ms",
+            "ratio",
+            "events folded",
+            "records read",
+            "amplification",
+            "start",
+            "replay folded/read",
+            "peak RSS MiB",
+        ],
+        &table,
+    );
+    println!(
+        "peak RSS: the process's high-water mark (VmHWM, reset before each length's rebuilds \
+         where the kernel allows) while rebuilding and replaying that session"
+    );
+    Ok(())
+}
+
+fn start_point(start: &StartPoint) -> String {
+    match start {
+        StartPoint::Checkpoint { seq, .. } => format!("checkpoint seq {seq}"),
+        StartPoint::FirstEvent { offset } => format!("first event @{offset}"),
+        StartPoint::PartitionStart { offset } => format!("partition start @{offset}"),
+    }
+}
+
+/// Writes one session of `length` events to a fresh topic and keyspace, projects it, then times
+/// the checkpoint rebuild and the full replay.
+async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result<Row> {
+    let mut settings = base.clone();
+    settings.kafka.topic = format!("bench-recovery-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-recovery-{tag}-dlq");
+    settings.kafka.partitions = 1;
+    settings.cql.keyspace = format!("bench_recovery_{tag}");
+    topic::ensure_topics(&settings.kafka)
+        .await
+        .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
+    SchemaRegistry::new(settings.registry.url.clone())?
+        .register_all_versions(&value_subject(&settings.kafka.topic))
+        .await
+        .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+
+    // The projector runs alongside the appends, as it would in production.
+    let options = ProjectorOptions {
+        group_id: format!("bench-recovery-{tag}"),
+        ..ProjectorOptions::from(&settings.projector)
+    };
+    let projector = Projector::new(&settings, options).await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let projecting = tokio::spawn(projector.run(async {
+        let _ = stopped.await;
+    }));
+
+    let log = Arc::new(EventLog::from_settings(&settings).await?);
+    let session = append_session(&log, length, args.checkpoint_every).await?;
+
+    let store = ProjectionStore::connect(&settings.cql).await?;
+    let waited = Instant::now();
+    let deadline = waited + Duration::from_secs(args.catch_up_secs);
+    loop {
+        let projected = store
+            .load_session(session)
+            .await?
+            .map_or(0, |p| p.state.last_seq);
+        if projected >= length {
+            break;
+        }
+        if projecting.is_finished() {
+            projecting.await??;
+            bail!("the projector stopped before catching up");
+        }
+        if Instant::now() > deadline {
+            bail!("the projection reached seq {projected} of {length} within the deadline");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "{length}: projection caught up {:.1} s after the last append",
+        waited.elapsed().as_secs_f64()
+    );
+    // Stop the projector so the timings do not share the two cores with it.
+    let _ = stop.send(());
+    projecting.await??;
+    drop(log);
+
+    let recovery = Recovery::connect(&settings).await?;
+    // Warm up connections and prepared statements outside the timings.
+    recovery.rebuild(session).await?;
+    reset_peak_rss();
+
+    let mut rebuilds = Vec::with_capacity(args.reps);
+    let mut checkpoint_rebuild = None;
+    for _ in 0..args.reps.max(1) {
+        let started = Instant::now();
+        let rebuilt = recovery.rebuild(session).await?;
+        rebuilds.push(started.elapsed());
+        checkpoint_rebuild = Some(rebuilt);
+    }
+    let mut replays = Vec::with_capacity(args.reps);
+    let mut full_replay = None;
+    for _ in 0..args.reps.max(1) {
+        let started = Instant::now();
+        let rebuilt = recovery.rebuild_with(session, Some(0), |_| {}).await?;
+        replays.push(started.elapsed());
+        full_replay = Some(rebuilt);
+    }
+    let peak_rss = peak_rss_bytes();
+    let checkpoint_rebuild = checkpoint_rebuild.context("no rebuild ran")?;
+    let full_replay = full_replay.context("no replay ran")?;
+    for rebuilt in [&checkpoint_rebuild, &full_replay] {
+        if rebuilt.state.last_seq != length {
+            bail!(
+                "a rebuild reached seq {} of {length}",
+                rebuilt.state.last_seq
+            );
+        }
+    }
+    if checkpoint_rebuild.state.digest() != full_replay.state.digest() {
+        bail!("the checkpoint rebuild and the full replay disagree on the state");
+    }
+    let row = Row {
+        length,
+        rebuild: median(rebuilds),
+        replay: median(replays),
+        checkpoint_rebuild,
+        full_replay,
+        peak_rss,
+    };
+    eprintln!(
+        "{length}: rebuild {:.1} ms, full replay {:.1} ms",
+        row.rebuild.as_secs_f64() * 1e3,
+        row.replay.as_secs_f64() * 1e3
+    );
+    Ok(row)
+}
+
+/// Appends a session of `length` events (its start event included): short user requests, with
+/// a checkpoint at every seq `k·every + every/2`, so the last one is `every/2` before the end.
+async fn append_session(log: &Arc<EventLog>, length: u64, every: u64) -> Result<SessionId> {
+    let (mut writer, _) = SessionWriter::create(Arc::clone(log), "bench", Some("recovery")).await?;
+    let is_checkpoint = |seq: u64| seq % every == every / 2;
+    let started = Instant::now();
+    let mut last_report = started;
+    let mut written = 1u64;
+    while writer.state().last_seq < length {
+        let next = writer.next_seq();
+        if is_checkpoint(next) {
+            writer.checkpoint(None).await?;
+            written += 1;
+        } else {
+            // Up to the next checkpoint (or the end), in one batch.
+            let mut until = next;
+            while until < length && !is_checkpoint(until + 1) {
+                until += 1;
+            }
+            let events = (next..=until)
+                .map(|seq| SessionEvent::UserRequest {
+                    content: Content::plain(format!("request {seq}")),
+                })
+                .collect();
+            writer.append_batch(events).await?;
+            written += until - next + 1;
+        }
+        if last_report.elapsed() >= Duration::from_secs(2) || writer.state().last_seq >= length {
+            last_report = Instant::now();
+            eprintln!(
+                "{length}: appended {written} / {length} ({:.0} events/s)",
+                written as f64 / started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    log.flush(Duration::from_secs(30)).await?;
+    Ok(writer.session_id())
+}
+
+/// Resets the kernel's peak-RSS mark to the current RSS (Linux ≥ 4.0); ignored elsewhere.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
