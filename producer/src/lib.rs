@@ -16,4 +16,4 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use event_log::{EventLog, Position, ProducerOptions, WhenFull};
-pub use writer::{Appended, SessionWriter};
+pub use writer::{Appended, PendingClaim, SessionWriter};

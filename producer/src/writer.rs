@@ -131,6 +131,21 @@ impl SessionWriter {
         next_offset: i64,
         writer: &str,
     ) -> Result<(Self, Appended)> {
+        Self::prepare_claim(log, state, partition, next_offset, writer)
+            .await?
+            .commit()
+            .await
+    }
+
+    /// The first half of a takeover: catch up with the log and decide the epoch to claim,
+    /// without writing anything yet. [`PendingClaim::commit`] writes the claim.
+    pub async fn prepare_claim(
+        log: Arc<EventLog>,
+        state: SessionState,
+        partition: i32,
+        next_offset: i64,
+        writer: &str,
+    ) -> Result<PendingClaim> {
         let session = state.session_id;
         let mut state = state;
         let (events, caught_up) = log
@@ -142,69 +157,13 @@ impl SessionWriter {
         if !state.is_started() {
             return Err(Error::UnknownSession(session));
         }
-        let claim = EventEnvelope {
-            event_id: Uuid::now_v7(),
-            session_id: session,
-            // Claims take no seq in the fold; this is the seq the claimant will write next.
-            seq: state.next_seq(),
-            writer_epoch: state.epoch + 1,
-            occurred_at: now_micros(),
-            causation_id: None,
-            idempotency_key: None,
-            schema_version: CURRENT_SCHEMA_VERSION,
-            event: SessionEvent::WriterClaimed {
-                writer: writer.to_string(),
-            },
-        };
-        let position = log.append(&claim).await?;
-        // Whatever reached the partition between the catch-up and the claim (a zombie's last
-        // events, a rival claim) is folded in log order: the partition decides who won.
-        let (events, _) = log
-            .read_events(
-                partition,
-                caught_up,
-                Some(position.offset + 1),
-                Some(session),
-            )
-            .await?;
-        let mut verdict = None;
-        for event in &events {
-            let v = state.apply(&event.envelope);
-            if event.envelope.event_id == claim.event_id && event.position == position {
-                verdict = Some(v);
-            }
-        }
-        log.note_epoch(session, state.epoch);
-        match verdict {
-            Some(Verdict::Accepted) => {}
-            Some(_) => {
-                return Err(Error::LostClaim {
-                    epoch: claim.writer_epoch,
-                    current: state.epoch,
-                });
-            }
-            None => {
-                return Err(Error::Unconfirmed {
-                    partition,
-                    offset: position.offset,
-                });
-            }
-        }
-        let writer = Self {
+        Ok(PendingClaim {
             log,
             state,
             partition,
-            confirmed: position.offset + 1,
-            first: Some(position),
-            last: Some(position),
-        };
-        Ok((
-            writer,
-            Appended {
-                envelope: claim,
-                position,
-            },
-        ))
+            caught_up,
+            writer: writer.to_string(),
+        })
     }
 
     /// The session written to.
@@ -435,6 +394,96 @@ impl SessionWriter {
             schema_version: CURRENT_SCHEMA_VERSION,
             event,
         }
+    }
+}
+
+/// A takeover caught up with the log but not yet written: it will claim [`Self::epoch`].
+pub struct PendingClaim {
+    log: Arc<EventLog>,
+    state: SessionState,
+    partition: i32,
+    caught_up: i64,
+    writer: String,
+}
+
+impl PendingClaim {
+    /// The epoch this claim will ask for: one above the latest the log showed.
+    pub fn epoch(&self) -> u64 {
+        self.state.epoch + 1
+    }
+
+    /// Appends `WriterClaimed`, reads the log back up to it, and returns the new writer if the
+    /// claim won, or [`Error::LostClaim`] if another claim reached the partition first.
+    pub async fn commit(self) -> Result<(SessionWriter, Appended)> {
+        let Self {
+            log,
+            mut state,
+            partition,
+            caught_up,
+            writer,
+        } = self;
+        let session = state.session_id;
+        let claim = EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: session,
+            // Claims take no seq in the fold; this is the seq the claimant will write next.
+            seq: state.next_seq(),
+            writer_epoch: state.epoch + 1,
+            occurred_at: now_micros(),
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: CURRENT_SCHEMA_VERSION,
+            event: SessionEvent::WriterClaimed { writer },
+        };
+        let position = log.append(&claim).await?;
+        // Whatever reached the partition between the catch-up and the claim (a zombie's last
+        // events, a rival claim) is folded in log order: the partition decides who won.
+        let (events, _) = log
+            .read_events(
+                partition,
+                caught_up,
+                Some(position.offset + 1),
+                Some(session),
+            )
+            .await?;
+        let mut verdict = None;
+        for event in &events {
+            let v = state.apply(&event.envelope);
+            if event.envelope.event_id == claim.event_id && event.position == position {
+                verdict = Some(v);
+            }
+        }
+        log.note_epoch(session, state.epoch);
+        match verdict {
+            Some(Verdict::Accepted) => {}
+            Some(_) => {
+                return Err(Error::LostClaim {
+                    epoch: claim.writer_epoch,
+                    current: state.epoch,
+                });
+            }
+            None => {
+                return Err(Error::Unconfirmed {
+                    partition,
+                    offset: position.offset,
+                });
+            }
+        }
+        let writer = SessionWriter {
+            log,
+            state,
+            partition,
+            confirmed: position.offset + 1,
+            first: Some(position),
+            last: Some(position),
+        };
+        Ok((
+            writer,
+            Appended {
+                envelope: claim,
+                position,
+            },
+        ))
     }
 }
 

@@ -54,10 +54,17 @@ async fn two_claimants_race_one_wins_and_the_fold_rejects_every_later_write_of_t
             Ok::<_, Error>((original, acked))
         }
     });
-    let (b, c) = tokio::join!(
-        SessionWriter::claim(log_b, session, "writer-b"),
-        SessionWriter::claim(log_c, session, "writer-c"),
-    );
+    // A true race: both claimants catch up with the log first, so both ask for epoch 2, and
+    // only then write their claims at the same time. (Racing `claim` calls end up serialised
+    // when one catch-up happens to finish after the other's claim landed.)
+    let partition = log_b.partition_of(session);
+    let empty = || sessionlog_session::SessionState::empty(session);
+    let (pending_b, pending_c) = tokio::try_join!(
+        SessionWriter::prepare_claim(log_b, empty(), partition, 0, "writer-b"),
+        SessionWriter::prepare_claim(log_c, empty(), partition, 0, "writer-c"),
+    )?;
+    assert_eq!((pending_b.epoch(), pending_c.epoch()), (2, 2));
+    let (b, c) = tokio::join!(pending_b.commit(), pending_c.commit());
     decided.store(true, Ordering::SeqCst);
     let ((mut winner, claim), winner_name, lost) = match (b, c) {
         (Ok(won), Err(lost)) => (won, "writer-b", lost),
