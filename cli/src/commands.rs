@@ -190,24 +190,27 @@ pub async fn run(cli: Cli) -> Result<()> {
             session,
             writer,
             context_tokens,
-        } => print_value(
+        } => emit(
+            cli.json,
             crate::recovery::resume(&settings, &session, &writer, context_tokens).await?,
         ),
-        Command::Fork(args) => print_value(crate::recovery::fork(&settings, &args).await?),
-        Command::Lineage { session } => {
-            print_value(crate::recovery::lineage(&settings, &session).await?)
+        Command::Fork(args) => emit(cli.json, crate::recovery::fork(&settings, &args).await?),
+        Command::Lineage { session } => emit(
+            cli.json,
+            crate::recovery::lineage(&settings, &session).await?,
+        ),
+        Command::Diff { session } => {
+            emit(cli.json, crate::recovery::diff(&settings, &session).await?)
         }
-        Command::Diff { session } => print_value(crate::recovery::diff(&settings, &session).await?),
-        Command::Resolve(args) => print_value(crate::recovery::resolve(&settings, &args).await?),
-        Command::Approve(args) => print_value(crate::recovery::approve(&settings, &args).await?),
+        Command::Resolve(args) => emit(cli.json, crate::recovery::resolve(&settings, &args).await?),
+        Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
     }
 }
 
-/// Prints a JSON result (the recovery commands' output is structured either way).
-fn print_value(value: serde_json::Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(&value)?);
-    Ok(())
+/// Prints a command's output: JSON with `--json`, its human lines otherwise.
+fn emit(json: bool, output: crate::recovery::Output) -> Result<()> {
+    print(json, &output.json, || output.human)
 }
 
 async fn init(settings: &Settings, json: bool) -> Result<()> {

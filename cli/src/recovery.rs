@@ -63,6 +63,14 @@ pub struct ApproveArgs {
     pub reason: Option<String>,
 }
 
+/// A command's result: structured for `--json`, and a few lines for people.
+pub struct Output {
+    /// What `--json` prints.
+    pub json: serde_json::Value,
+    /// What is printed by default.
+    pub human: String,
+}
+
 /// Parses a session id with a message that says what one looks like.
 pub fn parse_session(text: &str) -> Result<SessionId> {
     text.parse().map_err(|_| {
@@ -85,16 +93,36 @@ pub async fn resume(
     session: &str,
     writer: &str,
     context_tokens: usize,
-) -> Result<serde_json::Value> {
+) -> Result<Output> {
     let bundle = connect(settings)
         .await?
         .resume(parse_session(session)?, writer, context_tokens)
         .await?;
-    Ok(serde_json::to_value(&bundle)?)
+    let mut human = format!(
+        "resumed {} as {writer}: epoch {}, next seq {}, {} outcome(s) recorded from resolvers, \
+         context {} turn(s) in ~{} of {} tokens",
+        bundle.state.session_id,
+        bundle.epoch,
+        bundle.next_seq,
+        bundle.resolved.len(),
+        bundle.context.turns.len(),
+        bundle.context.estimated_tokens,
+        bundle.context.budget_tokens,
+    );
+    for call in &bundle.in_doubt {
+        human.push_str(&format!(
+            "\n  in doubt: seq {} {} ({:?}) -> {:?}",
+            call.call.seq, call.call.tool, call.call.effect, call.action
+        ));
+    }
+    Ok(Output {
+        json: serde_json::to_value(&bundle)?,
+        human,
+    })
 }
 
 /// `sessionlog fork`.
-pub async fn fork(settings: &Settings, args: &ForkArgs) -> Result<serde_json::Value> {
+pub async fn fork(settings: &Settings, args: &ForkArgs) -> Result<Output> {
     let at = match (args.at_seq, args.at_checkpoint) {
         (Some(seq), None) => ForkAt::Seq(seq),
         (None, Some(seq)) => ForkAt::Checkpoint(seq),
@@ -104,31 +132,73 @@ pub async fn fork(settings: &Settings, args: &ForkArgs) -> Result<serde_json::Va
         .await?
         .fork(parse_session(&args.session)?, at, &args.agent)
         .await?;
-    Ok(serde_json::json!({
-        "session_id": first.envelope.session_id,
-        "fork_event": first.envelope,
-        "partition": first.position.partition,
-        "offset": first.position.offset,
-    }))
+    let human = format!(
+        "forked {} at seq {} into new session {} (partition {}, offset {})",
+        args.session,
+        args.at_seq.or(args.at_checkpoint).unwrap_or_default(),
+        first.envelope.session_id,
+        first.position.partition,
+        first.position.offset
+    );
+    Ok(Output {
+        json: serde_json::json!({
+            "session_id": first.envelope.session_id,
+            "fork_event": first.envelope,
+            "partition": first.position.partition,
+            "offset": first.position.offset,
+        }),
+        human,
+    })
 }
 
 /// `sessionlog lineage`.
-pub async fn lineage(settings: &Settings, session: &str) -> Result<serde_json::Value> {
+pub async fn lineage(settings: &Settings, session: &str) -> Result<Output> {
     let lineage = connect(settings)
         .await?
         .lineage(parse_session(session)?)
         .await?;
-    Ok(serde_json::to_value(lineage)?)
+    let mut human = format!("session {}", lineage.session_id);
+    for a in &lineage.ancestors {
+        human.push_str(&format!(
+            "\n  forked from {} at seq {}",
+            a.parent_session_id, a.parent_seq
+        ));
+    }
+    for (child, seq) in &lineage.children {
+        human.push_str(&format!("\n  fork {child} at seq {seq}"));
+    }
+    Ok(Output {
+        json: serde_json::to_value(&lineage)?,
+        human,
+    })
 }
 
 /// `sessionlog diff`.
-pub async fn diff(settings: &Settings, child: &str) -> Result<serde_json::Value> {
+pub async fn diff(settings: &Settings, child: &str) -> Result<Output> {
     let diff = connect(settings).await?.diff(parse_session(child)?).await?;
-    Ok(serde_json::to_value(diff)?)
+    let side = |events: &[sessionlog_recovery::LoggedEvent]| {
+        events
+            .iter()
+            .map(|e| format!("\n    seq {} {}", e.envelope.seq, e.envelope.event.kind()))
+            .collect::<String>()
+    };
+    let human = format!(
+        "fork point: {} seq {}\n  parent only ({}):{}\n  child only ({}):{}",
+        diff.fork_point.parent_session_id,
+        diff.fork_point.parent_seq,
+        diff.parent_only.len(),
+        side(&diff.parent_only),
+        diff.child_only.len(),
+        side(&diff.child_only)
+    );
+    Ok(Output {
+        json: serde_json::to_value(&diff)?,
+        human,
+    })
 }
 
 /// `sessionlog resolve`.
-pub async fn resolve(settings: &Settings, args: &ResolveArgs) -> Result<serde_json::Value> {
+pub async fn resolve(settings: &Settings, args: &ResolveArgs) -> Result<Output> {
     let appended = connect(settings)
         .await?
         .record_resolution(
@@ -146,11 +216,11 @@ pub async fn resolve(settings: &Settings, args: &ResolveArgs) -> Result<serde_js
             },
         )
         .await?;
-    Ok(serde_json::json!({"recorded": appended.envelope, "offset": appended.position.offset}))
+    recorded(appended, "outcome")
 }
 
 /// `sessionlog approve`.
-pub async fn approve(settings: &Settings, args: &ApproveArgs) -> Result<serde_json::Value> {
+pub async fn approve(settings: &Settings, args: &ApproveArgs) -> Result<Output> {
     let appended = connect(settings)
         .await?
         .decide_approval(
@@ -161,7 +231,21 @@ pub async fn approve(settings: &Settings, args: &ApproveArgs) -> Result<serde_js
             args.reason.clone(),
         )
         .await?;
-    Ok(serde_json::json!({"recorded": appended.envelope, "offset": appended.position.offset}))
+    recorded(appended, "decision")
+}
+
+fn recorded(appended: sessionlog_producer::Appended, what: &str) -> Result<Output> {
+    let human = format!(
+        "recorded the {what} as seq {} of session {} (epoch {}, offset {})",
+        appended.envelope.seq,
+        appended.envelope.session_id,
+        appended.envelope.writer_epoch,
+        appended.position.offset
+    );
+    Ok(Output {
+        json: serde_json::json!({"recorded": appended.envelope, "offset": appended.position.offset}),
+        human,
+    })
 }
 
 /// `sessionlog serve-recovery`: the recovery HTTP service until interrupted.

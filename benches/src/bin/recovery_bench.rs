@@ -52,7 +52,10 @@ struct Row {
     replay: Duration,
     checkpoint_rebuild: RebuiltSession,
     full_replay: RebuiltSession,
-    peak_rss: Option<u64>,
+    /// Peak RSS while rebuilding from the checkpoint (reset just before).
+    rebuild_rss: Option<u64>,
+    /// Peak RSS while replaying from the first event (reset just before).
+    replay_rss: Option<u64>,
 }
 
 #[tokio::main]
@@ -105,9 +108,8 @@ async fn main() -> Result<()> {
                     "{}/{}",
                     r.full_replay.events_folded, r.full_replay.records_read
                 ),
-                r.peak_rss.map_or("?".into(), |b| {
-                    format!("{:.1}", b as f64 / (1024.0 * 1024.0))
-                }),
+                mib(r.rebuild_rss),
+                mib(r.replay_rss),
             ]
         })
         .collect();
@@ -122,13 +124,14 @@ async fn main() -> Result<()> {
             "amplification",
             "start",
             "replay folded/read",
-            "peak RSS MiB",
+            "rebuild peak RSS MiB",
+            "replay peak RSS MiB",
         ],
         &table,
     );
     println!(
-        "peak RSS: the process's high-water mark (VmHWM, reset before each length's rebuilds \
-         where the kernel allows) while rebuilding and replaying that session"
+        "peak RSS: the process's high-water mark (VmHWM), reset before the rebuilds and again \
+         before the replays of each length, so each column covers that phase alone"
     );
     Ok(())
 }
@@ -213,6 +216,8 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
         rebuilds.push(started.elapsed());
         checkpoint_rebuild = Some(rebuilt);
     }
+    let rebuild_rss = peak_rss_bytes();
+    reset_peak_rss();
     let mut replays = Vec::with_capacity(args.reps);
     let mut full_replay = None;
     for _ in 0..args.reps.max(1) {
@@ -221,7 +226,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
         replays.push(started.elapsed());
         full_replay = Some(rebuilt);
     }
-    let peak_rss = peak_rss_bytes();
+    let replay_rss = peak_rss_bytes();
     let checkpoint_rebuild = checkpoint_rebuild.context("no rebuild ran")?;
     let full_replay = full_replay.context("no replay ran")?;
     for rebuilt in [&checkpoint_rebuild, &full_replay] {
@@ -241,7 +246,8 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
         replay: median(replays),
         checkpoint_rebuild,
         full_replay,
-        peak_rss,
+        rebuild_rss,
+        replay_rss,
     };
     eprintln!(
         "{length}: rebuild {:.1} ms, full replay {:.1} ms",
@@ -291,6 +297,12 @@ async fn append_session(log: &Arc<EventLog>, length: u64, every: u64) -> Result<
 }
 
 /// Resets the kernel's peak-RSS mark to the current RSS (Linux ≥ 4.0); ignored elsewhere.
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("?".into(), |b| {
+        format!("{:.1}", b as f64 / (1024.0 * 1024.0))
+    })
+}
+
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
