@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
 use sessionlog_schemas::{SchemaRegistry, value_subject};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// One test's private corner of the stack.
@@ -75,15 +75,7 @@ impl TestStack {
 
     /// Starts `sessionlog project` as a separate process in this test's consumer group.
     pub fn spawn_projector(&self) -> Result<ChildGuard> {
-        let child = Command::new(sessionlog_bin()?)
-            .args(["project", "--group", &self.group])
-            .envs(self.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("spawning `sessionlog project`")?;
-        Ok(ChildGuard(child))
+        projector::spawn_projector_with(self, &[])
     }
 }
 
