@@ -29,40 +29,61 @@ pub struct VerifiedCheckpoint {
 
 /// The newest checkpoint of `session` whose declared digest the projector confirmed,
 /// optionally no later than `at_most_seq`.
+///
+/// Two steps: the checkpoint rows without their states (small), then the one state needed.
+/// Each stored state carries the fold's duplicate window, so reading every checkpoint's state
+/// would make a rebuild's cost grow with the session's length.
 pub async fn latest_verified_checkpoint(
     store: &ProjectionStore,
     session: SessionId,
     at_most_seq: Option<u64>,
 ) -> Result<Option<VerifiedCheckpoint>> {
     let err = store_error("read checkpoints");
-    let query = format!(
-        "SELECT seq, log_offset, verified, state_json FROM {}.checkpoints WHERE session_id = ? AND seq <= ?",
-        store.keyspace()
-    );
+    let ks = store.keyspace();
     let limit = at_most_seq.map_or(i64::MAX, |s| s as i64);
     let mut rows = store
         .cql()
-        .query_iter(query, (session.0, limit))
+        .query_iter(
+            format!(
+                "SELECT seq, log_offset, verified FROM {ks}.checkpoints WHERE session_id = ? AND seq <= ?"
+            ),
+            (session.0, limit),
+        )
         .await
         .map_err(|e| err(&e))?
-        .rows_stream::<(i64, i64, Option<bool>, Option<String>)>()
+        .rows_stream::<(i64, i64, Option<bool>)>()
         .map_err(|e| err(&e))?;
     // Clustering order is seq DESC: the first verified row is the latest.
-    while let Some((seq, offset, verified, state_json)) =
-        rows.try_next().await.map_err(|e| err(&e))?
-    {
-        if verified != Some(true) {
-            continue;
-        }
-        if let Some(state) = state_json.and_then(|j| serde_json::from_str(&j).ok()) {
-            return Ok(Some(VerifiedCheckpoint {
-                seq: seq as u64,
-                offset,
-                state,
-            }));
+    let mut latest = None;
+    while let Some((seq, offset, verified)) = rows.try_next().await.map_err(|e| err(&e))? {
+        if verified == Some(true) {
+            latest = Some((seq, offset));
+            break;
         }
     }
-    Ok(None)
+    let Some((seq, offset)) = latest else {
+        return Ok(None);
+    };
+    let state_json = store
+        .cql()
+        .query_unpaged(
+            format!("SELECT state_json FROM {ks}.checkpoints WHERE session_id = ? AND seq = ?"),
+            (session.0, seq),
+        )
+        .await
+        .map_err(|e| err(&e))?
+        .into_rows_result()
+        .map_err(|e| err(&e))?
+        .maybe_first_row::<(Option<String>,)>()
+        .map_err(|e| err(&e))?
+        .and_then(|(json,)| json);
+    Ok(state_json
+        .and_then(|j| serde_json::from_str(&j).ok())
+        .map(|state| VerifiedCheckpoint {
+            seq: seq as u64,
+            offset,
+            state,
+        }))
 }
 
 /// Offsets of `session`'s accepted events with `seq > after_seq` (the index) and of its
