@@ -137,12 +137,7 @@ impl Recovery {
 
     async fn children(&self, session: SessionId) -> Result<Vec<(SessionId, u64)>> {
         let store = self.store();
-        let store_error = |e: &dyn std::fmt::Display| {
-            Error::Store(sessionlog_projector::Error::Store {
-                action: "list forks",
-                message: e.to_string(),
-            })
-        };
+        let store_error = crate::index::store_error("list forks");
         let query = format!(
             "SELECT session_id, parent_seq FROM {}.sessions WHERE parent_session_id = ? ALLOW FILTERING",
             store.keyspace()

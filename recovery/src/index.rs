@@ -7,7 +7,8 @@ use sessionlog_projector::ProjectionStore;
 use sessionlog_schemas::SessionId;
 use sessionlog_session::SessionState;
 
-fn store_error(action: &'static str) -> impl Fn(&dyn std::fmt::Display) -> Error {
+/// Wraps a driver error from reading the projector's tables, naming what was being read.
+pub(crate) fn store_error(action: &'static str) -> impl Fn(&dyn std::fmt::Display) -> Error {
     move |e| {
         Error::Store(sessionlog_projector::Error::Store {
             action,

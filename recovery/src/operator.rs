@@ -115,12 +115,7 @@ impl Recovery {
     /// Sessions the projection shows as needing an operator.
     pub async fn sessions_needing_resolution(&self) -> Result<Vec<StuckSession>> {
         let store = self.store();
-        let store_error = |e: &dyn std::fmt::Display| {
-            Error::Store(sessionlog_projector::Error::Store {
-                action: "list sessions needing resolution",
-                message: e.to_string(),
-            })
-        };
+        let store_error = crate::index::store_error("list sessions needing resolution");
         // An ops query over a small set; ALLOW FILTERING keeps it portable to ScyllaDB and
         // Cassandra without an index that every write would pay for.
         let query = format!(
