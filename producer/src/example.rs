@@ -24,7 +24,7 @@ pub async fn run_example_session(log: Arc<EventLog>) -> Result<(SessionWriter, V
             tokens_in: 1_250,
             tokens_out: 310,
             cost_micros: 4_200,
-            started_at: crate::writer::now_micros(),
+            started_at: sessionlog_schemas::now_micros(),
             content: Content::plain("I will bump the version and run the test suite."),
         })
         .await?;

@@ -2,13 +2,13 @@
 
 use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
+use sessionlog_schemas::now_micros;
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, Content, EventEnvelope, ForkPoint, Seq, SessionEvent, SessionId,
     TerminalOutcome,
 };
 use sessionlog_session::{Rejection, SessionState, Verdict};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 /// An event in the log: acknowledged by an append, or found by a read-back.
@@ -485,12 +485,4 @@ impl PendingClaim {
             },
         ))
     }
-}
-
-/// Microseconds since the Unix epoch.
-pub(crate) fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or_default()
 }

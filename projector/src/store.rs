@@ -574,18 +574,11 @@ async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result
                 format!(
                     "INSERT INTO {ks}.schema_migrations (version, description, applied_at_us) VALUES (?, ?, ?)"
                 ),
-                (migration.version, migration.description, now_micros()),
+                (migration.version, migration.description, sessionlog_schemas::now_micros()),
             )
             .await
             .map_err(Error::store("record migration"))?;
         tracing::info!(version = migration.version, "applied CQL migration");
     }
     Ok(())
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or_default()
 }

@@ -48,6 +48,14 @@ pub type Epoch = u64;
 /// Microseconds since the Unix epoch (Avro `timestamp-micros`).
 pub type Micros = i64;
 
+/// The current time as event timestamps carry it.
+pub fn now_micros() -> Micros {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
 /// The part common to every event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventEnvelope {

@@ -29,7 +29,7 @@ pub use avro::{
 pub use error::{Error, Result};
 pub use event::{
     CallOutcome, Content, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros, ResultSource, Seq,
-    SessionEvent, SessionId, TerminalOutcome,
+    SessionEvent, SessionId, TerminalOutcome, now_micros,
 };
 pub use registry::{
     CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, SchemaRegistry,

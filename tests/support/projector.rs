@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// Connects to the log of `stack`.
@@ -51,13 +51,8 @@ pub fn spawn_projector_with(stack: &TestStack, extra: &[&str]) -> Result<ChildGu
     Ok(ChildGuard(child))
 }
 
-/// Microseconds since the Unix epoch.
-pub fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or_default()
-}
+/// Microseconds since the Unix epoch, as events carry time.
+pub use sessionlog_schemas::now_micros;
 
 /// A hand-built envelope, for events a well-behaved writer would refuse to send.
 pub fn envelope(session: SessionId, seq: u64, epoch: u64, event: SessionEvent) -> EventEnvelope {

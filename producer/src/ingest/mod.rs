@@ -501,7 +501,7 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
         writer_epoch: writer.state().epoch,
         occurred_at: incoming
             .occurred_at
-            .unwrap_or_else(crate::writer::now_micros),
+            .unwrap_or_else(sessionlog_schemas::now_micros),
         causation_id: incoming.causation_id,
         idempotency_key: incoming.idempotency_key,
         schema_version: CURRENT_SCHEMA_VERSION,
