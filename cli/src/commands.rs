@@ -47,27 +47,7 @@ enum Command {
     },
     /// Rebuild the projections into a keyspace from the log: from the beginning, given offsets
     /// or a time; resumes where an earlier replay into the same keyspace stopped.
-    Replay {
-        /// Target keyspace (default: `[cql] keyspace`). Use a fresh one to rebuild from scratch.
-        #[arg(long)]
-        keyspace: Option<String>,
-        /// Start offsets, `partition:offset` comma-separated (others start at the beginning).
-        #[arg(long, conflicts_with = "from_time")]
-        from_offsets: Option<String>,
-        /// Start at the first record at or after this time: milliseconds since the epoch or
-        /// RFC 3339 in UTC (`2025-01-31T12:00:00Z`).
-        #[arg(long)]
-        from_time: Option<String>,
-        /// Only these partitions, comma-separated.
-        #[arg(long)]
-        partitions: Option<String>,
-        /// Fold and count without writing anything.
-        #[arg(long)]
-        dry_run: bool,
-        /// Records per batch.
-        #[arg(long, default_value_t = 2000)]
-        batch: usize,
-    },
+    Replay(crate::replay::ReplayRequest),
     /// Compare two projection keyspaces table by table; exits non-zero on any difference.
     Verify {
         /// One keyspace.
@@ -144,24 +124,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Init => init(&settings, cli.json).await,
         Command::Project { group, listen } => project(&settings, group, listen).await,
-        Command::Replay {
-            keyspace,
-            from_offsets,
-            from_time,
-            partitions,
-            dry_run,
-            batch,
-        } => {
-            let request = crate::replay::ReplayRequest {
-                keyspace,
-                from_offsets,
-                from_time,
-                partitions,
-                dry_run,
-                batch,
-            };
-            crate::replay::replay(&settings, request, cli.json).await
-        }
+        Command::Replay(request) => crate::replay::replay(&settings, request, cli.json).await,
         Command::Verify { left, right } => {
             crate::replay::verify(&settings, &left, &right, cli.json).await
         }

@@ -12,18 +12,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The `replay` command's arguments.
+#[derive(Debug, clap::Args)]
 pub struct ReplayRequest {
-    /// Target keyspace.
+    /// Target keyspace (default: `[cql] keyspace`). Use a fresh one to rebuild from scratch.
+    #[arg(long)]
     pub keyspace: Option<String>,
-    /// `partition:offset,...`.
+    /// Start offsets, `partition:offset` comma-separated (others start at the beginning).
+    #[arg(long, conflicts_with = "from_time")]
     pub from_offsets: Option<String>,
-    /// Milliseconds or RFC 3339 UTC.
+    /// Start at the first record at or after this time: milliseconds since the epoch or
+    /// RFC 3339 in UTC (`2025-01-31T12:00:00Z`).
+    #[arg(long)]
     pub from_time: Option<String>,
-    /// `0,1,...`.
+    /// Only these partitions, comma-separated.
+    #[arg(long)]
     pub partitions: Option<String>,
-    /// Write nothing.
+    /// Fold and count without writing anything.
+    #[arg(long)]
     pub dry_run: bool,
     /// Records per batch.
+    #[arg(long, default_value_t = 2000)]
     pub batch: usize,
 }
 
