@@ -51,9 +51,9 @@ impl Recovery {
             reason,
         };
         let mut found: Option<LoggedEvent> = None;
-        // Read the parent from the start: the fork point may precede its latest checkpoint.
+        // Start at a checkpoint before the fork point, so the event at it is among those read.
         let rebuilt = self
-            .rebuild_with(parent, Some(0), |e| {
+            .rebuild_with(parent, Some(seq.saturating_sub(1)), |e| {
                 if e.accepted
                     && e.envelope.seq == seq
                     && !matches!(e.envelope.event, SessionEvent::WriterClaimed { .. })
@@ -122,11 +122,16 @@ impl Recovery {
             reason: "the session is not a fork".into(),
         })?;
         let mut parent_only = Vec::new();
-        self.rebuild_with(fork_point.parent_session_id, Some(0), |e| {
-            if e.accepted && e.envelope.seq > fork_point.parent_seq {
-                parent_only.push(e.clone());
-            }
-        })
+        // A checkpoint at or before the fork point still reads every parent event after it.
+        self.rebuild_with(
+            fork_point.parent_session_id,
+            Some(fork_point.parent_seq),
+            |e| {
+                if e.accepted && e.envelope.seq > fork_point.parent_seq {
+                    parent_only.push(e.clone());
+                }
+            },
+        )
         .await?;
         Ok(BranchDiff {
             fork_point,
