@@ -95,7 +95,8 @@ pub struct IngestSettings {
     pub listen: String,
     /// Largest request body accepted, in bytes; larger requests get 413.
     pub max_body_bytes: usize,
-    /// Most events accepted in one append request.
+    /// Most events accepted in one append request (at most the fold's duplicate window, 128,
+    /// so that a retried request is recognised as a retry).
     pub max_batch_events: usize,
 }
 
@@ -104,7 +105,7 @@ impl Default for IngestSettings {
         Self {
             listen: "127.0.0.1:8090".into(),
             max_body_bytes: 16 * 1024 * 1024,
-            max_batch_events: 1_000,
+            max_batch_events: 128,
         }
     }
 }
@@ -117,7 +118,8 @@ pub struct ProjectorSettings {
     pub group_id: String,
     /// At most this many records are folded before their writes are flushed and committed.
     pub batch_max: usize,
-    /// How long a batch waits for more records once it has one, in milliseconds.
+    /// How long a batch waits for more records once it has one, in milliseconds, when the
+    /// previous batch is already written (while it is not, the batch keeps growing).
     pub batch_wait_ms: u64,
     /// Concurrent CQL writes per batch.
     pub write_concurrency: usize,
@@ -131,9 +133,9 @@ impl Default for ProjectorSettings {
     fn default() -> Self {
         Self {
             group_id: "sessionlog-projector".into(),
-            batch_max: 500,
+            batch_max: 5_000,
             batch_wait_ms: 20,
-            write_concurrency: 32,
+            write_concurrency: 64,
             cache_sessions: 10_000,
             listen: String::new(),
         }

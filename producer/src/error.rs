@@ -90,6 +90,17 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// A batch holds more events than the fold's duplicate window: a retry of it could not be
+    /// told from a conflicting write. Split it.
+    #[error(
+        "a batch of {events} events exceeds the limit of {limit}; append it in smaller batches"
+    )]
+    BatchTooLong {
+        /// Events in the batch.
+        events: usize,
+        /// The limit ([`sessionlog_session::DUPLICATE_WINDOW`]).
+        limit: usize,
+    },
     /// The HTTP ingest service could not bind or serve.
     #[error("ingest service: {0}")]
     Serve(#[source] std::io::Error),

@@ -7,7 +7,7 @@ use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, Content, EventEnvelope, ForkPoint, Seq, SessionEvent, SessionId,
     TerminalOutcome,
 };
-use sessionlog_session::{Rejection, SessionState, Verdict};
+use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState, Verdict};
 use std::sync::Arc;
 use uuid::Uuid;
 
@@ -224,6 +224,7 @@ impl SessionWriter {
     }
 
     /// Appends several events with consecutive seqs, sent together, and waits for every ack.
+    /// At most [`DUPLICATE_WINDOW`] events, so a retry of the batch is always recognised.
     pub async fn append_batch(&mut self, events: Vec<SessionEvent>) -> Result<Vec<Appended>> {
         let envelopes = self.envelopes(events);
         self.append_envelopes(envelopes).await
@@ -269,6 +270,12 @@ impl SessionWriter {
         when_full: WhenFull,
     ) -> Result<Vec<Appended>> {
         self.check_not_fenced()?;
+        if envelopes.len() > DUPLICATE_WINDOW {
+            return Err(Error::BatchTooLong {
+                events: envelopes.len(),
+                limit: DUPLICATE_WINDOW,
+            });
+        }
         self.judge_all(&envelopes)?;
         let outcomes = self.log.send_all(&envelopes, when_full).await?;
         let mut appended = Vec::with_capacity(envelopes.len());

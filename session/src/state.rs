@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, VecDeque};
 use uuid::Uuid;
 
 /// How many recently accepted `(seq, event_id)` pairs the fold remembers to tell a harmless
-/// retry from a conflicting write. A writer retries at most its in-flight window, far below this;
-/// a bounded window keeps the state (and a 1,000,000-event fold) small.
-pub const DUPLICATE_WINDOW: usize = 1024;
+/// retry from a conflicting write. A writer retries at most one batch, and the producer caps a
+/// batch at this many events, so every retry falls inside the window. The window is in every
+/// stored session row and every digest, so it is kept small: 128 pairs are about 6 KB of JSON.
+pub const DUPLICATE_WINDOW: usize = 128;
 
 /// Where a session stands, derived from its accepted history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -226,7 +227,12 @@ impl SessionState {
 
     /// SHA-256 of [`Self::canonical_json`], hex-encoded: what a checkpoint declares.
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical_json().as_bytes()))
+        Self::digest_of(&self.canonical_json())
+    }
+
+    /// The digest of a state already serialised with [`Self::canonical_json`].
+    pub fn digest_of(canonical_json: &str) -> String {
+        hex::encode(Sha256::digest(canonical_json.as_bytes()))
     }
 
     /// The fold step: judge one event against the state and, if accepted, apply it.

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use sessionlog_log::Settings;
 use sessionlog_producer::{Appended, Error, EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
-use sessionlog_session::Verdict;
+use sessionlog_session::{DUPLICATE_WINDOW, Verdict};
 use sessionlog_tests::TestStack;
 use sessionlog_tests::producer::fold_topic;
 use std::collections::HashMap;
@@ -187,6 +187,40 @@ async fn an_event_over_the_size_limit_fails_before_it_is_sent() -> Result<()> {
         histories[&writer.session_id()].verdicts.len(),
         1,
         "only the start event reached the log"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_longer_than_the_duplicate_window_is_refused_whole() -> Result<()> {
+    let stack = TestStack::new("pbatch", 1).await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "batch-test", None).await?;
+    let events = |n: usize| (0..n).map(|i| request(format!("e{i}"))).collect::<Vec<_>>();
+
+    // A retry of a longer batch could not be told from a conflicting write, so it never starts.
+    match writer.append_batch(events(DUPLICATE_WINDOW + 1)).await {
+        Err(Error::BatchTooLong { events, limit }) => {
+            assert_eq!((events, limit), (DUPLICATE_WINDOW + 1, DUPLICATE_WINDOW));
+        }
+        other => bail!("expected BatchTooLong, got {other:?}"),
+    }
+    assert_eq!(writer.next_seq(), 2);
+    // Exactly the window is accepted, and a retry of all of it is a set of duplicates.
+    let envelopes = writer.envelopes(events(DUPLICATE_WINDOW));
+    writer.append_envelopes(envelopes.clone()).await?;
+    writer.append_envelopes(envelopes).await?;
+
+    let histories = fold_topic(&log).await?;
+    let verdicts = &histories[&writer.session_id()].verdicts;
+    assert_eq!(verdicts.len(), 1 + 2 * DUPLICATE_WINDOW);
+    let duplicates = verdicts
+        .iter()
+        .filter(|(_, v)| *v == Verdict::Duplicate)
+        .count();
+    assert_eq!(
+        duplicates, DUPLICATE_WINDOW,
+        "the whole retried batch is recognised"
     );
     Ok(())
 }

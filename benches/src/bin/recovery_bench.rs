@@ -24,6 +24,7 @@ use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_projector::{ProjectionStore, Projector};
 use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
 use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
+use sessionlog_session::DUPLICATE_WINDOW;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -271,9 +272,12 @@ async fn append_session(log: &Arc<EventLog>, length: u64, every: u64) -> Result<
             writer.checkpoint(None).await?;
             written += 1;
         } else {
-            // Up to the next checkpoint (or the end), in one batch.
+            // Up to the next checkpoint (or the end), in batches the producer accepts.
             let mut until = next;
-            while until < length && !is_checkpoint(until + 1) {
+            while until < length
+                && !is_checkpoint(until + 1)
+                && until + 1 - next < DUPLICATE_WINDOW as u64
+            {
                 until += 1;
             }
             let events = (next..=until)

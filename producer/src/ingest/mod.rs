@@ -387,7 +387,11 @@ async fn append(
     respond("append", async {
         let session = session_of(path)?;
         let Json(request) = body?;
-        let limit = ingest.settings.max_batch_events;
+        // Beyond the duplicate window a retried request would be judged a conflict.
+        let limit = ingest
+            .settings
+            .max_batch_events
+            .min(sessionlog_session::DUPLICATE_WINDOW);
         if request.events.len() > limit {
             return Err(Problem::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -94,6 +94,11 @@ impl From<Error> for Problem {
                     .with("size", size)
                     .with("limit", limit)
             }
+            Error::BatchTooLong { events, limit } => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_many_events", message)
+                    .with("events", events)
+                    .with("limit", limit)
+            }
             Error::UnknownSession(_) => {
                 Self::new(StatusCode::NOT_FOUND, "unknown_session", message)
             }
