@@ -3,12 +3,13 @@
 
 use crate::context::ContextWindow;
 use crate::observe::{self, Health};
-use crate::trace::{SpanWrite, span_of};
+use crate::store::CqlRow;
+use crate::trace::span_of;
 use crate::{Error, ProjectedSession, ProjectionStore, Result};
 use futures::stream::{self, TryStreamExt};
 use sessionlog_log::RawRecord;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
-use sessionlog_session::{Rejection, SessionState, Verdict};
+use sessionlog_session::{SessionState, Verdict};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -48,27 +49,6 @@ struct Projection {
     context: ContextWindow,
 }
 
-/// One row write a batch owes the store.
-enum RowWrite {
-    Accepted {
-        event: EventEnvelope,
-        partition: i32,
-        offset: i64,
-        /// The state including the event, kept only for checkpoints.
-        checkpoint_state: Option<Box<SessionState>>,
-    },
-    Rejected {
-        event: EventEnvelope,
-        partition: i32,
-        offset: i64,
-        why: Rejection,
-    },
-    Span {
-        span: SpanWrite,
-        offset: i64,
-    },
-}
-
 /// A record that cannot be projected, and why: it belongs in the dead-letter topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
@@ -78,10 +58,17 @@ pub struct DeadLetter {
     pub reason: String,
 }
 
-/// A folded batch: the writes it owes and the positions it reaches.
+/// A folded batch: the rows it owes the store and the positions it reaches. The rows are a
+/// snapshot taken at the end of the fold, so the next batch can be folded while these are
+/// written.
 pub struct Folded {
-    writes: Vec<RowWrite>,
-    touched: Vec<SessionId>,
+    /// Each touched session's rows in log order, its context view and session row last.
+    sessions: Vec<(SessionId, Vec<CqlRow>)>,
+    /// Where each session is in `sessions`.
+    positions: HashMap<SessionId, usize>,
+    /// Span rows by day, whose partition key is the day rather than the session.
+    days: BTreeMap<String, Vec<CqlRow>>,
+    topic: String,
     /// The next offset to read, by partition, once the batch is durable.
     pub next_offsets: BTreeMap<i32, i64>,
     /// Records for the dead-letter topic.
@@ -140,8 +127,10 @@ impl Applier {
     /// the fold's rejections become `rejected_events` rows.
     pub async fn fold(&mut self, records: &[RawRecord]) -> Result<Folded> {
         let mut folded = Folded {
-            writes: Vec::new(),
-            touched: Vec::new(),
+            sessions: Vec::new(),
+            positions: HashMap::new(),
+            days: BTreeMap::new(),
+            topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
             dead_letters: Vec::new(),
             stats: BatchStats {
@@ -165,6 +154,13 @@ impl Applier {
                     folded.stats.dead_lettered += 1;
                     folded.dead_letters.push(DeadLetter { index, reason });
                 }
+            }
+        }
+        // Snapshot each touched session's views after the whole batch: one write each.
+        for (session, rows) in &mut folded.sessions {
+            if let Some(p) = self.cache.get(session) {
+                rows.push(CqlRow::context(&p.context, &p.row.state));
+                rows.push(CqlRow::session(&p.row));
             }
         }
         observe::count_batch(&folded.stats);
@@ -196,35 +192,32 @@ impl Applier {
             }
             entry.context.applied_offset = offset;
         }
+        let mut rows = Vec::new();
         match verdict {
             Verdict::Accepted => {
                 folded.stats.accepted += 1;
-                let checkpoint_state = matches!(event.event, SessionEvent::Checkpoint { .. })
-                    .then(|| Box::new(entry.row.state.clone()));
                 if let Some(span) = span {
-                    folded.writes.push(RowWrite::Span { span, offset });
+                    let (by_session, by_day) = CqlRow::span(&span, offset);
+                    rows.push(by_session);
+                    folded.days.entry(span.day()).or_default().push(by_day);
                 }
-                folded.writes.push(RowWrite::Accepted {
-                    event,
-                    partition,
-                    offset,
-                    checkpoint_state,
-                });
+                let checkpoint = matches!(event.event, SessionEvent::Checkpoint { .. });
+                let after = checkpoint.then_some(&entry.row.state);
+                rows.extend(CqlRow::accepted(&event, partition, offset, after));
             }
             Verdict::Duplicate => folded.stats.duplicates += 1,
             Verdict::Rejected(why) => {
                 folded.stats.rejected += 1;
                 observe::count_rejection(why.label());
-                folded.writes.push(RowWrite::Rejected {
-                    event,
-                    partition,
-                    offset,
-                    why,
-                });
+                rows.push(CqlRow::rejected(&event, partition, offset, &why));
             }
         }
-        if !folded.touched.contains(&session) {
-            folded.touched.push(session);
+        match folded.positions.get(&session) {
+            Some(at) => folded.sessions[*at].1.extend(rows),
+            None => {
+                folded.positions.insert(session, folded.sessions.len());
+                folded.sessions.push((session, rows));
+            }
         }
         Ok(())
     }
@@ -281,80 +274,74 @@ impl Applier {
         })
     }
 
-    /// Makes a folded batch durable: event rows first, then the context views, then each
-    /// touched session's row (which records how far it goes), then the partitions' progress.
-    /// Retries until the store answers, so an outage stalls the projector instead of losing
-    /// anything. Without a store it only bounds the cache.
-    pub async fn persist(&mut self, folded: Folded) {
-        if let Some(store) = &self.store {
-            let concurrency = self.write_concurrency;
-            let health = &self.health;
-            let writes = &folded.writes;
-            with_retry("write rows", health, || async move {
-                stream::iter(writes.iter().map(Ok))
-                    .try_for_each_concurrent(concurrency, |write| write_row(store, write))
-                    .await
-            })
-            .await;
-            let touched: Vec<&Projection> = folded
-                .touched
-                .iter()
-                .filter_map(|s| self.cache.get(s))
-                .collect();
-            let touched = &touched;
-            with_retry("write context views", health, || async move {
-                stream::iter(touched.iter().map(Ok))
-                    .try_for_each_concurrent(concurrency, |p| {
-                        store.save_context(&p.context, &p.row.state)
-                    })
-                    .await
-            })
-            .await;
-            with_retry("write sessions", health, || async move {
-                stream::iter(touched.iter().map(Ok))
-                    .try_for_each_concurrent(concurrency, |p| store.save_session(&p.row))
-                    .await
-            })
-            .await;
-            let topic = self.topic.as_str();
-            let progress = &folded.next_offsets;
-            with_retry("write partition progress", health, || async move {
-                stream::iter(progress.iter().map(Ok))
-                    .try_for_each_concurrent(concurrency, |(p, next)| {
-                        store.save_progress(topic, *p, *next)
-                    })
-                    .await
-            })
-            .await;
-            // Without a store the cache is the only copy of the state, so it must stay whole.
-            if self.cache.len() > self.cache_sessions {
-                self.cache.clear();
-            }
+    /// Makes a folded batch durable (see [`persist`]); without a store there is nothing to do.
+    pub async fn persist(&self, folded: &Folded) {
+        match &self.store {
+            Some(store) => persist(store, folded, self.write_concurrency, &self.health).await,
+            None => self.health.batch_done(),
         }
-        self.health.batch_done();
+    }
+
+    /// Concurrent CQL writes per batch.
+    pub fn write_concurrency(&self) -> usize {
+        self.write_concurrency
+    }
+
+    /// Whether the cache holds more sessions than configured and should start over (only
+    /// with nothing in flight: a dropped session is reloaded from its stored row).
+    pub fn cache_full(&self) -> bool {
+        self.store.is_some() && self.cache.len() > self.cache_sessions
     }
 }
 
-async fn write_row(store: &ProjectionStore, write: &RowWrite) -> Result<()> {
-    match write {
-        RowWrite::Accepted {
-            event,
-            partition,
-            offset,
-            checkpoint_state,
-        } => {
-            store
-                .record_accepted(event, *partition, *offset, checkpoint_state.as_deref())
-                .await
-        }
-        RowWrite::Rejected {
-            event,
-            partition,
-            offset,
-            why,
-        } => store.record_rejected(event, *partition, *offset, why).await,
-        RowWrite::Span { span, offset } => store.put_span(span, *offset).await,
-    }
+/// Rows of one session written in one batch at most: a session with more in a batch
+/// (a replay) is written in several, in order, its session row in the last.
+const ROWS_PER_BATCH: usize = 256;
+
+/// Makes a folded batch durable: span rows by day first, then each touched session's rows as
+/// one batch (its session row, the commit point, in the same batch as its event rows), then
+/// the partitions' progress. Retries until the store answers, so an outage stalls the
+/// projector instead of losing anything.
+pub async fn persist(
+    store: &ProjectionStore,
+    folded: &Folded,
+    concurrency: usize,
+    health: &Health,
+) {
+    let concurrency = concurrency.max(1);
+    with_retry("write spans by day", health, || {
+        stream::iter(
+            folded
+                .days
+                .values()
+                .flat_map(|rows| rows.chunks(ROWS_PER_BATCH))
+                .map(Ok),
+        )
+        .try_for_each_concurrent(concurrency, |rows| store.write_rows(rows))
+    })
+    .await;
+    with_retry("write sessions", health, || {
+        stream::iter(folded.sessions.iter().map(Ok)).try_for_each_concurrent(
+            concurrency,
+            |(_, rows)| async move {
+                for chunk in rows.chunks(ROWS_PER_BATCH) {
+                    store.write_rows(chunk).await?;
+                }
+                Ok(())
+            },
+        )
+    })
+    .await;
+    let progress: Vec<CqlRow> = folded
+        .next_offsets
+        .iter()
+        .map(|(p, next)| CqlRow::progress(&folded.topic, *p, *next))
+        .collect();
+    with_retry("write partition progress", health, || {
+        store.write_rows(&progress)
+    })
+    .await;
+    health.batch_done();
 }
 
 /// Retries a store operation with capped exponential backoff until it succeeds, reporting

@@ -230,7 +230,7 @@ async fn replay_partition(
         stats += folded.stats;
         let count = records.len() as u64;
         let more = next < range.until;
-        let (_, upcoming) = tokio::join!(applier.persist(folded), async {
+        let (_, upcoming) = tokio::join!(applier.persist(&folded), async {
             if more {
                 read(next).await.map(Some)
             } else {

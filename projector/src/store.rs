@@ -6,6 +6,8 @@ use crate::trace::SpanWrite;
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::serialize::row::SerializeRow;
+use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::value::MaybeUnset;
 use sessionlog_log::CqlSettings;
@@ -30,13 +32,13 @@ pub struct ProjectedSession {
 /// The `sessions` row, column by column, then the write timestamp.
 #[derive(scylla::SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
-struct SessionRow<'a> {
+struct SessionRow {
     session_id: Uuid,
     status: &'static str,
-    agent: Option<&'a str>,
-    title: Option<&'a str>,
+    agent: Option<String>,
+    title: Option<String>,
     epoch: i64,
-    writer: Option<&'a str>,
+    writer: Option<String>,
     last_seq: i64,
     parent_session_id: Option<Uuid>,
     parent_seq: Option<i64>,
@@ -54,16 +56,18 @@ struct SessionRow<'a> {
     write_timestamp: i64,
 }
 
-impl<'a> From<&'a ProjectedSession> for SessionRow<'a> {
-    fn from(projected: &'a ProjectedSession) -> Self {
+impl From<&ProjectedSession> for SessionRow {
+    fn from(projected: &ProjectedSession) -> Self {
         let s = &projected.state;
+        // One serialisation serves both the stored state and its digest.
+        let state_json = s.canonical_json();
         Self {
             session_id: s.session_id.0,
             status: s.status().as_str(),
-            agent: s.agent.as_deref(),
-            title: s.title.as_deref(),
+            agent: s.agent.clone(),
+            title: s.title.clone(),
             epoch: s.epoch as i64,
-            writer: s.writer.as_deref(),
+            writer: s.writer.clone(),
             last_seq: s.last_seq as i64,
             parent_session_id: s.parent.as_ref().map(|p| p.parent_session_id.0),
             parent_seq: s.parent.as_ref().map(|p| p.parent_seq as i64),
@@ -76,10 +80,193 @@ impl<'a> From<&'a ProjectedSession> for SessionRow<'a> {
             pending_approvals: s.pending_approvals.len() as i32,
             log_partition: projected.partition,
             applied_offset: projected.applied_offset,
-            state_digest: s.digest(),
-            state_json: s.canonical_json(),
+            state_digest: SessionState::digest_of(&state_json),
+            state_json,
             write_timestamp: projected.applied_offset,
         }
+    }
+}
+
+/// Which table (and prepared statement) a [`CqlRow`] goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Table {
+    Sessions,
+    EventIndex,
+    WriterClaims,
+    Checkpoints,
+    RejectedEvents,
+    SpansBySession,
+    SpansByDay,
+    ContextView,
+    PartitionProgress,
+}
+
+/// One row to write, with its values bound: built while folding, written later in a batch.
+pub struct CqlRow {
+    table: Table,
+    values: Box<dyn SerializeRow + Send + Sync>,
+}
+
+impl CqlRow {
+    fn new(table: Table, values: impl SerializeRow + Send + Sync + 'static) -> Self {
+        Self {
+            table,
+            values: Box::new(values),
+        }
+    }
+
+    /// A session's row: the commit point of everything folded into it.
+    ///
+    /// The write timestamp is the applied offset: offsets only grow within the session's
+    /// partition, so a late write from an instance that lost the partition in a rebalance
+    /// can never overwrite a newer state, whatever order the writes arrive in.
+    pub fn session(projected: &ProjectedSession) -> Self {
+        Self::new(Table::Sessions, SessionRow::from(projected))
+    }
+
+    /// An accepted event: its index row (a claim's `writer_claims` row instead). For a
+    /// checkpoint, `after` is the state including it, stored in `checkpoints` for recovery
+    /// to start from.
+    pub fn accepted(
+        event: &EventEnvelope,
+        partition: i32,
+        offset: i64,
+        after: Option<&SessionState>,
+    ) -> Vec<Self> {
+        let session = event.session_id.0;
+        if let SessionEvent::WriterClaimed { writer } = &event.event {
+            let values = (
+                session,
+                event.writer_epoch as i64,
+                writer.clone(),
+                partition,
+                offset,
+                event.event_id,
+                event.occurred_at,
+            );
+            return vec![Self::new(Table::WriterClaims, values)];
+        }
+        let index = (
+            session,
+            event.seq as i64,
+            partition,
+            offset,
+            event.event.kind(),
+            event.event_id,
+            event.writer_epoch as i64,
+            event.occurred_at,
+        );
+        let mut rows = vec![Self::new(Table::EventIndex, index)];
+        let checkpoint = after.and_then(|s| {
+            s.last_checkpoint
+                .as_ref()
+                .filter(|m| m.seq == event.seq)
+                .map(|m| (m, s))
+        });
+        if let Some((mark, after)) = checkpoint {
+            let values = (
+                session,
+                event.seq as i64,
+                partition,
+                offset,
+                mark.declared_digest.clone(),
+                mark.computed_digest.clone(),
+                mark.verified(),
+                after.canonical_json(),
+            );
+            rows.push(Self::new(Table::Checkpoints, values));
+        }
+        rows
+    }
+
+    /// An event the fold rejected, with its reason.
+    pub fn rejected(event: &EventEnvelope, partition: i32, offset: i64, why: &Rejection) -> Self {
+        let values = (
+            event.session_id.0,
+            partition,
+            offset,
+            event.seq as i64,
+            event.writer_epoch as i64,
+            event.event_id,
+            event.event.kind(),
+            why.label(),
+            why.to_string(),
+        );
+        Self::new(Table::RejectedEvents, values)
+    }
+
+    /// A span's two rows: by session, and by day (whose partition is the day).
+    /// `offset` (the event's log offset) is the write timestamp, so the write of the event
+    /// that completes a span wins over the one that opened it.
+    pub fn span(span: &SpanWrite, offset: i64) -> (Self, Self) {
+        let as_i64 = |v: Option<u64>| unset_or(v.map(|v| v as i64));
+        let end_seq = as_i64(span.end_seq);
+        let (end_us, duration_us) = (unset_or(span.end_us), unset_or(span.duration_us()));
+        let (tokens_in, tokens_out, cost) = (
+            as_i64(span.tokens_in),
+            as_i64(span.tokens_out),
+            as_i64(span.cost_micros),
+        );
+        let (session, seq) = (span.session_id.0, span.span_seq as i64);
+        let by_session = (
+            session,
+            seq,
+            span.span_kind,
+            span.name.clone(),
+            span.start_us,
+            end_seq,
+            end_us,
+            duration_us,
+            tokens_in,
+            tokens_out,
+            cost,
+            span.outcome,
+            offset,
+        );
+        let by_day = (
+            span.day(),
+            span.start_us,
+            session,
+            seq,
+            span.span_kind,
+            span.name.clone(),
+            end_seq,
+            end_us,
+            duration_us,
+            tokens_in,
+            tokens_out,
+            cost,
+            span.outcome,
+            offset,
+        );
+        (
+            Self::new(Table::SpansBySession, by_session),
+            Self::new(Table::SpansByDay, by_day),
+        )
+    }
+
+    /// A session's context view: the window, plus the plan and unresolved calls of `state`.
+    /// Written `USING TIMESTAMP` the window's applied offset, like the session row.
+    pub fn context(window: &ContextWindow, state: &SessionState) -> Self {
+        let values = (
+            state.session_id.0,
+            window.applied_offset,
+            state.last_seq as i64,
+            ContextWindow::plan_text(state),
+            to_json(&window.recent),
+            to_json(&ContextWindow::unresolved_calls(state)),
+            to_json(&window.older),
+            to_json(&window.left_out),
+            window.applied_offset,
+        );
+        Self::new(Table::ContextView, values)
+    }
+
+    /// Every record of `topic[partition]` before `next_offset` is applied. The write timestamp
+    /// is the offset, so progress never moves back.
+    pub fn progress(topic: &str, partition: i32, next_offset: i64) -> Self {
+        let values = (topic.to_string(), partition, next_offset, next_offset);
+        Self::new(Table::PartitionProgress, values)
     }
 }
 
@@ -162,118 +349,6 @@ impl ProjectionStore {
         }))
     }
 
-    /// Writes a session's row: the commit point of everything folded into it.
-    ///
-    /// The write timestamp is the applied offset: offsets only grow within the session's
-    /// partition, so a late write from an instance that lost the partition in a rebalance
-    /// can never overwrite a newer state, whatever order the writes arrive in.
-    pub async fn save_session(&self, projected: &ProjectedSession) -> Result<()> {
-        self.session
-            .execute_unpaged(&self.statements.save_session, SessionRow::from(projected))
-            .await
-            .map_err(Error::store("save session"))?;
-        Ok(())
-    }
-
-    /// Records an accepted event in the index (claims in `writer_claims`). For a checkpoint,
-    /// `after` is the state including it, stored in `checkpoints` for recovery to start from.
-    pub async fn record_accepted(
-        &self,
-        event: &EventEnvelope,
-        partition: i32,
-        offset: i64,
-        after: Option<&SessionState>,
-    ) -> Result<()> {
-        let session = event.session_id.0;
-        if let SessionEvent::WriterClaimed { writer } = &event.event {
-            self.session
-                .execute_unpaged(
-                    &self.statements.put_claim,
-                    (
-                        session,
-                        event.writer_epoch as i64,
-                        writer.as_str(),
-                        partition,
-                        offset,
-                        event.event_id,
-                        event.occurred_at,
-                    ),
-                )
-                .await
-                .map_err(Error::store("record claim"))?;
-            return Ok(());
-        }
-        self.session
-            .execute_unpaged(
-                &self.statements.put_index,
-                (
-                    session,
-                    event.seq as i64,
-                    partition,
-                    offset,
-                    event.event.kind(),
-                    event.event_id,
-                    event.writer_epoch as i64,
-                    event.occurred_at,
-                ),
-            )
-            .await
-            .map_err(Error::store("index event"))?;
-        let checkpoint = after.and_then(|s| {
-            s.last_checkpoint
-                .as_ref()
-                .filter(|m| m.seq == event.seq)
-                .map(|m| (m, s))
-        });
-        if let Some((mark, after)) = checkpoint {
-            self.session
-                .execute_unpaged(
-                    &self.statements.put_checkpoint,
-                    (
-                        session,
-                        event.seq as i64,
-                        partition,
-                        offset,
-                        mark.declared_digest.as_str(),
-                        mark.computed_digest.as_str(),
-                        mark.verified(),
-                        after.canonical_json(),
-                    ),
-                )
-                .await
-                .map_err(Error::store("record checkpoint"))?;
-        }
-        Ok(())
-    }
-
-    /// Records an event the fold rejected, with its reason.
-    pub async fn record_rejected(
-        &self,
-        event: &EventEnvelope,
-        partition: i32,
-        offset: i64,
-        why: &Rejection,
-    ) -> Result<()> {
-        self.session
-            .execute_unpaged(
-                &self.statements.put_rejected,
-                (
-                    event.session_id.0,
-                    partition,
-                    offset,
-                    event.seq as i64,
-                    event.writer_epoch as i64,
-                    event.event_id,
-                    event.event.kind(),
-                    why.label(),
-                    why.to_string(),
-                ),
-            )
-            .await
-            .map_err(Error::store("record rejection"))?;
-        Ok(())
-    }
-
     /// The `(partition, offset)` of a session's event at `seq`, from the index.
     pub async fn locate(&self, session: SessionId, seq: u64) -> Result<Option<(i32, i64)>> {
         let query = format!(
@@ -298,64 +373,6 @@ fn unset_or<T>(value: Option<T>) -> MaybeUnset<T> {
 }
 
 impl ProjectionStore {
-    /// Writes a span to both trace tables. `offset` (the event's log offset) is the write
-    /// timestamp, so the write of the event that completes a span wins over the one that opened it.
-    pub async fn put_span(&self, span: &SpanWrite, offset: i64) -> Result<()> {
-        let as_i64 = |v: Option<u64>| unset_or(v.map(|v| v as i64));
-        let end_seq = as_i64(span.end_seq);
-        let (end_us, duration_us) = (unset_or(span.end_us), unset_or(span.duration_us()));
-        let (tokens_in, tokens_out, cost) = (
-            as_i64(span.tokens_in),
-            as_i64(span.tokens_out),
-            as_i64(span.cost_micros),
-        );
-        let (session, seq) = (span.session_id.0, span.span_seq as i64);
-        self.session
-            .execute_unpaged(
-                &self.statements.put_span_by_session,
-                (
-                    session,
-                    seq,
-                    span.span_kind,
-                    span.name.as_str(),
-                    span.start_us,
-                    &end_seq,
-                    &end_us,
-                    &duration_us,
-                    &tokens_in,
-                    &tokens_out,
-                    &cost,
-                    span.outcome,
-                    offset,
-                ),
-            )
-            .await
-            .map_err(Error::store("write span"))?;
-        self.session
-            .execute_unpaged(
-                &self.statements.put_span_by_day,
-                (
-                    span.day(),
-                    span.start_us,
-                    session,
-                    seq,
-                    span.span_kind,
-                    span.name.as_str(),
-                    &end_seq,
-                    &end_us,
-                    &duration_us,
-                    &tokens_in,
-                    &tokens_out,
-                    &cost,
-                    span.outcome,
-                    offset,
-                ),
-            )
-            .await
-            .map_err(Error::store("write span by day"))?;
-        Ok(())
-    }
-
     /// The stored context window of a session, if any.
     pub async fn load_context(&self, session: SessionId) -> Result<Option<ContextWindow>> {
         let rows = self
@@ -385,39 +402,27 @@ impl ProjectionStore {
         }))
     }
 
-    /// Writes a session's context view: the window, plus the plan and unresolved calls of `state`.
-    /// Written `USING TIMESTAMP` the window's applied offset, like the session row.
-    pub async fn save_context(&self, window: &ContextWindow, state: &SessionState) -> Result<()> {
+    /// Writes `rows` as one logged batch, in order. Rows that share a partition key (one
+    /// session's rows, one day's spans, one topic's progress) become a single mutation, which
+    /// both Cassandra and ScyllaDB apply atomically: a session's row, its commit point, is
+    /// never durable without the event rows written with it. On Cassandra a single-partition
+    /// logged batch skips the batch log, so it costs one request instead of one per row.
+    pub async fn write_rows(&self, rows: &[CqlRow]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let statements = rows
+            .iter()
+            .map(|row| BatchStatement::from(self.statements.of(row.table).clone()))
+            .collect();
+        let mut batch = Batch::new_with_statements(BatchType::Logged, statements);
+        batch.set_is_idempotent(true);
+        let values: Vec<&(dyn SerializeRow + Send + Sync)> =
+            rows.iter().map(|row| row.values.as_ref()).collect();
         self.session
-            .execute_unpaged(
-                &self.statements.save_context,
-                (
-                    state.session_id.0,
-                    window.applied_offset,
-                    state.last_seq as i64,
-                    ContextWindow::plan_text(state),
-                    to_json(&window.recent),
-                    to_json(&ContextWindow::unresolved_calls(state)),
-                    to_json(&window.older),
-                    to_json(&window.left_out),
-                    window.applied_offset,
-                ),
-            )
+            .batch(&batch, values)
             .await
-            .map_err(Error::store("save context view"))?;
-        Ok(())
-    }
-
-    /// Records that every record of `topic[partition]` before `next_offset` is applied.
-    /// The write timestamp is the offset, so progress never moves back.
-    pub async fn save_progress(&self, topic: &str, partition: i32, next_offset: i64) -> Result<()> {
-        self.session
-            .execute_unpaged(
-                &self.statements.save_progress,
-                (topic, partition, next_offset, next_offset),
-            )
-            .await
-            .map_err(Error::store("save partition progress"))?;
+            .map_err(Error::store("write rows"))?;
         Ok(())
     }
 
@@ -448,6 +453,20 @@ fn to_json<T: serde::Serialize>(value: &T) -> String {
 }
 
 impl Statements {
+    fn of(&self, table: Table) -> &PreparedStatement {
+        match table {
+            Table::Sessions => &self.save_session,
+            Table::EventIndex => &self.put_index,
+            Table::WriterClaims => &self.put_claim,
+            Table::Checkpoints => &self.put_checkpoint,
+            Table::RejectedEvents => &self.put_rejected,
+            Table::SpansBySession => &self.put_span_by_session,
+            Table::SpansByDay => &self.put_span_by_day,
+            Table::ContextView => &self.save_context,
+            Table::PartitionProgress => &self.save_progress,
+        }
+    }
+
     async fn prepare(session: &Session, ks: &str) -> Result<Self> {
         let prepare = |cql: String| async move {
             let mut statement = session

@@ -1,6 +1,6 @@
 //! The consumer-group worker: consume → fold → dead-letter → write → record progress → commit.
 
-use crate::apply::{Applier, BatchStats, DeadLetter, with_retry};
+use crate::apply::{self, Applier, DeadLetter, with_retry};
 use crate::observe::{self, Health};
 use crate::{ProjectionStore, Result};
 use rdkafka::consumer::{
@@ -62,6 +62,9 @@ struct Shared {
     assigned: Mutex<Vec<i32>>,
     /// Next offset to commit, by partition, for everything made durable.
     applied: Mutex<BTreeMap<i32, i64>>,
+    /// Partitions this instance owns, as the rebalance callbacks report them (asking the
+    /// consumer instead can block while a rebalance is under way).
+    owned: Mutex<HashSet<i32>>,
 }
 
 impl Shared {
@@ -102,12 +105,14 @@ impl ConsumerContext for ProjectorContext {
         // Another instance may advance these sessions while we do not own them: forget them.
         self.shared.rebalanced.store(true, Ordering::SeqCst);
         if let Rebalance::Revoke(revoked) = rebalance {
-            // Rebalance callbacks run inside `recv`, between batches, so everything applied is
-            // durable: commit it before the partitions move, so the next owner starts there.
+            // Commit what is durable before the partitions move, so the next owner starts
+            // there. Asynchronously: a synchronous commit inside the callback (inside `recv`)
+            // can wait on the rebalance it is part of until the session times out. A commit
+            // that does not arrive only makes the next owner skip records by stored progress.
             let revoked: HashSet<i32> = revoked.elements().iter().map(|e| e.partition()).collect();
             let offsets = self.shared.applied_offsets(Some(&revoked));
             if offsets.count() > 0
-                && let Err(e) = consumer.commit(&offsets, CommitMode::Sync)
+                && let Err(e) = consumer.commit(&offsets, CommitMode::Async)
             {
                 tracing::warn!(error = %e, "commit on revoke failed; the next owner re-reads");
             }
@@ -117,6 +122,12 @@ impl ConsumerContext for ProjectorContext {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             applied.retain(|p, _| !revoked.contains(p));
+            let mut owned = self
+                .shared
+                .owned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            owned.retain(|p| !revoked.contains(p));
         }
     }
 
@@ -128,8 +139,24 @@ impl ConsumerContext for ProjectorContext {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             pending.extend(assigned.elements().iter().map(|e| e.partition()));
+            let mut owned = self
+                .shared
+                .owned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            owned.extend(assigned.elements().iter().map(|e| e.partition()));
         }
     }
+}
+
+/// A batch whose rows are being written while the next one is read and folded.
+struct InFlight {
+    task: tokio::task::JoinHandle<()>,
+    /// The next offset to read, by partition, once the batch is durable.
+    next_offsets: BTreeMap<i32, i64>,
+    /// When each of its records was appended, for the visibility-lag histogram.
+    appended_ms: Vec<Option<i64>>,
+    started: Instant,
 }
 
 /// A projector instance: a member of the consumer group over the session-events topic.
@@ -166,6 +193,9 @@ impl Projector {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("partition.assignment.strategy", "cooperative-sticky")
+            // A member that stops answering (killed, or stuck in a rebalance) holds its
+            // partitions until its session times out: 10 s rather than librdkafka's 45 s.
+            .set("session.timeout.ms", "10000")
             // Lag per partition comes from librdkafka's statistics.
             .set("statistics.interval.ms", "5000")
             .create_with_context(context)
@@ -211,17 +241,14 @@ impl Projector {
     /// Runs batches until `shutdown` completes, then commits what it applied.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
-        loop {
+        let mut in_flight = None;
+        let result = loop {
             tokio::select! {
-                _ = &mut shutdown => break,
-                batch = self.run_batch() => {
-                    let stats = batch?;
-                    if stats.consumed > 0 {
-                        tracing::debug!(?stats, "batch applied");
-                    }
-                }
+                _ = &mut shutdown => break Ok(()),
+                step = self.step(&mut in_flight) => if let Err(e) = step { break Err(e) },
             }
-        }
+        };
+        let landed = self.land(&mut in_flight).await;
         // Batches commit asynchronously; a final synchronous commit makes sure the last
         // one is not lost, so a restart does not re-read what this instance applied.
         let offsets = self.shared.applied_offsets(None);
@@ -230,16 +257,27 @@ impl Projector {
         {
             tracing::warn!(error = %e, "final commit failed; a restart re-reads a little");
         }
-        Ok(())
+        result.and(landed)
     }
 
-    /// Reads one batch, folds it, dead-letters what cannot be projected, makes its writes
-    /// durable, records the partitions' progress, then commits its offsets.
-    pub async fn run_batch(&mut self) -> Result<BatchStats> {
-        let records = self.next_records().await?;
+    /// One turn of the pipeline: reads and folds the next batch while the previous one is
+    /// being written, then, once that one is durable, commits it and starts writing this one.
+    /// Each batch's rows are a snapshot taken when it was folded, and a session's batches are
+    /// written in order, so overlapping never lets a session row get ahead of its events.
+    async fn step(&mut self, in_flight: &mut Option<InFlight>) -> Result<()> {
+        let mut records = self.next_records(in_flight.as_ref()).await;
+        let rebalanced = self.shared.rebalanced.swap(false, Ordering::SeqCst);
+        if rebalanced || self.applier.cache_full() {
+            // Sessions are about to be reloaded from their rows: the rows must be whole first.
+            self.land(in_flight).await?;
+            self.applier.forget();
+        }
+        self.resume_assigned().await;
+        self.drop_applied(&mut records);
         if records.is_empty() {
+            self.land(in_flight).await?;
             self.applier.health().idle();
-            return Ok(BatchStats::default());
+            return Ok(());
         }
         let started = Instant::now();
         let folded = self.applier.fold(&records).await?;
@@ -248,18 +286,53 @@ impl Projector {
                 self.dead_letter(record, reason).await?;
             }
         }
-        let stats = folded.stats;
-        let next_offsets = folded.next_offsets.clone();
-        self.applier.persist(folded).await;
-        observe::record_apply(started.elapsed());
-        for record in &records {
-            observe::record_visible(record.timestamp_ms);
+        if folded.stats.consumed > 0 {
+            tracing::debug!(stats = ?folded.stats, "batch folded");
         }
-        self.commit(&next_offsets)?;
-        Ok(stats)
+        self.land(in_flight).await?;
+        let Some(store) = self.applier.store().cloned() else {
+            return Ok(());
+        };
+        let (health, concurrency) = (self.applier.health(), self.applier.write_concurrency());
+        let next_offsets = folded.next_offsets.clone();
+        let task = tokio::spawn(async move {
+            apply::persist(&store, &folded, concurrency, &health).await;
+        });
+        *in_flight = Some(InFlight {
+            task,
+            next_offsets,
+            appended_ms: records.iter().map(|r| r.timestamp_ms).collect(),
+            started,
+        });
+        Ok(())
     }
 
-    async fn next_records(&mut self) -> Result<Vec<RawRecord>> {
+    /// Waits until the batch in flight (if any) is durable, then commits its offsets.
+    async fn land(&mut self, in_flight: &mut Option<InFlight>) -> Result<()> {
+        let Some(batch) = in_flight.as_mut() else {
+            return Ok(());
+        };
+        // Awaited in place: if this is cancelled (shutdown), the batch stays in flight and
+        // is waited for again.
+        (&mut batch.task)
+            .await
+            .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?;
+        let Some(batch) = in_flight.take() else {
+            return Ok(());
+        };
+        observe::record_apply(batch.started.elapsed());
+        for appended in batch.appended_ms {
+            observe::record_visible(appended);
+        }
+        self.commit(&batch.next_offsets);
+        Ok(())
+    }
+
+    /// The next batch: closes when it is full, or when the previous batch is written and this
+    /// one's first record has waited `batch_wait`. While writes are slow, batches grow, so each
+    /// session's row is written once for more of its events: the projector catches up instead
+    /// of falling further behind.
+    async fn next_records(&mut self, in_flight: Option<&InFlight>) -> Vec<RawRecord> {
         let mut records = Vec::new();
         let first = tokio::time::timeout(Duration::from_millis(500), self.consumer.recv()).await;
         match first {
@@ -269,22 +342,30 @@ impl Projector {
             // reconnecting and fetching, so the worker keeps going rather than exiting.
             Ok(Err(e)) => tracing::warn!(error = %e, "kafka consumer error; continuing"),
         }
+        let opened = Instant::now();
         while !records.is_empty() && records.len() < self.options.batch_max {
-            match tokio::time::timeout(self.options.batch_wait, self.consumer.recv()).await {
+            let writing = in_flight.is_some_and(|batch| !batch.task.is_finished());
+            let lingered = opened.elapsed();
+            if !writing && lingered >= self.options.batch_wait {
+                break;
+            }
+            // While the previous batch is being written, look up often to close this one as
+            // soon as the writes are done.
+            let wait = if writing {
+                Duration::from_millis(2)
+            } else {
+                self.options.batch_wait - lingered
+            };
+            match tokio::time::timeout(wait, self.consumer.recv()).await {
                 Ok(Ok(message)) => records.push(raw(&message)),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "kafka consumer error; continuing");
                     break;
                 }
-                Err(_) => break,
+                Err(_) => {}
             }
         }
-        if self.shared.rebalanced.swap(false, Ordering::SeqCst) {
-            self.applier.forget();
-        }
-        self.resume_assigned().await;
-        self.drop_applied(&mut records);
-        Ok(records)
+        records
     }
 
     /// For newly assigned partitions, reads the stored progress: the committed offset may be
@@ -346,7 +427,21 @@ impl Projector {
         }
     }
 
-    fn commit(&self, next_offsets: &BTreeMap<i32, i64>) -> Result<()> {
+    fn commit(&self, next_offsets: &BTreeMap<i32, i64>) {
+        // A batch written while its partition moved to another instance is durable, but the
+        // offset is the new owner's to commit now.
+        let next_offsets: BTreeMap<i32, i64> = {
+            let owned = self
+                .shared
+                .owned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            next_offsets
+                .iter()
+                .filter(|(p, _)| owned.contains(p))
+                .map(|(p, o)| (*p, *o))
+                .collect()
+        };
         {
             let mut applied = self
                 .shared
@@ -362,7 +457,6 @@ impl Projector {
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             tracing::warn!(error = %e, "offset commit failed; records will be re-read");
         }
-        Ok(())
     }
 
     async fn dead_letter(&self, record: &RawRecord, reason: &str) -> Result<()> {

@@ -70,7 +70,9 @@ async fn instances_joining_and_leaving_give_the_same_final_tables() -> Result<()
     let stack = TestStack::new("pjoin", 4).await?;
     let live = store(&stack).await?;
     let log = event_log(&stack).await?;
-    let load = tokio::spawn(run_load(log, 16, 30, Duration::from_millis(700)));
+    // About a minute of load, so that every join and leave below happens while it runs: each
+    // may pause the group for up to a session timeout (10 s).
+    let load = tokio::spawn(run_load(log, 16, 80, Duration::from_millis(700)));
     let first = stack.spawn_projector()?;
     let mut at = advanced(&stack, &live, 0).await?;
     let mut second = stack.spawn_projector()?;
