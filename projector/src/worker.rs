@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Tuning of a projector instance.
 #[derive(Clone, Debug)]
@@ -152,6 +153,8 @@ impl ConsumerContext for ProjectorContext {
 /// A batch whose rows are being written while the next one is read and folded.
 struct InFlight {
     task: tokio::task::JoinHandle<()>,
+    /// Signalled when the writes are done (a permit is kept if nobody waits yet).
+    written: Arc<Notify>,
     /// The next offset to read, by partition, once the batch is durable.
     next_offsets: BTreeMap<i32, i64>,
     /// When each of its records was appended, for the visibility-lag histogram.
@@ -163,6 +166,7 @@ struct InFlight {
 pub struct Projector {
     consumer: StreamConsumer<ProjectorContext>,
     shared: Arc<Shared>,
+    store: ProjectionStore,
     applier: Applier,
     dead_letters: FutureProducer,
     topic: String,
@@ -209,7 +213,7 @@ impl Projector {
             .create()
             .map_err(sessionlog_log::Error::kafka("create dead-letter producer"))?;
         let applier = Applier::new(
-            Some(store),
+            Some(store.clone()),
             decoder,
             &settings.kafka.topic,
             options.write_concurrency,
@@ -218,6 +222,7 @@ impl Projector {
         Ok(Self {
             consumer,
             shared,
+            store,
             applier,
             dead_letters,
             topic: settings.kafka.topic.clone(),
@@ -230,7 +235,7 @@ impl Projector {
 
     /// The store this projector writes.
     pub fn store(&self) -> Option<&ProjectionStore> {
-        self.applier.store()
+        Some(&self.store)
     }
 
     /// The health handle `/health` reports.
@@ -290,16 +295,18 @@ impl Projector {
             tracing::debug!(stats = ?folded.stats, "batch folded");
         }
         self.land(in_flight).await?;
-        let Some(store) = self.applier.store().cloned() else {
-            return Ok(());
-        };
+        let store = self.store.clone();
         let (health, concurrency) = (self.applier.health(), self.applier.write_concurrency());
         let next_offsets = folded.next_offsets.clone();
+        let written = Arc::new(Notify::new());
+        let signal = Arc::clone(&written);
         let task = tokio::spawn(async move {
             apply::persist(&store, &folded, concurrency, &health).await;
+            signal.notify_one();
         });
         *in_flight = Some(InFlight {
             task,
+            written,
             next_offsets,
             appended_ms: records.iter().map(|r| r.timestamp_ms).collect(),
             started,
@@ -343,26 +350,31 @@ impl Projector {
             Ok(Err(e)) => tracing::warn!(error = %e, "kafka consumer error; continuing"),
         }
         let opened = Instant::now();
+        let mut writing = in_flight.map(|batch| &batch.written);
         while !records.is_empty() && records.len() < self.options.batch_max {
-            let writing = in_flight.is_some_and(|batch| !batch.task.is_finished());
-            let lingered = opened.elapsed();
-            if !writing && lingered >= self.options.batch_wait {
-                break;
-            }
-            // While the previous batch is being written, look up often to close this one as
-            // soon as the writes are done.
-            let wait = if writing {
-                Duration::from_millis(2)
-            } else {
-                self.options.batch_wait - lingered
+            let next = match writing {
+                // While the previous batch is being written, this one keeps growing.
+                Some(written) => tokio::select! {
+                    message = self.consumer.recv() => Some(message),
+                    () = written.notified() => {
+                        writing = None;
+                        None
+                    }
+                },
+                None => {
+                    let Some(wait) = self.options.batch_wait.checked_sub(opened.elapsed()) else {
+                        break;
+                    };
+                    tokio::time::timeout(wait, self.consumer.recv()).await.ok()
+                }
             };
-            match tokio::time::timeout(wait, self.consumer.recv()).await {
-                Ok(Ok(message)) => records.push(raw(&message)),
-                Ok(Err(e)) => {
+            match next {
+                Some(Ok(message)) => records.push(raw(&message)),
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, "kafka consumer error; continuing");
                     break;
                 }
-                Err(_) => {}
+                None => {}
             }
         }
         records
@@ -381,10 +393,7 @@ impl Projector {
         if assigned.is_empty() {
             return;
         }
-        let Some(store) = self.applier.store() else {
-            return;
-        };
-        let health = self.applier.health();
+        let (store, health) = (&self.store, self.applier.health());
         let topic = self.topic.as_str();
         let progress = with_retry("load partition progress", &health, || {
             store.load_progress(topic)
