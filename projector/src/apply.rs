@@ -309,6 +309,7 @@ pub async fn persist(
     health: &Health,
 ) {
     let concurrency = concurrency.max(1);
+    let started = std::time::Instant::now();
     with_retry("write spans by day", health, || {
         stream::iter(
             folded
@@ -320,6 +321,7 @@ pub async fn persist(
         .try_for_each_concurrent(concurrency, |rows| store.write_rows(rows))
     })
     .await;
+    let days_done = started.elapsed();
     with_retry("write sessions", health, || {
         stream::iter(folded.sessions.iter().map(Ok)).try_for_each_concurrent(
             concurrency,
@@ -332,6 +334,7 @@ pub async fn persist(
         )
     })
     .await;
+    let sessions_done = started.elapsed();
     let progress: Vec<CqlRow> = folded
         .next_offsets
         .iter()
@@ -341,6 +344,13 @@ pub async fn persist(
         store.write_rows(&progress)
     })
     .await;
+    tracing::debug!(
+        sessions = folded.sessions.len(),
+        ?days_done,
+        ?sessions_done,
+        total = ?started.elapsed(),
+        "batch written"
+    );
     health.batch_done();
 }
 

@@ -3,7 +3,9 @@
 //! CQL that runs unchanged on ScyllaDB and Cassandra: no LWT, no materialized views,
 //! no SASI, and column names that are keywords in neither (`log_offset`, not `offset`).
 //! A migration is applied once; its version is recorded in `schema_migrations`. Every
-//! statement is `IF NOT EXISTS`, so a migration interrupted half-way can simply run again.
+//! statement is `IF NOT EXISTS`, and a column is added only if `system_schema.columns` lacks
+//! it (`ADD IF NOT EXISTS` is not portable), so a migration interrupted half-way can simply run
+//! again.
 
 /// One migration: a version and the statements that bring the keyspace to it.
 pub struct Migration {
@@ -13,6 +15,18 @@ pub struct Migration {
     pub description: &'static str,
     /// The statements; `{ks}` stands for the keyspace.
     pub statements: &'static [&'static str],
+    /// Columns added to existing tables, after the statements.
+    pub columns: &'static [AddedColumn],
+}
+
+/// A column a migration adds to an existing table.
+pub struct AddedColumn {
+    /// The table.
+    pub table: &'static str,
+    /// The new column's name.
+    pub column: &'static str,
+    /// Its CQL type.
+    pub cql_type: &'static str,
 }
 
 /// Every migration, in order.
@@ -84,6 +98,7 @@ pub const MIGRATIONS: &[Migration] = &[
             reason text,
             PRIMARY KEY ((session_id), log_partition, log_offset))",
         ],
+        columns: &[],
     },
     Migration {
         version: 2,
@@ -134,5 +149,16 @@ pub const MIGRATIONS: &[Migration] = &[
             next_offset bigint,
             PRIMARY KEY ((topic), log_partition))",
         ],
+        columns: &[],
+    },
+    Migration {
+        version: 3,
+        description: "the seq a writer claim carries, to rebuild the duplicate window on load",
+        statements: &[],
+        columns: &[AddedColumn {
+            table: "writer_claims",
+            column: "claim_seq",
+            cql_type: "bigint",
+        }],
     },
 ];

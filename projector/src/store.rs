@@ -1,7 +1,7 @@
 //! The projection tables in CQL.
 
 use crate::context::ContextWindow;
-use crate::migrations::MIGRATIONS;
+use crate::migrations::{AddedColumn, MIGRATIONS};
 use crate::trace::SpanWrite;
 use crate::{Error, Result};
 use scylla::client::session::Session;
@@ -12,7 +12,7 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::value::MaybeUnset;
 use sessionlog_log::CqlSettings;
 use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
-use sessionlog_session::{Rejection, SessionState};
+use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +143,7 @@ impl CqlRow {
                 offset,
                 event.event_id,
                 event.occurred_at,
+                event.seq as i64,
             );
             return vec![Self::new(Table::WriterClaims, values)];
         }
@@ -280,6 +281,8 @@ pub struct ProjectionStore {
 
 struct Statements {
     load_session: PreparedStatement,
+    recent_index: PreparedStatement,
+    claims: PreparedStatement,
     save_session: PreparedStatement,
     put_index: PreparedStatement,
     put_claim: PreparedStatement,
@@ -337,16 +340,60 @@ impl ProjectionStore {
         else {
             return Ok(None);
         };
-        let state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
+        let mut state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
             .map_err(|e| Error::CorruptRow {
                 session: session.to_string(),
                 message: e.to_string(),
             })?;
+        let applied_offset = applied_offset.unwrap_or(-1);
+        state.remember_recent(self.accepted_through(&state, applied_offset).await?);
         Ok(Some(ProjectedSession {
             state,
             partition: partition.unwrap_or_default(),
-            applied_offset: applied_offset.unwrap_or(-1),
+            applied_offset,
         }))
+    }
+
+    /// The last accepted `(seq, event_id)` pairs of `state`'s session up to `offset`, in the
+    /// order they were accepted (log order), from its event index and writer claims: what
+    /// [`SessionState::remember_recent`] needs for a state read back from a table. Rows past
+    /// `offset` (a replay writes a long session in several batches) are not part of the state.
+    pub async fn accepted_through(
+        &self,
+        state: &SessionState,
+        offset: i64,
+    ) -> Result<Vec<(u64, Uuid)>> {
+        let session = state.session_id.0;
+        type Row = (Option<i64>, Option<Uuid>, Option<i64>);
+        let mut accepted: Vec<(i64, u64, Uuid)> = Vec::new();
+        let loaded = futures::try_join!(
+            self.session.execute_unpaged(
+                &self.statements.recent_index,
+                (session, state.last_seq as i64)
+            ),
+            self.session
+                .execute_unpaged(&self.statements.claims, (session,)),
+        )
+        .map_err(Error::store("load duplicate window"))?;
+        for result in [loaded.0, loaded.1] {
+            let rows = result
+                .into_rows_result()
+                .map_err(Error::store("load duplicate window"))?;
+            for row in rows
+                .rows::<Row>()
+                .map_err(Error::store("load duplicate window"))?
+            {
+                // A claim written before `claim_seq` existed cannot be matched; leave it out.
+                if let (Some(seq), Some(id), Some(at)) =
+                    row.map_err(Error::store("load duplicate window"))?
+                    && at <= offset
+                {
+                    accepted.push((at, seq as u64, id));
+                }
+            }
+        }
+        accepted.sort_unstable();
+        Ok(accepted.into_iter().map(|(_, seq, id)| (seq, id)).collect())
     }
 
     /// The `(partition, offset)` of a session's event at `seq`, from the index.
@@ -483,6 +530,15 @@ impl Statements {
                 "SELECT state_json, log_partition, applied_offset FROM {ks}.sessions WHERE session_id = ?"
             ))
             .await?,
+            recent_index: prepare(format!(
+                "SELECT seq, event_id, log_offset FROM {ks}.event_index
+                 WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT {DUPLICATE_WINDOW}"
+            ))
+            .await?,
+            claims: prepare(format!(
+                "SELECT claim_seq, event_id, log_offset FROM {ks}.writer_claims WHERE session_id = ?"
+            ))
+            .await?,
             save_session: prepare(format!(
                 "INSERT INTO {ks}.sessions (session_id, status, agent, title, epoch, writer, last_seq,
                  parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
@@ -498,7 +554,7 @@ impl Statements {
             .await?,
             put_claim: prepare(format!(
                 "INSERT INTO {ks}.writer_claims (session_id, epoch, writer, log_partition, log_offset,
-                 event_id, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                 event_id, occurred_at_us, claim_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             ))
             .await?,
             put_checkpoint: prepare(format!(
@@ -584,6 +640,16 @@ async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result
         for statement in migration.statements {
             ddl(statement.replace("{ks}", ks)).await?;
         }
+        for added in migration.columns {
+            if !has_column(session, ks, added.table, added.column).await? {
+                let AddedColumn {
+                    table,
+                    column,
+                    cql_type,
+                } = added;
+                ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await?;
+            }
+        }
         session
             .await_schema_agreement()
             .await
@@ -600,4 +666,20 @@ async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result
         tracing::info!(version = migration.version, "applied CQL migration");
     }
     Ok(())
+}
+
+/// Whether `ks.table` has `column` (both Cassandra and ScyllaDB describe columns in
+/// `system_schema.columns`).
+async fn has_column(session: &Session, ks: &str, table: &str, column: &str) -> Result<bool> {
+    let rows = session
+        .query_unpaged(
+            "SELECT column_name FROM system_schema.columns \
+             WHERE keyspace_name = ? AND table_name = ? AND column_name = ?",
+            (ks.to_lowercase(), table, column),
+        )
+        .await
+        .map_err(Error::store("read schema"))?
+        .into_rows_result()
+        .map_err(Error::store("read schema"))?;
+    Ok(rows.rows_num() > 0)
 }

@@ -292,7 +292,7 @@ impl Projector {
             }
         }
         if folded.stats.consumed > 0 {
-            tracing::debug!(stats = ?folded.stats, "batch folded");
+            tracing::debug!(stats = ?folded.stats, fold = ?started.elapsed(), "batch folded");
         }
         self.land(in_flight).await?;
         let store = self.store.clone();

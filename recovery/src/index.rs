@@ -32,8 +32,9 @@ pub struct VerifiedCheckpoint {
 /// optionally no later than `at_most_seq`.
 ///
 /// Two steps: the checkpoint rows without their states (small), then the one state needed.
-/// Each stored state carries the fold's duplicate window, so reading every checkpoint's state
-/// would make a rebuild's cost grow with the session's length.
+/// A stored state leaves out the fold's duplicate window; it is restored from the index, so
+/// the state is exactly the fold's up to the checkpoint and a writer resumed from it still
+/// recognises a retry of the events just before it.
 pub async fn latest_verified_checkpoint(
     store: &ProjectionStore,
     session: SessionId,
@@ -78,13 +79,16 @@ pub async fn latest_verified_checkpoint(
         .maybe_first_row::<(Option<String>,)>()
         .map_err(|e| err(&e))?
         .and_then(|(json,)| json);
-    Ok(state_json
-        .and_then(|j| serde_json::from_str(&j).ok())
-        .map(|state| VerifiedCheckpoint {
-            seq: seq as u64,
-            offset,
-            state,
-        }))
+    let Some(mut state) = state_json.and_then(|j| serde_json::from_str::<SessionState>(&j).ok())
+    else {
+        return Ok(None);
+    };
+    state.remember_recent(store.accepted_through(&state, offset).await?);
+    Ok(Some(VerifiedCheckpoint {
+        seq: seq as u64,
+        offset,
+        state,
+    }))
 }
 
 /// Offsets of `session`'s accepted events with `seq > after_seq` (the index) and of its

@@ -12,8 +12,7 @@ use uuid::Uuid;
 
 /// How many recently accepted `(seq, event_id)` pairs the fold remembers to tell a harmless
 /// retry from a conflicting write. A writer retries at most one batch, and the producer caps a
-/// batch at this many events, so every retry falls inside the window. The window is in every
-/// stored session row and every digest, so it is kept small: 128 pairs are about 6 KB of JSON.
+/// batch at this many events, so every retry falls inside the window.
 pub const DUPLICATE_WINDOW: usize = 128;
 
 /// Where a session stands, derived from its accepted history.
@@ -148,7 +147,14 @@ pub struct SessionState {
     pub tool_calls: u64,
     /// The latest checkpoint.
     pub last_checkpoint: Option<CheckpointMark>,
-    /// Recently accepted `(seq, event_id)` pairs, oldest first, to recognise retries.
+    /// A hash chain over every accepted `(seq, event_id)`, hex: the canonical state (and so
+    /// every checkpoint digest) names the exact events behind it, in a fixed 64 characters.
+    pub history: String,
+    /// Recently accepted `(seq, event_id)` pairs, oldest first, to recognise retries. Not
+    /// part of the canonical state: it is fully determined by the last
+    /// [`DUPLICATE_WINDOW`] accepted events, which the event index holds, so a stored state
+    /// leaves it out and whoever loads one rebuilds it (see [`Self::remember_recent`]).
+    #[serde(skip)]
     pub recent: VecDeque<(Seq, Uuid)>,
 }
 
@@ -178,7 +184,25 @@ impl SessionState {
             model_calls: 0,
             tool_calls: 0,
             last_checkpoint: None,
+            history: String::new(),
             recent: VecDeque::new(),
+        }
+    }
+
+    /// Restores the duplicate window of a state read back from storage: `accepted` are the
+    /// session's accepted `(seq, event_id)` pairs in the order they were accepted (any
+    /// number; only the last [`DUPLICATE_WINDOW`] are kept).
+    pub fn remember_recent(&mut self, accepted: impl IntoIterator<Item = (Seq, Uuid)>) {
+        self.recent.clear();
+        for pair in accepted {
+            self.push_recent(pair);
+        }
+    }
+
+    fn push_recent(&mut self, pair: (Seq, Uuid)) {
+        self.recent.push_back(pair);
+        if self.recent.len() > DUPLICATE_WINDOW {
+            self.recent.pop_front();
         }
     }
 
@@ -359,10 +383,12 @@ impl SessionState {
         // A checkpoint's digest covers every event before it, so take it before changing anything.
         let digest_before = matches!(e.event, E::Checkpoint { .. }).then(|| self.digest());
 
-        self.recent.push_back((e.seq, e.event_id));
-        if self.recent.len() > DUPLICATE_WINDOW {
-            self.recent.pop_front();
-        }
+        self.push_recent((e.seq, e.event_id));
+        let mut chain = Sha256::new();
+        chain.update(self.history.as_bytes());
+        chain.update(e.seq.to_be_bytes());
+        chain.update(e.event_id.as_bytes());
+        self.history = hex::encode(chain.finalize());
         self.updated_at = e.occurred_at;
         if !matches!(e.event, E::WriterClaimed { .. }) {
             self.last_seq = e.seq;

@@ -1,12 +1,14 @@
 //! Crashes and rebalances during a load leave the same tables as a clean replay.
 
 use anyhow::{Context, Result};
+use sessionlog_producer::SessionWriter;
 use sessionlog_tests::projector::{
     assert_projected, assert_same_tables, event_log, replay_into, run_load, store, wait_caught_up,
 };
 use sessionlog_tests::{TestStack, wait_for};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A random delay in `[min, max)` milliseconds (std's randomly keyed hasher, no extra crate).
@@ -97,4 +99,54 @@ async fn instances_joining_and_leaving_give_the_same_final_tables() -> Result<()
     let clean = format!("{}_clean", live.keyspace());
     replay_into(&stack, &clean).await?;
     assert_same_tables(&live, live.keyspace(), &clean).await
+}
+
+/// A writer's retry that lands after the projector restarted is still a harmless duplicate:
+/// the restarted projector rebuilds the duplicate window (which stored rows leave out) from
+/// the event index and the writer claims, so it neither rejects the retry as a conflict nor
+/// projects it twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_a_projector_restart_is_still_a_duplicate() -> Result<()> {
+    let stack = TestStack::new("pretry", 2).await?;
+    let log = event_log(&stack).await?;
+    let store = store(&stack).await?;
+    let (mut first, _) = SessionWriter::create(Arc::clone(&log), "agent", Some("retry")).await?;
+    let session = first.session_id();
+    let early = first.user_request("before the takeover").await?;
+    let (mut second, claim) = SessionWriter::claim(Arc::clone(&log), session, "successor").await?;
+    let late = second.user_request("after the takeover").await?;
+
+    let mut projector = stack.spawn_projector()?;
+    wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
+    projector.0.kill().context("kill -9")?;
+    projector.0.wait()?;
+
+    // What a writer retrying its last batches would send again: a sequenced event before the
+    // claim, the claim itself and the latest event.
+    for retried in [&early, &claim, &late] {
+        log.append(&retried.envelope).await?;
+    }
+    let _projector = stack.spawn_projector()?;
+    wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
+
+    let ks = store.keyspace().to_string();
+    let rejected: Vec<(String, String)> = store
+        .cql()
+        .query_unpaged(
+            format!("SELECT label, reason FROM {ks}.rejected_events WHERE session_id = ?"),
+            (session.0,),
+        )
+        .await?
+        .into_rows_result()?
+        .rows::<(String, String)>()?
+        .collect::<Result<_, _>>()?;
+    assert!(rejected.is_empty(), "retries were rejected: {rejected:?}");
+    let projected = store
+        .load_session(session)
+        .await?
+        .context("session projected")?;
+    assert_eq!(projected.state.digest(), second.state().digest());
+    let clean = format!("{ks}_clean");
+    replay_into(&stack, &clean).await?;
+    assert_same_tables(&store, &ks, &clean).await
 }
