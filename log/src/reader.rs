@@ -67,6 +67,10 @@ impl PartitionReader {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
+            // librdkafka prefetches up to 64 MiB per partition by default; a replay reads
+            // every partition at once, so that alone would be most of its memory. 8 MiB
+            // still keeps several batches ahead of the fold.
+            .set("queued.max.messages.kbytes", "8192")
             .create()
             .map_err(Error::kafka("create reader"))?;
         Ok(Self {

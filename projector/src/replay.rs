@@ -166,13 +166,17 @@ impl Replay {
     pub async fn run(self, done: Arc<AtomicU64>) -> Result<ReplaySummary> {
         let started = Instant::now();
         let decoder = EventDecoder::new(SchemaRegistry::new(self.settings.registry.url.clone())?);
-        let jobs = self.ranges.iter().filter(|r| !r.is_empty()).map(|range| {
+        let ranges: Vec<&PartitionRange> = self.ranges.iter().filter(|r| !r.is_empty()).collect();
+        // The projector's session cache, shared out among the partitions replayed at once, so
+        // memory does not grow with the number of sessions in the topic.
+        let cache_sessions = (self.settings.projector.cache_sessions / ranges.len().max(1)).max(1);
+        let jobs = ranges.into_iter().map(|range| {
             let applier = Applier::new(
                 self.store.clone(),
                 decoder.clone(),
                 &self.settings.kafka.topic,
                 self.options.write_concurrency,
-                usize::MAX,
+                cache_sessions,
             );
             replay_partition(
                 &self.settings,
@@ -238,6 +242,10 @@ async fn replay_partition(
             }
         });
         done.fetch_add(count, Ordering::Relaxed);
+        if applier.cache_full() {
+            // The batch above is durable, so a dropped session reloads from its stored row.
+            applier.forget();
+        }
         match upcoming? {
             Some((r, n)) => (records, next) = (r, n),
             None => break,

@@ -34,6 +34,21 @@ async fn dropping_everything_and_replaying_gives_the_same_tables() -> Result<()>
     assert_eq!(summary.dead_lettered, 1);
     assert_same_tables(&live, &live_ks, &fresh).await?;
 
+    // A replay whose session cache holds one session per partition, in small batches: every
+    // session is dropped and reloaded from its stored row again and again, with the same end.
+    let mut settings = stack.settings.clone();
+    settings.cql.keyspace = format!("{live_ks}_c");
+    settings.projector.cache_sessions = 1;
+    let options = ReplayOptions {
+        batch: 7,
+        ..ReplayOptions::default()
+    };
+    Replay::plan(&settings, options)
+        .await?
+        .run(Arc::new(AtomicU64::new(0)))
+        .await?;
+    assert_same_tables(&live, &live_ks, &settings.cql.keyspace).await?;
+
     // Drop everything, replay into the same name: byte for byte what was there.
     live.cql()
         .query_unpaged(format!("DROP KEYSPACE {live_ks}"), ())
