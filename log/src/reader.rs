@@ -67,9 +67,11 @@ impl PartitionReader {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            // librdkafka prefetches up to 64 MiB per partition by default; a replay reads
-            // every partition at once, so that alone would be most of its memory. 8 MiB
-            // still keeps several batches ahead of the fold.
+            // librdkafka prefetches up to 100,000 records or 64 MiB per partition by default,
+            // at several hundred bytes of bookkeeping per record on top of its payload: about
+            // 50 MiB per partition of small events, and a replay reads every partition at
+            // once. 10,000 records still keep several batches ahead of the fold.
+            .set("queued.min.messages", "10000")
             .set("queued.max.messages.kbytes", "8192")
             .create()
             .map_err(Error::kafka("create reader"))?;

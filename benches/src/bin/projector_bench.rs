@@ -1,7 +1,8 @@
 //! Projector benchmark, against the running stack (`scripts/stack up`):
 //!
 //! 1. End-to-end lag: appends at `--rate` events/s for `--duration` seconds across `--sessions`
-//!    sessions while a `sessionlog project` process projects them; for a sample of events, the
+//!    sessions (after `--warmup` seconds of the same load, not measured) while a
+//!    `sessionlog project` process projects them; for a sample of events, the
 //!    time from the start of the append until the projector's stored progress passes it
 //!    (written after the rows it covers).
 //! 2. Replay throughput: `sessionlog replay` of the same topic into a fresh keyspace, against
@@ -31,9 +32,13 @@ use tokio::sync::Mutex;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Seconds of load.
+    /// Seconds of load measured.
     #[arg(long, default_value_t = 120)]
     duration: u64,
+    /// Seconds of load before measuring: the servers' JIT compilers and the projector's
+    /// caches warm up, so the figures describe the steady state, not a cold start.
+    #[arg(long, default_value_t = 15)]
+    warmup: u64,
     /// Events appended per second.
     #[arg(long, default_value_t = 5_000)]
     rate: u64,
@@ -195,7 +200,8 @@ async fn main() -> Result<()> {
     let replay_eps = total as f64 / replay_secs;
     let plain_eps = total as f64 / plain_secs;
     println!(
-        "appended {appended} events over {}s across {} sessions; {} lag samples",
+        "appended {appended} events over {}+{}s (warm-up + measured) across {} sessions; {} lag samples",
+        args.warmup,
         args.duration,
         args.sessions,
         lag.len()
@@ -250,7 +256,8 @@ async fn load(
 ) -> Result<(u64, Latencies)> {
     let per_session = args.rate as f64 / args.sessions as f64;
     let interval = Duration::from_secs_f64(1.0 / per_session);
-    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let measure_from = Instant::now() + Duration::from_secs(args.warmup);
+    let deadline = measure_from + Duration::from_secs(args.duration);
     let appended = Arc::new(AtomicU64::new(0));
     let pending: Arc<Mutex<Vec<(i32, i64, Instant)>>> = Arc::default();
     let sample_every = (args.rate / args.samples.max(1)).max(1);
@@ -279,7 +286,7 @@ async fn load(
                         content: Content::plain(format!("turn {n}")),
                     })
                     .await?;
-                if n % sample_every == 0 {
+                if n % sample_every == 0 && started >= measure_from {
                     let p = a.position;
                     pending.lock().await.push((p.partition, p.offset, started));
                 }
