@@ -1,7 +1,7 @@
 //! Folding log records into projection rows and making them durable: the part of the
 //! projector that the live consumer-group worker and the ops replay share.
 
-use crate::context::ContextWindow;
+use crate::context::{ContextWindow, TurnChange};
 use crate::observe::{self, Health};
 use crate::store::CqlRow;
 use crate::trace::span_of;
@@ -184,15 +184,16 @@ impl Applier {
         let verdict = entry.row.state.apply(&event);
         entry.row.applied_offset = offset;
         entry.row.partition = partition;
-        // The context row is written before the session row, so after a crash between the two
-        // it can be ahead of the state: it folds only records it has not seen.
+        // The context window folds only records it has not seen (its row once could be written
+        // ahead of the session row; both now land in one mutation).
+        let mut turns = TurnChange::None;
         if entry.context.applied_offset < offset {
             if verdict.is_accepted() {
-                entry.context.apply(&event);
+                turns = entry.context.apply(&event);
             }
             entry.context.applied_offset = offset;
         }
-        let mut rows = Vec::new();
+        let mut rows = CqlRow::turns(session, &entry.context, turns, offset);
         match verdict {
             Verdict::Accepted => {
                 folded.stats.accepted += 1;

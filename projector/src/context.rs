@@ -117,9 +117,20 @@ pub struct UnresolvedCall {
     pub resolution_required: Option<String>,
 }
 
+/// What folding an event did to the window's turns, so only that is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnChange {
+    /// No turn changed.
+    None,
+    /// A turn joined the window: the last of [`ContextWindow::recent`].
+    Added,
+    /// The session was erased: every turn lost its text.
+    Erased,
+}
+
 impl ContextWindow {
     /// Folds one accepted event into the window.
-    pub fn apply(&mut self, event: &EventEnvelope) {
+    pub fn apply(&mut self, event: &EventEnvelope) -> TurnChange {
         use SessionEvent as E;
         let turn = |role: &str, name: Option<&str>, call_seq, content: &Content| {
             let (text, truncated, sealed) = match content {
@@ -164,7 +175,7 @@ impl ContextWindow {
                     .by_kind
                     .entry(event.event.kind().into())
                     .or_default() += 1;
-                return;
+                return TurnChange::Erased;
             }
             other => {
                 *self
@@ -172,7 +183,7 @@ impl ContextWindow {
                     .by_kind
                     .entry(other.kind().into())
                     .or_default() += 1;
-                return;
+                return TurnChange::None;
             }
         };
         if new_turn.truncated {
@@ -184,6 +195,7 @@ impl ContextWindow {
                 self.evict(&old);
             }
         }
+        TurnChange::Added
     }
 
     fn evict(&mut self, turn: &Turn) {

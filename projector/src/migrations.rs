@@ -153,12 +153,34 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        description: "the seq a writer claim carries, to rebuild the duplicate window on load",
-        statements: &[],
-        columns: &[AddedColumn {
-            table: "writer_claims",
-            column: "claim_seq",
-            cql_type: "bigint",
-        }],
+        description: "claim seqs (to rebuild the duplicate window); context turns as rows",
+        statements: &[
+            // The context view's turns, one row each, written once: rewriting the whole window
+            // with every batch was most of what the projector sent. The view row names the
+            // first turn of its window (`first_turn_seq`) and stops filling `recent_turns`.
+            "CREATE TABLE IF NOT EXISTS {ks}.context_turns (
+            session_id uuid,
+            seq bigint,
+            role text,
+            name text,
+            call_seq bigint,
+            text text,
+            truncated boolean,
+            sealed boolean,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), seq))",
+        ],
+        columns: &[
+            AddedColumn {
+                table: "writer_claims",
+                column: "claim_seq",
+                cql_type: "bigint",
+            },
+            AddedColumn {
+                table: "context_view",
+                column: "first_turn_seq",
+                cql_type: "bigint",
+            },
+        ],
     },
 ];

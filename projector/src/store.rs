@@ -1,6 +1,6 @@
 //! The projection tables in CQL.
 
-use crate::context::ContextWindow;
+use crate::context::{ContextWindow, Turn, TurnChange};
 use crate::migrations::{AddedColumn, MIGRATIONS};
 use crate::trace::SpanWrite;
 use crate::{Error, Result};
@@ -13,7 +13,7 @@ use scylla::value::MaybeUnset;
 use sessionlog_log::CqlSettings;
 use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -98,6 +98,8 @@ enum Table {
     SpansBySession,
     SpansByDay,
     ContextView,
+    ContextTurns,
+    ErasedTurns,
     PartitionProgress,
 }
 
@@ -254,13 +256,58 @@ impl CqlRow {
             window.applied_offset,
             state.last_seq as i64,
             ContextWindow::plan_text(state),
-            to_json(&window.recent),
+            // Superseded by `context_turns` (migration 3); cleared in case an older projector
+            // wrote it.
+            None::<String>,
+            window.recent.front().map(|t| t.seq as i64),
             to_json(&ContextWindow::unresolved_calls(state)),
             to_json(&window.older),
             to_json(&window.left_out),
             window.applied_offset,
         );
         Self::new(Table::ContextView, values)
+    }
+
+    /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
+    /// erased the session, a deletion of every turn (older ones included) and the window's
+    /// turns again without their text. Each turn is written once, so a batch costs what its
+    /// events add, not the whole window again. Write timestamps are offsets, the rewrite's one
+    /// above the deletion's, so writing these again after a crash changes nothing.
+    pub fn turns(
+        session: SessionId,
+        window: &ContextWindow,
+        change: TurnChange,
+        offset: i64,
+    ) -> Vec<Self> {
+        let turn = |t: &Turn, timestamp: i64| {
+            let values = (
+                session.0,
+                t.seq as i64,
+                t.role.clone(),
+                t.name.clone(),
+                t.call_seq.map(|s| s as i64),
+                t.text.clone(),
+                t.truncated,
+                t.sealed,
+                t.occurred_at,
+                timestamp,
+            );
+            Self::new(Table::ContextTurns, values)
+        };
+        match change {
+            TurnChange::None => Vec::new(),
+            TurnChange::Added => window
+                .recent
+                .back()
+                .map(|t| turn(t, offset))
+                .into_iter()
+                .collect(),
+            TurnChange::Erased => {
+                std::iter::once(Self::new(Table::ErasedTurns, (offset, session.0)))
+                    .chain(window.recent.iter().map(|t| turn(t, offset + 1)))
+                    .collect()
+            }
+        }
     }
 
     /// Every record of `topic[partition]` before `next_offset` is applied. The write timestamp
@@ -292,6 +339,9 @@ struct Statements {
     put_span_by_day: PreparedStatement,
     save_context: PreparedStatement,
     load_context: PreparedStatement,
+    put_turn: PreparedStatement,
+    erase_turns: PreparedStatement,
+    load_turns: PreparedStatement,
     save_progress: PreparedStatement,
     load_progress: PreparedStatement,
 }
@@ -429,10 +479,16 @@ impl ProjectionStore {
             .map_err(Error::store("load context"))?
             .into_rows_result()
             .map_err(Error::store("load context"))?;
-        type Row = (Option<i64>, Option<String>, Option<String>, Option<String>);
-        let Some((offset, recent, older, left_out)) = rows
-            .maybe_first_row::<Row>()
-            .map_err(Error::store("load context"))?
+        type Row = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+        );
+        let Some((offset, last_seq, first_turn, older, left_out)) =
+            rows.maybe_first_row::<Row>()
+                .map_err(Error::store("load context"))?
         else {
             return Ok(None);
         };
@@ -441,12 +497,62 @@ impl ProjectionStore {
             message: format!("context view: {e}"),
         };
         let parse = |text: Option<String>, empty: &str| text.unwrap_or_else(|| empty.into());
+        // Turn rows past the view's last seq belong to a batch not yet whole (a replay writes
+        // a long session in several): they are not part of this window.
+        let recent = match (first_turn, last_seq) {
+            (Some(first), Some(last)) => self.load_turns(session, first, last).await?,
+            _ => VecDeque::new(),
+        };
         Ok(Some(ContextWindow {
             applied_offset: offset.unwrap_or(-1),
-            recent: serde_json::from_str(&parse(recent, "[]")).map_err(corrupt)?,
+            recent,
             older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
             left_out: serde_json::from_str(&parse(left_out, "{}")).map_err(corrupt)?,
         }))
+    }
+
+    async fn load_turns(
+        &self,
+        session: SessionId,
+        first: i64,
+        last: i64,
+    ) -> Result<VecDeque<Turn>> {
+        type Row = (
+            i64,
+            String,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+            Option<bool>,
+            Option<bool>,
+            Option<i64>,
+        );
+        let rows = self
+            .session
+            .execute_unpaged(&self.statements.load_turns, (session.0, first, last))
+            .await
+            .map_err(Error::store("load context turns"))?
+            .into_rows_result()
+            .map_err(Error::store("load context turns"))?;
+        let mut turns = VecDeque::new();
+        for row in rows
+            .rows::<Row>()
+            .map_err(Error::store("load context turns"))?
+        {
+            let (seq, role, name, call_seq, text, truncated, sealed, occurred_at) =
+                row.map_err(Error::store("load context turns"))?;
+            turns.push_back(Turn {
+                seq: seq as u64,
+                role,
+                name,
+                call_seq: call_seq.map(|s| s as u64),
+                text,
+                truncated: truncated.unwrap_or_default(),
+                sealed: sealed.unwrap_or_default(),
+                occurred_at: occurred_at.unwrap_or_default(),
+            });
+        }
+        Ok(turns)
     }
 
     /// Writes `rows` as one logged batch, in order. Rows that share a partition key (one
@@ -510,6 +616,8 @@ impl Statements {
             Table::SpansBySession => &self.put_span_by_session,
             Table::SpansByDay => &self.put_span_by_day,
             Table::ContextView => &self.save_context,
+            Table::ContextTurns => &self.put_turn,
+            Table::ErasedTurns => &self.erase_turns,
             Table::PartitionProgress => &self.save_progress,
         }
     }
@@ -581,13 +689,28 @@ impl Statements {
             .await?,
             save_context: prepare(format!(
                 "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
-                 recent_turns, unresolved_calls, older_ranges, left_out)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                 recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
             ))
             .await?,
             load_context: prepare(format!(
-                "SELECT applied_offset, recent_turns, older_ranges, left_out
+                "SELECT applied_offset, last_seq, first_turn_seq, older_ranges, left_out
                  FROM {ks}.context_view WHERE session_id = ?"
+            ))
+            .await?,
+            put_turn: prepare(format!(
+                "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,
+                 truncated, sealed, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 USING TIMESTAMP ?"
+            ))
+            .await?,
+            erase_turns: prepare(format!(
+                "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ?"
+            ))
+            .await?,
+            load_turns: prepare(format!(
+                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us
+                 FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
             ))
             .await?,
             save_progress: prepare(format!(

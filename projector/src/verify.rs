@@ -22,6 +22,7 @@ pub const TABLES: &[&str] = &[
     "trace_spans_by_session",
     "trace_spans_by_day",
     "context_view",
+    "context_turns",
     "partition_progress",
 ];
 

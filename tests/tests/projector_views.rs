@@ -3,9 +3,12 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
+use sessionlog_projector::context::RECENT_TURNS;
 use sessionlog_projector::trace::day_of;
 use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
-use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_caught_up};
+use sessionlog_tests::projector::{
+    assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
+};
 use sessionlog_tests::{TestStack, wait_for};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -169,11 +172,11 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         "by start time within the day"
     );
 
-    let (plan, recent, unresolved, left_out, last_seq): (Option<String>, String, String, String, i64) = store
+    let (plan, unresolved, left_out, last_seq): (Option<String>, String, String, i64) = store
         .cql()
         .query_unpaged(
             format!(
-                "SELECT plan, recent_turns, unresolved_calls, left_out, last_seq FROM {ks}.context_view WHERE session_id = ?"
+                "SELECT plan, unresolved_calls, left_out, last_seq FROM {ks}.context_view WHERE session_id = ?"
             ),
             (session.0,),
         )
@@ -182,12 +185,11 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         .single_row()?;
     assert_eq!(plan.as_deref(), Some("1. read 2. fix"));
     assert_eq!(last_seq, writer.state().last_seq as i64);
-    let recent: serde_json::Value = serde_json::from_str(&recent)?;
-    let texts: Vec<&str> = recent
-        .as_array()
-        .context("turns")?
+    let window = store.load_context(session).await?.context("context view")?;
+    let texts: Vec<&str> = window
+        .recent
         .iter()
-        .filter_map(|t| t["text"].as_str())
+        .filter_map(|t| t.text.as_deref())
         .collect();
     assert_eq!(
         texts,
@@ -237,4 +239,68 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     assert_eq!(status, 200, "{health}");
     assert!(health.contains("\"status\":\"ok\""), "{health}");
     Ok(())
+}
+
+/// The context view keeps the last turns as rows, one write each; erasing the session deletes
+/// every turn row and keeps the window's skeleton without text, the same as a clean replay.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()> {
+    let stack = TestStack::new("pturns", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let store = store(&stack).await?;
+    let (mut writer, _) = SessionWriter::create(log, "agent", Some("erase me")).await?;
+    let session = writer.session_id();
+    let turns = RECENT_TURNS + 4;
+    for n in 0..turns {
+        writer.user_request(&format!("turn {n}")).await?;
+    }
+    wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
+    let window = store.load_context(session).await?.context("context view")?;
+    let texts: Vec<String> = window
+        .recent
+        .iter()
+        .filter_map(|t| t.text.clone())
+        .collect();
+    let expected: Vec<String> = (turns - RECENT_TURNS..turns)
+        .map(|n| format!("turn {n}"))
+        .collect();
+    assert_eq!(
+        texts, expected,
+        "the last {RECENT_TURNS} turns, oldest first"
+    );
+    assert_eq!(window.left_out.evicted_turns, 4);
+
+    writer
+        .append(SessionEvent::SessionErased {
+            requested_by: "dpo".into(),
+            reason: "right to be forgotten".into(),
+        })
+        .await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
+    let window = store.load_context(session).await?.context("context view")?;
+    assert_eq!(window.recent.len(), RECENT_TURNS);
+    assert!(window.recent.iter().all(|t| t.text.is_none()), "{window:?}");
+    assert!(window.left_out.erased);
+    let ks = store.keyspace().to_string();
+    let stored: Vec<(i64, Option<String>)> = store
+        .cql()
+        .query_unpaged(
+            format!("SELECT seq, text FROM {ks}.context_turns WHERE session_id = ?"),
+            (session.0,),
+        )
+        .await?
+        .into_rows_result()?
+        .rows::<(i64, Option<String>)>()?
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        stored.len(),
+        RECENT_TURNS,
+        "older turn rows are deleted too"
+    );
+    assert!(stored.iter().all(|(_, text)| text.is_none()), "{stored:?}");
+
+    let clean = format!("{ks}_clean");
+    replay_into(&stack, &clean).await?;
+    assert_same_tables(&store, &ks, &clean).await
 }
