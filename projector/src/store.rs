@@ -6,6 +6,7 @@ use crate::trace::SpanWrite;
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::deserialize::row::DeserializeRow;
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchStatement, BatchType};
 use scylla::statement::prepared::PreparedStatement;
@@ -375,19 +376,37 @@ impl ProjectionStore {
         &self.session
     }
 
+    /// Runs a prepared query and decodes all its rows; `action` names it in errors.
+    async fn select<R>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        action: &'static str,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+    {
+        let result = self
+            .session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(Error::store(action))?
+            .into_rows_result()
+            .map_err(Error::store(action))?;
+        result
+            .rows::<R>()
+            .map_err(Error::store(action))?
+            .map(|row| row.map_err(Error::store(action)))
+            .collect()
+    }
+
     /// The projected row of a session, if the projector has seen it.
     pub async fn load_session(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
-        let rows = self
-            .session
-            .execute_unpaged(&self.statements.load_session, (session.0,))
-            .await
-            .map_err(Error::store("load session"))?
-            .into_rows_result()
-            .map_err(Error::store("load session"))?;
-        let Some((state_json, partition, applied_offset)) = rows
-            .maybe_first_row::<(Option<String>, Option<i32>, Option<i64>)>()
-            .map_err(Error::store("load session"))?
-        else {
+        type Row = (Option<String>, Option<i32>, Option<i64>);
+        let rows: Vec<Row> = self
+            .select(&self.statements.load_session, (session.0,), "load session")
+            .await?;
+        let Some((state_json, partition, applied_offset)) = rows.into_iter().next() else {
             return Ok(None);
         };
         let mut state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
@@ -415,33 +434,24 @@ impl ProjectionStore {
     ) -> Result<Vec<(u64, Uuid)>> {
         let session = state.session_id.0;
         type Row = (Option<i64>, Option<Uuid>, Option<i64>);
-        let mut accepted: Vec<(i64, u64, Uuid)> = Vec::new();
-        let loaded = futures::try_join!(
-            self.session.execute_unpaged(
+        let (index, claims) = futures::try_join!(
+            self.select::<Row>(
                 &self.statements.recent_index,
-                (session, state.last_seq as i64)
+                (session, state.last_seq as i64),
+                "load duplicate window",
             ),
-            self.session
-                .execute_unpaged(&self.statements.claims, (session,)),
-        )
-        .map_err(Error::store("load duplicate window"))?;
-        for result in [loaded.0, loaded.1] {
-            let rows = result
-                .into_rows_result()
-                .map_err(Error::store("load duplicate window"))?;
-            for row in rows
-                .rows::<Row>()
-                .map_err(Error::store("load duplicate window"))?
-            {
-                // A claim written before `claim_seq` existed cannot be matched; leave it out.
-                if let (Some(seq), Some(id), Some(at)) =
-                    row.map_err(Error::store("load duplicate window"))?
-                    && at <= offset
-                {
-                    accepted.push((at, seq as u64, id));
-                }
-            }
-        }
+            self.select::<Row>(&self.statements.claims, (session,), "load duplicate window"),
+        )?;
+        // A claim written before `claim_seq` existed cannot be matched; leave it out.
+        let accepted_so_far = |(seq, id, at): Row| match (seq, id, at) {
+            (Some(seq), Some(id), Some(at)) if at <= offset => Some((at, seq as u64, id)),
+            _ => None,
+        };
+        let mut accepted: Vec<(i64, u64, Uuid)> = index
+            .into_iter()
+            .chain(claims)
+            .filter_map(accepted_so_far)
+            .collect();
         accepted.sort_unstable();
         Ok(accepted.into_iter().map(|(_, seq, id)| (seq, id)).collect())
     }
@@ -472,13 +482,6 @@ fn unset_or<T>(value: Option<T>) -> MaybeUnset<T> {
 impl ProjectionStore {
     /// The stored context window of a session, if any.
     pub async fn load_context(&self, session: SessionId) -> Result<Option<ContextWindow>> {
-        let rows = self
-            .session
-            .execute_unpaged(&self.statements.load_context, (session.0,))
-            .await
-            .map_err(Error::store("load context"))?
-            .into_rows_result()
-            .map_err(Error::store("load context"))?;
         type Row = (
             Option<i64>,
             Option<i64>,
@@ -486,10 +489,10 @@ impl ProjectionStore {
             Option<String>,
             Option<String>,
         );
-        let Some((offset, last_seq, first_turn, older, left_out)) =
-            rows.maybe_first_row::<Row>()
-                .map_err(Error::store("load context"))?
-        else {
+        let rows: Vec<Row> = self
+            .select(&self.statements.load_context, (session.0,), "load context")
+            .await?;
+        let Some((offset, last_seq, first_turn, older, left_out)) = rows.into_iter().next() else {
             return Ok(None);
         };
         let corrupt = |e: serde_json::Error| Error::CorruptRow {
@@ -527,20 +530,15 @@ impl ProjectionStore {
             Option<bool>,
             Option<i64>,
         );
-        let rows = self
-            .session
-            .execute_unpaged(&self.statements.load_turns, (session.0, first, last))
-            .await
-            .map_err(Error::store("load context turns"))?
-            .into_rows_result()
-            .map_err(Error::store("load context turns"))?;
+        let rows: Vec<Row> = self
+            .select(
+                &self.statements.load_turns,
+                (session.0, first, last),
+                "load context turns",
+            )
+            .await?;
         let mut turns = VecDeque::new();
-        for row in rows
-            .rows::<Row>()
-            .map_err(Error::store("load context turns"))?
-        {
-            let (seq, role, name, call_seq, text, truncated, sealed, occurred_at) =
-                row.map_err(Error::store("load context turns"))?;
+        for (seq, role, name, call_seq, text, truncated, sealed, occurred_at) in rows {
             turns.push_back(Turn {
                 seq: seq as u64,
                 role,
@@ -581,22 +579,17 @@ impl ProjectionStore {
 
     /// The stored next offset to apply, by partition of `topic`.
     pub async fn load_progress(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
-        let rows = self
-            .session
-            .execute_unpaged(&self.statements.load_progress, (topic,))
-            .await
-            .map_err(Error::store("load partition progress"))?
-            .into_rows_result()
-            .map_err(Error::store("load partition progress"))?;
-        let mut progress = BTreeMap::new();
-        for row in rows
-            .rows::<(i32, Option<i64>)>()
-            .map_err(Error::store("load partition progress"))?
-        {
-            let (partition, next) = row.map_err(Error::store("load partition progress"))?;
-            progress.insert(partition, next.unwrap_or_default());
-        }
-        Ok(progress)
+        let rows: Vec<(i32, Option<i64>)> = self
+            .select(
+                &self.statements.load_progress,
+                (topic,),
+                "load partition progress",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(partition, next)| (partition, next.unwrap_or_default()))
+            .collect())
     }
 }
 
@@ -764,13 +757,20 @@ async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result
             ddl(statement.replace("{ks}", ks)).await?;
         }
         for added in migration.columns {
-            if !has_column(session, ks, added.table, added.column).await? {
-                let AddedColumn {
-                    table,
-                    column,
-                    cql_type,
-                } = added;
-                ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await?;
+            let AddedColumn {
+                table,
+                column,
+                cql_type,
+            } = added;
+            if has_column(session, ks, table, column).await? {
+                continue;
+            }
+            // Another process (a second projector, a replay) may add it at the same moment:
+            // its error is not ours if the column is there afterwards.
+            if let Err(e) = ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await
+                && !has_column(session, ks, table, column).await?
+            {
+                return Err(e);
             }
         }
         session

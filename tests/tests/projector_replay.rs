@@ -2,6 +2,7 @@
 //! replays resume; a dry run writes nothing; `sessionlog verify` reports differences.
 
 use anyhow::{Context, Result};
+use sessionlog_projector::ProjectionStore;
 use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
 use sessionlog_projector::verify;
 use sessionlog_tests::projector::{
@@ -189,5 +190,19 @@ async fn replay_resumes_selects_partitions_and_dry_runs() -> Result<()> {
     )
     .await?;
     assert_eq!(later.total(), 0);
+    Ok(())
+}
+
+/// Processes that start together (projectors, a replay, a test) migrate the same fresh
+/// keyspace at once: every one of them succeeds, added columns included.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_migrations_of_one_keyspace_all_succeed() -> Result<()> {
+    let stack = TestStack::new("pmigr", 1).await?;
+    for round in 0..4 {
+        let mut cql = stack.settings.cql.clone();
+        cql.keyspace = format!("{}_m{round}", cql.keyspace);
+        let connects = (0..8).map(|_| ProjectionStore::connect(&cql));
+        futures::future::try_join_all(connects).await?;
+    }
     Ok(())
 }
