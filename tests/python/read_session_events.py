@@ -18,7 +18,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 def main() -> int:
     bootstrap, registry_url, topic, expected = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    registry = SchemaRegistryClient({"url": registry_url})
+    # Without a timeout the client can wait forever on a registry connection that never
+    # answers (seen once after a broker restart); with one, it retries the request.
+    registry = SchemaRegistryClient({"url": registry_url, "timeout": 10})
     # return_record_name: a union of records comes back as (record name, record),
     # which tells us the event kind.
     deserialize = AvroDeserializer(registry, return_record_name=True)

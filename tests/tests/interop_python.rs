@@ -7,6 +7,7 @@ use sessionlog_producer::{EventLog, ProducerOptions, example};
 use sessionlog_tests::{TestStack, repo_root};
 use std::process::Command;
 use std::sync::Arc;
+use std::time::Duration;
 
 fn python() -> Result<String> {
     let out = Command::new(repo_root().join("scripts/python-env"))
@@ -28,7 +29,7 @@ async fn confluent_python_deserializer_reads_our_events() -> Result<()> {
     let schema_id = log.schema_id();
     let (_, appended) = example::run_example_session(log).await?;
 
-    let out = Command::new(python()?)
+    let reader = tokio::process::Command::new(python()?)
         .arg(repo_root().join("tests/python/read_session_events.py"))
         .args([
             &stack.settings.kafka.bootstrap,
@@ -36,7 +37,13 @@ async fn confluent_python_deserializer_reads_our_events() -> Result<()> {
             &stack.settings.kafka.topic,
             &appended.len().to_string(),
         ])
-        .output()
+        .kill_on_drop(true)
+        .output();
+    // The reader gives up after 60 s of polling; a client stuck beyond that is a failure,
+    // not a reason to hang the suite.
+    let out = tokio::time::timeout(Duration::from_secs(180), reader)
+        .await
+        .context("the Python reader did not finish within 180 s")?
         .context("running the Python reader")?;
     if !out.status.success() {
         bail!(
