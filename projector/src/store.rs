@@ -762,16 +762,17 @@ async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result
                 column,
                 cql_type,
             } = added;
-            if has_column(session, ks, table, column).await? {
-                continue;
+            if !has_column(session, ks, table, column).await? {
+                // Another process (a second projector, a replay) may add it at the same
+                // moment: its error is not ours if the column is there afterwards.
+                let added = ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await;
+                if let Err(e) = added
+                    && !has_column(session, ks, table, column).await?
+                {
+                    return Err(e);
+                }
             }
-            // Another process (a second projector, a replay) may add it at the same moment:
-            // its error is not ours if the column is there afterwards.
-            if let Err(e) = ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await
-                && !has_column(session, ks, table, column).await?
-            {
-                return Err(e);
-            }
+            await_column(session, ks, table, column).await?;
         }
         session
             .await_schema_agreement()
@@ -805,4 +806,20 @@ async fn has_column(session: &Session, ks: &str, table: &str, column: &str) -> R
         .into_rows_result()
         .map_err(Error::store("read schema"))?;
     Ok(rows.rows_num() > 0)
+}
+
+/// Waits until queries can name `column`: when another process has just added it,
+/// `system_schema` can list it a moment before statements may use it.
+async fn await_column(session: &Session, ks: &str, table: &str, column: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = format!("SELECT {column} FROM {ks}.{table} LIMIT 1");
+        match session.query_unpaged(probe, ()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(Error::store("migrate")(e));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
