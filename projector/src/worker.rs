@@ -16,7 +16,7 @@ use sessionlog_schemas::{EventDecoder, SchemaRegistry};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -70,7 +70,7 @@ struct Shared {
 
 impl Shared {
     fn applied_offsets(&self, only: Option<&HashSet<i32>>) -> TopicPartitionList {
-        let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let applied = locked(&self.applied);
         let mut list = TopicPartitionList::new();
         for (partition, next) in applied.iter() {
             if only.is_none_or(|set| set.contains(partition)) {
@@ -117,34 +117,18 @@ impl ConsumerContext for ProjectorContext {
             {
                 tracing::warn!(error = %e, "commit on revoke failed; the next owner re-reads");
             }
-            let mut applied = self
-                .shared
-                .applied
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut applied = locked(&self.shared.applied);
             applied.retain(|p, _| !revoked.contains(p));
-            let mut owned = self
-                .shared
-                .owned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut owned = locked(&self.shared.owned);
             owned.retain(|p| !revoked.contains(p));
         }
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(assigned) = rebalance {
-            let mut pending = self
-                .shared
-                .assigned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut pending = locked(&self.shared.assigned);
             pending.extend(assigned.elements().iter().map(|e| e.partition()));
-            let mut owned = self
-                .shared
-                .owned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut owned = locked(&self.shared.owned);
             owned.extend(assigned.elements().iter().map(|e| e.partition()));
         }
     }
@@ -383,13 +367,7 @@ impl Projector {
     /// For newly assigned partitions, reads the stored progress: the committed offset may be
     /// behind it (commits are asynchronous), and records below it are already applied.
     async fn resume_assigned(&mut self) {
-        let assigned: Vec<i32> = std::mem::take(
-            &mut *self
-                .shared
-                .assigned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let assigned: Vec<i32> = std::mem::take(&mut *locked(&self.shared.assigned));
         if assigned.is_empty() {
             return;
         }
@@ -440,11 +418,7 @@ impl Projector {
         // A batch written while its partition moved to another instance is durable, but the
         // offset is the new owner's to commit now.
         let next_offsets: BTreeMap<i32, i64> = {
-            let owned = self
-                .shared
-                .owned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let owned = locked(&self.shared.owned);
             next_offsets
                 .iter()
                 .filter(|(p, _)| owned.contains(p))
@@ -452,11 +426,7 @@ impl Projector {
                 .collect()
         };
         {
-            let mut applied = self
-                .shared
-                .applied
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut applied = locked(&self.shared.applied);
             applied.extend(next_offsets.iter().map(|(p, o)| (*p, *o)));
         }
         let only: HashSet<i32> = next_offsets.keys().copied().collect();
@@ -512,4 +482,10 @@ fn raw(message: &impl Message) -> RawRecord {
         payload: message.payload().map(<[u8]>::to_vec),
         timestamp_ms: message.timestamp().to_millis(),
     }
+}
+
+/// Locks a mutex of the shared state. A panic while it was held cannot leave these plain maps
+/// and sets half-written, so a poisoned lock is taken as it is.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
