@@ -3,7 +3,7 @@
 
 use crate::context::{ContextWindow, TurnChange};
 use crate::observe::{self, Health};
-use crate::store::CqlRow;
+use crate::store::{CqlRow, ROWS_PER_BATCH};
 use crate::trace::span_of;
 use crate::{Error, ProjectedSession, ProjectionStore, Result};
 use futures::stream::{self, TryStreamExt};
@@ -295,10 +295,6 @@ impl Applier {
     }
 }
 
-/// Rows of one session written in one batch at most: a session with more in a batch
-/// (a replay) is written in several, in order, its session row in the last.
-const ROWS_PER_BATCH: usize = 256;
-
 /// Makes a folded batch durable: span rows by day first, then each touched session's rows as
 /// one batch (its session row, the commit point, in the same batch as its event rows), then
 /// the partitions' progress. Retries until the store answers, so an outage stalls the
@@ -323,16 +319,9 @@ pub async fn persist(
     })
     .await;
     let days_done = started.elapsed();
-    with_retry("write sessions", health, || {
-        stream::iter(folded.sessions.iter().map(Ok)).try_for_each_concurrent(
-            concurrency,
-            |(_, rows)| async move {
-                for chunk in rows.chunks(ROWS_PER_BATCH) {
-                    store.write_rows(chunk).await?;
-                }
-                Ok(())
-            },
-        )
+    let sessions: Vec<&[CqlRow]> = folded.sessions.iter().map(|(_, rows)| &rows[..]).collect();
+    let requests = with_retry("write sessions", health, || {
+        store.write_sessions(&sessions, concurrency)
     })
     .await;
     let sessions_done = started.elapsed();
@@ -347,6 +336,7 @@ pub async fn persist(
     .await;
     tracing::debug!(
         sessions = folded.sessions.len(),
+        requests,
         ?days_done,
         ?sessions_done,
         total = ?started.elapsed(),
