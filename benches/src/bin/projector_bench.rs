@@ -156,7 +156,14 @@ async fn main() -> Result<()> {
     project.arg("project").envs(env_of(&settings));
     let projector = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
-    let (appended, mut lag) = load(&args, &log, &store, &settings.kafka.topic).await?;
+    let (
+        appended,
+        Lag {
+            mut all,
+            mut append,
+            windows,
+        },
+    ) = load(&args, &log, &store, &settings.kafka.topic).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
     let mut ends = BTreeMap::new();
     for p in 0..args.partitions {
@@ -204,7 +211,7 @@ async fn main() -> Result<()> {
         args.warmup,
         args.duration,
         args.sessions,
-        lag.len()
+        all.len()
     );
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
     print_table(
@@ -212,10 +219,18 @@ async fn main() -> Result<()> {
         &[
             vec![
                 "lag p50 (append → visible)".into(),
-                ms(lag.percentile(50.0)),
+                ms(all.percentile(50.0)),
             ],
-            vec!["lag p99".into(), ms(lag.percentile(99.0))],
-            vec!["lag max".into(), ms(lag.max())],
+            vec!["lag p99".into(), ms(all.percentile(99.0))],
+            vec!["lag max".into(), ms(all.max())],
+            vec![
+                "  of which appending, p50 / p99".into(),
+                format!(
+                    "{} / {}",
+                    ms(append.percentile(50.0)),
+                    ms(append.percentile(99.0))
+                ),
+            ],
             vec![
                 "projector peak RSS (live)".into(),
                 format!("{live_rss:.0} MiB"),
@@ -238,6 +253,23 @@ async fn main() -> Result<()> {
             ],
         ],
     );
+    println!();
+    println!("lag over time (by when the event was appended)");
+    let rows: Vec<Vec<String>> = windows
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut window)| {
+            let from = i as u64 * WINDOW.as_secs();
+            vec![
+                format!("{from}-{} s", from + WINDOW.as_secs()),
+                window.len().to_string(),
+                ms(window.percentile(50.0)),
+                ms(window.percentile(99.0)),
+                ms(window.max()),
+            ]
+        })
+        .collect();
+    print_table(&["window", "samples", "p50", "p99", "max"], &rows);
     Ok(())
 }
 
@@ -253,18 +285,19 @@ async fn load(
     log: &Arc<EventLog>,
     store: &ProjectionStore,
     topic: &str,
-) -> Result<(u64, Latencies)> {
+) -> Result<(u64, Lag)> {
     let per_session = args.rate as f64 / args.sessions as f64;
     let interval = Duration::from_secs_f64(1.0 / per_session);
     let measure_from = Instant::now() + Duration::from_secs(args.warmup);
     let deadline = measure_from + Duration::from_secs(args.duration);
     let appended = Arc::new(AtomicU64::new(0));
-    let pending: Arc<Mutex<Vec<(i32, i64, Instant)>>> = Arc::default();
+    let pending: Arc<Mutex<Vec<Sample>>> = Arc::default();
     let sample_every = (args.rate / args.samples.max(1)).max(1);
     let watcher = tokio::spawn(watch(
         store.clone(),
         topic.to_string(),
         Arc::clone(&pending),
+        measure_from,
         deadline,
     ));
     let mut tasks = Vec::new();
@@ -288,7 +321,13 @@ async fn load(
                     .await?;
                 if n % sample_every == 0 && started >= measure_from {
                     let p = a.position;
-                    pending.lock().await.push((p.partition, p.offset, started));
+                    let sample = Sample {
+                        partition: p.partition,
+                        offset: p.offset,
+                        started,
+                        acked: Instant::now(),
+                    };
+                    pending.lock().await.push(sample);
                 }
             }
             Ok::<_, anyhow::Error>(())
@@ -302,23 +341,61 @@ async fn load(
     Ok((appended, lag))
 }
 
+/// Lag samples: all of them, and by window of [`WINDOW`] from the start of the measurement
+/// (by when the event was appended), to show whether the tail comes in bursts.
+#[derive(Default)]
+struct Lag {
+    all: Latencies,
+    /// The part of each sample spent appending (until the log acknowledged the event).
+    append: Latencies,
+    windows: Vec<Latencies>,
+}
+
+/// An appended event whose lag is still to be measured.
+struct Sample {
+    partition: i32,
+    offset: i64,
+    /// When its append started.
+    started: Instant,
+    /// When the log acknowledged it.
+    acked: Instant,
+}
+
+/// The length of one window of the lag-over-time table.
+const WINDOW: Duration = Duration::from_secs(10);
+
+impl Lag {
+    fn record(&mut self, sample: &Sample, measure_from: Instant, visible: Instant) {
+        let lag = visible - sample.started;
+        self.all.record(lag);
+        self.append.record(sample.acked - sample.started);
+        let window = ((sample.started - measure_from).as_secs() / WINDOW.as_secs()) as usize;
+        if self.windows.len() <= window {
+            self.windows.resize_with(window + 1, Latencies::default);
+        }
+        self.windows[window].record(lag);
+    }
+}
+
 /// Takes each pending sample once the stored progress of its partition has passed it;
 /// returns when the load is over and every sample is taken.
 async fn watch(
     store: ProjectionStore,
     topic: String,
-    pending: Arc<Mutex<Vec<(i32, i64, Instant)>>>,
+    pending: Arc<Mutex<Vec<Sample>>>,
+    measure_from: Instant,
     load_ends: Instant,
-) -> Result<Latencies> {
-    let mut lag = Latencies::default();
+) -> Result<Lag> {
+    let mut lag = Lag::default();
     loop {
         let progress = store.load_progress(&topic).await?;
         let now = Instant::now();
         let mut pending = pending.lock().await;
-        pending.retain(|(partition, offset, started)| {
-            let seen = progress.get(partition).is_some_and(|next| next > offset);
+        pending.retain(|sample| {
+            let next = progress.get(&sample.partition);
+            let seen = next.is_some_and(|next| *next > sample.offset);
             if seen {
-                lag.record(now - *started);
+                lag.record(sample, measure_from, now);
             }
             !seen
         });
