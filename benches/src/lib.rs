@@ -1,7 +1,10 @@
 //! Shared pieces of the benchmark programs in `src/bin/`: latency percentiles, the process's
-//! peak resident memory, and the result table. Absolute numbers on a shared 2-core machine
-//! are noise; every benchmark prints a ratio against a reference measured in the same run.
+//! peak resident memory, the result table, and dropping what a run created. Absolute numbers
+//! on a shared 2-core machine are noise; every benchmark prints a ratio against a reference
+//! measured in the same run.
 
+use sessionlog_log::{Settings, topic};
+use sessionlog_projector::ProjectionStore;
 use std::time::Duration;
 
 /// Latency samples and their percentiles.
@@ -80,6 +83,27 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     for row in rows {
         println!("{}", line(row.iter().map(String::as_str).collect()));
     }
+}
+
+/// Drops a run's keyspaces and its topics (those of `settings.kafka`), so that runs do not
+/// pile data up on the stack: it slows later runs down, as Cassandra keeps memtables and
+/// compacts per table.
+pub async fn drop_run(
+    store: &ProjectionStore,
+    settings: &Settings,
+    keyspaces: &[String],
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for keyspace in keyspaces {
+        store
+            .cql()
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await
+            .with_context(|| format!("dropping keyspace {keyspace}"))?;
+    }
+    topic::delete_topics(&settings.kafka)
+        .await
+        .context("deleting the run's topics")
 }
 
 #[cfg(test)]

@@ -52,6 +52,33 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> Result<()> {
     Ok(())
 }
 
+/// Deletes the session and dead-letter topics of `settings` (a benchmark's or a test's own
+/// topics, when it is done with them). A topic that is already gone is not an error.
+pub async fn delete_topics(settings: &KafkaSettings) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = settings
+        .client_config()
+        .create()
+        .map_err(Error::kafka("create admin client"))?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let names = [settings.topic.as_str(), settings.dead_letter_topic.as_str()];
+    let results = admin
+        .delete_topics(&names, &options)
+        .await
+        .map_err(Error::kafka("delete topics"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, code)) => {
+                return Err(Error::TopicMismatch {
+                    topic,
+                    problem: format!("could not be deleted: {code}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Number of partitions of `topic`, from the cluster's metadata.
 pub async fn partition_count(settings: &KafkaSettings, topic: &str) -> Result<i32> {
     let settings = settings.clone();

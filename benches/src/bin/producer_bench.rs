@@ -117,6 +117,9 @@ async fn main() -> Result<()> {
         ),
         None => println!("peak RSS: unknown on this platform"),
     }
+    // The run's topics go: runs must not pile data up on the stack.
+    topic::delete_topics(&settings.kafka).await?;
+    topic::delete_topics(&reference).await?;
     Ok(())
 }
 

@@ -16,7 +16,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use sessionlog_benches::{Latencies, print_table};
+use sessionlog_benches::{Latencies, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings, topic};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_projector::ProjectionStore;
@@ -51,6 +51,9 @@ struct Args {
     /// Lag samples per second.
     #[arg(long, default_value_t = 50)]
     samples: u64,
+    /// Keep the run's keyspaces and topics (by default they are dropped at the end).
+    #[arg(long)]
+    keep: bool,
 }
 
 /// The `sessionlog` binary next to this one.
@@ -270,6 +273,11 @@ async fn main() -> Result<()> {
         })
         .collect();
     print_table(&["window", "samples", "p50", "p99", "max"], &rows);
+    if !args.keep {
+        let ks = &settings.cql.keyspace;
+        let keyspaces = [ks.clone(), replay_ks, format!("{ks}_plain")];
+        drop_run(&store, &settings, &keyspaces).await?;
+    }
     Ok(())
 }
 

@@ -17,7 +17,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use sessionlog_benches::{peak_rss_bytes, print_table};
+use sessionlog_benches::{drop_run, peak_rss_bytes, print_table};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::worker::ProjectorOptions;
@@ -241,6 +241,12 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     if checkpoint_rebuild.state.digest() != full_replay.state.digest() {
         bail!("the checkpoint rebuild and the full replay disagree on the state");
     }
+    drop_run(
+        &store,
+        &settings,
+        std::slice::from_ref(&settings.cql.keyspace),
+    )
+    .await?;
     let row = Row {
         length,
         rebuild: median(rebuilds),
