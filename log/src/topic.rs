@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 /// partition has a leader. History is append-only: `cleanup.policy=delete` with infinite
 /// retention, never compaction.
 pub async fn ensure_topics(settings: &KafkaSettings) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = settings
-        .client_config()
-        .create()
-        .map_err(Error::kafka("create admin client"))?;
+    let admin = admin_client(settings)?;
     let min_isr = settings.min_insync_replicas.to_string();
     let topics: Vec<NewTopic<'_>> = [&settings.topic, &settings.dead_letter_topic]
         .into_iter()
@@ -30,22 +27,11 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> Result<()> {
             .set("min.insync.replicas", &min_isr)
         })
         .collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin
-        .create_topics(&topics, &options)
+        .create_topics(&topics, &admin_options())
         .await
         .map_err(Error::kafka("create topics"))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                return Err(Error::TopicMismatch {
-                    topic,
-                    problem: format!("could not be created: {code}"),
-                });
-            }
-        }
-    }
+    check_each(results, RDKafkaErrorCode::TopicAlreadyExists, "created")?;
     for name in [&settings.topic, &settings.dead_letter_topic] {
         wait_for_leaders(settings, name, Duration::from_secs(60)).await?;
     }
@@ -55,23 +41,44 @@ pub async fn ensure_topics(settings: &KafkaSettings) -> Result<()> {
 /// Deletes the session and dead-letter topics of `settings` (a benchmark's or a test's own
 /// topics, when it is done with them). A topic that is already gone is not an error.
 pub async fn delete_topics(settings: &KafkaSettings) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = settings
-        .client_config()
-        .create()
-        .map_err(Error::kafka("create admin client"))?;
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let names = [settings.topic.as_str(), settings.dead_letter_topic.as_str()];
-    let results = admin
-        .delete_topics(&names, &options)
+    let results = admin_client(settings)?
+        .delete_topics(&names, &admin_options())
         .await
         .map_err(Error::kafka("delete topics"))?;
+    check_each(
+        results,
+        RDKafkaErrorCode::UnknownTopicOrPartition,
+        "deleted",
+    )
+}
+
+fn admin_client(settings: &KafkaSettings) -> Result<AdminClient<DefaultClientContext>> {
+    settings
+        .client_config()
+        .create()
+        .map_err(Error::kafka("create admin client"))
+}
+
+fn admin_options() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))
+}
+
+/// The first topic the admin call failed for, unless its failure was `already_done` (the topic
+/// is already as asked).
+fn check_each(
+    results: Vec<rdkafka::admin::TopicResult>,
+    already_done: RDKafkaErrorCode,
+    verb: &str,
+) -> Result<()> {
     for result in results {
         match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Ok(_) => {}
+            Err((_, code)) if code == already_done => {}
             Err((topic, code)) => {
                 return Err(Error::TopicMismatch {
                     topic,
-                    problem: format!("could not be deleted: {code}"),
+                    problem: format!("could not be {verb}: {code}"),
                 });
             }
         }
