@@ -590,10 +590,8 @@ impl ProjectionStore {
         let sizes: Vec<(usize, usize)> = sessions
             .iter()
             .map(|rows| {
-                (
-                    rows.len(),
-                    rows.iter().map(|row| self.value_bytes(row)).sum(),
-                )
+                let bytes = rows.iter().map(|row| self.value_bytes(row));
+                (rows.len(), bytes.fold(0, usize::saturating_add))
             })
             .collect();
         let requests = share_requests(&sizes);
@@ -631,7 +629,7 @@ impl ProjectionStore {
             .serialize(&context, &mut RowWriter::new(&mut buffer))
         {
             Ok(()) => buffer.len(),
-            Err(_) => usize::MAX / 2,
+            Err(_) => usize::MAX,
         }
     }
 
