@@ -296,8 +296,8 @@ impl Applier {
 }
 
 /// Makes a folded batch durable: span rows by day first, then each touched session's rows as
-/// one batch (its session row, the commit point, in the same batch as its event rows), then
-/// the partitions' progress. Retries until the store answers, so an outage stalls the
+/// one mutation (its session row, the commit point, with its event rows; small sessions share
+/// a request, see [`ProjectionStore::write_sessions`]), then the partitions' progress. Retries until the store answers, so an outage stalls the
 /// projector instead of losing anything.
 pub async fn persist(
     store: &ProjectionStore,
