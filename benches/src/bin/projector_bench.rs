@@ -205,7 +205,8 @@ async fn main() -> Result<()> {
         bail!("sessionlog replay failed: {status}");
     }
     let replay_rss = replayer.peak_mib();
-    let (rows, plain_secs) = plain_insert(&settings, &replay_ks).await?;
+    let plain_ks = format!("{}_plain", settings.cql.keyspace);
+    let (rows, plain_secs) = plain_insert(&settings, &replay_ks, &plain_ks).await?;
 
     let replay_eps = total as f64 / replay_secs;
     let plain_eps = total as f64 / plain_secs;
@@ -274,8 +275,7 @@ async fn main() -> Result<()> {
         .collect();
     print_table(&["window", "samples", "p50", "p99", "max"], &rows);
     if !args.keep {
-        let ks = &settings.cql.keyspace;
-        let keyspaces = [ks.clone(), replay_ks, format!("{ks}_plain")];
+        let keyspaces = [settings.cql.keyspace.clone(), replay_ks, plain_ks];
         drop_run(&store, &settings, &keyspaces).await?;
     }
     Ok(())
@@ -418,11 +418,11 @@ async fn watch(
     }
 }
 
-/// Reads every row the replay wrote and inserts it, as it is, into a third keyspace with
+/// Reads every row the replay wrote and inserts it, as it is, into a third keyspace (`target`) with
 /// plain prepared `INSERT ... JSON` statements, 64 in flight: the store's own cost of the rows.
-async fn plain_insert(settings: &Settings, source: &str) -> Result<(u64, f64)> {
+async fn plain_insert(settings: &Settings, source: &str, target: &str) -> Result<(u64, f64)> {
     let mut cql = settings.cql.clone();
-    cql.keyspace = format!("{}_plain", settings.cql.keyspace);
+    cql.keyspace = target.to_string();
     let target = ProjectionStore::connect(&cql).await?;
     let session = target.cql();
     let mut rows: Vec<(usize, String)> = Vec::new();
