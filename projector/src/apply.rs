@@ -3,7 +3,7 @@
 
 use crate::context::{ContextWindow, TurnChange};
 use crate::observe::{self, Health};
-use crate::store::{CqlRow, ROWS_PER_BATCH};
+use crate::store::{CqlRow, LastWritten, ROWS_PER_BATCH};
 use crate::trace::span_of;
 use crate::{Error, ProjectedSession, ProjectionStore, Result};
 use futures::stream::{self, TryStreamExt};
@@ -47,6 +47,8 @@ impl std::ops::AddAssign for BatchStats {
 struct Projection {
     row: ProjectedSession,
     context: ContextWindow,
+    /// What this instance last wrote in its rewritten rows.
+    written: LastWritten,
 }
 
 /// A record that cannot be projected, and why: it belongs in the dead-letter topic.
@@ -158,9 +160,9 @@ impl Applier {
         }
         // Snapshot each touched session's views after the whole batch: one write each.
         for (session, rows) in &mut folded.sessions {
-            if let Some(p) = self.cache.get(session) {
-                rows.push(CqlRow::context(&p.context, &p.row.state));
-                rows.push(CqlRow::session(&p.row));
+            if let Some(p) = self.cache.get_mut(session) {
+                rows.push(CqlRow::context(&p.context, &p.row.state, &mut p.written));
+                rows.push(CqlRow::session(&p.row, &mut p.written));
             }
         }
         observe::count_batch(&folded.stats);
@@ -271,6 +273,7 @@ impl Applier {
                     applied_offset: -1,
                 }),
                 context: context.unwrap_or_default(),
+                written: LastWritten::default(),
             }
         })
     }

@@ -32,62 +32,144 @@ pub struct ProjectedSession {
     pub applied_offset: i64,
 }
 
-/// The `sessions` row, column by column, then the write timestamp.
-#[derive(scylla::SerializeRow)]
+/// The `sessions` row, column by column, then the write timestamp. A column is unset when it
+/// has not changed since this instance last wrote the row (see [`LastWritten`]).
+#[derive(Clone, scylla::SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 struct SessionRow {
     session_id: Uuid,
-    status: &'static str,
-    agent: Option<String>,
-    title: Option<String>,
-    epoch: i64,
-    writer: Option<String>,
-    last_seq: i64,
-    parent_session_id: Option<Uuid>,
-    parent_seq: Option<i64>,
-    started_at_us: i64,
-    updated_at_us: i64,
-    tokens_in: i64,
-    tokens_out: i64,
-    cost_micros: i64,
-    pending_calls: i32,
-    pending_approvals: i32,
-    log_partition: i32,
-    applied_offset: i64,
-    state_digest: String,
-    state_json: String,
+    status: MaybeUnset<&'static str>,
+    agent: MaybeUnset<Option<String>>,
+    title: MaybeUnset<Option<String>>,
+    epoch: MaybeUnset<i64>,
+    writer: MaybeUnset<Option<String>>,
+    last_seq: MaybeUnset<i64>,
+    parent_session_id: MaybeUnset<Option<Uuid>>,
+    parent_seq: MaybeUnset<Option<i64>>,
+    started_at_us: MaybeUnset<i64>,
+    updated_at_us: MaybeUnset<i64>,
+    tokens_in: MaybeUnset<i64>,
+    tokens_out: MaybeUnset<i64>,
+    cost_micros: MaybeUnset<i64>,
+    pending_calls: MaybeUnset<i32>,
+    pending_approvals: MaybeUnset<i32>,
+    log_partition: MaybeUnset<i32>,
+    applied_offset: MaybeUnset<i64>,
+    state_digest: MaybeUnset<String>,
+    state_json: MaybeUnset<String>,
     write_timestamp: i64,
 }
 
 impl From<&ProjectedSession> for SessionRow {
     fn from(projected: &ProjectedSession) -> Self {
+        use MaybeUnset::Set;
         let s = &projected.state;
         // One serialisation serves both the stored state and its digest.
         let state_json = s.canonical_json();
         Self {
             session_id: s.session_id.0,
-            status: s.status().as_str(),
-            agent: s.agent.clone(),
-            title: s.title.clone(),
-            epoch: s.epoch as i64,
-            writer: s.writer.clone(),
-            last_seq: s.last_seq as i64,
-            parent_session_id: s.parent.as_ref().map(|p| p.parent_session_id.0),
-            parent_seq: s.parent.as_ref().map(|p| p.parent_seq as i64),
-            started_at_us: s.started_at,
-            updated_at_us: s.updated_at,
-            tokens_in: s.tokens_in as i64,
-            tokens_out: s.tokens_out as i64,
-            cost_micros: s.cost_micros as i64,
-            pending_calls: s.pending_calls.len() as i32,
-            pending_approvals: s.pending_approvals.len() as i32,
-            log_partition: projected.partition,
-            applied_offset: projected.applied_offset,
-            state_digest: SessionState::digest_of(&state_json),
-            state_json,
+            status: Set(s.status().as_str()),
+            agent: Set(s.agent.clone()),
+            title: Set(s.title.clone()),
+            epoch: Set(s.epoch as i64),
+            writer: Set(s.writer.clone()),
+            last_seq: Set(s.last_seq as i64),
+            parent_session_id: Set(s.parent.as_ref().map(|p| p.parent_session_id.0)),
+            parent_seq: Set(s.parent.as_ref().map(|p| p.parent_seq as i64)),
+            started_at_us: Set(s.started_at),
+            updated_at_us: Set(s.updated_at),
+            tokens_in: Set(s.tokens_in as i64),
+            tokens_out: Set(s.tokens_out as i64),
+            cost_micros: Set(s.cost_micros as i64),
+            pending_calls: Set(s.pending_calls.len() as i32),
+            pending_approvals: Set(s.pending_approvals.len() as i32),
+            log_partition: Set(projected.partition),
+            applied_offset: Set(projected.applied_offset),
+            state_digest: Set(SessionState::digest_of(&state_json)),
+            state_json: Set(state_json),
             write_timestamp: projected.applied_offset,
         }
     }
+}
+
+/// The `context_view` row, column by column, then the write timestamp; unset like
+/// [`SessionRow`].
+#[derive(Clone, scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct ContextRow {
+    session_id: Uuid,
+    applied_offset: MaybeUnset<i64>,
+    last_seq: MaybeUnset<i64>,
+    plan: MaybeUnset<Option<String>>,
+    /// Superseded by `context_turns` (migration 3); cleared in case an older projector wrote it.
+    recent_turns: MaybeUnset<Option<String>>,
+    first_turn_seq: MaybeUnset<Option<i64>>,
+    unresolved_calls: MaybeUnset<String>,
+    older_ranges: MaybeUnset<String>,
+    left_out: MaybeUnset<String>,
+    write_timestamp: i64,
+}
+
+/// Unsets each listed column of `row` whose value equals the one in `written`.
+macro_rules! unset_unchanged {
+    ($row:ident, $written:ident: $($column:ident),+ $(,)?) => {
+        $(
+            if let (MaybeUnset::Set(now), MaybeUnset::Set(then)) = (&$row.$column, &$written.$column)
+                && now == then
+            {
+                $row.$column = MaybeUnset::Unset;
+            }
+        )+
+    };
+}
+
+/// A row rewritten in every batch that touches its session.
+trait Rewritten: Clone {
+    /// This row with the columns it shares with `written` unset.
+    fn unset_unchanged(self, written: &Self) -> Self;
+}
+
+impl Rewritten for SessionRow {
+    fn unset_unchanged(mut self, written: &Self) -> Self {
+        unset_unchanged!(self, written: status, agent, title, epoch, writer, last_seq,
+            parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
+            cost_micros, pending_calls, pending_approvals, log_partition, applied_offset,
+            state_digest, state_json);
+        self
+    }
+}
+
+impl Rewritten for ContextRow {
+    fn unset_unchanged(mut self, written: &Self) -> Self {
+        unset_unchanged!(self, written: applied_offset, last_seq, plan, recent_turns,
+            first_turn_seq, unresolved_calls, older_ranges, left_out);
+        self
+    }
+}
+
+/// What this instance last wrote in a session's `sessions` and `context_view` rows.
+///
+/// Both rows are rewritten in every batch that touches the session, but most of their columns
+/// (agent, parent, totals, plan, older ranges) rarely change, and the store's work per batch
+/// grows with the cells written. So a column equal to the one last written is sent unset and
+/// the store keeps its cell. This holds only while this instance's writes of the session land
+/// in order and no other instance writes it, so it lives and is forgotten with the projector's
+/// session cache; the first write after a load sends every column.
+#[derive(Default)]
+pub struct LastWritten {
+    session: Option<SessionRow>,
+    context: Option<ContextRow>,
+}
+
+/// The columns of `row` that differ from `written` (all of them without it); `row` becomes
+/// the last written.
+fn changes<R: Rewritten>(row: R, written: &mut Option<R>) -> R {
+    let sent = match written.as_ref() {
+        Some(written) => row.clone().unset_unchanged(written),
+        None => row.clone(),
+    };
+    *written = Some(row);
+    sent
 }
 
 /// Which table (and prepared statement) a [`CqlRow`] goes to.
@@ -137,8 +219,10 @@ impl CqlRow {
     /// The write timestamp is the applied offset: offsets only grow within the session's
     /// partition, so a late write from an instance that lost the partition in a rebalance
     /// can never overwrite a newer state, whatever order the writes arrive in.
-    pub fn session(projected: &ProjectedSession) -> Self {
-        Self::new(Table::Sessions, SessionRow::from(projected))
+    /// Columns unchanged since `written` are left unset.
+    pub fn session(projected: &ProjectedSession, written: &mut LastWritten) -> Self {
+        let row = changes(SessionRow::from(projected), &mut written.session);
+        Self::new(Table::Sessions, row)
     }
 
     /// An accepted event: its index row (a claim's `writer_claims` row instead). For a
@@ -264,30 +348,36 @@ impl CqlRow {
     }
 
     /// A session's context view: the window, plus the plan and unresolved calls of `state`.
-    /// Written `USING TIMESTAMP` the window's applied offset, like the session row.
-    pub fn context(window: &ContextWindow, state: &SessionState) -> Self {
-        let values = (
-            state.session_id.0,
-            window.applied_offset,
-            state.last_seq as i64,
-            ContextWindow::plan_text(state),
-            // Superseded by `context_turns` (migration 3); cleared in case an older projector
-            // wrote it.
-            None::<String>,
-            window.recent.front().map(|t| t.seq as i64),
-            to_json(&ContextWindow::unresolved_calls(state)),
-            to_json(&window.older),
-            to_json(&window.left_out),
-            window.applied_offset,
-        );
-        Self::new(Table::ContextView, values)
+    /// Written `USING TIMESTAMP` the window's applied offset, like the session row; columns
+    /// unchanged since `written` are left unset.
+    pub fn context(
+        window: &ContextWindow,
+        state: &SessionState,
+        written: &mut LastWritten,
+    ) -> Self {
+        use MaybeUnset::Set;
+        let row = ContextRow {
+            session_id: state.session_id.0,
+            applied_offset: Set(window.applied_offset),
+            last_seq: Set(state.last_seq as i64),
+            plan: Set(ContextWindow::plan_text(state)),
+            recent_turns: Set(None),
+            first_turn_seq: Set(window.recent.front().map(|t| t.seq as i64)),
+            unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
+            older_ranges: Set(to_json(&window.older)),
+            left_out: Set(to_json(&window.left_out)),
+            write_timestamp: window.applied_offset,
+        };
+        Self::new(Table::ContextView, changes(row, &mut written.context))
     }
 
     /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
     /// erased the session, a deletion of every turn (older ones included) and the window's
     /// turns again without their text. Each turn is written once, so a batch costs what its
     /// events add, not the whole window again. Write timestamps are offsets, the rewrite's one
-    /// above the deletion's, so writing these again after a crash changes nothing.
+    /// above the deletion's, so writing these again after a crash changes nothing. Absent
+    /// values stay unset rather than null: a turn row is only ever written over its deletion,
+    /// so there is no older cell to clear, and a null would cost a tombstone.
     pub fn turns(
         session: SessionId,
         window: &ContextWindow,
@@ -299,9 +389,9 @@ impl CqlRow {
                 session.0,
                 t.seq as i64,
                 t.role.clone(),
-                t.name.clone(),
-                t.call_seq.map(|s| s as i64),
-                t.text.clone(),
+                unset_or(t.name.clone()),
+                unset_or(t.call_seq.map(|s| s as i64)),
+                unset_or(t.text.clone()),
                 t.truncated,
                 t.sealed,
                 t.occurred_at,
@@ -935,6 +1025,39 @@ mod tests {
         let mut all: Vec<usize> = requests.iter().flatten().copied().collect();
         all.sort_unstable();
         all
+    }
+
+    fn is_set<T>(column: &MaybeUnset<T>) -> bool {
+        matches!(column, MaybeUnset::Set(_))
+    }
+
+    #[test]
+    fn a_rewritten_row_sends_only_the_columns_that_changed() {
+        let mut projected = ProjectedSession {
+            state: SessionState::empty(SessionId(Uuid::now_v7())),
+            partition: 3,
+            applied_offset: 10,
+        };
+        let mut written = None;
+        let first = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&first.title) && is_set(&first.log_partition) && is_set(&first.state_json));
+
+        projected.applied_offset = 11;
+        let second = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&second.applied_offset));
+        assert!(!is_set(&second.title) && !is_set(&second.log_partition));
+        assert!(!is_set(&second.state_json) && !is_set(&second.status));
+        assert_eq!(second.write_timestamp, 11);
+
+        projected.state.title = Some("renamed".into());
+        let third = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&third.title) && is_set(&third.state_json));
+        assert!(!is_set(&third.agent) && !is_set(&third.applied_offset));
+
+        // A column that returns to null is sent as null, not left holding the old value.
+        projected.state.title = None;
+        let fourth = changes(SessionRow::from(&projected), &mut written);
+        assert!(matches!(fourth.title, MaybeUnset::Set(None)));
     }
 
     #[test]
