@@ -32,8 +32,8 @@ pub struct ProjectedSession {
     pub applied_offset: i64,
 }
 
-/// The `sessions` row, column by column, then the write timestamp. A column is unset when it
-/// has not changed since this instance last wrote the row (see [`LastWritten`]).
+/// The `sessions` row, column by column, then the write timestamp. Some columns are unset when
+/// they have not changed since this instance last wrote the row (see [`LastWritten`]).
 #[derive(Clone, scylla::SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 struct SessionRow {
@@ -125,44 +125,47 @@ macro_rules! unset_unchanged {
 
 /// A row rewritten in every batch that touches its session.
 trait Rewritten: Clone {
-    /// This row with the columns it shares with `written` unset.
+    /// This row with its one-way columns that equal `written`'s unset.
     fn unset_unchanged(self, written: &Self) -> Self;
 }
 
+// Only one-way columns are ever left unset: set once (agent, parent, start), or only growing
+// (epoch, totals, older ranges, left-out counts). A write from an instance that has just lost
+// the partition can still land between two of the new owner's writes, with a higher timestamp
+// than the first; a one-way column equal in both has that value in between too, so the stale
+// cell is right. A column that can return to an earlier value (status, writer, pending counts,
+// plan, unresolved calls) could keep the stale cell, so it is always sent.
 impl Rewritten for SessionRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
-        unset_unchanged!(self, written: status, agent, title, epoch, writer, last_seq,
-            parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
-            cost_micros, pending_calls, pending_approvals, log_partition, applied_offset,
-            state_digest, state_json);
+        unset_unchanged!(self, written: agent, title, epoch, parent_session_id, parent_seq,
+            started_at_us, tokens_in, tokens_out, cost_micros, log_partition);
         self
     }
 }
 
 impl Rewritten for ContextRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
-        unset_unchanged!(self, written: applied_offset, last_seq, plan, recent_turns,
-            first_turn_seq, unresolved_calls, older_ranges, left_out);
+        unset_unchanged!(self, written: recent_turns, first_turn_seq, older_ranges, left_out);
         self
     }
 }
 
 /// What this instance last wrote in a session's `sessions` and `context_view` rows.
 ///
-/// Both rows are rewritten in every batch that touches the session, but most of their columns
-/// (agent, parent, totals, plan, older ranges) rarely change, and the store's work per batch
-/// grows with the cells written. So a column equal to the one last written is sent unset and
-/// the store keeps its cell. This holds only while this instance's writes of the session land
-/// in order and no other instance writes it, so it lives and is forgotten with the projector's
-/// session cache; the first write after a load sends every column.
+/// Both rows are rewritten in every batch that touches the session, but many of their columns
+/// (agent, parent, totals, older ranges) rarely change, and the store's work per batch grows
+/// with the cells written. So such a column equal to the one last written is sent unset and
+/// the store keeps its cell. This relies on this instance's writes of the session landing in
+/// order, so it lives and is forgotten with the projector's session cache; the first write
+/// after a load sends every column.
 #[derive(Default)]
 pub struct LastWritten {
     session: Option<SessionRow>,
     context: Option<ContextRow>,
 }
 
-/// The columns of `row` that differ from `written` (all of them without it); `row` becomes
-/// the last written.
+/// `row` with the columns it need not send unset (none without `written`); `row` becomes the
+/// last written.
 fn changes<R: Rewritten>(row: R, written: &mut Option<R>) -> R {
     let sent = match written.as_ref() {
         Some(written) => row.clone().unset_unchanged(written),
@@ -1046,18 +1049,34 @@ mod tests {
         let second = changes(SessionRow::from(&projected), &mut written);
         assert!(is_set(&second.applied_offset));
         assert!(!is_set(&second.title) && !is_set(&second.log_partition));
-        assert!(!is_set(&second.state_json) && !is_set(&second.status));
+        assert!(!is_set(&second.tokens_in) && !is_set(&second.epoch));
         assert_eq!(second.write_timestamp, 11);
 
         projected.state.title = Some("renamed".into());
         let third = changes(SessionRow::from(&projected), &mut written);
         assert!(is_set(&third.title) && is_set(&third.state_json));
-        assert!(!is_set(&third.agent) && !is_set(&third.applied_offset));
+        assert!(!is_set(&third.agent) && !is_set(&third.cost_micros));
 
         // A column that returns to null is sent as null, not left holding the old value.
         projected.state.title = None;
         let fourth = changes(SessionRow::from(&projected), &mut written);
         assert!(matches!(fourth.title, MaybeUnset::Set(None)));
+    }
+
+    #[test]
+    fn columns_that_can_return_to_an_earlier_value_are_always_sent() {
+        let projected = ProjectedSession {
+            state: SessionState::empty(SessionId(Uuid::now_v7())),
+            partition: 0,
+            applied_offset: 5,
+        };
+        let mut written = None;
+        changes(SessionRow::from(&projected), &mut written);
+        let again = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&again.status) && is_set(&again.state_digest) && is_set(&again.state_json));
+        assert!(is_set(&again.writer));
+        assert!(is_set(&again.pending_calls) && is_set(&again.pending_approvals));
+        assert!(!is_set(&again.started_at_us));
     }
 
     #[test]
