@@ -1,17 +1,11 @@
 //! `sessionlog`: one command for operators and the demo.
 
-mod commands;
-mod ingest;
-mod recovery;
-mod replay;
-mod serve;
-
 use clap::Parser;
 use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = commands::Cli::parse();
+    let cli = sessionlog_cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
@@ -19,7 +13,7 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match commands::run(cli).await {
+    match sessionlog_cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -472,43 +472,20 @@ fn our_services_use_the_default_names_and_fit_a_single_node() {
     }
 }
 
-/// The subcommands of `cli/src/commands.rs`'s `enum Command`, kebab-cased as clap names them,
-/// each with its field names (clap's `--flags`, snake_cased).
+/// The binary's subcommands as clap names them, each with its long flags (snake_cased, as the
+/// compose file's `--flag` words are compared), read from the command tree itself.
 fn cli_subcommands() -> BTreeMap<String, Vec<String>> {
-    let source = read("cli/src/commands.rs");
-    let start = source
-        .find("enum Command {")
-        .expect("cli/src/commands.rs has no `enum Command`");
-    let body = &source[start..];
-    let body = &body[..body.find("\n}").expect("`enum Command` is not closed")];
-    // Variants sit at 4 spaces of indentation, their fields (`name: Type`) at 8.
-    let mut commands: Vec<(String, Vec<String>)> = Vec::new();
-    for line in body.lines().skip(1) {
-        let indent = line.len() - line.trim_start().len();
-        let word: String = line
-            .trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        let is_field = line.trim_start()[word.len()..].starts_with(':');
-        if indent == 4 && word.starts_with(|c: char| c.is_ascii_uppercase()) {
-            let mut kebab = String::new();
-            for (i, c) in word.chars().enumerate() {
-                if c.is_ascii_uppercase() && i > 0 {
-                    kebab.push('-');
-                }
-                kebab.push(c.to_ascii_lowercase());
-            }
-            commands.push((kebab, Vec::new()));
-        } else if indent == 8
-            && is_field
-            && !word.is_empty()
-            && let Some((_, fields)) = commands.last_mut()
-        {
-            fields.push(word);
-        }
-    }
-    commands.into_iter().collect()
+    let cli = <sessionlog_cli::Cli as clap::CommandFactory>::command();
+    cli.get_subcommands()
+        .map(|sub| {
+            let flags = sub
+                .get_arguments()
+                .filter_map(|arg| arg.get_long())
+                .map(|long| long.replace('-', "_"))
+                .collect();
+            (sub.get_name().to_string(), flags)
+        })
+        .collect()
 }
 
 #[test]

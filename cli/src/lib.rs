@@ -1,0 +1,10 @@
+//! The `sessionlog` command as a library: the clap command tree ([`Cli`]) and [`run`], so that
+//! the binary is a thin `main.rs` and tests can inspect the commands without parsing source.
+
+mod commands;
+mod ingest;
+mod recovery;
+mod replay;
+mod serve;
+
+pub use commands::{Cli, run, shutdown_signal};
