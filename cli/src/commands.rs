@@ -27,8 +27,35 @@ pub struct Cli {
     /// Print JSON instead of human-readable text.
     #[arg(long, global = true)]
     json: bool,
+    /// How log lines (on stderr) are written: `text` for people, `json` (one object per line)
+    /// for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "SESSIONLOG_LOG_FORMAT")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of the log lines on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the span fields (session, partition, offset) as members.
+    Json,
+}
+
+/// Sets up logging once for the process: `SESSIONLOG_LOG` filters (default
+/// `warn,sessionlog=info`), `format` shapes the lines. Payloads and secrets are never fields.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
+        .unwrap_or_else(|_| "warn,sessionlog=info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]

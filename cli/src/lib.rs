@@ -7,4 +7,4 @@ mod recovery;
 mod replay;
 mod serve;
 
-pub use commands::{Cli, run, shutdown_signal};
+pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};

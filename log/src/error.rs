@@ -4,7 +4,9 @@
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration file or environment could not be read.
-    #[error("configuration: {0}")]
+    // The source (figment's error) names the key and the file or variable it came from;
+    // anyhow's chain prints it after this line, so it is not repeated here.
+    #[error("invalid settings (fix the key in the file or the SESSIONLOG_* variable named here)")]
     Config(#[from] Box<figment::Error>),
     /// Kafka refused or failed an operation.
     #[error("kafka {action}: {source}")]

@@ -1,6 +1,12 @@
 //! Deployment settings: defaults that work against the local stack (`scripts/stack up`),
 //! overridden by a TOML file, overridden by `SESSIONLOG_*` environment variables
 //! (`__` separates sections: `SESSIONLOG_KAFKA__BOOTSTRAP=broker:9092`).
+//!
+//! An unknown key is an error that names the key and where it came from: a typo must not
+//! silently keep the default. librdkafka properties, whose names contain dots, are set from
+//! the environment as `SESSIONLOG_KAFKA__LIBRDKAFKA__<NAME>` with each `_` of `<NAME>` standing
+//! for a `.` (`SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_MECHANISMS=SCRAM-SHA-512` sets
+//! `sasl.mechanisms`); no settable librdkafka property has an underscore in its name.
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -11,7 +17,7 @@ use std::path::Path;
 
 /// Everything a sessionlog process needs to find its servers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// The Kafka cluster and the session-events topic.
     pub kafka: KafkaSettings,
@@ -31,7 +37,7 @@ pub struct Settings {
 
 /// The recovery service.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RecoverySettings {
     /// Where `sessionlog serve-recovery` listens.
     pub listen: String,
@@ -52,7 +58,7 @@ impl Default for RecoverySettings {
 /// Producer tuning (`[producer]`), with defaults for durability first. `acks=all`, idempotence
 /// and the murmur2 partitioner are not settings: they are what keeps a session's order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProducerSettings {
     /// How long librdkafka waits to fill a batch (`linger.ms`).
     pub linger_ms: u32,
@@ -89,7 +95,7 @@ impl Default for ProducerSettings {
 
 /// The HTTP ingest service (`[ingest]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct IngestSettings {
     /// Address to listen on.
     pub listen: String,
@@ -112,7 +118,7 @@ impl Default for IngestSettings {
 
 /// How a projector instance consumes and writes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProjectorSettings {
     /// The consumer group; instances in one group share the partitions.
     pub group_id: String,
@@ -144,7 +150,7 @@ impl Default for ProjectorSettings {
 
 /// The Kafka cluster and topics.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct KafkaSettings {
     /// Bootstrap servers, comma-separated.
     pub bootstrap: String,
@@ -207,7 +213,7 @@ impl KafkaSettings {
 
 /// The schema registry (Confluent-compatible API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RegistrySettings {
     /// Base URL of the Confluent-compatible API.
     pub url: String,
@@ -223,7 +229,7 @@ impl Default for RegistrySettings {
 
 /// The CQL store.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CqlSettings {
     /// Contact points, comma-separated `host:port`.
     pub nodes: String,
@@ -261,6 +267,9 @@ fn split_list(s: &str) -> Vec<String> {
 /// The file read when no other is named: `sessionlog.toml` in the working directory, if present.
 pub const DEFAULT_FILE: &str = "sessionlog.toml";
 
+/// Environment variables with this prefix carry librdkafka properties (see the module docs).
+pub const LIBRDKAFKA_ENV_PREFIX: &str = "SESSIONLOG_KAFKA__LIBRDKAFKA__";
+
 impl Settings {
     /// Defaults, then `file` (or `sessionlog.toml` if it exists, or `$SESSIONLOG_CONFIG`), then the environment.
     pub fn load(file: Option<&Path>) -> crate::Result<Self> {
@@ -272,11 +281,39 @@ impl Settings {
             Some(path) => figment = figment.merge(Toml::file_exact(path)),
             None => figment = figment.merge(Toml::file(DEFAULT_FILE)),
         }
-        figment
-            .merge(Env::prefixed("SESSIONLOG_").split("__"))
+        let mut settings: Settings = figment
+            // Every setting lives in a section, so a settings variable has a `__`; the other
+            // `SESSIONLOG_*` variables (`SESSIONLOG_LOG`, `SESSIONLOG_CONFIG`, the scripts'
+            // own) are not settings. librdkafka's are read below: figment would nest their dots.
+            .merge(
+                Env::prefixed("SESSIONLOG_")
+                    .filter(|key| {
+                        key.as_str().contains("__")
+                            && !key
+                                .as_str()
+                                .to_ascii_uppercase()
+                                .starts_with("KAFKA__LIBRDKAFKA__")
+                    })
+                    .split("__"),
+            )
             .extract()
-            .map_err(|e| crate::Error::Config(Box::new(e)))
+            .map_err(|e| crate::Error::Config(Box::new(e)))?;
+        settings
+            .kafka
+            .librdkafka
+            .extend(librdkafka_from_env(std::env::vars()));
+        Ok(settings)
     }
+}
+
+/// The librdkafka properties named by `SESSIONLOG_KAFKA__LIBRDKAFKA__*` variables.
+fn librdkafka_from_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    vars.filter_map(|(key, value)| {
+        let name = key.strip_prefix(LIBRDKAFKA_ENV_PREFIX)?;
+        Some((name.to_ascii_lowercase().replace('_', "."), value))
+    })
+    .filter(|(name, _)| !name.is_empty())
+    .collect()
 }
 
 #[cfg(test)]
@@ -302,6 +339,75 @@ mod tests {
             assert_eq!(s.kafka.topic, "from-file");
             assert_eq!(s.kafka.partitions, 12);
             assert_eq!(s.cql.node_list(), vec!["a:9042", "b:9042"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn an_unknown_key_in_the_file_is_an_error_naming_the_key_and_the_file() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("typo.toml", "[kafka]\ntopik = \"t\"\n")?;
+            let error = Settings::load(Some(Path::new("typo.toml")))
+                .expect_err("a misspelt key must not keep the default")
+                .to_string();
+            assert!(error.contains("topik"), "{error}");
+            assert!(error.contains("typo.toml"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn an_unknown_section_key_in_the_environment_is_an_error_other_variables_are_not() {
+        figment::Jail::expect_with(|jail| {
+            // Not settings: no section separator.
+            jail.set_env("SESSIONLOG_LOG", "debug");
+            jail.set_env("SESSIONLOG_KAFKA_BROKERS", "3");
+            assert!(Settings::load(None).is_ok());
+            jail.set_env("SESSIONLOG_CQL__NODEZ", "a:9042");
+            let error = Settings::load(None).expect_err("typo").to_string();
+            assert!(error.contains("nodez"), "{error}");
+            assert!(error.contains("SESSIONLOG_"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn librdkafka_properties_come_from_the_file_and_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "s.toml",
+                "[kafka.librdkafka]\n\"security.protocol\" = \"SSL\"\n\"sasl.mechanisms\" = \"PLAIN\"\n",
+            )?;
+            jail.set_env(
+                "SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_MECHANISMS",
+                "SCRAM-SHA-512",
+            );
+            jail.set_env(
+                "SESSIONLOG_KAFKA__LIBRDKAFKA__SSL_CA_LOCATION",
+                "/etc/ca.pem",
+            );
+            let s = Settings::load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+            let props = &s.kafka.librdkafka;
+            assert_eq!(
+                props.get("security.protocol").map(String::as_str),
+                Some("SSL")
+            );
+            // The environment wins over the file, as for every other setting.
+            assert_eq!(
+                props.get("sasl.mechanisms").map(String::as_str),
+                Some("SCRAM-SHA-512")
+            );
+            assert_eq!(
+                props.get("ssl.ca.location").map(String::as_str),
+                Some("/etc/ca.pem")
+            );
+            assert_eq!(
+                s.kafka.client_config().get("ssl.ca.location"),
+                Some("/etc/ca.pem")
+            );
             Ok(())
         });
     }
