@@ -1,5 +1,6 @@
 //! Reading one partition between two offsets: recovery's rebuild and a writer's read-back.
 
+use crate::retry::{self, Retryable};
 use crate::{Error, KafkaSettings, Result};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -83,25 +84,24 @@ impl PartitionReader {
 
     /// The low and high watermarks of a partition (first offset, next offset to be written).
     pub async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
-        let deadline = Instant::now() + STALL_LIMIT;
-        loop {
+        let fetch = || async {
             let consumer = Arc::clone(&self.consumer);
             let topic = self.topic.clone();
             // fetch_watermarks blocks the thread for a round trip: keep it off the runtime.
-            let result = tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(move || {
                 consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))
             })
             .await
-            .map_err(|e| Error::Task(e.to_string()))?;
-            match result {
-                Ok(marks) => return Ok(marks),
-                Err(e) if is_transient(&e) && Instant::now() < deadline => {
-                    tracing::warn!(error = %e, partition, "watermarks unavailable; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => return Err(Error::kafka("fetch watermarks")(e)),
-            }
-        }
+            .map_err(|e| Error::Task(e.to_string()))?
+            .map_err(Error::kafka("fetch watermarks"))
+        };
+        fetch
+            .retry(retry::within(STALL_LIMIT))
+            .when(|e| matches!(e, Error::Kafka { source, .. } if is_transient(source)))
+            .notify(|e, wait| {
+                tracing::warn!(error = %e, partition, ?wait, "watermarks unavailable; retrying");
+            })
+            .await
     }
 
     /// Calls `visit` for every record of `partition` from `from` (inclusive) up to the partition's

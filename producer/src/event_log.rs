@@ -4,6 +4,7 @@ use crate::{Appended, Error, Result};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
+use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{
@@ -344,9 +345,7 @@ impl EventLog {
         until: Option<i64>,
         key: Option<&str>,
     ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
-        const ATTEMPTS: u32 = 4;
-        let mut attempt = 1;
-        loop {
+        let read = || async {
             let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
             let mut records = Vec::new();
             let mut keep = |record: sessionlog_log::RawRecord| {
@@ -354,22 +353,24 @@ impl EventLog {
                     records.push(record);
                 }
             };
-            let read = match until {
-                None => reader.read_to_end(partition, from, &mut keep).await,
-                Some(until) => reader.read_range(partition, from, until, &mut keep).await,
+            let next = match until {
+                None => reader.read_to_end(partition, from, &mut keep).await?,
+                Some(until) => reader.read_range(partition, from, until, &mut keep).await?,
             };
-            match read {
-                Ok(next) => return Ok((records, next)),
-                Err(
-                    e @ (sessionlog_log::Error::Kafka { .. }
-                    | sessionlog_log::Error::Timeout { .. }),
-                ) if attempt < ATTEMPTS => {
-                    tracing::warn!(partition, attempt, error = %e, "read-back failed; reading again");
-                    attempt += 1;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+            Ok((records, next))
+        };
+        Ok(read
+            .retry(retry::tries(4))
+            .when(|e: &sessionlog_log::Error| {
+                matches!(
+                    e,
+                    sessionlog_log::Error::Kafka { .. } | sessionlog_log::Error::Timeout { .. }
+                )
+            })
+            .notify(|e, wait| {
+                tracing::warn!(partition, error = %e, ?wait, "read-back failed; reading again");
+            })
+            .await?)
     }
 
     /// The highest epoch a claim made or observed through this log established for `session`.

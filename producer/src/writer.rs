@@ -139,6 +139,12 @@ impl SessionWriter {
 
     /// The first half of a takeover: catch up with the log and decide the epoch to claim,
     /// without writing anything yet. [`PendingClaim::commit`] writes the claim.
+    #[tracing::instrument(
+        name = "claim",
+        level = "debug",
+        skip_all,
+        fields(session = %state.session_id, partition, from_offset = next_offset, writer)
+    )]
     pub async fn prepare_claim(
         log: Arc<EventLog>,
         state: SessionState,
@@ -264,6 +270,18 @@ impl SessionWriter {
         self.send(envelopes, WhenFull::Wait).await
     }
 
+    #[tracing::instrument(
+        name = "append",
+        level = "debug",
+        skip_all,
+        fields(
+            session = %self.session_id(),
+            partition = self.partition,
+            events = envelopes.len(),
+            first_seq = envelopes.first().map(|e| e.seq),
+            last_offset = tracing::field::Empty,
+        )
+    )]
     async fn send(
         &mut self,
         envelopes: Vec<EventEnvelope>,
@@ -285,6 +303,9 @@ impl SessionWriter {
             self.first.get_or_insert(position);
             self.last = Some(position);
             appended.push(Appended { envelope, position });
+        }
+        if let Some(last) = self.last {
+            tracing::Span::current().record("last_offset", last.offset);
         }
         Ok(appended)
     }
