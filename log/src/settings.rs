@@ -320,6 +320,17 @@ fn librdkafka_from_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(Str
 mod tests {
     use super::*;
 
+    /// An error and its sources, as an operator sees them printed.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(e) = source {
+            text = format!("{text}: {e}");
+            source = e.source();
+        }
+        text
+    }
+
     #[test]
     fn defaults_point_at_the_local_stack() {
         let s = Settings::default();
@@ -348,9 +359,10 @@ mod tests {
     fn an_unknown_key_in_the_file_is_an_error_naming_the_key_and_the_file() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("typo.toml", "[kafka]\ntopik = \"t\"\n")?;
-            let error = Settings::load(Some(Path::new("typo.toml")))
-                .expect_err("a misspelt key must not keep the default")
-                .to_string();
+            let error = chain(
+                &Settings::load(Some(Path::new("typo.toml")))
+                    .expect_err("a misspelt key must not keep the default"),
+            );
             assert!(error.contains("topik"), "{error}");
             assert!(error.contains("typo.toml"), "{error}");
             Ok(())
@@ -366,7 +378,7 @@ mod tests {
             jail.set_env("SESSIONLOG_KAFKA_BROKERS", "3");
             assert!(Settings::load(None).is_ok());
             jail.set_env("SESSIONLOG_CQL__NODEZ", "a:9042");
-            let error = Settings::load(None).expect_err("typo").to_string();
+            let error = chain(&Settings::load(None).expect_err("typo"));
             assert!(error.contains("nodez"), "{error}");
             assert!(error.contains("SESSIONLOG_"), "{error}");
             Ok(())
