@@ -120,3 +120,71 @@ impl Resolvers {
         self.by_tool.get(tool)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Uri;
+    use sessionlog_schemas::EffectClass;
+    use std::sync::Mutex;
+
+    /// A tool service that records the raw path of every request and knows no call (404).
+    async fn recording_service() -> (String, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let app = axum::Router::new().fallback(move |uri: Uri| {
+            record.lock().unwrap().push(uri.path().to_string());
+            async { axum::http::StatusCode::NOT_FOUND }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/charge/calls", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, seen)
+    }
+
+    fn call_with_key(key: &str) -> PendingCall {
+        PendingCall {
+            seq: 3,
+            event_id: uuid::Uuid::nil(),
+            tool: "charge".into(),
+            effect: EffectClass::Idempotent,
+            idempotency_key: Some(key.into()),
+            requested_at: 0,
+            resolution_required: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_key_is_sent_as_one_path_segment_whatever_it_holds() {
+        let (url, seen) = recording_service().await;
+        let resolver = HttpResolver::new(url);
+        for (key, path) in [
+            ("plain-key_1.2~", "/charge/calls/plain-key_1.2~"),
+            ("k#1", "/charge/calls/k%231"),
+            ("k?other=1", "/charge/calls/k%3Fother%3D1"),
+            ("a/../../admin", "/charge/calls/a%2F..%2F..%2Fadmin"),
+            ("spaces and ünïcode", "/charge/calls/spaces%20and%20%C3%BCn%C3%AFcode"),
+        ] {
+            seen.lock().unwrap().clear();
+            assert_eq!(
+                resolver.lookup(&call_with_key(key)).await,
+                ToolOutcome::NotExecuted
+            );
+            assert_eq!(*seen.lock().unwrap(), [path], "key {key:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_that_is_a_dot_segment_is_not_sent_and_needs_an_operator() {
+        let (url, seen) = recording_service().await;
+        let resolver = HttpResolver::new(url);
+        for key in [".", "..", ""] {
+            let outcome = resolver.lookup(&call_with_key(key)).await;
+            assert!(
+                matches!(outcome, ToolOutcome::Unknown(_)),
+                "key {key:?}: {outcome:?}"
+            );
+        }
+        assert!(seen.lock().unwrap().is_empty(), "{:?}", seen.lock().unwrap());
+    }
+}
