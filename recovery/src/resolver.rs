@@ -1,5 +1,6 @@
 //! Resolvers: asking a tool's service what became of a request, by its idempotency key.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use sessionlog_schemas::{CallOutcome, Content};
 use sessionlog_session::PendingCall;
 use std::collections::HashMap;
@@ -33,7 +34,8 @@ pub trait ToolResolver: Send + Sync {
     fn lookup<'a>(&'a self, call: &'a PendingCall) -> Lookup<'a>;
 }
 
-/// A resolver for services that answer `GET {base_url}/{idempotency_key}` with
+/// A resolver for services that answer `GET {base_url}/{idempotency_key}` (the key
+/// percent-encoded as one path segment) with
 /// `200 {"outcome": "succeeded"|"failed", "output": "…"}` when the request ran and `404`
 /// when it never arrived.
 pub struct HttpResolver {
@@ -57,7 +59,12 @@ impl HttpResolver {
         let Some(key) = call.idempotency_key.as_deref() else {
             return ToolOutcome::Unknown("the call has no idempotency key".into());
         };
-        let url = format!("{}/{}", self.base_url, key);
+        let Some(segment) = path_segment(key) else {
+            return ToolOutcome::Unknown(format!(
+                "the idempotency key {key:?} cannot be sent as one URL path segment"
+            ));
+        };
+        let url = format!("{}/{segment}", self.base_url);
         let response = match self.http.get(&url).send().await {
             Ok(r) => r,
             Err(e) => return ToolOutcome::Unknown(format!("GET {url}: {e}")),
@@ -86,6 +93,23 @@ impl HttpResolver {
             status => ToolOutcome::Unknown(format!("GET {url}: status {status}")),
         }
     }
+}
+
+/// What may stand unescaped in a path segment: RFC 3986's unreserved characters.
+const SEGMENT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `key` percent-encoded as one path segment, so that `#`, `?` or `/` in a key cannot re-target
+/// the request to another call's outcome. Empty, `.` and `..` keys have no such encoding (URL
+/// parsers treat `%2E%2E` as `..` too), so they are not sent: an operator decides.
+fn path_segment(key: &str) -> Option<String> {
+    if matches!(key, "" | "." | "..") {
+        return None;
+    }
+    Some(utf8_percent_encode(key, SEGMENT_UNRESERVED).to_string())
 }
 
 impl ToolResolver for HttpResolver {
@@ -163,7 +187,10 @@ mod tests {
             ("k#1", "/charge/calls/k%231"),
             ("k?other=1", "/charge/calls/k%3Fother%3D1"),
             ("a/../../admin", "/charge/calls/a%2F..%2F..%2Fadmin"),
-            ("spaces and ünïcode", "/charge/calls/spaces%20and%20%C3%BCn%C3%AFcode"),
+            (
+                "spaces and ünïcode",
+                "/charge/calls/spaces%20and%20%C3%BCn%C3%AFcode",
+            ),
         ] {
             seen.lock().unwrap().clear();
             assert_eq!(
@@ -185,6 +212,10 @@ mod tests {
                 "key {key:?}: {outcome:?}"
             );
         }
-        assert!(seen.lock().unwrap().is_empty(), "{:?}", seen.lock().unwrap());
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "{:?}",
+            seen.lock().unwrap()
+        );
     }
 }
