@@ -487,3 +487,47 @@ proptest! {
         prop_assert_eq!(a, b);
     }
 }
+
+fn model_response(tokens_in: u64, tokens_out: u64, cost_micros: u64) -> SessionEvent {
+    SessionEvent::ModelResponse {
+        model: "m".into(),
+        tokens_in,
+        tokens_out,
+        cost_micros,
+        started_at: 0,
+        content: Content::plain("hi"),
+    }
+}
+
+#[test]
+fn totals_that_would_overflow_reject_the_event_instead_of_panicking() {
+    for (i, huge) in [
+        model_response(u64::MAX, 0, 0),
+        model_response(0, u64::MAX, 0),
+        model_response(0, 0, u64::MAX),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mut state, verdicts) = apply_all(&[
+            ev(1, 1, 0, started()),
+            ev(2, 1, 0, model_response(1, 1, 1)),
+        ]);
+        assert!(verdicts.iter().all(Verdict::is_accepted));
+        let before = state.clone();
+        let verdict = state.apply(&ev(3, 1, i as u64, huge));
+        match verdict {
+            Verdict::Rejected(Rejection::Invalid(reason)) => {
+                assert!(reason.contains("overflow"), "{reason}")
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+        assert_eq!(state, before, "a rejected event leaves the state as it was");
+        // The seq stays free for a sane event.
+        assert!(state.apply(&ev(3, 1, 9, model_response(2, 2, 2))).is_accepted());
+        assert_eq!(
+            (state.tokens_in, state.tokens_out, state.cost_micros),
+            (3, 3, 3)
+        );
+    }
+}
