@@ -373,6 +373,22 @@ impl SessionState {
             E::SessionResumed {} if !self.paused => {
                 reject_invalid("the session is not paused".into())
             }
+            E::ModelResponse {
+                tokens_in,
+                tokens_out,
+                cost_micros,
+                ..
+            } if self.tokens_in.checked_add(*tokens_in).is_none()
+                || self.tokens_out.checked_add(*tokens_out).is_none()
+                || self.cost_micros.checked_add(*cost_micros).is_none() =>
+            {
+                // Client-supplied numbers: a total that cannot be kept is a bad value, and
+                // the event is refused with a reason rather than crashing every reader.
+                reject_invalid(format!(
+                    "token or cost totals would overflow: tokens_in {tokens_in}, \
+                     tokens_out {tokens_out}, cost_micros {cost_micros}"
+                ))
+            }
             _ => Verdict::Accepted,
         }
     }
@@ -419,10 +435,11 @@ impl SessionState {
                 cost_micros,
                 ..
             } => {
-                self.model_calls += 1;
-                self.tokens_in += tokens_in;
-                self.tokens_out += tokens_out;
-                self.cost_micros += cost_micros;
+                // judge_kind refused any event whose totals would overflow.
+                self.model_calls = self.model_calls.saturating_add(1);
+                self.tokens_in = self.tokens_in.saturating_add(*tokens_in);
+                self.tokens_out = self.tokens_out.saturating_add(*tokens_out);
+                self.cost_micros = self.cost_micros.saturating_add(*cost_micros);
             }
             E::ToolCallRequested { tool, effect, .. } => {
                 self.tool_calls += 1;

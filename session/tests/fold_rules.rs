@@ -509,10 +509,8 @@ fn totals_that_would_overflow_reject_the_event_instead_of_panicking() {
     .into_iter()
     .enumerate()
     {
-        let (mut state, verdicts) = apply_all(&[
-            ev(1, 1, 0, started()),
-            ev(2, 1, 0, model_response(1, 1, 1)),
-        ]);
+        let (mut state, verdicts) =
+            apply_all(&[ev(1, 1, 0, started()), ev(2, 1, 0, model_response(1, 1, 1))]);
         assert!(verdicts.iter().all(Verdict::is_accepted));
         let before = state.clone();
         let verdict = state.apply(&ev(3, 1, i as u64, huge));
@@ -524,7 +522,11 @@ fn totals_that_would_overflow_reject_the_event_instead_of_panicking() {
         }
         assert_eq!(state, before, "a rejected event leaves the state as it was");
         // The seq stays free for a sane event.
-        assert!(state.apply(&ev(3, 1, 9, model_response(2, 2, 2))).is_accepted());
+        assert!(
+            state
+                .apply(&ev(3, 1, 9, model_response(2, 2, 2)))
+                .is_accepted()
+        );
         assert_eq!(
             (state.tokens_in, state.tokens_out, state.cost_micros),
             (3, 3, 3)
