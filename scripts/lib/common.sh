@@ -1,6 +1,7 @@
 # Shared by scripts/stack, scripts/kafka-tool and scripts/python-env. Source it; it defines no side effects
 # beyond variables and functions.
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables are used by the scripts that source this file
 
 # ---- versions (see the comment block at the top of scripts/stack for why these) ----------------------------
 KAFKA_VERSION=4.4.0
@@ -108,11 +109,11 @@ EOF
     "$DEP_PLUGIN:copy-dependencies" -DoutputDirectory=libs -DincludeScope=runtime
   # Guard the logging binding: slf4j 1.7 needs log4j-slf4j-impl, slf4j 2.x would need log4j-slf4j2-impl.
   # A mismatch does not break the broker but silently drops every log line, which makes readiness failures opaque.
-  if ls "$KAFKA_HOME/libs" | grep -q '^slf4j-api-2\.'; then
+  if compgen -G "$KAFKA_HOME/libs/slf4j-api-2.*" >/dev/null; then
     die "Kafka $KAFKA_VERSION resolved slf4j-api 2.x: switch log4j-slf4j-impl to log4j-slf4j2-impl in scripts/lib/common.sh"
   fi
   ls "$KAFKA_HOME/libs/log4j-core-$KAFKA_LOG4J_VERSION.jar" >/dev/null 2>&1 ||
-    warn "log4j-core is not $KAFKA_LOG4J_VERSION any more: $(ls "$KAFKA_HOME/libs" | grep log4j-core); align KAFKA_LOG4J_VERSION"
+    warn "log4j-core is not $KAFKA_LOG4J_VERSION any more: $(cd "$KAFKA_HOME/libs" && echo log4j-core-*); align KAFKA_LOG4J_VERSION"
   touch "$KAFKA_HOME/.complete"
 }
 
