@@ -1,6 +1,7 @@
 # Shared by scripts/stack, scripts/kafka-tool and scripts/python-env. Source it; it defines no side effects
 # beyond variables and functions.
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables are used by the scripts that source this file
 
 # ---- versions (see the comment block at the top of scripts/stack for why these) ----------------------------
 KAFKA_VERSION=4.4.0
@@ -66,10 +67,26 @@ mvn_fetch() {
   fi
 }
 
+# Serialises downloads into the shared cache: two stacks (e.g. the plain one and a --secure one, or two checkouts)
+# may run `up` at the same time, and an unlocked second fetch would `rm -rf` the first one's half-done download.
+# The lock is taken only when the `.complete` marker is missing, and the marker is checked again under it.
+with_cache_lock() {   # name command...
+  local name="$1" fd; shift
+  mkdir -p "$CACHE_DIR"
+  exec {fd}>"$CACHE_DIR/.$name.lock"
+  if ! flock -w 1800 "$fd"; then exec {fd}>&-; die "waited 30 min for another download of $name in $CACHE_DIR"; fi
+  "$@"   # not under `||`: the fetch steps rely on set -e
+  exec {fd}>&-
+}
+
 # Downloads the Kafka broker + tools jars into $KAFKA_HOME/libs once. The `.complete` marker is written last, so
 # an interrupted download is retried instead of being taken for a finished one.
 fetch_kafka() {
   [[ -f "$KAFKA_HOME/.complete" ]] && return 0
+  with_cache_lock kafka _fetch_kafka
+}
+_fetch_kafka() {
+  [[ -f "$KAFKA_HOME/.complete" ]] && return 0   # another process finished it while we waited for the lock
   log "downloading Apache Kafka $KAFKA_VERSION jars (once) into $KAFKA_HOME"
   rm -rf "$KAFKA_HOME"; mkdir -p "$KAFKA_HOME"
   # connect-runtime (Jetty, Jersey, ...) is excluded: kafka-tools declares it but ProducerPerformance,
@@ -92,16 +109,20 @@ EOF
     "$DEP_PLUGIN:copy-dependencies" -DoutputDirectory=libs -DincludeScope=runtime
   # Guard the logging binding: slf4j 1.7 needs log4j-slf4j-impl, slf4j 2.x would need log4j-slf4j2-impl.
   # A mismatch does not break the broker but silently drops every log line, which makes readiness failures opaque.
-  if ls "$KAFKA_HOME/libs" | grep -q '^slf4j-api-2\.'; then
+  if compgen -G "$KAFKA_HOME/libs/slf4j-api-2.*" >/dev/null; then
     die "Kafka $KAFKA_VERSION resolved slf4j-api 2.x: switch log4j-slf4j-impl to log4j-slf4j2-impl in scripts/lib/common.sh"
   fi
   ls "$KAFKA_HOME/libs/log4j-core-$KAFKA_LOG4J_VERSION.jar" >/dev/null 2>&1 ||
-    warn "log4j-core is not $KAFKA_LOG4J_VERSION any more: $(ls "$KAFKA_HOME/libs" | grep log4j-core); align KAFKA_LOG4J_VERSION"
+    warn "log4j-core is not $KAFKA_LOG4J_VERSION any more: $(cd "$KAFKA_HOME/libs" && echo log4j-core-*); align KAFKA_LOG4J_VERSION"
   touch "$KAFKA_HOME/.complete"
 }
 
 fetch_cassandra() {
   [[ -f "$CASSANDRA_HOME/.complete" ]] && return 0
+  with_cache_lock cassandra _fetch_cassandra
+}
+_fetch_cassandra() {
+  [[ -f "$CASSANDRA_HOME/.complete" ]] && return 0   # another process finished it while we waited for the lock
   log "downloading Apache Cassandra $CASSANDRA_VERSION jars (once) into $CASSANDRA_HOME"
   rm -rf "$CASSANDRA_HOME"; mkdir -p "$CASSANDRA_HOME"
   cat >"$CASSANDRA_HOME/pom.xml" <<EOF
@@ -122,6 +143,10 @@ EOF
 # Apicurio ships its runnable Quarkus fast-jar only as the attached `tar.gz` classifier `all`.
 fetch_apicurio() {
   [[ -f "$APICURIO_HOME/.complete" ]] && return 0
+  with_cache_lock apicurio _fetch_apicurio
+}
+_fetch_apicurio() {
+  [[ -f "$APICURIO_HOME/.complete" ]] && return 0   # another process finished it while we waited for the lock
   log "downloading Apicurio Registry $APICURIO_VERSION (once) into $APICURIO_HOME"
   rm -rf "$APICURIO_HOME"; mkdir -p "$APICURIO_HOME/dist"
   cat >"$APICURIO_HOME/pom.xml" <<EOF
