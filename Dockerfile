@@ -10,8 +10,9 @@
 ARG RUST_VERSION=1.88
 
 FROM rust:${RUST_VERSION}-bookworm AS builder
-# The rust image already has gcc, make, perl and zlib headers: enough for librdkafka (built from
-# source by rdkafka-sys with mklove) and zstd-sys (cc). cmake is the fallback aws-lc-sys (rustls)
+# The rust image already has gcc, make, perl, zlib and OpenSSL headers and pkg-config: enough for
+# librdkafka with TLS and SASL/SCRAM (built from source by rdkafka-sys with mklove, linked to the
+# system OpenSSL) and zstd-sys (cc). cmake is the fallback aws-lc-sys (rustls)
 # uses when its cc build does not cover the target.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends cmake \
@@ -27,9 +28,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && install -m 0755 target/release/sessionlog /usr/local/bin/sessionlog
 
 FROM debian:bookworm-slim AS runtime
-# ca-certificates: for a registry or brokers reached over TLS (rustls reads the system roots).
+# ca-certificates: for a registry or brokers reached over TLS (rustls and OpenSSL read the system
+# roots); libssl3: librdkafka's TLS, linked dynamically.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
     && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /app --create-home sessionlog
 COPY --from=builder /usr/local/bin/sessionlog /usr/local/bin/sessionlog

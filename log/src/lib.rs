@@ -17,5 +17,5 @@ pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     CqlSettings, IngestSettings, KafkaSettings, ProducerSettings, ProjectorSettings,
-    RegistrySettings, Settings,
+    RegistrySettings, Secret, Settings,
 };

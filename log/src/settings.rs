@@ -211,19 +211,83 @@ impl KafkaSettings {
     }
 }
 
+/// A password or token: read from settings like any string, never shown by `Debug` (settings
+/// may be logged), and empty when unset.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the client that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// True when no secret is set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_string())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
 /// The schema registry (Confluent-compatible API).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistrySettings {
     /// Base URL of the Confluent-compatible API.
     pub url: String,
+    /// HTTP basic authentication user; empty sends none.
+    pub username: String,
+    /// HTTP basic authentication password.
+    pub password: Secret,
+    /// A bearer token, sent instead of basic authentication when set.
+    pub bearer_token: Secret,
+    /// A PEM file with the CA that signed the registry's certificate (for an `https` URL whose
+    /// CA is not in the system's trust store).
+    pub ca_file: String,
 }
 
 impl Default for RegistrySettings {
     fn default() -> Self {
         Self {
             url: "http://127.0.0.1:8081/apis/ccompat/v7".into(),
+            username: String::new(),
+            password: Secret::default(),
+            bearer_token: Secret::default(),
+            ca_file: String::new(),
         }
+    }
+}
+
+impl RegistrySettings {
+    /// A registry client with these credentials; no request is made yet.
+    pub fn client(&self) -> sessionlog_schemas::Result<sessionlog_schemas::SchemaRegistry> {
+        let mut access = sessionlog_schemas::RegistryAccess::default();
+        if !self.bearer_token.is_empty() {
+            access.credentials = sessionlog_schemas::RegistryCredentials::Bearer(
+                self.bearer_token.expose().to_string(),
+            );
+        } else if !self.username.is_empty() {
+            access.credentials = sessionlog_schemas::RegistryCredentials::Basic {
+                username: self.username.clone(),
+                password: self.password.expose().to_string(),
+            };
+        }
+        if !self.ca_file.is_empty() {
+            access.ca_file = Some(self.ca_file.clone().into());
+        }
+        sessionlog_schemas::SchemaRegistry::with_access(self.url.clone(), access)
     }
 }
 
@@ -237,6 +301,13 @@ pub struct CqlSettings {
     pub keyspace: String,
     /// Replication factor of the keyspace when our tooling creates it.
     pub replication_factor: u32,
+    /// The CQL role to log in as (`PasswordAuthenticator`); empty logs in as no one.
+    pub username: String,
+    /// The role's password.
+    pub password: Secret,
+    /// A PEM file with the CA that signed the nodes' certificates; set, the connection uses TLS
+    /// and verifies each node against it.
+    pub tls_ca_file: String,
 }
 
 impl Default for CqlSettings {
@@ -245,6 +316,9 @@ impl Default for CqlSettings {
             nodes: "127.0.0.1:9042".into(),
             keyspace: "sessionlog".into(),
             replication_factor: 1,
+            username: String::new(),
+            password: Secret::default(),
+            tls_ca_file: String::new(),
         }
     }
 }
@@ -422,6 +496,47 @@ mod tests {
             );
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn credentials_come_from_the_environment_and_never_show_in_debug_output() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SESSIONLOG_REGISTRY__USERNAME", "sessionlog");
+            jail.set_env("SESSIONLOG_REGISTRY__PASSWORD", "hunter2-registry");
+            jail.set_env("SESSIONLOG_CQL__USERNAME", "sessionlog");
+            jail.set_env("SESSIONLOG_CQL__PASSWORD", "hunter2-cql");
+            jail.set_env("SESSIONLOG_CQL__TLS_CA_FILE", "/etc/ca.pem");
+            let s = Settings::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.registry.password.expose(), "hunter2-registry");
+            assert_eq!(s.cql.password.expose(), "hunter2-cql");
+            assert_eq!(s.cql.tls_ca_file, "/etc/ca.pem");
+            let shown = format!("{s:?}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("sessionlog"), "{shown}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn kafka_clients_are_built_with_tls_and_scram() {
+        // librdkafka refuses to create a client whose `builtin.features` names a feature the
+        // build lacks: production clusters need both.
+        let mut kafka = KafkaSettings {
+            bootstrap: "127.0.0.1:1".into(),
+            ..KafkaSettings::default()
+        };
+        for (key, value) in [
+            ("builtin.features", "ssl,sasl_scram"),
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "u"),
+            ("sasl.password", "p"),
+        ] {
+            kafka.librdkafka.insert(key.into(), value.into());
+        }
+        let created: Result<rdkafka::producer::BaseProducer, _> = kafka.producer_config().create();
+        assert!(created.is_ok(), "{:?}", created.err());
     }
 
     #[test]

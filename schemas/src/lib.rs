@@ -32,7 +32,7 @@ pub use event::{
     SessionEvent, SessionId, TerminalOutcome, now_micros,
 };
 pub use registry::{
-    CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, SchemaRegistry,
-    value_subject,
+    CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAccess,
+    RegistryCredentials, SchemaRegistry, value_subject,
 };
 pub use wire::{frame, unframe};

@@ -67,6 +67,43 @@ impl CompatibilityLevel {
     }
 }
 
+/// How a registry client proves who it is.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum RegistryCredentials {
+    /// No credentials (a registry without authentication).
+    #[default]
+    None,
+    /// HTTP basic authentication (Apicurio's embedded users, Confluent Cloud's API key and secret).
+    Basic {
+        /// The user (or API key).
+        username: String,
+        /// The password (or API secret).
+        password: String,
+    },
+    /// A bearer token (an OIDC access token).
+    Bearer(String),
+}
+
+impl std::fmt::Debug for RegistryCredentials {
+    // Secrets stay out of logs and panic messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            Self::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
+/// What a registry client needs beyond the URL: credentials, and a CA to trust for `https`.
+#[derive(Clone, Debug, Default)]
+pub struct RegistryAccess {
+    /// Sent with every request.
+    pub credentials: RegistryCredentials,
+    /// A PEM file with the CA that signed the registry's certificate, added to the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
 /// A handle on a schema registry; cheap to clone, and clones share the schema cache.
 #[derive(Clone, Debug)]
 pub struct SchemaRegistry {
@@ -78,34 +115,76 @@ struct Inner {
     url: String,
     settings: SrSettings,
     http: reqwest::Client,
+    credentials: RegistryCredentials,
     /// Schemas by id. Registry ids are immutable, so entries never go stale; failures are not
     /// cached, so a registry outage heals by itself.
     by_id: Mutex<HashMap<u32, Arc<Schema>>>,
 }
 
 impl SchemaRegistry {
-    /// A client for the registry API at `url`, e.g. [`DEFAULT_REGISTRY_URL`]. No request is made yet.
+    /// A client for the registry API at `url`, e.g. [`DEFAULT_REGISTRY_URL`], without
+    /// credentials. No request is made yet.
     pub fn new(url: impl Into<String>) -> Result<Self> {
+        Self::with_access(url, RegistryAccess::default())
+    }
+
+    /// A client for the registry API at `url` with `access`'s credentials and CA. No request is
+    /// made yet.
+    pub fn with_access(url: impl Into<String>, access: RegistryAccess) -> Result<Self> {
         let url = url.into().trim_end_matches('/').to_owned();
-        let settings = SrSettings::new_builder(url.clone())
-            .set_timeout(TIMEOUT)
+        let refused = |message: String| Error::Registry {
+            url: url.clone(),
+            message,
+        };
+        let ca = match &access.ca_file {
+            None => None,
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    refused(format!(
+                        "cannot read the registry CA file {} (setting registry.ca_file): {e}",
+                        path.display()
+                    ))
+                })?;
+                Some(reqwest::Certificate::from_pem(&pem).map_err(|e| {
+                    refused(format!(
+                        "the registry CA file {} (setting registry.ca_file) is not a PEM \
+                         certificate: {e}",
+                        path.display()
+                    ))
+                })?)
+            }
+        };
+        // One builder for the converter's client, one for ours: builders do not clone.
+        let client = || {
+            let builder = reqwest::Client::builder().timeout(TIMEOUT);
+            match &ca {
+                Some(ca) => builder.add_root_certificate(ca.clone()),
+                None => builder,
+            }
+        };
+        let mut settings = SrSettings::new_builder(url.clone());
+        settings.set_timeout(TIMEOUT);
+        match &access.credentials {
+            RegistryCredentials::None => {}
+            RegistryCredentials::Basic { username, password } => {
+                settings.set_basic_authorization(username, Some(password));
+            }
+            RegistryCredentials::Bearer(token) => {
+                settings.set_token_authorization(token);
+            }
+        }
+        let settings = settings
+            .build_with(client())
+            .map_err(|e| refused(e.to_string()))?;
+        let http = client()
             .build()
-            .map_err(|e| Error::Registry {
-                url: url.clone(),
-                message: e.to_string(),
-            })?;
-        let http = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .build()
-            .map_err(|e| Error::Registry {
-                url: url.clone(),
-                message: format!("cannot build an HTTP client: {e}"),
-            })?;
+            .map_err(|e| refused(format!("cannot build an HTTP client: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 url,
                 settings,
                 http,
+                credentials: access.credentials,
                 by_id: Mutex::new(HashMap::new()),
             }),
         })
@@ -123,10 +202,16 @@ impl SchemaRegistry {
         level: CompatibilityLevel,
     ) -> Result<()> {
         let url = format!("{}/config/{}", self.inner.url, escape(subject));
-        let response = self
-            .inner
-            .http
-            .put(&url)
+        let request = match &self.inner.credentials {
+            RegistryCredentials::None => self.inner.http.put(&url),
+            RegistryCredentials::Basic { username, password } => self
+                .inner
+                .http
+                .put(&url)
+                .basic_auth(username, Some(password)),
+            RegistryCredentials::Bearer(token) => self.inner.http.put(&url).bearer_auth(token),
+        };
+        let response = request
             .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
             .header(reqwest::header::ACCEPT, CONTENT_TYPE)
             .body(serde_json::json!({ "compatibility": level.as_str() }).to_string())
@@ -139,6 +224,9 @@ impl SchemaRegistry {
         }
         let body = response.text().await.unwrap_or_default();
         let message = format!("PUT {url} answered {status}: {body}");
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(self.auth_refused(&message));
+        }
         if status.is_server_error() {
             Err(self.unreachable(message))
         } else {
@@ -221,6 +309,17 @@ impl SchemaRegistry {
         }
     }
 
+    /// The registry refused who we are: a setting to fix, not an outage to wait out.
+    fn auth_refused(&self, message: &str) -> Error {
+        Error::Registry {
+            url: self.inner.url.clone(),
+            message: format!(
+                "{message} (check registry.username and registry.password, or \
+                 registry.bearer_token: SESSIONLOG_REGISTRY__USERNAME, SESSIONLOG_REGISTRY__PASSWORD)"
+            ),
+        }
+    }
+
     /// Sort a schema_registry_converter error into "no such schema" (dead-letter),
     /// "try again" (network, 5xx) and "refused" (everything else).
     fn classify(&self, e: SRCError, id: Option<u32>) -> Error {
@@ -228,7 +327,11 @@ impl SchemaRegistry {
             .and_then(|s| s.downcast_ref::<RawError>())
             .is_some_and(|raw| raw.error_code == 40403 || raw.error_code == 40401)
             || e.error.contains("status 404");
+        let auth_refused = ["status 401", "status 403"]
+            .iter()
+            .any(|status| e.error.contains(status));
         match id {
+            _ if auth_refused => self.auth_refused(&e.to_string()),
             Some(id) if not_found => Error::UnknownSchemaId(id),
             _ if e.retriable => self.unreachable(e),
             _ => Error::Registry {
