@@ -29,7 +29,9 @@ pub fn install(describe: &[fn()]) -> PrometheusHandle {
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
-                tracing::warn!("another metrics recorder was installed first; /metrics stays empty");
+                tracing::warn!(
+                    "another metrics recorder was installed first; /metrics stays empty"
+                );
             }
             let upkeep = handle.clone();
             // A thread rather than a task: the recorder outlives any one runtime.

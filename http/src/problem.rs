@@ -92,6 +92,10 @@ impl Problem {
     }
 }
 
+/// Marks a response as a problem with this code, for the service's problem counter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProblemCode(pub(crate) &'static str);
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.detail)
@@ -109,6 +113,7 @@ impl IntoResponse for Problem {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        response.extensions_mut().insert(ProblemCode(self.code));
         response
     }
 }

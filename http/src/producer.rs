@@ -56,9 +56,7 @@ impl From<Error> for Problem {
                 "registry_unavailable",
                 message,
             ),
-            Error::Log(_) | Error::Schema(_) | Error::Unconfirmed { .. } => {
-                Self::internal(message)
-            }
+            Error::Log(_) | Error::Schema(_) | Error::Unconfirmed { .. } => Self::internal(message),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! request counter and a tracing span per request.
 
 use crate::Problem;
+use crate::problem::ProblemCode;
 use axum::Router;
 use axum::extract::{Extension, MatchedPath, Request, State};
 use axum::http::{StatusCode, Uri, header};
@@ -32,6 +33,8 @@ pub struct ServiceInfo {
     pub description: &'static str,
     /// The counter of answered requests, labelled `method`, `route` and `status`.
     pub requests_metric: &'static str,
+    /// The counter of problem answers, labelled `code`, if the service keeps one.
+    pub problems_metric: Option<&'static str>,
 }
 
 /// Decides whether a request to an API (`/v1`) route may go on.
@@ -78,11 +81,7 @@ type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
 impl<S: Clone + Send + Sync + 'static> Service<S> {
     /// A service with `api` routes (paths relative to `/v1`; `/openapi.json` is added) and
     /// `infrastructure` routes (`/metrics` is added).
-    pub fn new(
-        info: ServiceInfo,
-        api: OpenApiRouter<S>,
-        infrastructure: OpenApiRouter<S>,
-    ) -> Self {
+    pub fn new(info: ServiceInfo, api: OpenApiRouter<S>, infrastructure: OpenApiRouter<S>) -> Self {
         Self {
             info,
             api: api.routes(routes!(openapi_document)),
@@ -131,7 +130,10 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
         metrics: PrometheusHandle,
         authenticator: Arc<dyn Authenticator>,
     ) -> Router {
-        let requests_metric = self.info.requests_metric;
+        let counters = Counters {
+            requests: self.info.requests_metric,
+            problems: self.info.problems_metric,
+        };
         let scrape = Scrape {
             metrics,
             before: self.before_scrape.take(),
@@ -148,7 +150,7 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
             .layer(Extension(scrape))
             // Innermost: a panic becomes a 500 problem that the counter and the span see.
             .layer(CatchPanicLayer::custom(panicked))
-            .layer(middleware::from_fn_with_state(requests_metric, count))
+            .layer(middleware::from_fn_with_state(counters, count))
             .layer(
                 TraceLayer::new_for_http()
                     .make_span_with(|request: &Request| {
@@ -161,7 +163,9 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
                         )
                     })
                     .on_response(
-                        |response: &Response, latency: std::time::Duration, span: &tracing::Span| {
+                        |response: &Response,
+                         latency: std::time::Duration,
+                         span: &tracing::Span| {
                             span.record("status", response.status().as_u16());
                             tracing::debug!(latency_ms = latency.as_millis() as u64, "answered");
                         },
@@ -201,11 +205,24 @@ async fn authenticate(
     next.run(Request::from_parts(parts, body)).await
 }
 
-async fn count(State(name): State<&'static str>, request: Request, next: Next) -> Response {
+/// The metrics every answer counts in.
+#[derive(Clone, Copy)]
+struct Counters {
+    requests: &'static str,
+    problems: Option<&'static str>,
+}
+
+async fn count(State(counters): State<Counters>, request: Request, next: Next) -> Response {
     let (method, route) = (request.method().to_string(), route_of(&request));
     let response = next.run(request).await;
+    if let (Some(name), Some(ProblemCode(code))) = (
+        counters.problems,
+        response.extensions().get::<ProblemCode>(),
+    ) {
+        metrics::counter!(name, "code" => *code).increment(1);
+    }
     metrics::counter!(
-        name,
+        counters.requests,
         "method" => method,
         "route" => route,
         "status" => response.status().as_u16().to_string()
@@ -221,8 +238,10 @@ fn panicked(panic: Box<dyn Any + Send + 'static>) -> Response {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a handler panicked".to_string());
     tracing::error!(panic = %message, "handler panicked");
-    Problem::internal(format!("the service hit a bug and answered nothing: {message}"))
-        .into_response()
+    Problem::internal(format!(
+        "the service hit a bug and answered nothing: {message}"
+    ))
+    .into_response()
 }
 
 async fn no_such_route(uri: Uri) -> Problem {
@@ -315,6 +334,7 @@ mod tests {
         title: "test",
         description: "a test service",
         requests_metric: "sessionlog_http_test_requests_total",
+        problems_metric: Some("sessionlog_http_test_problems_total"),
     };
 
     fn service() -> Service<()> {
@@ -335,7 +355,10 @@ mod tests {
             &'a self,
             request: &'a mut axum::http::request::Parts,
         ) -> Pin<Box<dyn Future<Output = Result<(), Problem>> + Send + 'a>> {
-            let allowed = request.headers.get("x-test-key").is_some_and(|v| v == "yes");
+            let allowed = request
+                .headers
+                .get("x-test-key")
+                .is_some_and(|v| v == "yes");
             Box::pin(async move {
                 allowed.then_some(()).ok_or_else(|| {
                     Problem::new(StatusCode::UNAUTHORIZED, "unauthenticated", "no key")
@@ -344,14 +367,23 @@ mod tests {
         }
     }
 
-    async fn call(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, String, Value) {
+    async fn call(
+        router: &Router,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, String, Value) {
         let request = axum::http::Request::builder()
             .method(method)
             .uri(uri)
             .header("content-type", "application/json")
             .body(Body::from(body.to_string()))
             .unwrap_or_default();
-        let response = router.clone().oneshot(request).await.unwrap_or_else(|e| match e {});
+        let response = router
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap_or_else(|e| match e {});
         let status = response.status();
         let content_type = response
             .headers()
@@ -374,13 +406,24 @@ mod tests {
     #[tokio::test]
     async fn api_routes_live_under_v1_and_infrastructure_beside_it() {
         let router = router();
-        let (status, _, body) = call(&router, "POST", "/v1/greetings/2", r#"{"name": "ada"}"#).await;
-        assert_eq!((status, body), (StatusCode::OK, Value::from("hello ada x2")));
+        let (status, _, body) =
+            call(&router, "POST", "/v1/greetings/2", r#"{"name": "ada"}"#).await;
+        assert_eq!(
+            call(&router, "POST", "/v1/greetings/2", "{").await.0,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, Value::from("hello ada x2"))
+        );
         assert_eq!(call(&router, "GET", "/health", "").await.0, StatusCode::OK);
         let (status, _, metrics) = call(&router, "GET", "/metrics", "").await;
         assert_eq!(status, StatusCode::OK);
         assert!(
-            metrics.as_str().is_some_and(|m| m.contains("sessionlog_http_test_requests_total")),
+            metrics
+                .as_str()
+                .is_some_and(|m| m.contains("sessionlog_http_test_requests_total")
+                    && m.contains("sessionlog_http_test_problems_total{code=\"malformed_json\"}")),
             "{metrics}"
         );
         let (status, _, document) = call(&router, "GET", "/v1/openapi.json", "").await;
@@ -392,29 +435,87 @@ mod tests {
         paths.sort();
         assert_eq!(
             paths,
-            ["/health", "/metrics", "/v1/greetings/{count}", "/v1/openapi.json", "/v1/panic"]
+            [
+                "/health",
+                "/metrics",
+                "/v1/greetings/{count}",
+                "/v1/openapi.json",
+                "/v1/panic"
+            ]
         );
-        assert_eq!(document, serde_json::to_value(service().openapi()).unwrap_or_default());
+        assert_eq!(
+            document,
+            serde_json::to_value(service().openapi()).unwrap_or_default()
+        );
     }
 
     #[tokio::test]
     async fn bad_input_unknown_routes_wrong_methods_and_panics_are_problems() {
         let router = router();
         let cases = [
-            ("POST", "/v1/greetings/2", "{", StatusCode::BAD_REQUEST, "malformed_json"),
-            ("POST", "/v1/greetings/2", "{}", StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-            ("POST", "/v1/greetings/two", r#"{"name": "a"}"#, StatusCode::BAD_REQUEST, "bad_path"),
-            ("GET", "/v1/nowhere", "", StatusCode::NOT_FOUND, "no_such_route"),
-            ("GET", "/v1/greetings/2", "", StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ("POST", "/health", "", StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ("GET", "/v1/panic", "", StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            (
+                "POST",
+                "/v1/greetings/2",
+                "{",
+                StatusCode::BAD_REQUEST,
+                "malformed_json",
+            ),
+            (
+                "POST",
+                "/v1/greetings/2",
+                "{}",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+            ),
+            (
+                "POST",
+                "/v1/greetings/two",
+                r#"{"name": "a"}"#,
+                StatusCode::BAD_REQUEST,
+                "bad_path",
+            ),
+            (
+                "GET",
+                "/v1/nowhere",
+                "",
+                StatusCode::NOT_FOUND,
+                "no_such_route",
+            ),
+            (
+                "GET",
+                "/v1/greetings/2",
+                "",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+            ),
+            (
+                "POST",
+                "/health",
+                "",
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+            ),
+            (
+                "GET",
+                "/v1/panic",
+                "",
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+            ),
         ];
         for (method, uri, body, status, code) in cases {
             let (got, content_type, problem) = call(&router, method, uri, body).await;
-            assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{method} {uri}: {problem}");
+            assert_eq!(
+                (got, problem["code"].as_str()),
+                (status, Some(code)),
+                "{method} {uri}: {problem}"
+            );
             assert_eq!(content_type, crate::PROBLEM_JSON, "{method} {uri}");
             assert_eq!(problem["status"], status.as_u16(), "{method} {uri}");
-            assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()), "{problem}");
+            assert!(
+                problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+                "{problem}"
+            );
         }
     }
 
@@ -422,9 +523,17 @@ mod tests {
     async fn the_authenticator_guards_every_v1_route_and_nothing_else() {
         let router = service().router_with((), crate::metrics::install(&[]), Arc::new(KeyRequired));
         for uri in ["/v1/greetings/1", "/v1/openapi.json"] {
-            let method = if uri.contains("greetings") { "POST" } else { "GET" };
+            let method = if uri.contains("greetings") {
+                "POST"
+            } else {
+                "GET"
+            };
             let (status, _, problem) = call(&router, method, uri, r#"{"name": "a"}"#).await;
-            assert_eq!((status, problem["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthenticated")), "{uri}");
+            assert_eq!(
+                (status, problem["code"].as_str()),
+                (StatusCode::UNAUTHORIZED, Some("unauthenticated")),
+                "{uri}"
+            );
         }
         assert_eq!(call(&router, "GET", "/health", "").await.0, StatusCode::OK);
         assert_eq!(call(&router, "GET", "/metrics", "").await.0, StatusCode::OK);

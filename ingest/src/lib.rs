@@ -70,6 +70,7 @@ const INFO: ServiceInfo = ServiceInfo {
         Kafka position (partition, offset). Errors are RFC 9457 problems whose `code` member is \
         stable.",
     requests_metric: REQUESTS_TOTAL,
+    problems_metric: None,
 };
 
 /// Kinds with their own endpoint: they change who writes or what the writer declares, so
