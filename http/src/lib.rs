@@ -12,8 +12,10 @@ mod extract;
 pub mod metrics;
 mod problem;
 mod producer;
+mod responses;
 mod service;
 
 pub use extract::{JsonBody, PathParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
+pub use responses::{BodyProblems, ServerProblems};
 pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};

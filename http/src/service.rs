@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
-use utoipa::openapi::{InfoBuilder, OpenApi, OpenApiBuilder};
+use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -99,6 +99,12 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
     /// Every route with its OpenAPI path, the shared ones included.
     fn assemble(self) -> OpenApiRouter<S> {
         let base = OpenApiBuilder::new()
+            // The problem responses refer to it by name.
+            .components(Some(
+                ComponentsBuilder::new()
+                    .schema_from::<crate::ProblemDocument>()
+                    .build(),
+            ))
             .info(
                 InfoBuilder::new()
                     .title(self.info.title)
@@ -320,8 +326,7 @@ mod tests {
     /// Panics.
     #[utoipa::path(get, path = "/panic", responses((status = 500, description = "always")))]
     async fn panic_here() -> String {
-        let nothing: Option<String> = None;
-        nothing.expect("a bug in a handler")
+        panic!("a bug in a handler")
     }
 
     /// Liveness.

@@ -19,7 +19,10 @@ use axum::http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sessionlog_http::{JsonBody, PathParams, Problem, ProblemDocument, Service, ServiceInfo};
+use sessionlog_http::{
+    BodyProblems, JsonBody, PathParams, Problem, ProblemDocument, ServerProblems, Service,
+    ServiceInfo,
+};
 use sessionlog_log::IngestSettings;
 use sessionlog_producer::{Appended, EventLog, Position, SessionWriter};
 use sessionlog_schemas::{
@@ -382,8 +385,7 @@ fn check_epoch(open: &OpenSession, epoch: Epoch) -> Result<(), Problem> {
         (status = 413, description = "`too_large`: body or event over the limit", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `invalid_event`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`not_acknowledged`, `backpressure`, `registry_unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn create(
@@ -423,13 +425,11 @@ async fn create(
     request_body = ClaimRequest,
     responses(
         (status = 200, description = "claimed", body = Opened),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`: not in the log", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`lost_claim`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`not_acknowledged`, `backpressure`, `registry_unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn claim(
@@ -459,14 +459,12 @@ async fn claim(
     request_body = AppendRequest,
     responses(
         (status = 200, description = "every event is durable", body = AppendedEvents),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`session_not_open`: create or claim it here first", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`wrong_seq`, `seq_conflict`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 413, description = "`too_large`, `too_many_events`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`not_acknowledged`, `backpressure`, `registry_unavailable`: retry the same request", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn append(
@@ -615,13 +613,11 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
     request_body = CheckpointRequest,
     responses(
         (status = 200, description = "the checkpoint is durable", body = EventAck),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`session_not_open`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`not_acknowledged`, `backpressure`, `registry_unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn checkpoint(
@@ -647,13 +643,11 @@ async fn checkpoint(
     request_body = CloseRequest,
     responses(
         (status = 200, description = "the end is durable", body = EventAck),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`session_not_open`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`not_acknowledged`, `backpressure`, `registry_unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn close(

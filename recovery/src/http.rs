@@ -10,7 +10,10 @@ use axum::http::StatusCode;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
-use sessionlog_http::{JsonBody, PathParams, Problem, ProblemDocument, Service, ServiceInfo};
+use sessionlog_http::{
+    BodyProblems, JsonBody, PathParams, Problem, ProblemDocument, ServerProblems, Service,
+    ServiceInfo,
+};
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
 use std::sync::Arc;
@@ -261,8 +264,7 @@ struct ApprovalRequest {
         (status = 200, description = "rebuilt", body = SessionView),
         (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`: Kafka, the registry or CQL; retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn get_session(
@@ -290,13 +292,11 @@ async fn get_session(
     request_body = ResumeRequest,
     responses(
         (status = 200, description = "resumed", body = ResumeBundleView),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`session_ended`, `awaiting_approval`, `needs_resolution`, `fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` and the producer's 503 codes: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn resume(
@@ -325,8 +325,7 @@ async fn resume(
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `bad_fork_point`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` and the producer's 503 codes: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn fork(
@@ -365,8 +364,7 @@ async fn fork(
         (status = 200, description = "the lineage", body = LineageView),
         (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn lineage(
@@ -388,8 +386,7 @@ async fn lineage(
         (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`bad_fork_point`: the session is not a fork", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn diff(
@@ -409,13 +406,11 @@ async fn diff(
     request_body = ResolutionRequest,
     responses(
         (status = 200, description = "recorded", body = RecordedEvent),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `not_in_doubt`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` and the producer's 503 codes: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn resolve(
@@ -451,13 +446,11 @@ async fn resolve(
     request_body = ApprovalRequest,
     responses(
         (status = 200, description = "recorded", body = RecordedEvent),
-        (status = 400, description = "`malformed_json`, `bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `no_such_approval`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable` and the producer's 503 codes: retry", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
     )
 )]
 async fn approve(
@@ -479,8 +472,7 @@ async fn approve(
     tag = "operators",
     responses(
         (status = 200, description = "the list", body = StuckSessions),
-        (status = 500, description = "`internal`: a bug", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 503, description = "`unavailable`: CQL; retry", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
     )
 )]
 async fn needing_resolution(State(recovery): State<Arc<Recovery>>) -> Answer<StuckSessions> {
