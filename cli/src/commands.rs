@@ -1,12 +1,13 @@
 //! The subcommands. Each is a few calls into the libraries; output is human by default,
 //! JSON with `--json`.
 
+use crate::example;
 use crate::recovery::parse_session;
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sessionlog_log::{Settings, topic};
-use sessionlog_producer::{EventLog, example};
+use sessionlog_producer::EventLog;
 use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_projector::{ProjectionStore, Projector};
 use sessionlog_recovery::Recovery;
@@ -84,8 +85,8 @@ enum Command {
         #[arg(long)]
         right: String,
     },
-    /// Serve the HTTP ingest API (create, claim, append, checkpoint, close; /openapi.json,
-    /// /metrics, /health) until interrupted.
+    /// Serve the HTTP ingest API (create, claim, append, checkpoint, close under /v1;
+    /// /v1/openapi.json, /metrics, /health) until interrupted.
     Ingest {
         /// Address to listen on (default: `[ingest] listen`).
         #[arg(long)]
@@ -143,10 +144,30 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Print a service's OpenAPI 3.1 document (what it serves at /v1/openapi.json) as JSON.
+    /// Needs no servers.
+    Openapi {
+        /// Which service.
+        #[arg(long, value_enum)]
+        service: HttpService,
+    },
+}
+
+/// The HTTP services the binary runs.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum HttpService {
+    /// `sessionlog ingest`.
+    Ingest,
+    /// `sessionlog serve-recovery`.
+    Recovery,
 }
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
+    if let Command::Openapi { service } = cli.command {
+        // Before the settings: printing the document needs none.
+        return print_openapi(service);
+    }
     let settings = Settings::load(cli.config.as_deref()).context("loading settings")?;
     match cli.command {
         Command::Init => init(&settings, cli.json).await,
@@ -195,7 +216,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resolve(args) => emit(cli.json, crate::recovery::resolve(&settings, &args).await?),
         Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
+        Command::Openapi { service } => print_openapi(service),
     }
+}
+
+fn print_openapi(service: HttpService) -> Result<()> {
+    let document = match service {
+        HttpService::Ingest => sessionlog_ingest::service().openapi(),
+        HttpService::Recovery => sessionlog_recovery::http::openapi(),
+    };
+    println!("{}", serde_json::to_string_pretty(&document)?);
+    Ok(())
 }
 
 /// Prints a command's output: JSON with `--json`, its human lines otherwise.

@@ -1,9 +1,9 @@
-//! `sessionlog ingest`: the producer's HTTP ingest service, as a command.
+//! `sessionlog ingest`: the HTTP ingest service, as a command.
 
 use anyhow::{Context, Result};
+use sessionlog_ingest::Ingest;
 use sessionlog_log::Settings;
 use sessionlog_producer::EventLog;
-use sessionlog_producer::ingest::Ingest;
 use std::sync::Arc;
 
 /// Connects to the log and serves until `shutdown` completes, then flushes what is in flight.

@@ -251,9 +251,10 @@ fn recorded(appended: sessionlog_producer::Appended, what: &str) -> Result<Outpu
 /// `sessionlog serve-recovery`: the recovery HTTP service until interrupted.
 pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
     let address = listen.unwrap_or_else(|| settings.recovery.listen.clone());
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .ok();
+    let metrics = sessionlog_http::metrics::install(&[
+        sessionlog_recovery::http::describe_metrics,
+        // MERGE: add sessionlog_recovery::describe_metrics here once the recovery library has it.
+    ]);
     let app = sessionlog_recovery::http::router(connect(settings).await?, metrics);
     let listener = tokio::net::TcpListener::bind(&address)
         .await

@@ -1,32 +1,19 @@
-//! `/metrics` (Prometheus text) and `/health` (JSON) for a running projector.
+//! `/metrics` (Prometheus) and `/health` (JSON) for a running projector.
 
 use anyhow::{Context, Result};
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use sessionlog_projector::observe::{self, Health};
+use sessionlog_projector::observe::Health;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// Installs the Prometheus recorder and serves it, with the projector's health, on `listen`.
-/// The server runs on a background task for the life of the process.
+/// Installs the process's metrics recorder and serves it, with the projector's health, on
+/// `listen`. The server runs on a background task for the life of the process.
 pub async fn serve_metrics(listen: &str, health: Arc<Health>) -> Result<()> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), observe::LATENCY_BUCKETS)
-        .context("histogram buckets")?
-        .install_recorder()
-        .context("installing the metrics recorder")?;
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        // Histograms are drained into their buckets by upkeep; without it they only grow.
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
+    let handle = sessionlog_http::metrics::install(&[
+        // MERGE: add sessionlog_projector::describe_metrics here once the projector has it.
+    ]);
     let app = Router::new()
         .route(
             "/metrics",

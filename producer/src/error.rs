@@ -101,9 +101,6 @@ pub enum Error {
         /// The limit ([`sessionlog_session::DUPLICATE_WINDOW`]).
         limit: usize,
     },
-    /// The HTTP ingest service could not bind or serve.
-    #[error("ingest service: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// Result with the producer's error.

@@ -6,12 +6,11 @@
 //! - [`SessionWriter`]: one per session a harness runs: creates, claims or forks a session,
 //!   assigns seq, event id, epoch and time, checks each event against its own fold of the
 //!   session before sending, awaits the ack, and learns when another writer fenced it.
-//! - [`ingest`]: the same over HTTP (axum), for harnesses not written in Rust.
+//!
+//! The same over HTTP, for harnesses not written in Rust, is the `sessionlog-ingest` crate.
 
 mod error;
 mod event_log;
-pub mod example;
-pub mod ingest;
 mod writer;
 
 pub use error::{Error, Result};

@@ -1,56 +1,90 @@
 //! The recovery service over HTTP: rebuild, resume, fork, lineage, diff, resolutions and
-//! approvals. Bad input gets a 4xx with a JSON body saying what is wrong; a server it depends
-//! on being unavailable gets a 503; input never causes a 500.
+//! approvals, on the shared layer of `sessionlog-http`. Bad input gets a 4xx problem
+//! (`application/problem+json`); a server recovery depends on (Kafka, the registry, CQL) being
+//! unavailable gets a 503; anything else is a bug and gets a 500.
 
-use crate::{Error, ForkAt, Recovery, Resolution};
-use axum::extract::{Path, State};
+use crate::{BranchDiff, Error, ForkAt, Lineage, RebuiltSession, Recovery, Resolution};
+use crate::{ResumeBundle, StuckSession};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use sessionlog_schemas::{CallOutcome, SessionId};
+use serde::{Deserialize, Serialize};
+use sessionlog_http::{
+    BodyProblems, JsonBody, PathParams, Problem, ProblemDocument, ServerProblems, Service,
+    ServiceInfo,
+};
+use sessionlog_producer::Appended;
+use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
 use std::sync::Arc;
+use utoipa::ToSchema;
+use utoipa::openapi::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-/// Shared by every request.
-struct AppState {
-    recovery: Recovery,
-    metrics: Option<PrometheusHandle>,
+/// Requests answered, by `method`, `route` and `status`.
+pub const REQUESTS_TOTAL: &str = "sessionlog_recovery_requests_total";
+/// Problems answered, by `code`.
+pub const ERRORS_TOTAL: &str = "sessionlog_recovery_errors_total";
+/// Sessions resumed over HTTP.
+pub const RESUMES_TOTAL: &str = "sessionlog_recovery_resumes_total";
+
+/// Gives the recovery service's metrics their `# HELP` lines; the metrics installer calls it.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        REQUESTS_TOTAL,
+        "HTTP requests the recovery service answered, by method, route and status."
+    );
+    metrics::describe_counter!(
+        ERRORS_TOTAL,
+        "Problem answers of the recovery service, by code (unknown_session, needs_resolution, unavailable, ...)."
+    );
+    metrics::describe_counter!(
+        RESUMES_TOTAL,
+        "Sessions resumed through POST /v1/sessions/{session_id}/resume."
+    );
 }
 
-/// The service's routes over `recovery`; `metrics` renders `/metrics` when given.
-pub fn router(recovery: Recovery, metrics: Option<PrometheusHandle>) -> Router {
-    let state = Arc::new(AppState { recovery, metrics });
-    Router::new()
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/metrics", get(render_metrics))
-        .route("/openapi.json", get(|| async { Json(openapi()) }))
-        .route("/v1/sessions/{id}", get(get_session))
-        .route("/v1/sessions/{id}/resume", post(resume))
-        .route("/v1/sessions/{id}/fork", post(fork))
-        .route("/v1/sessions/{id}/lineage", get(lineage))
-        .route("/v1/sessions/{id}/diff", get(diff))
-        .route("/v1/sessions/{id}/resolutions", post(resolve))
-        .route("/v1/sessions/{id}/approvals/{approval_id}", post(approve))
-        .route("/v1/resolutions", get(needing_resolution))
-        .with_state(state)
+const INFO: ServiceInfo = ServiceInfo {
+    title: "sessionlog recovery",
+    description: "Rebuild a session from the log, resume it without repeating a side effect, \
+        settle in-doubt tool calls, decide approvals, and fork with lineage. Errors are RFC 9457 \
+        problems whose `code` member is stable.",
+    requests_metric: REQUESTS_TOTAL,
+    problems_metric: Some(ERRORS_TOTAL),
+};
+
+/// The routes and their OpenAPI paths; needs no connection.
+pub fn service() -> Service<Arc<Recovery>> {
+    Service::new(
+        INFO,
+        OpenApiRouter::new()
+            .routes(routes!(get_session))
+            .routes(routes!(resume))
+            .routes(routes!(fork))
+            .routes(routes!(lineage))
+            .routes(routes!(diff))
+            .routes(routes!(resolve))
+            .routes(routes!(approve))
+            .routes(routes!(needing_resolution)),
+        OpenApiRouter::new().routes(routes!(health)),
+    )
 }
 
-/// An error response: a status and a JSON body `{"error": kind, "message": text}`.
-pub struct ApiError(StatusCode, &'static str, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        metrics::counter!("sessionlog_recovery_errors_total", "kind" => self.1).increment(1);
-        (self.0, Json(json!({"error": self.1, "message": self.2}))).into_response()
-    }
+/// The service's router over `recovery`, rendering `metrics` at `/metrics`.
+pub fn router(recovery: Recovery, metrics: PrometheusHandle) -> Router {
+    service().router(Arc::new(recovery), metrics)
 }
 
-impl From<Error> for ApiError {
+/// The service's OpenAPI 3.1 document, as `/v1/openapi.json` serves it.
+pub fn openapi() -> OpenApi {
+    service().openapi()
+}
+
+impl From<Error> for Problem {
     fn from(e: Error) -> Self {
-        let (status, kind) = match &e {
+        let detail = e.to_string();
+        let (status, code) = match e {
             Error::UnknownSession(_) => (StatusCode::NOT_FOUND, "unknown_session"),
             Error::Ended { .. } => (StatusCode::CONFLICT, "session_ended"),
             Error::AwaitingApproval { .. } => (StatusCode::CONFLICT, "awaiting_approval"),
@@ -61,69 +95,122 @@ impl From<Error> for ApiError {
             Error::Producer(sessionlog_producer::Error::Fenced { .. }) => {
                 (StatusCode::CONFLICT, "fenced")
             }
-            _ => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Error::Producer(e) => return e.into(),
+            Error::Log(e) | Error::Store(sessionlog_projector::Error::Log(e)) => log_status(&e),
+            Error::Schema(e) | Error::Store(sessionlog_projector::Error::Schema(e)) => {
+                schema_status(&e)
+            }
+            Error::Store(sessionlog_projector::Error::Store { .. }) => UNAVAILABLE,
+            Error::Store(sessionlog_projector::Error::CorruptRow { .. }) => INTERNAL,
         };
-        Self(status, kind, e.to_string())
+        Problem::new(status, code, detail)
     }
 }
 
-fn session_id(text: &str) -> Result<SessionId, ApiError> {
-    text.parse().map_err(|_| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            "bad_session_id",
-            format!("{text:?} is not a session id (a UUID)"),
-        )
-    })
+/// A server recovery depends on is down or unreachable: a retry may succeed.
+const UNAVAILABLE: (StatusCode, &str) = (StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+/// A bug or a misconfiguration: retrying will not help.
+const INTERNAL: (StatusCode, &str) = (StatusCode::INTERNAL_SERVER_ERROR, "internal");
+
+fn log_status(e: &sessionlog_log::Error) -> (StatusCode, &'static str) {
+    match e {
+        sessionlog_log::Error::Kafka { .. } | sessionlog_log::Error::Timeout { .. } => UNAVAILABLE,
+        _ => INTERNAL,
+    }
 }
 
-fn body<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
-    serde_json::from_str(raw).map_err(|e| {
-        ApiError(
-            StatusCode::BAD_REQUEST,
-            "bad_request_body",
-            format!("the JSON body does not fit this endpoint: {e}"),
-        )
-    })
+fn schema_status(e: &sessionlog_schemas::Error) -> (StatusCode, &'static str) {
+    if e.is_retriable() {
+        UNAVAILABLE
+    } else {
+        INTERNAL
+    }
 }
 
-fn to_json(value: impl serde::Serialize) -> Result<Json<Value>, ApiError> {
-    serde_json::to_value(value).map(Json).map_err(|e| {
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    })
+type Answer<T> = Result<Json<T>, Problem>;
+
+/// A session rebuilt from its partition.
+#[derive(Serialize, ToSchema)]
+struct SessionView {
+    /// The folded state, where reading began and ended, and what was read.
+    #[schema(value_type = Object)]
+    rebuilt: RebuiltSession,
+    /// The session's status (`running`, `completed`, `needs_resolution`, ...).
+    status: String,
+    /// The digest of the folded state, as checkpoints record it.
+    digest: String,
+    /// Records read per record of this session folded (1.0 is ideal).
+    read_amplification: f64,
 }
 
-async fn render_metrics(State(state): State<Arc<AppState>>) -> String {
-    state
-        .metrics
-        .as_ref()
-        .map(PrometheusHandle::render)
-        .unwrap_or_default()
+/// Everything a new harness needs to continue a session: `state`, `epoch`, `next_seq`,
+/// `in_doubt` (calls to settle first), `context` (the working set for the next model call)
+/// and `resolved` (outcomes recovery recorded).
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct ResumeBundleView(ResumeBundle);
+
+/// A session's `ancestors` (fork points, nearest first) and `children` (`[session_id, seq]`).
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct LineageView(Lineage);
+
+/// The `fork_point` and the events after it on each side (`parent_only`, `child_only`).
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct BranchDiffView(BranchDiff);
+
+/// Sessions waiting for an operator: `session_id`, `status`, `last_seq` each.
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Vec<Object>)]
+struct StuckSessions(Vec<StuckSession>);
+
+/// An event recovery appended, with its durable position.
+#[derive(Serialize, ToSchema)]
+struct RecordedEvent {
+    event: EventEnvelope,
+    partition: i32,
+    offset: i64,
 }
 
-async fn get_session(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let rebuilt = state.recovery.rebuild(session_id(&id)?).await?;
-    let amplification = rebuilt.read_amplification();
-    let status = rebuilt.state.status().as_str();
-    let digest = rebuilt.state.digest();
-    to_json(
-        json!({"rebuilt": rebuilt, "status": status, "digest": digest,
-                   "read_amplification": amplification}),
-    )
+impl From<Appended> for RecordedEvent {
+    fn from(appended: Appended) -> Self {
+        Self {
+            event: appended.envelope,
+            partition: appended.position.partition,
+            offset: appended.position.offset,
+        }
+    }
 }
 
-#[derive(Deserialize)]
+/// The new session a fork started, with its first event.
+#[derive(Serialize, ToSchema)]
+struct Forked {
+    session_id: SessionId,
+    event: EventEnvelope,
+    partition: i32,
+    offset: i64,
+}
+
+/// Liveness.
+#[derive(Serialize, ToSchema)]
+struct Liveness {
+    #[schema(example = "ok")]
+    status: &'static str,
+}
+
+/// Takes a session over.
+#[derive(Deserialize, ToSchema)]
 struct ResumeRequest {
+    /// Who takes over.
     writer: String,
     /// Token budget of the context view in the bundle.
     #[serde(default = "default_context_tokens")]
+    #[schema(default = 8000)]
     context_tokens: usize,
 }
 
@@ -131,194 +218,276 @@ fn default_context_tokens() -> usize {
     8_000
 }
 
-async fn resume(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    raw: String,
-) -> Result<Json<Value>, ApiError> {
-    let request: ResumeRequest = body(&raw)?;
-    let bundle = state
-        .recovery
-        .resume(session_id(&id)?, &request.writer, request.context_tokens)
-        .await?;
-    metrics::counter!("sessionlog_recovery_resumes_total").increment(1);
-    to_json(bundle)
-}
-
-#[derive(Deserialize)]
+/// Where to fork: exactly one of `at_seq` and `at_checkpoint`.
+#[derive(Deserialize, ToSchema)]
 struct ForkRequest {
     /// Fork after this seq…
     at_seq: Option<u64>,
-    /// …or at this checkpoint's seq.
+    /// …or at the checkpoint with this seq.
     at_checkpoint: Option<u64>,
+    /// The agent that runs the branch.
     agent: String,
 }
 
+/// An operator's outcome for an in-doubt tool call.
+#[derive(Deserialize, ToSchema)]
+struct ResolutionRequest {
+    /// The seq of the call in doubt.
+    call_seq: u64,
+    /// The call had its effect, or failed.
+    succeeded: bool,
+    /// What it returned, as far as the operator knows.
+    output: String,
+    /// Who records it.
+    operator: String,
+    /// Why they believe it.
+    reason: String,
+}
+
+/// A decision on a pending approval.
+#[derive(Deserialize, ToSchema)]
+struct ApprovalRequest {
+    approved: bool,
+    /// Who decides.
+    decided_by: String,
+    /// Why.
+    reason: Option<String>,
+}
+
+/// Rebuilds a session from the log (from its latest verified checkpoint).
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    responses(
+        (status = 200, description = "rebuilt", body = SessionView),
+        (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn get_session(
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+) -> Answer<SessionView> {
+    let rebuilt = recovery
+        .rebuild(sessionlog_http::session_id(&session)?)
+        .await?;
+    Ok(Json(SessionView {
+        read_amplification: rebuilt.read_amplification(),
+        status: rebuilt.state.status().as_str().to_string(),
+        digest: rebuilt.state.digest(),
+        rebuilt,
+    }))
+}
+
+/// Claims the next epoch, settles in-doubt calls, and answers the resume bundle. Refused while
+/// an approval or an operator is awaited.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/resume",
+    tag = "sessions",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = ResumeRequest,
+    responses(
+        (status = 200, description = "resumed", body = ResumeBundleView),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`session_ended`, `awaiting_approval`, `needs_resolution`, `fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn resume(
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+    JsonBody(request): JsonBody<ResumeRequest>,
+) -> Answer<ResumeBundleView> {
+    let session = sessionlog_http::session_id(&session)?;
+    let bundle = recovery
+        .resume(session, &request.writer, request.context_tokens)
+        .await?;
+    metrics::counter!(RESUMES_TOTAL).increment(1);
+    Ok(Json(ResumeBundleView(bundle)))
+}
+
+/// Forks a session at a seq or a checkpoint into a new session that names its parent.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/fork",
+    tag = "sessions",
+    params(("session_id" = Uuid, Path, description = "the parent session")),
+    request_body = ForkRequest,
+    responses(
+        (status = 200, description = "forked", body = Forked),
+        (status = 400, description = "`malformed_json`, `bad_session_id`, `bad_request_body` (not exactly one fork point)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `bad_fork_point`", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
 async fn fork(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    raw: String,
-) -> Result<Json<Value>, ApiError> {
-    let request: ForkRequest = body(&raw)?;
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+    JsonBody(request): JsonBody<ForkRequest>,
+) -> Answer<Forked> {
+    let session = sessionlog_http::session_id(&session)?;
     let at = match (request.at_seq, request.at_checkpoint) {
         (Some(seq), None) => ForkAt::Seq(seq),
         (None, Some(seq)) => ForkAt::Checkpoint(seq),
         _ => {
-            return Err(ApiError(
+            return Err(Problem::new(
                 StatusCode::BAD_REQUEST,
                 "bad_request_body",
-                "give exactly one of at_seq or at_checkpoint".into(),
+                "give exactly one of at_seq or at_checkpoint",
             ));
         }
     };
-    let first = state
-        .recovery
-        .fork(session_id(&id)?, at, &request.agent)
-        .await?;
-    to_json(json!({
-        "session_id": first.envelope.session_id,
-        "event": first.envelope,
-        "partition": first.position.partition,
-        "offset": first.position.offset,
+    let first = recovery.fork(session, at, &request.agent).await?;
+    Ok(Json(Forked {
+        session_id: first.envelope.session_id,
+        event: first.envelope,
+        partition: first.position.partition,
+        offset: first.position.offset,
     }))
 }
 
+/// A session's ancestors and the sessions forked from it.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/lineage",
+    tag = "sessions",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    responses(
+        (status = 200, description = "the lineage", body = LineageView),
+        (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
 async fn lineage(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    to_json(state.recovery.lineage(session_id(&id)?).await?)
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+) -> Answer<LineageView> {
+    let session = sessionlog_http::session_id(&session)?;
+    Ok(Json(LineageView(recovery.lineage(session).await?)))
 }
 
+/// The events after the fork point on each side of a fork and its parent.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/diff",
+    tag = "sessions",
+    params(("session_id" = Uuid, Path, description = "the forked (child) session")),
+    responses(
+        (status = 200, description = "the diff", body = BranchDiffView),
+        (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`bad_fork_point`: the session is not a fork", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
 async fn diff(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    to_json(state.recovery.diff(session_id(&id)?).await?)
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+) -> Answer<BranchDiffView> {
+    let session = sessionlog_http::session_id(&session)?;
+    Ok(Json(BranchDiffView(recovery.diff(session).await?)))
 }
 
-#[derive(Deserialize)]
-struct ResolutionRequest {
-    call_seq: u64,
-    succeeded: bool,
-    output: String,
-    operator: String,
-    reason: String,
-}
-
+/// Records an operator's outcome for an in-doubt tool call.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/resolutions",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = ResolutionRequest,
+    responses(
+        (status = 200, description = "recorded", body = RecordedEvent),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `not_in_doubt`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
 async fn resolve(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    raw: String,
-) -> Result<Json<Value>, ApiError> {
-    let r: ResolutionRequest = body(&raw)?;
-    let appended = state
-        .recovery
-        .record_resolution(
-            session_id(&id)?,
-            Resolution {
-                call_seq: r.call_seq,
-                outcome: if r.succeeded {
-                    CallOutcome::Succeeded
-                } else {
-                    CallOutcome::Failed
-                },
-                output: r.output,
-                operator: r.operator,
-                reason: r.reason,
-            },
-        )
-        .await?;
-    to_json(
-        json!({"event": appended.envelope, "partition": appended.position.partition,
-                   "offset": appended.position.offset}),
-    )
-}
-
-#[derive(Deserialize)]
-struct ApprovalRequest {
-    approved: bool,
-    decided_by: String,
-    reason: Option<String>,
-}
-
-async fn approve(
-    State(state): State<Arc<AppState>>,
-    Path((id, approval_id)): Path<(String, String)>,
-    raw: String,
-) -> Result<Json<Value>, ApiError> {
-    let r: ApprovalRequest = body(&raw)?;
-    let appended = state
-        .recovery
-        .decide_approval(
-            session_id(&id)?,
-            &approval_id,
-            r.approved,
-            &r.decided_by,
-            r.reason,
-        )
-        .await?;
-    to_json(
-        json!({"event": appended.envelope, "partition": appended.position.partition,
-                   "offset": appended.position.offset}),
-    )
-}
-
-async fn needing_resolution(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
-    to_json(state.recovery.sessions_needing_resolution().await?)
-}
-
-/// The OpenAPI 3.1 description of the service.
-pub fn openapi() -> Value {
-    let session = json!({"name": "id", "in": "path", "required": true,
-                         "schema": {"type": "string", "format": "uuid"}});
-    let error = json!({"description": "what is wrong",
-        "content": {"application/json": {"schema": {"type": "object",
-            "properties": {"error": {"type": "string"}, "message": {"type": "string"}}}}}});
-    let op = |summary: &str, body: Option<Value>| {
-        let mut operation = json!({
-            "summary": summary,
-            "parameters": [session.clone()],
-            "responses": {"200": {"description": "done"}, "400": error.clone(),
-                          "404": error.clone(), "409": error.clone(), "422": error.clone(),
-                          "503": error.clone()}
-        });
-        if let Some(schema) = body {
-            operation["requestBody"] =
-                json!({"required": true, "content": {"application/json": {"schema": schema}}});
-        }
-        operation
+    State(recovery): State<Arc<Recovery>>,
+    PathParams(session): PathParams<String>,
+    JsonBody(r): JsonBody<ResolutionRequest>,
+) -> Answer<RecordedEvent> {
+    let session = sessionlog_http::session_id(&session)?;
+    let resolution = Resolution {
+        call_seq: r.call_seq,
+        outcome: if r.succeeded {
+            CallOutcome::Succeeded
+        } else {
+            CallOutcome::Failed
+        },
+        output: r.output,
+        operator: r.operator,
+        reason: r.reason,
     };
-    json!({
-        "openapi": "3.1.0",
-        "info": {"title": "sessionlog recovery", "version": env!("CARGO_PKG_VERSION")},
-        "paths": {
-            "/v1/sessions/{id}": {"get": op("Rebuild a session from the log", None)},
-            "/v1/sessions/{id}/resume": {"post": op("Claim the next epoch and get the resume bundle",
-                Some(json!({"type": "object", "required": ["writer"],
-                            "properties": {"writer": {"type": "string"},
-                                           "context_tokens": {"type": "integer", "default": 8000}}})))},
-            "/v1/sessions/{id}/fork": {"post": op("Fork at a seq or a checkpoint",
-                Some(json!({"type": "object", "required": ["agent"], "properties": {
-                    "at_seq": {"type": "integer"}, "at_checkpoint": {"type": "integer"},
-                    "agent": {"type": "string"}}})))},
-            "/v1/sessions/{id}/lineage": {"get": op("Ancestors and children", None)},
-            "/v1/sessions/{id}/diff": {"get": op("Events after the fork point on each side", None)},
-            "/v1/sessions/{id}/resolutions": {"post": op("Record an in-doubt call's outcome",
-                Some(json!({"type": "object",
-                    "required": ["call_seq", "succeeded", "output", "operator", "reason"],
-                    "properties": {"call_seq": {"type": "integer"}, "succeeded": {"type": "boolean"},
-                        "output": {"type": "string"}, "operator": {"type": "string"},
-                        "reason": {"type": "string"}}})))},
-            "/v1/sessions/{id}/approvals/{approval_id}": {"post": op("Record an approval decision",
-                Some(json!({"type": "object", "required": ["approved", "decided_by"],
-                    "properties": {"approved": {"type": "boolean"}, "decided_by": {"type": "string"},
-                        "reason": {"type": "string"}}})))},
-            "/v1/resolutions": {"get": {"summary": "Sessions needing an operator",
-                "responses": {"200": {"description": "the list"}}}},
-            "/health": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics",
-                "responses": {"200": {"description": "text exposition"}}}}
-        }
-    })
+    let appended = recovery.record_resolution(session, resolution).await?;
+    Ok(Json(appended.into()))
+}
+
+/// Records a decision on a pending approval.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/approvals/{approval_id}",
+    tag = "operators",
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("approval_id" = String, Path, description = "the approval, as its ApprovalRequested event names it"),
+    ),
+    request_body = ApprovalRequest,
+    responses(
+        (status = 200, description = "recorded", body = RecordedEvent),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `no_such_approval`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn approve(
+    State(recovery): State<Arc<Recovery>>,
+    PathParams((session, approval_id)): PathParams<(String, String)>,
+    JsonBody(r): JsonBody<ApprovalRequest>,
+) -> Answer<RecordedEvent> {
+    let session = sessionlog_http::session_id(&session)?;
+    let appended = recovery
+        .decide_approval(session, &approval_id, r.approved, &r.decided_by, r.reason)
+        .await?;
+    Ok(Json(appended.into()))
+}
+
+/// Sessions waiting for an operator to record an in-doubt call's outcome.
+#[utoipa::path(
+    get,
+    path = "/resolutions",
+    tag = "operators",
+    responses(
+        (status = 200, description = "the list", body = StuckSessions),
+        ServerProblems,
+    )
+)]
+async fn needing_resolution(State(recovery): State<Arc<Recovery>>) -> Answer<StuckSessions> {
+    Ok(Json(StuckSessions(
+        recovery.sessions_needing_resolution().await?,
+    )))
+}
+
+/// Liveness.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "infrastructure",
+    responses((status = 200, description = "serving", body = Liveness))
+)]
+async fn health() -> Json<Liveness> {
+    Json(Liveness { status: "ok" })
 }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 /// The stable identity of a session (a UUIDv7 unless the caller supplies one).
 /// It is the Kafka record key, so every event of a session lands on one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct SessionId(pub Uuid);
 
@@ -58,6 +59,7 @@ pub fn now_micros() -> Micros {
 
 /// The part common to every event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventEnvelope {
     /// Unique id of this event (UUIDv7); a retry of the same event keeps it.
     pub event_id: Uuid,
@@ -65,10 +67,13 @@ pub struct EventEnvelope {
     pub session_id: SessionId,
     /// Gap-free position in the session. For `WriterClaimed` it is the next seq the
     /// claimant expects, which the fold does not use for ordering (claims are arbitrated by epoch).
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
     pub seq: Seq,
     /// The epoch of the writer that appended this event.
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
     pub writer_epoch: Epoch,
     /// When the writer created the event.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64))]
     pub occurred_at: Micros,
     /// The event this one answers or follows from (e.g. the tool call a result answers).
     pub causation_id: Option<Uuid>,
@@ -85,6 +90,7 @@ pub struct EventEnvelope {
 /// `Sealed` exists from schema v1 on so that per-session encryption (DESIGN.md, Privacy)
 /// is not a breaking schema change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Content {
     /// Readable text.
     Plain(String),
@@ -108,6 +114,7 @@ impl Content {
 
 /// Whether a tool call may be repeated safely, which decides what recovery may do with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EffectClass {
     /// No side effect: may run again.
     Pure,
@@ -119,6 +126,7 @@ pub enum EffectClass {
 
 /// How a tool call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum CallOutcome {
     /// The tool did what was asked.
     Succeeded,
@@ -128,6 +136,7 @@ pub enum CallOutcome {
 
 /// Who established a tool call's result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ResultSource {
     /// The harness ran the call and saw its result.
     Executed,
@@ -139,6 +148,7 @@ pub enum ResultSource {
 
 /// How a session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TerminalOutcome {
     /// The run finished its task.
     Completed,
@@ -150,10 +160,12 @@ pub enum TerminalOutcome {
 
 /// Where a forked session branched off its parent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ForkPoint {
     /// The parent session.
     pub parent_session_id: SessionId,
     /// The last parent event the child inherits.
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
     pub parent_seq: Seq,
     /// The parent's partition.
     pub parent_partition: i32,
@@ -163,6 +175,7 @@ pub struct ForkPoint {
 
 /// The kinds of session event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SessionEvent {
     /// A new session begins (always seq 1 of a session that is not a fork).
     SessionStarted {
@@ -187,6 +200,7 @@ pub enum SessionEvent {
         /// Cost in millionths of a US dollar.
         cost_micros: u64,
         /// When the model call began.
+        #[cfg_attr(feature = "openapi", schema(value_type = i64))]
         started_at: Micros,
         /// The response.
         content: Content,
@@ -203,6 +217,7 @@ pub enum SessionEvent {
     /// A tool call's result. The envelope's `causation_id` is the call's event id.
     ToolCallResult {
         /// The seq of the `ToolCallRequested` this answers.
+        #[cfg_attr(feature = "openapi", schema(value_type = u64))]
         call_seq: Seq,
         /// How it ended.
         outcome: CallOutcome,
@@ -267,6 +282,7 @@ pub enum SessionEvent {
     /// An in-doubt tool call needs an operator to record its outcome.
     ResolutionRequired {
         /// The seq of the call in doubt.
+        #[cfg_attr(feature = "openapi", schema(value_type = u64))]
         call_seq: Seq,
         /// Why it could not be resolved automatically.
         reason: String,

@@ -155,3 +155,60 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The python of the venv `scripts/python-env` manages (confluent-kafka, openapi-spec-validator).
+pub fn python_env() -> Result<String> {
+    let out = std::process::Command::new(repo_root().join("scripts/python-env"))
+        .output()
+        .context("running scripts/python-env")?;
+    if !out.status.success() {
+        bail!(
+            "scripts/python-env failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
+}
+
+/// A `sessionlog` HTTP service running as its own process on a free port of this test.
+pub struct ServedProcess {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The process, killed when this is dropped.
+    pub process: ChildGuard,
+}
+
+impl ServedProcess {
+    /// Runs `sessionlog <command> --listen 127.0.0.1:<free port>` in `stack`'s corner and waits
+    /// (up to 60 s) until its `/health` answers 200.
+    pub async fn start(stack: &TestStack, command: &str) -> Result<Self> {
+        // A free port: bind :0, read it, release it for the service.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let process = ChildGuard(
+            std::process::Command::new(sessionlog_bin()?)
+                .args([command, "--listen", &listen])
+                .envs(stack.env())
+                .env("SESSIONLOG_CONFIG", "/dev/null")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .with_context(|| format!("spawning `sessionlog {command}`"))?,
+        );
+        let base = format!("http://{listen}");
+        let health = format!("{base}/health");
+        let http = reqwest::Client::new();
+        wait_for(
+            &format!("`sessionlog {command}` to answer /health"),
+            Duration::from_secs(60),
+            || {
+                let request = http.get(&health).send();
+                async move { Ok((request.await?.status() == 200).then_some(())) }
+            },
+        )
+        .await?;
+        Ok(Self { base, process })
+    }
+}

@@ -3,24 +3,11 @@
 //! `scripts/python-env` manages.
 
 use anyhow::{Context, Result, bail};
-use sessionlog_producer::{EventLog, ProducerOptions, example};
-use sessionlog_tests::{TestStack, repo_root};
-use std::process::Command;
+use sessionlog_cli::example;
+use sessionlog_producer::{EventLog, ProducerOptions};
+use sessionlog_tests::{TestStack, python_env, repo_root};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn python() -> Result<String> {
-    let out = Command::new(repo_root().join("scripts/python-env"))
-        .output()
-        .context("running scripts/python-env")?;
-    if !out.status.success() {
-        bail!(
-            "scripts/python-env failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?.trim().to_string())
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn confluent_python_deserializer_reads_our_events() -> Result<()> {
@@ -29,7 +16,7 @@ async fn confluent_python_deserializer_reads_our_events() -> Result<()> {
     let schema_id = log.schema_id();
     let (_, appended) = example::run_example_session(log).await?;
 
-    let reader = tokio::process::Command::new(python()?)
+    let reader = tokio::process::Command::new(python_env()?)
         .arg(repo_root().join("tests/python/read_session_events.py"))
         .args([
             &stack.settings.kafka.bootstrap,

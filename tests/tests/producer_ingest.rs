@@ -1,11 +1,11 @@
 //! The HTTP ingest service on the real stack, from a plain HTTP client: a round trip with
-//! durable offsets and idempotent retries, and a 4xx with a JSON body for each bad input.
+//! durable offsets and idempotent retries, and a 4xx problem (RFC 9457) for each bad input.
 
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sessionlog_ingest::Ingest;
 use sessionlog_producer::EventLog;
-use sessionlog_producer::ingest::Ingest;
 use sessionlog_tests::TestStack;
 use sessionlog_tests::producer::fold_topic;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
 
     let (status, opened) = service
         .post(
-            "/sessions",
+            "/v1/sessions",
             json!({ "agent": "python-harness", "title": "over http" }),
         )
         .await?;
@@ -108,7 +108,7 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
           "data": { "call_seq": 3, "outcome": "Succeeded", "output": { "Plain": "a b" },
                     "source": "Executed", "recorded_by": null, "note": null } },
     ]});
-    let path = format!("/sessions/{session}/events");
+    let path = format!("/v1/sessions/{session}/events");
     let (status, first) = service.post(&path, batch.clone()).await?;
     assert_eq!(status, StatusCode::OK, "{first}");
     assert_eq!(first["next_seq"], 5);
@@ -130,14 +130,14 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
 
     let (status, checkpoint) = service
         .post(
-            &format!("/sessions/{session}/checkpoint"),
+            &format!("/v1/sessions/{session}/checkpoint"),
             json!({ "epoch": 1, "workspace_revision": "git:abc" }),
         )
         .await?;
     assert_eq!(status, StatusCode::OK, "{checkpoint}");
     let (status, closed) = service
         .post(
-            &format!("/sessions/{session}/close"),
+            &format!("/v1/sessions/{session}/close"),
             json!({ "epoch": 1, "outcome": "Completed" }),
         )
         .await?;
@@ -182,11 +182,11 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
         .collect();
     assert_eq!(ids_logged, ids, "the client's event ids");
 
-    let (status, doc) = service.get("/openapi.json").await?;
+    let (status, doc) = service.get("/v1/openapi.json").await?;
     assert_eq!(status, StatusCode::OK);
     let doc: Value = serde_json::from_str(&doc)?;
     assert_eq!(doc["openapi"], "3.1.0");
-    assert!(doc["paths"]["/sessions/{session_id}/events"]["post"].is_object());
+    assert!(doc["paths"]["/v1/sessions/{session_id}/events"]["post"].is_object());
     let (status, health) = service.get("/health").await?;
     assert_eq!(status, StatusCode::OK, "{health}");
     let (status, metrics) = service.get("/metrics").await?;
@@ -195,6 +195,18 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
         metrics.contains("sessionlog_ingest_requests_total"),
         "{metrics}"
     );
+    // Every ingest metric is described, so that a scraper shows what it means.
+    for name in [
+        sessionlog_ingest::REQUESTS_TOTAL,
+        sessionlog_ingest::EVENTS_TOTAL,
+        sessionlog_ingest::OPEN_SESSIONS,
+        sessionlog_ingest::IN_FLIGHT,
+    ] {
+        assert!(
+            metrics.contains(&format!("# HELP {name} ")),
+            "{name}: {metrics}"
+        );
+    }
     Ok(())
 }
 
@@ -203,13 +215,13 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
     let mut stack = TestStack::new("pingbad", 1).await?;
     let service = Service::start(&mut stack).await?;
     let (_, opened) = service
-        .post("/sessions", json!({ "agent": "bad-input" }))
+        .post("/v1/sessions", json!({ "agent": "bad-input" }))
         .await?;
     let session = opened["session_id"]
         .as_str()
         .context("session id")?
         .to_string();
-    let path = format!("/sessions/{session}/events");
+    let path = format!("/v1/sessions/{session}/events");
     let id = uuid::Uuid::now_v7();
 
     let large = "x".repeat(40 * 1024);
@@ -240,49 +252,49 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
     for (what, status, code, body) in cases {
         let (got, answer) = service.post_raw(&path, body).await?;
         assert_eq!(got, status, "{what}: {answer}");
-        assert_eq!(answer["error"], code, "{what}: {answer}");
+        assert_eq!(answer["code"], code, "{what}: {answer}");
         assert!(
-            answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+            answer["detail"].as_str().is_some_and(|m| !m.is_empty()),
             "{what}: {answer}"
         );
     }
 
     let (got, answer) = service
         .post(
-            "/sessions/not-a-uuid/events",
+            "/v1/sessions/not-a-uuid/events",
             json!({ "epoch": 1, "events": [] }),
         )
         .await?;
     assert_eq!(
-        (got, answer["error"].as_str()),
+        (got, answer["code"].as_str()),
         (StatusCode::BAD_REQUEST, Some("bad_session_id"))
     );
     let elsewhere = uuid::Uuid::now_v7();
     let (got, answer) = service
         .post(
-            &format!("/sessions/{elsewhere}/events"),
+            &format!("/v1/sessions/{elsewhere}/events"),
             json!({ "epoch": 1, "events": [] }),
         )
         .await?;
     assert_eq!(
-        (got, answer["error"].as_str()),
+        (got, answer["code"].as_str()),
         (StatusCode::NOT_FOUND, Some("session_not_open"))
     );
     let (got, answer) = service
         .post(
-            &format!("/sessions/{elsewhere}/claim"),
+            &format!("/v1/sessions/{elsewhere}/claim"),
             json!({ "writer": "w" }),
         )
         .await?;
     assert_eq!(
-        (got, answer["error"].as_str()),
+        (got, answer["code"].as_str()),
         (StatusCode::NOT_FOUND, Some("unknown_session"))
     );
 
     // A claim through the service fences the epoch it handed out before.
     let (got, claimed) = service
         .post(
-            &format!("/sessions/{session}/claim"),
+            &format!("/v1/sessions/{session}/claim"),
             json!({ "writer": "second" }),
         )
         .await?;
@@ -295,7 +307,7 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
         )
         .await?;
     assert_eq!(
-        (got, answer["error"].as_str()),
+        (got, answer["code"].as_str()),
         (StatusCode::CONFLICT, Some("stale_epoch")),
         "{answer}"
     );

@@ -1,5 +1,5 @@
 //! The recovery HTTP service as a separate `sessionlog serve-recovery` process: every operation
-//! over the wire, and bad input answered with a 4xx JSON body, never a 500.
+//! over the wire, and bad input answered with a 4xx problem (RFC 9457), never a 500.
 
 use anyhow::{Context, Result, ensure};
 use reqwest::{Client, Method};
@@ -7,52 +7,23 @@ use serde_json::{Value, json};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Content, EffectClass, SessionEvent, SessionId};
 use sessionlog_tests::projector::event_log;
-use sessionlog_tests::{ChildGuard, TestStack, sessionlog_bin, wait_for};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use sessionlog_tests::{ServedProcess, TestStack};
 
 /// A running `serve-recovery` and a client for it.
 struct Service {
     base: String,
     http: Client,
-    _process: ChildGuard,
+    _process: ServedProcess,
 }
 
 impl Service {
     async fn start(stack: &TestStack) -> Result<Self> {
-        // A free port: bind :0, read it, release it for the service.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let listen = format!("127.0.0.1:{port}");
-        let process = ChildGuard(
-            Command::new(sessionlog_bin()?)
-                .args(["serve-recovery", "--listen", &listen])
-                .envs(stack.env())
-                .env("SESSIONLOG_CONFIG", "/dev/null")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .context("spawning `sessionlog serve-recovery`")?,
-        );
-        let service = Self {
-            base: format!("http://{listen}"),
+        let process = ServedProcess::start(stack, "serve-recovery").await?;
+        Ok(Self {
+            base: process.base.clone(),
             http: Client::new(),
             _process: process,
-        };
-        wait_for(
-            "the service to answer /health",
-            Duration::from_secs(60),
-            || {
-                let service = &service;
-                async move {
-                    let (status, body) = service.call(Method::GET, "/health", None).await?;
-                    Ok((status == 200).then_some(body))
-                }
-            },
-        )
-        .await?;
-        Ok(service)
+        })
     }
 
     /// Sends a request with an optional raw body; returns the status and the parsed JSON body.
@@ -78,7 +49,7 @@ impl Service {
         Ok(value)
     }
 
-    /// Expects exactly `want` with a JSON error body naming a kind.
+    /// Expects exactly `want` with a problem body naming its code.
     async fn refused(
         &self,
         method: Method,
@@ -92,8 +63,8 @@ impl Service {
             "{path}: expected {want}, got {status} {value}"
         );
         ensure!(
-            value["error"].is_string(),
-            "{path}: no error kind in {value}"
+            value["code"].is_string(),
+            "{path}: no problem code in {value}"
         );
         Ok(value)
     }
@@ -127,7 +98,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
     let (stuck_id, waiting_id) = (stuck.session_id(), waiting.session_id());
 
     let service = Service::start(&stack).await?;
-    let spec = service.ok(Method::GET, "/openapi.json", None).await?;
+    let spec = service.ok(Method::GET, "/v1/openapi.json", None).await?;
     ensure!(
         spec["paths"].is_object(),
         "no paths in the OpenAPI document"
@@ -162,7 +133,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
             409,
         )
         .await?;
-    assert_eq!(refused["error"], "needs_resolution");
+    assert_eq!(refused["code"], "needs_resolution");
     let resolutions = format!("/v1/sessions/{stuck_id}/resolutions");
     let resolution = |seq: u64| {
         json!({"call_seq": seq, "succeeded": true, "output": "paid", "operator": "bob",
@@ -172,10 +143,12 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
     let not_in_doubt = service
         .refused(Method::POST, &resolutions, Some(resolution(1)), 422)
         .await?;
-    assert_eq!(not_in_doubt["error"], "not_in_doubt");
-    service
-        .refused(Method::POST, &resolutions, Some("[]".into()), 400)
+    assert_eq!(not_in_doubt["code"], "not_in_doubt");
+    // JSON of the wrong shape: 422, as on every service (malformed JSON is the 400 above).
+    let wrong_shape = service
+        .refused(Method::POST, &resolutions, Some("[]".into()), 422)
         .await?;
+    assert_eq!(wrong_shape["code"], "invalid_request");
     let listed = service.ok(Method::GET, "/v1/resolutions", None).await?;
     ensure!(listed.is_array(), "{listed}");
 
@@ -204,7 +177,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
             422,
         )
         .await?;
-    assert_eq!(missing["error"], "no_such_approval");
+    assert_eq!(missing["code"], "no_such_approval");
     service
         .refused(
             Method::POST,
@@ -234,7 +207,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
             422,
         )
         .await?;
-    assert_eq!(beyond["error"], "bad_fork_point");
+    assert_eq!(beyond["code"], "bad_fork_point");
     service
         .refused(
             Method::POST,

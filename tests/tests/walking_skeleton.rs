@@ -3,8 +3,9 @@
 //! and all three agree with the fold of what was appended.
 
 use anyhow::{Context, Result};
+use sessionlog_cli::example;
 use sessionlog_log::partitioner;
-use sessionlog_producer::{EventLog, ProducerOptions, example};
+use sessionlog_producer::{EventLog, ProducerOptions};
 use sessionlog_projector::ProjectionStore;
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_session::{SessionStatus, fold};

@@ -1,6 +1,8 @@
-//! A scripted harness run: the walking skeleton the demo and the end-to-end tests append.
+//! A scripted harness run: the walking skeleton `sessionlog example`, the demo and the
+//! end-to-end tests append. It lives with the command, not in the producer library that
+//! harnesses link.
 
-use crate::{Appended, EventLog, Result, SessionWriter};
+use sessionlog_producer::{Appended, EventLog, Result, SessionWriter};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, TerminalOutcome,
 };

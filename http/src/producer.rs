@@ -1,78 +1,10 @@
-//! What the ingest service answers when a request cannot be served: a status and a JSON body
-//! `{"error": <stable code>, "message": <what is wrong>, ...details}`.
+//! How the producer library's errors answer over HTTP, for every service that appends.
 
-use crate::Error;
-use axum::Json;
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use crate::Problem;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
+use sessionlog_producer::Error;
 use sessionlog_schemas::Error as SchemaError;
 use sessionlog_session::Rejection;
-
-/// A request the service refused, or could not serve.
-#[derive(Debug)]
-pub struct Problem {
-    /// The HTTP status: 4xx for anything about the input, 5xx only for the servers behind us.
-    pub status: StatusCode,
-    /// A stable, machine-readable code (`wrong_seq`, `stale_epoch`, ...).
-    pub code: &'static str,
-    /// What is wrong, for a human.
-    pub message: String,
-    /// Extra fields (e.g. `expected_seq`), merged into the body.
-    pub details: Map<String, Value>,
-}
-
-impl Problem {
-    /// A problem without details.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-            details: Map::new(),
-        }
-    }
-
-    /// Adds a detail field to the body.
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.details.insert(key.to_string(), value.into());
-        self
-    }
-
-    /// The JSON body.
-    pub fn body(&self) -> Value {
-        let mut body = self.details.clone();
-        body.insert("error".into(), json!(self.code));
-        body.insert("message".into(), json!(self.message));
-        Value::Object(body)
-    }
-}
-
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
-    }
-}
-
-impl From<JsonRejection> for Problem {
-    fn from(rejection: JsonRejection) -> Self {
-        let code = match &rejection {
-            JsonRejection::JsonSyntaxError(_) => "malformed_json",
-            JsonRejection::JsonDataError(_) => "invalid_request",
-            JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
-            _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-            _ => "unreadable_body",
-        };
-        Self::new(rejection.status(), code, rejection.body_text())
-    }
-}
-
-impl From<PathRejection> for Problem {
-    fn from(rejection: PathRejection) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_path", rejection.body_text())
-    }
-}
 
 impl From<Error> for Problem {
     fn from(error: Error) -> Self {
@@ -124,9 +56,7 @@ impl From<Error> for Problem {
                 "registry_unavailable",
                 message,
             ),
-            Error::Log(_) | Error::Schema(_) | Error::Unconfirmed { .. } | Error::Serve(_) => {
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
-            }
+            Error::Log(_) | Error::Schema(_) | Error::Unconfirmed { .. } => Self::internal(message),
         }
     }
 }

@@ -1,0 +1,21 @@
+//! The HTTP layer the sessionlog services (ingest, recovery) share, so that they answer alike:
+//!
+//! - [`Problem`]: every error answer, an RFC 9457 `application/problem+json` document with a
+//!   stable `code` member; [`JsonBody`] and [`PathParams`] refuse bad input with one.
+//! - [`Service`]: a service's `#[utoipa::path]` handlers become its router and its OpenAPI
+//!   document at once: the API under `/v1` behind the [`Authenticator`] (where access control
+//!   plugs in), `/health` and `/metrics` unversioned, `/v1/openapi.json`, 404/405 problems,
+//!   panics as 500 problems, a request counter and a tracing span per request.
+//! - [`metrics::install`]: the process's Prometheus recorder, installed once.
+
+mod extract;
+pub mod metrics;
+mod problem;
+mod producer;
+mod responses;
+mod service;
+
+pub use extract::{JsonBody, PathParams};
+pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
+pub use responses::{BodyProblems, ServerProblems};
+pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};

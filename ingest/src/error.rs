@@ -1,0 +1,15 @@
+//! Errors of the ingest service.
+
+/// What can stop the ingest service.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listener failed while serving.
+    #[error("ingest service: serving HTTP failed: {0}")]
+    Serve(#[source] std::io::Error),
+    /// Flushing the events in flight at shutdown failed.
+    #[error(transparent)]
+    Producer(#[from] sessionlog_producer::Error),
+}
+
+/// Result with the ingest service's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
