@@ -5,7 +5,7 @@
 //! never staler than the log.
 
 use serde::Serialize;
-use sessionlog_projector::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
+use sessionlog_session::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
 use sessionlog_schemas::Seq;
 use sessionlog_session::SessionState;
 
