@@ -179,6 +179,11 @@ impl Applier {
         Ok(folded)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(
+        session = %event.session_id,
+        partition = record.partition,
+        offset = record.offset,
+    ))]
     async fn fold_event(
         &mut self,
         event: EventEnvelope,
@@ -187,7 +192,6 @@ impl Applier {
     ) -> Result<()> {
         let (partition, offset) = (record.partition, record.offset);
         let session = event.session_id;
-        let _span = tracing::debug_span!("fold_event", %session, partition, offset).entered();
         let entry = self.entry(session, partition).await;
         if entry.row.applied_offset >= offset {
             folded.stats.skipped += 1;
