@@ -1,15 +1,17 @@
 //! Folding log records into projection rows and making them durable: the part of the
 //! projector that the live consumer-group worker and the ops replay share.
 
-use crate::observe::{self, Health};
 use crate::Result;
+use crate::observe::{self, Health};
 use futures::stream::{self, TryStreamExt};
 use sessionlog_log::RawRecord;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextWindow, TurnChange};
 use sessionlog_session::trace::span_of;
 use sessionlog_session::{SessionState, Verdict};
-use sessionlog_store::{CqlRow, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait};
+use sessionlog_store::{
+    CqlRow, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -352,8 +354,9 @@ pub async fn persist(
     .await;
     // Each list row alone: they are few (forks, waits) and each is keyed by another partition.
     with_retry("write lists", health, || {
-        stream::iter(folded.lists.iter().map(Ok))
-            .try_for_each_concurrent(concurrency, |row| store.write_rows(std::slice::from_ref(row)))
+        stream::iter(folded.lists.iter().map(Ok)).try_for_each_concurrent(concurrency, |row| {
+            store.write_rows(std::slice::from_ref(row))
+        })
     })
     .await;
     let days_done = started.elapsed();

@@ -32,7 +32,11 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// after installing the recorder; without one it does nothing).
 pub fn describe_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(CONSUMED, Unit::Count, "Records read from the session topic.");
+    describe_counter!(
+        CONSUMED,
+        Unit::Count,
+        "Records read from the session topic."
+    );
     describe_counter!(
         APPLIED,
         Unit::Count,

@@ -7,9 +7,9 @@ use crate::{Error, Result};
 use serde::Serialize;
 use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
 use sessionlog_producer::EventLog;
-use sessionlog_store::ProjectionStore;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SchemaRegistry, SessionId};
 use sessionlog_session::SessionState;
+use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 
 /// How many records a rebuild holds before folding them: memory stays bounded by this,

@@ -6,8 +6,8 @@ use crate::resolver::ToolOutcome;
 use crate::{Error, Recovery, Result, StartPoint};
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_session::context::ContextWindow;
 use sessionlog_schemas::{EffectClass, ResultSource, SessionEvent, SessionId};
+use sessionlog_session::context::ContextWindow;
 use sessionlog_session::{PendingCall, SessionState};
 use std::sync::Arc;
 

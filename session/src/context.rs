@@ -8,9 +8,9 @@
 //!
 //! Pure: no I/O. The projector stores the window; recovery folds the log's tail into it.
 
+use crate::SessionState;
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{Content, EventEnvelope, Seq, SessionEvent};
-use crate::SessionState;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Turns kept verbatim (bounded text) in the view.

@@ -8,8 +8,8 @@
 //! Pure: no I/O. The projector turns [`SpanWrite`]s into rows; the arithmetic on the
 //! client-supplied numbers (times, token counts, cost) saturates instead of overflowing.
 
-use sessionlog_schemas::{CallOutcome, EventEnvelope, Micros, Seq, SessionEvent, SessionId};
 use crate::SessionState;
+use sessionlog_schemas::{CallOutcome, EventEnvelope, Micros, Seq, SessionEvent, SessionId};
 
 /// `span_kind` of a model call.
 pub const MODEL_CALL: &str = "model_call";

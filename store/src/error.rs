@@ -56,7 +56,9 @@ pub enum Error {
         keyspace: String,
     },
     /// A stored row could not be read back (e.g. state written by an incompatible version).
-    #[error("stored row of session {session}: {message}; replay the keyspace (`sessionlog replay`)")]
+    #[error(
+        "stored row of session {session}: {message}; replay the keyspace (`sessionlog replay`)"
+    )]
     CorruptRow {
         /// Which session.
         session: String,

@@ -221,7 +221,11 @@ pub const MIGRATIONS: &[Migration] = &[
 
 /// The newest migration this build knows.
 pub fn latest_version() -> i32 {
-    MIGRATIONS.iter().map(|m| m.version).max().unwrap_or_default()
+    MIGRATIONS
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or_default()
 }
 
 /// Whether `name` may be put into statements unquoted: CQL's unquoted identifiers, within
@@ -261,7 +265,10 @@ async fn applied(session: &Session, keyspace: &str) -> Result<Vec<i32>> {
         return Ok(Vec::new());
     }
     Ok(session
-        .query_unpaged(format!("SELECT version FROM {keyspace}.schema_migrations"), ())
+        .query_unpaged(
+            format!("SELECT version FROM {keyspace}.schema_migrations"),
+            (),
+        )
         .await
         .map_err(Error::cql("read migrations"))?
         .into_rows_result()
@@ -281,9 +288,7 @@ pub async fn check(session: &Session, keyspace: &str) -> Result<()> {
         });
     }
     let applied = applied(session, keyspace).await?;
-    let missing = MIGRATIONS
-        .iter()
-        .any(|m| !applied.contains(&m.version));
+    let missing = MIGRATIONS.iter().any(|m| !applied.contains(&m.version));
     if missing {
         return Err(Error::SchemaBehind {
             keyspace: keyspace.to_string(),
@@ -354,7 +359,11 @@ pub async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Re
             )
             .await
             .map_err(Error::cql("record migration"))?;
-        tracing::info!(version = migration.version, keyspace = ks, "applied CQL migration");
+        tracing::info!(
+            version = migration.version,
+            keyspace = ks,
+            "applied CQL migration"
+        );
     }
     Ok(())
 }
@@ -420,7 +429,14 @@ mod tests {
     fn keyspace_names_are_plain_identifiers() {
         assert!(valid_keyspace_name("sessionlog").is_ok());
         assert!(valid_keyspace_name("t_run_0a1b").is_ok());
-        for bad in ["", "1abc", "a-b", "a;DROP KEYSPACE x", "a.b", &"x".repeat(49)] {
+        for bad in [
+            "",
+            "1abc",
+            "a-b",
+            "a;DROP KEYSPACE x",
+            "a.b",
+            &"x".repeat(49),
+        ] {
             assert!(valid_keyspace_name(bad).is_err(), "{bad:?}");
         }
     }

@@ -577,7 +577,10 @@ mod tests {
             [Table::AwaitingDelete, Table::AwaitingInsert]
         );
         assert!(CqlRow::child(&event, 3).is_none());
-        assert_eq!(Wait::of(SessionStatus::NeedsResolution), Some(Wait::Operator));
+        assert_eq!(
+            Wait::of(SessionStatus::NeedsResolution),
+            Some(Wait::Operator)
+        );
         assert_eq!(Wait::of(SessionStatus::Paused), None);
     }
 

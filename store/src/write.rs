@@ -138,7 +138,6 @@ fn share_requests(sizes: &[(usize, usize)]) -> Vec<Vec<usize>> {
     requests
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,12 +11,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use sessionlog_log::PartitionReader;
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_projector::replay::{Replay, ReplayOptions, ReplaySummary};
-use sessionlog_store::{ProjectionStore, verify};
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
     SessionEvent, SessionId, TerminalOutcome,
 };
 use sessionlog_session::SessionState;
+use sessionlog_store::{ProjectionStore, verify};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Arc;

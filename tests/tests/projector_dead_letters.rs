@@ -174,18 +174,22 @@ async fn checkpoint_verification_catches_a_wrong_declared_digest() -> Result<()>
     );
     log.append(&bad).await?;
 
-    let rows = wait_for("both checkpoints to be projected", Duration::from_secs(60), || {
-        let store = store.clone();
-        async move {
-            let rows: Vec<(i64, String, String, bool)> = store
-                .checkpoints(session)
-                .await?
-                .into_iter()
-                .map(|r| (r.seq, r.declared_digest, r.computed_digest, r.verified))
-                .collect();
-            Ok((rows.len() == 2).then_some(rows))
-        }
-    })
+    let rows = wait_for(
+        "both checkpoints to be projected",
+        Duration::from_secs(60),
+        || {
+            let store = store.clone();
+            async move {
+                let rows: Vec<(i64, String, String, bool)> = store
+                    .checkpoints(session)
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.seq, r.declared_digest, r.computed_digest, r.verified))
+                    .collect();
+                Ok((rows.len() == 2).then_some(rows))
+            }
+        },
+    )
     .await?;
     let by_seq = |seq: u64| rows.iter().find(|r| r.0 == seq as i64);
     let good_row = by_seq(good.envelope.seq).context("good checkpoint row")?;

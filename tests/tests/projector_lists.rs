@@ -131,7 +131,10 @@ async fn children_and_waiting_sessions_are_listed_and_replay_the_same() -> Resul
     let paying_id = paying.session_id();
     drop(paying);
     let refused = recovery.resume(paying_id, "harness-2", 1_000).await;
-    assert!(matches!(refused, Err(Error::NeedsResolution { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::NeedsResolution { .. })),
+        "{refused:?}"
+    );
     until_listed("the operator wait to be listed", paying_id, true, || {
         recovery.sessions_needing_resolution()
     })

@@ -3,9 +3,9 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
+use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
 use sessionlog_session::context::RECENT_TURNS;
 use sessionlog_session::trace::day_of;
-use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
 use sessionlog_tests::projector::{
     assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
 };
@@ -113,7 +113,17 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         .into_iter()
         .map(|r| {
             let (seq, kind, name, start) = (r.span_seq, r.span_kind, r.name, r.start_us);
-            (seq, kind, name, start, r.end_us, r.duration_us, r.tokens_in, r.cost_micros, r.outcome)
+            (
+                seq,
+                kind,
+                name,
+                start,
+                r.end_us,
+                r.duration_us,
+                r.tokens_in,
+                r.cost_micros,
+                r.outcome,
+            )
         })
         .collect();
     assert_eq!(spans.len(), 3, "{spans:?}");
@@ -165,8 +175,12 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         .context_view_row(session)
         .await?
         .context("context view row")?;
-    let (plan, unresolved, left_out, last_seq) =
-        (view.plan, view.unresolved_calls, view.left_out, view.last_seq);
+    let (plan, unresolved, left_out, last_seq) = (
+        view.plan,
+        view.unresolved_calls,
+        view.left_out,
+        view.last_seq,
+    );
     assert_eq!(plan.as_deref(), Some("1. read 2. fix"));
     assert_eq!(last_seq, writer.state().last_seq as i64);
     let window = store.load_context(session).await?.context("context view")?;

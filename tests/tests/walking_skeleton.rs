@@ -5,9 +5,9 @@
 use anyhow::{Context, Result};
 use sessionlog_log::partitioner;
 use sessionlog_producer::{EventLog, ProducerOptions, example};
-use sessionlog_store::ProjectionStore;
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_session::{SessionStatus, fold};
+use sessionlog_store::ProjectionStore;
 use sessionlog_tests::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;

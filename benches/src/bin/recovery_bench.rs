@@ -20,12 +20,12 @@ use clap::Parser;
 use sessionlog_benches::{drop_run, peak_rss_bytes, print_table};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
-use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_projector::Projector;
-use sessionlog_store::ProjectionStore;
+use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
 use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
 use sessionlog_session::DUPLICATE_WINDOW;
+use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
