@@ -301,6 +301,17 @@ pub async fn check(session: &Session, keyspace: &str) -> Result<()> {
 
 /// Creates the keyspace and applies every migration not yet recorded.
 pub async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result<()> {
+    migrate_through(session, ks, replication_factor, latest_version()).await
+}
+
+/// Creates the keyspace and applies the migrations not yet recorded up to `version`: what an
+/// older build left (tests of upgrades start from it).
+pub async fn migrate_through(
+    session: &Session,
+    ks: &str,
+    replication_factor: u32,
+    version: i32,
+) -> Result<()> {
     valid_keyspace_name(ks)?;
     let ddl = |cql: String| async move {
         session
@@ -324,7 +335,10 @@ pub async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Re
         .await
         .map_err(Error::cql("schema agreement"))?;
     let applied = applied(session, ks).await?;
-    for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+    let pending = MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= version && !applied.contains(&m.version));
+    for migration in pending {
         for statement in migration.statements {
             ddl(statement.replace("{ks}", ks)).await?;
         }

@@ -3,7 +3,7 @@
 //! and the writers' way in (`init`, `project`, a replay) upgrades an existing keyspace.
 
 use anyhow::{Context, Result, bail};
-use sessionlog_store::{Error, ProjectionStore, migrations};
+use sessionlog_store::{Error, ProjectionStore, Wait, migrations};
 use sessionlog_tests::projector::store;
 use sessionlog_tests::{TestStack, sessionlog_bin};
 use std::process::{Command, Output};
@@ -66,24 +66,20 @@ async fn verify_and_the_other_readers_never_create_a_keyspace() -> Result<()> {
 async fn an_outdated_keyspace_is_refused_by_readers_and_upgraded_by_writers() -> Result<()> {
     let stack = TestStack::new("rupgr", 1).await?;
     let probe = store(&stack).await?;
-    let ks = stack.settings.cql.keyspace.clone();
-    // The keyspace as the previous build left it: without migration 4's tables.
-    for statement in [
-        format!("DROP TABLE {ks}.session_children"),
-        format!("DROP TABLE {ks}.sessions_awaiting"),
-        format!("DELETE FROM {ks}.schema_migrations WHERE version = 4"),
-    ] {
-        probe.cql().query_unpaged(statement, ()).await?;
-    }
-    match ProjectionStore::open(&stack.settings.cql).await {
+    // A keyspace as the previous build left it: migrations 1 to 3.
+    let mut old = stack.settings.cql.clone();
+    old.keyspace = format!("{}_v3", old.keyspace);
+    migrations::migrate_through(probe.cql(), &old.keyspace, old.replication_factor, 3).await?;
+    match ProjectionStore::open(&old).await {
         Err(Error::SchemaBehind { found, wanted, .. }) => {
             assert_eq!((found, wanted), (3, migrations::latest_version()));
         }
         Err(other) => bail!("SchemaBehind expected, got {other}"),
         Ok(_) => bail!("an outdated keyspace opened"),
     }
+    let env = [("SESSIONLOG_CQL__KEYSPACE", old.keyspace.as_str())];
     let session = uuid::Uuid::now_v7().to_string();
-    let out = sessionlog(&stack, &["inspect", &session], &[])?;
+    let out = sessionlog(&stack, &["inspect", &session], &env)?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -92,14 +88,15 @@ async fn an_outdated_keyspace_is_refused_by_readers_and_upgraded_by_writers() ->
     );
 
     // `sessionlog init` (the writers' way in) upgrades it; readers open it again.
-    let out = sessionlog(&stack, &["init"], &[])?;
+    let out = sessionlog(&stack, &["init"], &env)?;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let upgraded = ProjectionStore::open(&stack.settings.cql).await?;
+    let upgraded = ProjectionStore::open(&old).await?;
     let parent = sessionlog_schemas::SessionId(uuid::Uuid::now_v7());
     assert!(upgraded.children(parent).await?.is_empty());
+    assert!(upgraded.awaiting(Wait::Operator).await?.is_empty());
     Ok(())
 }
