@@ -4,7 +4,7 @@
 //! measured in the same run.
 
 use sessionlog_log::{Settings, topic};
-use sessionlog_projector::ProjectionStore;
+use sessionlog_store::ProjectionStore;
 use std::time::Duration;
 
 /// Latency samples and their percentiles.
@@ -96,8 +96,7 @@ pub async fn drop_run(
     use anyhow::Context;
     for keyspace in keyspaces {
         store
-            .cql()
-            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .drop_keyspace(keyspace)
             .await
             .with_context(|| format!("dropping keyspace {keyspace}"))?;
     }

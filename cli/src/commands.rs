@@ -8,11 +8,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::EventLog;
+use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
-use sessionlog_projector::{ProjectionStore, Projector};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{SchemaRegistry, SessionId, value_subject};
 use sessionlog_session::SessionState;
+use sessionlog_store::ProjectionStore;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,7 +244,7 @@ async fn init(settings: &Settings, json: bool) -> Result<()> {
         .register_all_versions(&value_subject(&settings.kafka.topic))
         .await
         .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
-    ProjectionStore::connect(&settings.cql)
+    ProjectionStore::migrate(&settings.cql)
         .await
         .with_context(|| format!("migrating CQL keyspace at {}", settings.cql.nodes))?;
     print(
@@ -330,7 +331,8 @@ async fn inspect(
     timeout: u64,
     json: bool,
 ) -> Result<()> {
-    let store = ProjectionStore::connect(&settings.cql).await?;
+    // Read-only: a missing or outdated keyspace is an error naming the command to run.
+    let store = ProjectionStore::open(&settings.cql).await?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let projected = loop {
         let row = store.load_session(*session).await?;

@@ -253,7 +253,7 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
     let address = listen.unwrap_or_else(|| settings.recovery.listen.clone());
     let metrics = sessionlog_http::metrics::install(&[
         sessionlog_recovery::http::describe_metrics,
-        // MERGE: add sessionlog_recovery::describe_metrics here once the recovery library has it.
+        sessionlog_recovery::describe_metrics,
     ]);
     let app = sessionlog_recovery::http::router(connect(settings).await?, metrics);
     let listener = tokio::net::TcpListener::bind(&address)

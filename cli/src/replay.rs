@@ -3,9 +3,8 @@
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use sessionlog_log::Settings;
-use sessionlog_projector::ProjectionStore;
 use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
-use sessionlog_projector::verify;
+use sessionlog_store::{ProjectionStore, verify};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,12 +110,13 @@ pub async fn replay(settings: &Settings, request: ReplayRequest, json: bool) -> 
     Ok(())
 }
 
-/// Compares two keyspaces; an error (non-zero exit) when any table differs.
+/// Compares two keyspaces; an error (non-zero exit) when any table differs. Read-only: both
+/// keyspaces must exist and be migrated; neither is ever created.
 pub async fn verify(settings: &Settings, left: &str, right: &str, json: bool) -> Result<()> {
     let mut cql = settings.cql.clone();
     cql.keyspace = left.to_string();
-    let store = ProjectionStore::connect(&cql).await?;
-    let comparison = verify::compare(store.cql(), left, right).await?;
+    let store = ProjectionStore::open(&cql).await?;
+    let comparison = verify::compare(&store, left, right).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&comparison)?);
     } else {

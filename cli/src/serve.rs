@@ -11,9 +11,7 @@ use std::sync::Arc;
 /// Installs the process's metrics recorder and serves it, with the projector's health, on
 /// `listen`. The server runs on a background task for the life of the process.
 pub async fn serve_metrics(listen: &str, health: Arc<Health>) -> Result<()> {
-    let handle = sessionlog_http::metrics::install(&[
-        // MERGE: add sessionlog_projector::describe_metrics here once the projector has it.
-    ]);
+    let handle = sessionlog_http::metrics::install(&[sessionlog_projector::describe_metrics]);
     let app = Router::new()
         .route(
             "/metrics",

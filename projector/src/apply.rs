@@ -1,15 +1,17 @@
 //! Folding log records into projection rows and making them durable: the part of the
 //! projector that the live consumer-group worker and the ops replay share.
 
-use crate::context::{ContextWindow, TurnChange};
+use crate::Result;
 use crate::observe::{self, Health};
-use crate::store::{CqlRow, LastWritten, ROWS_PER_BATCH};
-use crate::trace::span_of;
-use crate::{Error, ProjectedSession, ProjectionStore, Result};
 use futures::stream::{self, TryStreamExt};
 use sessionlog_log::RawRecord;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
+use sessionlog_session::context::{ContextWindow, TurnChange};
+use sessionlog_session::trace::span_of;
 use sessionlog_session::{SessionState, Verdict};
+use sessionlog_store::{
+    CqlRow, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -70,6 +72,9 @@ pub struct Folded {
     positions: HashMap<SessionId, usize>,
     /// Span rows by day, whose partition key is the day rather than the session.
     days: BTreeMap<String, Vec<CqlRow>>,
+    /// Rows of the lists keyed by something else than the session: a parent's children,
+    /// sessions awaiting someone.
+    lists: Vec<CqlRow>,
     topic: String,
     /// The next offset to read, by partition, once the batch is durable.
     pub next_offsets: BTreeMap<i32, i64>,
@@ -127,11 +132,18 @@ impl Applier {
 
     /// Folds a batch of records in log order. Decoding failures become dead letters;
     /// the fold's rejections become `rejected_events` rows.
+    #[tracing::instrument(name = "fold_batch", skip_all, fields(
+        records = records.len(),
+        partition = records.first().map(|r| r.partition),
+        first_offset = records.first().map(|r| r.offset),
+        last_offset = records.last().map(|r| r.offset),
+    ))]
     pub async fn fold(&mut self, records: &[RawRecord]) -> Result<Folded> {
         let mut folded = Folded {
             sessions: Vec::new(),
             positions: HashMap::new(),
             days: BTreeMap::new(),
+            lists: Vec::new(),
             topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
             dead_letters: Vec::new(),
@@ -169,6 +181,11 @@ impl Applier {
         Ok(folded)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(
+        session = %event.session_id,
+        partition = record.partition,
+        offset = record.offset,
+    ))]
     async fn fold_event(
         &mut self,
         event: EventEnvelope,
@@ -183,7 +200,14 @@ impl Applier {
             return Ok(());
         }
         let span = span_of(&event, &entry.row.state);
+        let waited = Wait::of(entry.row.state.status());
         let verdict = entry.row.state.apply(&event);
+        // Whom the session waits for changes only with an event the fold accepted; the rows
+        // follow each change, so any split of the log into batches writes the same ones.
+        let waits = Wait::of(entry.row.state.status());
+        folded
+            .lists
+            .extend(CqlRow::awaiting(&event, offset, waited, waits));
         entry.row.applied_offset = offset;
         entry.row.partition = partition;
         // The context window folds only records it has not seen (its row once could be written
@@ -204,6 +228,7 @@ impl Applier {
                     rows.push(by_session);
                     folded.days.entry(span.day()).or_default().push(by_day);
                 }
+                folded.lists.extend(CqlRow::child(&event, offset));
                 let checkpoint = matches!(event.event, SessionEvent::Checkpoint { .. });
                 let after = checkpoint.then_some(&entry.row.state);
                 rows.extend(CqlRow::accepted(&event, partition, offset, after));
@@ -298,10 +323,16 @@ impl Applier {
     }
 }
 
-/// Makes a folded batch durable: span rows by day first, then each touched session's rows as
-/// one mutation (its session row, the commit point, with its event rows; small sessions share
-/// a request, see [`ProjectionStore::write_sessions`]), then the partitions' progress. Retries until the store answers, so an outage stalls the
-/// projector instead of losing anything.
+/// Makes a folded batch durable: span rows by day and the lists' rows first, then each
+/// touched session's rows as one mutation (its session row, the commit point, with its event
+/// rows; small sessions share a request, see [`ProjectionStore::write_sessions`]), then the
+/// partitions' progress. Retries until the store answers, so an outage stalls the projector
+/// instead of losing anything.
+#[tracing::instrument(name = "write_batch", skip_all, fields(
+    sessions = folded.sessions.len(),
+    partitions = ?folded.next_offsets.keys().collect::<Vec<_>>(),
+    next_offsets = ?folded.next_offsets.values().collect::<Vec<_>>(),
+))]
 pub async fn persist(
     store: &ProjectionStore,
     folded: &Folded,
@@ -319,6 +350,13 @@ pub async fn persist(
                 .map(Ok),
         )
         .try_for_each_concurrent(concurrency, |rows| store.write_rows(rows))
+    })
+    .await;
+    // Each list row alone: they are few (forks, waits) and each is keyed by another partition.
+    with_retry("write lists", health, || {
+        stream::iter(folded.lists.iter().map(Ok)).try_for_each_concurrent(concurrency, |row| {
+            store.write_rows(std::slice::from_ref(row))
+        })
     })
     .await;
     let days_done = started.elapsed();
@@ -350,10 +388,11 @@ pub async fn persist(
 
 /// Retries a store operation with capped exponential backoff until it succeeds, reporting
 /// the outage on `health` meanwhile.
-pub(crate) async fn with_retry<T, F, Fut>(what: &'static str, health: &Health, mut op: F) -> T
+pub(crate) async fn with_retry<T, E, F, Fut>(what: &'static str, health: &Health, mut op: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
 {
     let mut backoff = Duration::from_millis(100);
     loop {

@@ -23,9 +23,68 @@ pub const LAG: &str = "sessionlog_projector_lag_records";
 pub const APPLY_SECONDS: &str = "sessionlog_projector_apply_seconds";
 /// Seconds from an event's append (its log timestamp) to its row being durable.
 pub const VISIBLE_SECONDS: &str = "sessionlog_projector_append_to_visible_seconds";
-/// Buckets (seconds) of both latency histograms.
-pub const LATENCY_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// Registers a help text for every metric above with the installed recorder (call it once,
+/// after installing the recorder; without one it does nothing).
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        CONSUMED,
+        Unit::Count,
+        "Records read from the session topic."
+    );
+    describe_counter!(
+        APPLIED,
+        Unit::Count,
+        "Events the fold accepted and the projector applied."
+    );
+    describe_counter!(
+        REJECTED,
+        Unit::Count,
+        "Events the fold rejected (recorded in rejected_events), by reason."
+    );
+    describe_counter!(
+        DUPLICATES,
+        Unit::Count,
+        "Harmless repeats of accepted events."
+    );
+    describe_counter!(
+        SKIPPED,
+        Unit::Count,
+        "Records already applied before, read again after a crash or a rebalance."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        Unit::Count,
+        "Records that cannot be projected, sent to the dead-letter topic."
+    );
+    describe_gauge!(
+        LAG,
+        Unit::Count,
+        "Records between the projector's position and the partition's end, by partition."
+    );
+    describe_histogram!(
+        APPLY_SECONDS,
+        Unit::Seconds,
+        "Seconds from a batch's first record arriving to its writes being durable."
+    );
+    describe_histogram!(
+        VISIBLE_SECONDS,
+        Unit::Seconds,
+        "Seconds from an event's append (its log timestamp) to its row being durable."
+    );
+}
+
+/// Every metric name this crate records, for tests and dashboards.
+pub const METRICS: &[&str] = &[
+    CONSUMED,
+    APPLIED,
+    REJECTED,
+    DUPLICATES,
+    SKIPPED,
+    DEAD_LETTERED,
+    LAG,
+    APPLY_SECONDS,
+    VISIBLE_SECONDS,
 ];
 
 pub(crate) fn count_batch(stats: &BatchStats) {

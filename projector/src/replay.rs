@@ -112,7 +112,7 @@ impl Replay {
         let store = if options.dry_run {
             None
         } else {
-            Some(ProjectionStore::connect(&settings.cql).await?)
+            Some(ProjectionStore::migrate(&settings.cql).await?)
         };
         let topic = settings.kafka.topic.clone();
         let stored = match &store {

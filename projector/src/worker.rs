@@ -165,7 +165,7 @@ pub struct Projector {
 impl Projector {
     /// Connects to Kafka, the registry and CQL (applying migrations) and joins the group.
     pub async fn new(settings: &Settings, options: ProjectorOptions) -> Result<Self> {
-        let store = ProjectionStore::connect(&settings.cql).await?;
+        let store = ProjectionStore::migrate(&settings.cql).await?;
         let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
         let shared = Arc::new(Shared {
             topic: settings.kafka.topic.clone(),

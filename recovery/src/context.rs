@@ -5,9 +5,9 @@
 //! never staler than the log.
 
 use serde::Serialize;
-use sessionlog_projector::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
 use sessionlog_schemas::Seq;
 use sessionlog_session::SessionState;
+use sessionlog_session::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
 
 /// A rough token count for text: about four characters a token, plus a little per turn.
 pub fn estimate_tokens(text: &str) -> usize {

@@ -9,9 +9,10 @@ pub enum Error {
     /// The registry, or a record that does not decode.
     #[error(transparent)]
     Schema(#[from] sessionlog_schemas::Error),
-    /// The projection store.
+    /// The projection store: unreachable, missing or outdated (its message names the command
+    /// that fixes it), or holding a row it cannot read.
     #[error(transparent)]
-    Store(#[from] sessionlog_projector::Error),
+    Store(#[from] sessionlog_store::Error),
     /// No event of the session is in the log.
     #[error("unknown session {0}: no event of it is in the log")]
     UnknownSession(String),

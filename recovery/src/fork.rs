@@ -2,7 +2,6 @@
 //! prefix is referenced, not copied; each branch has its own epoch, sequence and side effects.
 
 use crate::{Error, LoggedEvent, Recovery, Result};
-use futures::TryStreamExt;
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_schemas::{ForkPoint, SessionEvent, SessionId};
@@ -24,7 +23,8 @@ pub struct Lineage {
     pub session_id: SessionId,
     /// Its parent, grandparent, … with the fork point of each step.
     pub ancestors: Vec<ForkPoint>,
-    /// Sessions forked from it (directly), with their fork seq, as the projection knows them.
+    /// Sessions forked from it (directly), with their fork seq, as the projection knows them
+    /// (`session_children`), by child id.
     pub children: Vec<(SessionId, u64)>,
 }
 
@@ -141,24 +141,8 @@ impl Recovery {
     }
 
     async fn children(&self, session: SessionId) -> Result<Vec<(SessionId, u64)>> {
-        let store = self.store();
-        let store_error = crate::index::store_error("list forks");
-        let query = format!(
-            "SELECT session_id, parent_seq FROM {}.sessions WHERE parent_session_id = ? ALLOW FILTERING",
-            store.keyspace()
-        );
-        let mut rows = store
-            .cql()
-            .query_iter(query, (session.0,))
-            .await
-            .map_err(|e| store_error(&e))?
-            .rows_stream::<(uuid::Uuid, Option<i64>)>()
-            .map_err(|e| store_error(&e))?;
-        let mut children = Vec::new();
-        while let Some((id, seq)) = rows.try_next().await.map_err(|e| store_error(&e))? {
-            children.push((SessionId(id), seq.unwrap_or_default() as u64));
-        }
-        children.sort();
-        Ok(children)
+        // The projector lists each fork under its parent when it projects the child's
+        // `SessionForked`: one partition read.
+        Ok(self.store().children(session).await?)
     }
 }

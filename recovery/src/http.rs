@@ -24,24 +24,13 @@ use utoipa_axum::routes;
 
 /// Requests answered, by `method`, `route` and `status`.
 pub const REQUESTS_TOTAL: &str = "sessionlog_recovery_requests_total";
-/// Problems answered, by `code`.
-pub const ERRORS_TOTAL: &str = "sessionlog_recovery_errors_total";
-/// Sessions resumed over HTTP.
-pub const RESUMES_TOTAL: &str = "sessionlog_recovery_resumes_total";
 
-/// Gives the recovery service's metrics their `# HELP` lines; the metrics installer calls it.
+/// Gives the recovery service's own metric its `# HELP` line; the library's are described by
+/// [`crate::describe_metrics`]. The metrics installer calls both.
 pub fn describe_metrics() {
     metrics::describe_counter!(
         REQUESTS_TOTAL,
         "HTTP requests the recovery service answered, by method, route and status."
-    );
-    metrics::describe_counter!(
-        ERRORS_TOTAL,
-        "Problem answers of the recovery service, by code (unknown_session, needs_resolution, unavailable, ...)."
-    );
-    metrics::describe_counter!(
-        RESUMES_TOTAL,
-        "Sessions resumed through POST /v1/sessions/{session_id}/resume."
     );
 }
 
@@ -51,7 +40,7 @@ const INFO: ServiceInfo = ServiceInfo {
         settle in-doubt tool calls, decide approvals, and fork with lineage. Errors are RFC 9457 \
         problems whose `code` member is stable.",
     requests_metric: REQUESTS_TOTAL,
-    problems_metric: Some(ERRORS_TOTAL),
+    problems_metric: Some(crate::observe::ERRORS),
 };
 
 /// The routes and their OpenAPI paths; needs no connection.
@@ -96,12 +85,14 @@ impl From<Error> for Problem {
                 (StatusCode::CONFLICT, "fenced")
             }
             Error::Producer(e) => return e.into(),
-            Error::Log(e) | Error::Store(sessionlog_projector::Error::Log(e)) => log_status(&e),
-            Error::Schema(e) | Error::Store(sessionlog_projector::Error::Schema(e)) => {
-                schema_status(&e)
-            }
-            Error::Store(sessionlog_projector::Error::Store { .. }) => UNAVAILABLE,
-            Error::Store(sessionlog_projector::Error::CorruptRow { .. }) => INTERNAL,
+            Error::Log(e) => log_status(&e),
+            Error::Schema(e) => schema_status(&e),
+            Error::Store(
+                sessionlog_store::Error::Connect { .. } | sessionlog_store::Error::Cql { .. },
+            ) => UNAVAILABLE,
+            // A missing or old keyspace, a bad name, a corrupt row: a setting or a command
+            // fixes these, a retry does not.
+            Error::Store(_) => INTERNAL,
         };
         Problem::new(status, code, detail)
     }
@@ -308,7 +299,6 @@ async fn resume(
     let bundle = recovery
         .resume(session, &request.writer, request.context_tokens)
         .await?;
-    metrics::counter!(RESUMES_TOTAL).increment(1);
     Ok(Json(ResumeBundleView(bundle)))
 }
 

@@ -2,14 +2,20 @@
 //! settle in-doubt tool calls, gate on approvals, and fork with lineage.
 //!
 //! The tables are a cache of the log, never its authority: a rebuild always reads the
-//! session's partition to its end and folds with the same code as the projector, so it is
-//! correct even when the projector is behind or down.
+//! session's partition to its end and folds with the same code as the projector (the pure
+//! folds of `sessionlog-session`), so it is correct even when the projector is behind or down.
+//! It reads the tables through `sessionlog-store`, opened read-only: recovery never creates or
+//! migrates a keyspace. Lists come from tables the projector maintains (a session's children,
+//! sessions awaiting an operator or an approval), never from scans.
+//!
+//! [`observe`] names the metrics and registers their help texts ([`describe_metrics`]).
 
 pub mod context;
 mod error;
 mod fork;
 pub mod http;
 pub mod index;
+pub mod observe;
 mod operator;
 mod rebuild;
 pub mod resolver;
@@ -17,6 +23,7 @@ mod resume;
 
 pub use error::{Error, Result};
 pub use fork::{BranchDiff, ForkAt, Lineage};
+pub use observe::describe_metrics;
 pub use operator::{Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};

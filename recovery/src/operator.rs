@@ -3,10 +3,10 @@
 //! appends as a new writer epoch (fencing any harness still holding the old one).
 
 use crate::{Error, Recovery, Result};
-use futures::TryStreamExt;
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent, SessionId};
+use sessionlog_store::Wait;
 use std::sync::Arc;
 
 /// An operator's record of what an in-doubt call did.
@@ -29,7 +29,7 @@ pub struct Resolution {
 pub struct StuckSession {
     /// The session.
     pub session_id: SessionId,
-    /// Its status (`needs_resolution`).
+    /// Its status (`needs_resolution`, or `awaiting_approval`).
     pub status: String,
     /// Its last seq.
     pub last_seq: i64,
@@ -112,33 +112,28 @@ impl Recovery {
             .await?)
     }
 
-    /// Sessions the projection shows as needing an operator.
+    /// Sessions the projection shows as needing an operator (`sessions_awaiting`, which the
+    /// projector keeps as sessions enter and leave the wait), by id.
     pub async fn sessions_needing_resolution(&self) -> Result<Vec<StuckSession>> {
-        let store = self.store();
-        let store_error = crate::index::store_error("list sessions needing resolution");
-        // An ops query over a small set; ALLOW FILTERING keeps it portable to ScyllaDB and
-        // Cassandra without an index that every write would pay for.
-        let query = format!(
-            "SELECT session_id, status, last_seq FROM {}.sessions WHERE status = 'needs_resolution' ALLOW FILTERING",
-            store.keyspace()
-        );
-        let mut rows = store
-            .cql()
-            .query_iter(query, ())
-            .await
-            .map_err(|e| store_error(&e))?
-            .rows_stream::<(uuid::Uuid, Option<String>, Option<i64>)>()
-            .map_err(|e| store_error(&e))?;
-        let mut stuck = Vec::new();
-        while let Some((id, status, last_seq)) =
-            rows.try_next().await.map_err(|e| store_error(&e))?
-        {
-            stuck.push(StuckSession {
-                session_id: SessionId(id),
-                status: status.unwrap_or_default(),
-                last_seq: last_seq.unwrap_or_default(),
-            });
-        }
-        Ok(stuck)
+        self.sessions_awaiting(Wait::Operator).await
+    }
+
+    /// Sessions the projection shows as awaiting a decision on an approval, by id.
+    pub async fn sessions_awaiting_approval(&self) -> Result<Vec<StuckSession>> {
+        self.sessions_awaiting(Wait::Approval).await
+    }
+
+    async fn sessions_awaiting(&self, whom: Wait) -> Result<Vec<StuckSession>> {
+        Ok(self
+            .store()
+            .awaiting(whom)
+            .await?
+            .into_iter()
+            .map(|waiting| StuckSession {
+                session_id: waiting.session_id,
+                status: waiting.status,
+                last_seq: waiting.last_seq,
+            })
+            .collect())
     }
 }

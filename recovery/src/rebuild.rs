@@ -1,14 +1,15 @@
 //! Rebuilding a session's state from topic offsets.
 
 use crate::index::{self, VerifiedCheckpoint};
+use crate::observe;
 use crate::resolver::Resolvers;
 use crate::{Error, Result};
 use serde::Serialize;
 use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
 use sessionlog_producer::EventLog;
-use sessionlog_projector::ProjectionStore;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SchemaRegistry, SessionId};
 use sessionlog_session::SessionState;
+use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 
 /// How many records a rebuild holds before folding them: memory stays bounded by this,
@@ -90,10 +91,12 @@ pub struct Recovery {
 
 impl Recovery {
     /// Connects to the registry, the store and the cluster (to learn the partition count), with
-    /// the HTTP resolvers the settings name.
+    /// the HTTP resolvers the settings name. The store is opened read-only
+    /// ([`ProjectionStore::open`]): recovery never creates or migrates a keyspace, and fails
+    /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
-        let store = ProjectionStore::connect(&settings.cql).await?;
+        let store = ProjectionStore::open(&settings.cql).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
         let log = Arc::new(EventLog::from_settings(settings).await?);
         Ok(Self {
@@ -145,13 +148,22 @@ impl Recovery {
 
     /// Rebuilds `session` from a checkpoint no later than `at_most_seq` (or the latest), and
     /// calls `visit` with every event of the session read after the start point.
+    #[tracing::instrument(name = "rebuild", skip(self, visit), fields(
+        %session,
+        partition = tracing::field::Empty,
+        offset = tracing::field::Empty,
+        end_offset = tracing::field::Empty,
+    ))]
     pub async fn rebuild_with(
         &self,
         session: SessionId,
         at_most_seq: Option<u64>,
         mut visit: impl FnMut(&LoggedEvent),
     ) -> Result<RebuiltSession> {
+        let started = std::time::Instant::now();
         let partition = self.partition_of(session);
+        let span = tracing::Span::current();
+        span.record("partition", partition);
         let reader = PartitionReader::new(&self.settings.kafka, &self.settings.kafka.topic)?;
         let checkpoint =
             index::latest_verified_checkpoint(&self.store, session, at_most_seq).await?;
@@ -179,6 +191,8 @@ impl Recovery {
             }
         };
         let (_, end_offset) = reader.watermarks(partition).await?;
+        span.record("offset", from);
+        span.record("end_offset", end_offset);
         let mut fold = StreamingFold {
             decoder: &self.decoder,
             session,
@@ -243,6 +257,16 @@ impl Recovery {
         if !state.is_started() {
             return Err(Error::UnknownSession(session.to_string()));
         }
+        let start_label = match start {
+            StartPoint::Checkpoint { .. } => "checkpoint",
+            StartPoint::FirstEvent { .. } => "first_event",
+            StartPoint::PartitionStart { .. } => "partition_start",
+        };
+        metrics::counter!(observe::REBUILDS, "start" => start_label).increment(1);
+        metrics::histogram!(observe::REBUILD_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(observe::RECORDS_READ).increment(records_read);
+        metrics::counter!(observe::EVENTS_FOLDED).increment(events_folded);
+        tracing::debug!(start = start_label, records_read, events_folded, "rebuilt");
         Ok(RebuiltSession {
             state,
             partition,

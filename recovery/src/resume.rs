@@ -6,8 +6,8 @@ use crate::resolver::ToolOutcome;
 use crate::{Error, Recovery, Result, StartPoint};
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_projector::context::ContextWindow;
 use sessionlog_schemas::{EffectClass, ResultSource, SessionEvent, SessionId};
+use sessionlog_session::context::ContextWindow;
 use sessionlog_session::{PendingCall, SessionState};
 use std::sync::Arc;
 
@@ -67,6 +67,11 @@ impl Recovery {
     /// a recorded result is never re-executed, a pure call may run again, an idempotent one is
     /// resolved through its tool's resolver, and anything else stops the session with
     /// `ResolutionRequired` until an operator records the outcome.
+    #[tracing::instrument(skip(self), fields(
+        %session,
+        partition = tracing::field::Empty,
+        offset = tracing::field::Empty,
+    ))]
     pub async fn resume(
         &self,
         session: SessionId,
@@ -101,6 +106,9 @@ impl Recovery {
             })
             .await?;
         }
+        let span = tracing::Span::current();
+        span.record("partition", rebuilt.partition);
+        span.record("offset", rebuilt.end_offset);
         check_resumable(&rebuilt.state)?;
         let (mut writer, _claim) = SessionWriter::claim_from(
             Arc::clone(self.log()),
@@ -147,6 +155,7 @@ impl Recovery {
             });
         }
         let context = within_budget(&window, writer.state(), context_budget_tokens);
+        metrics::counter!(crate::observe::RESUMES).increment(1);
         Ok(ResumeBundle {
             context,
             epoch: writer.state().epoch,

@@ -12,8 +12,15 @@
 //! - any other event is accepted when its epoch is the current one and its seq is the next;
 //! - a repeat of a recently accepted `(seq, event_id)` is a harmless duplicate;
 //! - anything else is rejected with a [`Rejection`] that says why.
+//!
+//! Two more pure folds derive views from accepted events, used by the projector (which stores
+//! them) and recovery (which folds the log's tail into them): [`context`], the bounded
+//! context window a resumed harness hands its next model call, and [`trace`], one span per
+//! model or tool call.
 
+pub mod context;
 mod state;
+pub mod trace;
 mod verdict;
 
 pub use state::{

@@ -26,8 +26,9 @@ pub struct TestStack {
 }
 
 impl TestStack {
-    /// Creates a topic of `partitions` partitions, registers the schemas and names a fresh
-    /// keyspace, all unique to this test run.
+    /// Creates a topic of `partitions` partitions, registers the schemas and creates a fresh
+    /// keyspace, all unique to this test run: what `sessionlog init` does. (Readers such as
+    /// recovery only open an existing keyspace; they never create one.)
     pub async fn new(name: &str, partitions: i32) -> Result<Self> {
         let mut settings = Settings::load(None).context("loading settings from the environment")?;
         let run = uuid::Uuid::now_v7().simple().to_string();
@@ -48,6 +49,9 @@ impl TestStack {
             .register_all_versions(&value_subject(&settings.kafka.topic))
             .await
             .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+        sessionlog_store::ProjectionStore::migrate(&settings.cql)
+            .await
+            .with_context(|| format!("creating keyspace {}", settings.cql.keyspace))?;
         Ok(Self {
             settings,
             group: format!("g-{tag}"),

@@ -10,14 +10,13 @@ use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use sessionlog_log::PartitionReader;
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
-use sessionlog_projector::ProjectionStore;
 use sessionlog_projector::replay::{Replay, ReplayOptions, ReplaySummary};
-use sessionlog_projector::verify;
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
     SessionEvent, SessionId, TerminalOutcome,
 };
 use sessionlog_session::SessionState;
+use sessionlog_store::{ProjectionStore, verify};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -32,9 +31,10 @@ pub async fn event_log(stack: &TestStack) -> Result<Arc<EventLog>> {
     ))
 }
 
-/// The store of `stack`'s keyspace (migrated).
+/// The store of `stack`'s keyspace (which [`TestStack::new`] created), opened read-only as
+/// operators' commands open it.
 pub async fn store(stack: &TestStack) -> Result<ProjectionStore> {
-    Ok(ProjectionStore::connect(&stack.settings.cql).await?)
+    Ok(ProjectionStore::open(&stack.settings.cql).await?)
 }
 
 /// Starts `sessionlog project` with extra arguments (e.g. `--listen`).
@@ -176,7 +176,7 @@ pub async fn replay_into(stack: &TestStack, keyspace: &str) -> Result<ReplaySumm
 
 /// Fails with the differing rows unless the two keyspaces hold the same derived tables.
 pub async fn assert_same_tables(store: &ProjectionStore, left: &str, right: &str) -> Result<()> {
-    let comparison = verify::compare(store.cql(), left, right).await?;
+    let comparison = verify::compare(store, left, right).await?;
     if !comparison.equal() {
         let diffs: Vec<String> = comparison
             .tables

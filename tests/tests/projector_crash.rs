@@ -42,7 +42,7 @@ async fn kill_9_at_random_moments_leaves_the_tables_of_a_clean_replay() -> Resul
 }
 
 /// Sum of stored progress over all partitions.
-async fn progress(stack: &TestStack, store: &sessionlog_projector::ProjectionStore) -> Result<i64> {
+async fn progress(stack: &TestStack, store: &sessionlog_store::ProjectionStore) -> Result<i64> {
     Ok(store
         .load_progress(&stack.settings.kafka.topic)
         .await?
@@ -53,7 +53,7 @@ async fn progress(stack: &TestStack, store: &sessionlog_projector::ProjectionSto
 /// Waits until the projection advanced past `from` (the load keeps appending).
 async fn advanced(
     stack: &TestStack,
-    store: &sessionlog_projector::ProjectionStore,
+    store: &sessionlog_store::ProjectionStore,
     from: i64,
 ) -> Result<i64> {
     wait_for(
@@ -131,15 +131,11 @@ async fn a_retry_after_a_projector_restart_is_still_a_duplicate() -> Result<()> 
 
     let ks = store.keyspace().to_string();
     let rejected: Vec<(String, String)> = store
-        .cql()
-        .query_unpaged(
-            format!("SELECT label, reason FROM {ks}.rejected_events WHERE session_id = ?"),
-            (session.0,),
-        )
+        .rejected_events(session)
         .await?
-        .into_rows_result()?
-        .rows::<(String, String)>()?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .map(|r| (r.label, r.reason))
+        .collect();
     assert!(rejected.is_empty(), "retries were rejected: {rejected:?}");
     let projected = store
         .load_session(session)

@@ -124,19 +124,12 @@ async fn bad_records_are_dead_lettered_or_rejected_and_valid_events_keep_flowing
     let rejected = |session: SessionId| {
         let store = store.clone();
         async move {
-            let ks = store.keyspace().to_string();
-            let rows = store
-                .cql()
-                .query_unpaged(
-                    format!(
-                        "SELECT log_offset, label, reason FROM {ks}.rejected_events WHERE session_id = ?"
-                    ),
-                    (session.0,),
-                )
+            let rows: Vec<(i64, String, String)> = store
+                .rejected_events(session)
                 .await?
-                .into_rows_result()?
-                .rows::<(i64, String, String)>()?
-                .collect::<Result<Vec<_>, _>>()?;
+                .into_iter()
+                .map(|r| (r.log_offset, r.label, r.reason))
+                .collect();
             Ok::<_, anyhow::Error>(rows)
         }
     };
@@ -181,26 +174,22 @@ async fn checkpoint_verification_catches_a_wrong_declared_digest() -> Result<()>
     );
     log.append(&bad).await?;
 
-    let ks = store.keyspace().to_string();
-    let rows = wait_for("both checkpoints to be projected", Duration::from_secs(60), || {
-        let (store, ks) = (store.clone(), ks.clone());
-        async move {
-            let rows = store
-                .cql()
-                .query_unpaged(
-                    format!(
-                        "SELECT seq, declared_digest, computed_digest, verified FROM {ks}.checkpoints \
-                         WHERE session_id = ?"
-                    ),
-                    (session.0,),
-                )
-                .await?
-                .into_rows_result()?
-                .rows::<(i64, String, String, bool)>()?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((rows.len() == 2).then_some(rows))
-        }
-    })
+    let rows = wait_for(
+        "both checkpoints to be projected",
+        Duration::from_secs(60),
+        || {
+            let store = store.clone();
+            async move {
+                let rows: Vec<(i64, String, String, bool)> = store
+                    .checkpoints(session)
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.seq, r.declared_digest, r.computed_digest, r.verified))
+                    .collect();
+                Ok((rows.len() == 2).then_some(rows))
+            }
+        },
+    )
     .await?;
     let by_seq = |seq: u64| rows.iter().find(|r| r.0 == seq as i64);
     let good_row = by_seq(good.envelope.seq).context("good checkpoint row")?;

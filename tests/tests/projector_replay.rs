@@ -2,9 +2,8 @@
 //! replays resume; a dry run writes nothing; `sessionlog verify` reports differences.
 
 use anyhow::{Context, Result};
-use sessionlog_projector::ProjectionStore;
 use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
-use sessionlog_projector::verify;
+use sessionlog_store::{ProjectionStore, verify};
 use sessionlog_tests::projector::{
     assert_projected, assert_same_tables, event_log, replay_into, run_load, send_raw, store,
     wait_caught_up,
@@ -27,7 +26,7 @@ async fn dropping_everything_and_replaying_gives_the_same_tables() -> Result<()>
     drop(projector);
     assert_projected(&live, &load).await?;
     let live_ks = live.keyspace().to_string();
-    let before = verify::digest_keyspace(live.cql(), &live_ks).await?;
+    let before = verify::digest_keyspace(&live, &live_ks).await?;
 
     // A fresh keyspace, replayed from the beginning: the same tables as the live projector's.
     let fresh = format!("{live_ks}_r");
@@ -51,11 +50,9 @@ async fn dropping_everything_and_replaying_gives_the_same_tables() -> Result<()>
     assert_same_tables(&live, &live_ks, &settings.cql.keyspace).await?;
 
     // Drop everything, replay into the same name: byte for byte what was there.
-    live.cql()
-        .query_unpaged(format!("DROP KEYSPACE {live_ks}"), ())
-        .await?;
+    live.drop_keyspace(&live_ks).await?;
     replay_into(&stack, &live_ks).await?;
-    let after = verify::digest_keyspace(live.cql(), &live_ks).await?;
+    let after = verify::digest_keyspace(&live, &live_ks).await?;
     assert_eq!(before, after);
     assert!(
         before
@@ -119,16 +116,8 @@ async fn replay_resumes_selects_partitions_and_dry_runs() -> Result<()> {
     assert_eq!(summary.consumed, total);
     assert_eq!(summary.accepted, total);
     let probe = store(&stack).await?;
-    let exists: Option<(String,)> = probe
-        .cql()
-        .query_unpaged(
-            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?",
-            (settings.cql.keyspace.as_str(),),
-        )
-        .await?
-        .into_rows_result()?
-        .maybe_first_row()?;
-    assert!(exists.is_none(), "a dry run creates no keyspace");
+    let exists = probe.keyspace_exists(&settings.cql.keyspace).await?;
+    assert!(!exists, "a dry run creates no keyspace");
 
     // Partition 0 only, then everything: the second run resumes and skips partition 0.
     let first = Replay::plan(
@@ -158,7 +147,7 @@ async fn replay_resumes_selects_partitions_and_dry_runs() -> Result<()> {
         .collect();
     rest.run(Arc::new(AtomicU64::new(0))).await?;
     assert_same_tables(&probe, &reference_ks, &settings.cql.keyspace).await?;
-    let target = sessionlog_projector::ProjectionStore::connect(&settings.cql).await?;
+    let target = ProjectionStore::open(&settings.cql).await?;
     assert_projected(&target, &load).await?;
 
     // From given offsets: partition 1 from its end reads nothing there.
@@ -201,7 +190,7 @@ async fn concurrent_migrations_of_one_keyspace_all_succeed() -> Result<()> {
     for round in 0..4 {
         let mut cql = stack.settings.cql.clone();
         cql.keyspace = format!("{}_m{round}", cql.keyspace);
-        let connects = (0..8).map(|_| ProjectionStore::connect(&cql));
+        let connects = (0..8).map(|_| ProjectionStore::migrate(&cql));
         futures::future::try_join_all(connects).await?;
     }
     Ok(())

@@ -3,9 +3,9 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
-use sessionlog_projector::context::RECENT_TURNS;
-use sessionlog_projector::trace::day_of;
 use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
+use sessionlog_session::context::RECENT_TURNS;
+use sessionlog_session::trace::day_of;
 use sessionlog_tests::projector::{
     assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
 };
@@ -95,7 +95,6 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     writer.checkpoint(None).await?;
     wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
     projector.assert_running()?;
-    let ks = store.keyspace().to_string();
 
     type SpanRow = (
         i64,
@@ -109,18 +108,24 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         String,
     );
     let spans: Vec<SpanRow> = store
-        .cql()
-        .query_unpaged(
-            format!(
-                "SELECT span_seq, span_kind, name, start_us, end_us, duration_us, tokens_in, cost_micros, outcome \
-                 FROM {ks}.trace_spans_by_session WHERE session_id = ?"
-            ),
-            (session.0,),
-        )
+        .spans(session)
         .await?
-        .into_rows_result()?
-        .rows::<SpanRow>()?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .map(|r| {
+            let (seq, kind, name, start) = (r.span_seq, r.span_kind, r.name, r.start_us);
+            (
+                seq,
+                kind,
+                name,
+                start,
+                r.end_us,
+                r.duration_us,
+                r.tokens_in,
+                r.cost_micros,
+                r.outcome,
+            )
+        })
+        .collect();
     assert_eq!(spans.len(), 3, "{spans:?}");
     let m = &spans[0];
     let SessionEvent::ModelResponse { started_at, .. } = model.envelope.event else {
@@ -154,17 +159,11 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
 
     let day = day_of(done_call.envelope.occurred_at);
     let by_day: Vec<(String, i64)> = store
-        .cql()
-        .query_unpaged(
-            format!(
-                "SELECT name, span_seq FROM {ks}.trace_spans_by_day WHERE day = ? AND start_us >= ?"
-            ),
-            (day.as_str(), started_at),
-        )
+        .spans_on_day(&day, started_at)
         .await?
-        .into_rows_result()?
-        .rows::<(String, i64)>()?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .map(|r| (r.name, r.span_seq))
+        .collect();
     let names: Vec<&str> = by_day.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
@@ -172,17 +171,16 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         "by start time within the day"
     );
 
-    let (plan, unresolved, left_out, last_seq): (Option<String>, String, String, i64) = store
-        .cql()
-        .query_unpaged(
-            format!(
-                "SELECT plan, unresolved_calls, left_out, last_seq FROM {ks}.context_view WHERE session_id = ?"
-            ),
-            (session.0,),
-        )
+    let view = store
+        .context_view_row(session)
         .await?
-        .into_rows_result()?
-        .single_row()?;
+        .context("context view row")?;
+    let (plan, unresolved, left_out, last_seq) = (
+        view.plan,
+        view.unresolved_calls,
+        view.left_out,
+        view.last_seq,
+    );
     assert_eq!(plan.as_deref(), Some("1. read 2. fix"));
     assert_eq!(last_seq, writer.state().last_seq as i64);
     let window = store.load_context(session).await?.context("context view")?;
@@ -284,15 +282,11 @@ async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()
     assert!(window.left_out.erased);
     let ks = store.keyspace().to_string();
     let stored: Vec<(i64, Option<String>)> = store
-        .cql()
-        .query_unpaged(
-            format!("SELECT seq, text FROM {ks}.context_turns WHERE session_id = ?"),
-            (session.0,),
-        )
+        .context_turns(session)
         .await?
-        .into_rows_result()?
-        .rows::<(i64, Option<String>)>()?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .map(|t| (t.seq as i64, t.text))
+        .collect();
     assert_eq!(
         stored.len(),
         RECENT_TURNS,

@@ -6,9 +6,9 @@ use anyhow::{Context, Result};
 use sessionlog_cli::example;
 use sessionlog_log::partitioner;
 use sessionlog_producer::{EventLog, ProducerOptions};
-use sessionlog_projector::ProjectionStore;
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_session::{SessionStatus, fold};
+use sessionlog_store::ProjectionStore;
 use sessionlog_tests::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +49,7 @@ async fn rebuilt_equals_projected_equals_fold_of_appended() -> Result<()> {
     );
     assert_eq!(writer.state().canonical_json(), folded.canonical_json());
 
-    let store = ProjectionStore::connect(&stack.settings.cql).await?;
+    let store = ProjectionStore::open(&stack.settings.cql).await?;
     let projected = wait_for(
         "the projector to write the session row",
         Duration::from_secs(60),

@@ -19,9 +19,9 @@ use futures::{StreamExt, TryStreamExt};
 use sessionlog_benches::{Latencies, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings, topic};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
-use sessionlog_projector::ProjectionStore;
-use sessionlog_projector::verify::TABLES;
 use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, value_subject};
+use sessionlog_store::ProjectionStore;
+use sessionlog_store::verify::TABLES;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -151,7 +151,7 @@ async fn main() -> Result<()> {
     SchemaRegistry::new(settings.registry.url.clone())?
         .register_all_versions(&value_subject(&settings.kafka.topic))
         .await?;
-    let store = ProjectionStore::connect(&settings.cql).await?;
+    let store = ProjectionStore::migrate(&settings.cql).await?;
     let bin = sessionlog_bin()?;
 
     // Run 1: live projection under load.
@@ -423,7 +423,7 @@ async fn watch(
 async fn plain_insert(settings: &Settings, source: &str, target: &str) -> Result<(u64, f64)> {
     let mut cql = settings.cql.clone();
     cql.keyspace = target.to_string();
-    let target = ProjectionStore::connect(&cql).await?;
+    let target = ProjectionStore::migrate(&cql).await?;
     let session = target.cql();
     let mut rows: Vec<(usize, String)> = Vec::new();
     let mut inserts = Vec::new();

@@ -20,11 +20,12 @@ use clap::Parser;
 use sessionlog_benches::{drop_run, peak_rss_bytes, print_table};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
-use sessionlog_projector::{ProjectionStore, Projector};
 use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
 use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
 use sessionlog_session::DUPLICATE_WINDOW;
+use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -175,7 +176,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     let log = Arc::new(EventLog::from_settings(&settings).await?);
     let session = append_session(&log, length, args.checkpoint_every).await?;
 
-    let store = ProjectionStore::connect(&settings.cql).await?;
+    let store = ProjectionStore::open(&settings.cql).await?;
     let waited = Instant::now();
     let deadline = waited + Duration::from_secs(args.catch_up_secs);
     loop {

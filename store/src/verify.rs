@@ -5,7 +5,7 @@
 //! hashes in sorted order, so it does not depend on the order the store returns them in.
 //! Only hashes are kept in memory; the rows behind a difference are read again to show them.
 
-use crate::{Error, Result};
+use crate::{Error, ProjectionStore, Result};
 use futures::TryStreamExt;
 use scylla::client::session::Session;
 use sha2::{Digest, Sha256};
@@ -24,6 +24,8 @@ pub const TABLES: &[&str] = &[
     "context_view",
     "context_turns",
     "partition_progress",
+    "session_children",
+    "sessions_awaiting",
 ];
 
 /// How many differing rows a report shows per side and table.
@@ -96,10 +98,10 @@ async fn scan(
     let mut rows = session
         .query_iter(format!("SELECT JSON * FROM {keyspace}.{table}"), ())
         .await
-        .map_err(Error::store("scan table"))?
+        .map_err(Error::cql("scan table"))?
         .rows_stream::<(String,)>()
-        .map_err(Error::store("scan table"))?;
-    while let Some((json,)) = rows.try_next().await.map_err(Error::store("scan table"))? {
+        .map_err(Error::cql("scan table"))?;
+    while let Some((json,)) = rows.try_next().await.map_err(Error::cql("scan table"))? {
         visit(json);
     }
     Ok(())
@@ -127,8 +129,10 @@ fn fingerprint(table: &str, hashes: &[RowHash]) -> TableDigest {
     }
 }
 
-/// The fingerprint of every derived table of `keyspace`.
-pub async fn digest_keyspace(session: &Session, keyspace: &str) -> Result<Vec<TableDigest>> {
+/// The fingerprint of every derived table of `keyspace`, which must exist and be migrated.
+pub async fn digest_keyspace(store: &ProjectionStore, keyspace: &str) -> Result<Vec<TableDigest>> {
+    store.check_keyspace(keyspace).await?;
+    let session = store.cql();
     let mut digests = Vec::new();
     for table in TABLES {
         digests.push(fingerprint(
@@ -139,8 +143,12 @@ pub async fn digest_keyspace(session: &Session, keyspace: &str) -> Result<Vec<Ta
     Ok(digests)
 }
 
-/// Compares every derived table of `left` with the same table of `right`.
-pub async fn compare(session: &Session, left: &str, right: &str) -> Result<Comparison> {
+/// Compares every derived table of `left` with the same table of `right`; both must exist and
+/// be migrated (a missing one is an error that names it, never created).
+pub async fn compare(store: &ProjectionStore, left: &str, right: &str) -> Result<Comparison> {
+    store.check_keyspace(left).await?;
+    store.check_keyspace(right).await?;
+    let session = store.cql();
     let mut tables = Vec::new();
     for table in TABLES {
         let l = row_hashes(session, left, table).await?;

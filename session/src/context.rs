@@ -5,10 +5,12 @@
 //! cut to a bounded length), the current plan and the unresolved tool calls (from the fold's
 //! state), references to older ranges of turns that no longer fit, and counts of the events
 //! left out of the view.
+//!
+//! Pure: no I/O. The projector stores the window; recovery folds the log's tail into it.
 
+use crate::SessionState;
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{Content, EventEnvelope, Seq, SessionEvent};
-use sessionlog_session::SessionState;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Turns kept verbatim (bounded text) in the view.

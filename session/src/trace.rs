@@ -4,9 +4,12 @@
 //! whole. A tool call opens with `ToolCallRequested` (outcome `pending`) and is completed by
 //! its `ToolCallResult`; both writes carry the event's log offset as their write timestamp,
 //! so the completing write wins whatever order the two reach the store in.
+//!
+//! Pure: no I/O. The projector turns [`SpanWrite`]s into rows; the arithmetic on the
+//! client-supplied numbers (times, token counts, cost) saturates instead of overflowing.
 
+use crate::SessionState;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, Micros, Seq, SessionEvent, SessionId};
-use sessionlog_session::SessionState;
 
 /// `span_kind` of a model call.
 pub const MODEL_CALL: &str = "model_call";
@@ -41,9 +44,10 @@ pub struct SpanWrite {
 }
 
 impl SpanWrite {
-    /// The span's duration, once it has ended.
+    /// The span's duration, once it has ended. Both ends come from the client, so the
+    /// difference saturates rather than overflow (a panic in debug builds, a wrap in release).
     pub fn duration_us(&self) -> Option<Micros> {
-        self.end_us.map(|end| end - self.start_us)
+        self.end_us.map(|end| end.saturating_sub(self.start_us))
     }
 
     /// The day bucket of the span's start, `YYYY-MM-DD` in UTC.
@@ -146,5 +150,41 @@ mod tests {
         // 2024-02-29T23:59:59.999999Z and the next microsecond.
         assert_eq!(day_of(1_709_251_199_999_999), "2024-02-29");
         assert_eq!(day_of(1_709_251_200_000_000), "2024-03-01");
+    }
+
+    #[test]
+    fn extreme_client_numbers_neither_panic_nor_wrap() {
+        use crate::SessionState;
+        use sessionlog_schemas::Content;
+        use uuid::Uuid;
+        let session = SessionId(Uuid::now_v7());
+        let event = |seq, occurred_at, started_at| EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: session,
+            seq,
+            writer_epoch: 1,
+            occurred_at,
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: 1,
+            event: SessionEvent::ModelResponse {
+                model: "m".into(),
+                tokens_in: u64::MAX,
+                tokens_out: u64::MAX - 1,
+                cost_micros: u64::MAX,
+                started_at,
+                content: Content::plain("x"),
+            },
+        };
+        let state = SessionState::empty(session);
+        // Ends long before it started, and started long after it ended.
+        let backwards = span_of(&event(2, i64::MIN, i64::MAX), &state).expect("a model span");
+        assert_eq!(backwards.duration_us(), Some(i64::MIN));
+        let forwards = span_of(&event(3, i64::MAX, i64::MIN), &state).expect("a model span");
+        assert_eq!(forwards.duration_us(), Some(i64::MAX));
+        assert_eq!(forwards.tokens_in, Some(u64::MAX));
+        // Days of the extreme times are still computed.
+        assert!(day_of(i64::MIN).starts_with('-'));
+        assert!(!day_of(i64::MAX).is_empty());
     }
 }

@@ -1,0 +1,62 @@
+//! What recovery tells operators: metric names (recorded through the `metrics` facade; the
+//! binary installs the exporter) and [`describe_metrics`] for their help texts.
+
+/// Requests the HTTP service answered with a problem, by `code` label.
+pub const ERRORS: &str = "sessionlog_recovery_errors_total";
+/// Sessions resumed (a new writer epoch claimed and a bundle handed out).
+pub const RESUMES: &str = "sessionlog_recovery_resumes_total";
+/// Sessions rebuilt from the log, by `start` label (`checkpoint`, `first_event`,
+/// `partition_start`).
+pub const REBUILDS: &str = "sessionlog_recovery_rebuilds_total";
+/// Seconds a rebuild took, from the first table read to the last record folded.
+pub const REBUILD_SECONDS: &str = "sessionlog_recovery_rebuild_seconds";
+/// Records read from the log by rebuilds, the session's own and others'.
+pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
+/// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
+pub const EVENTS_FOLDED: &str = "sessionlog_recovery_events_folded_total";
+
+/// Every metric name this crate records.
+pub const METRICS: &[&str] = &[
+    ERRORS,
+    RESUMES,
+    REBUILDS,
+    REBUILD_SECONDS,
+    RECORDS_READ,
+    EVENTS_FOLDED,
+];
+
+/// Registers a help text for every metric above with the installed recorder (call it once,
+/// after installing the recorder; without one it does nothing).
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_counter!(
+        ERRORS,
+        Unit::Count,
+        "Recovery requests answered with a problem, by code (unknown_session, needs_resolution, unavailable, ...)."
+    );
+    describe_counter!(
+        RESUMES,
+        Unit::Count,
+        "Sessions resumed: a new writer epoch claimed and a resume bundle handed out."
+    );
+    describe_counter!(
+        REBUILDS,
+        Unit::Count,
+        "Sessions rebuilt from the log, by where reading started."
+    );
+    describe_histogram!(
+        REBUILD_SECONDS,
+        Unit::Seconds,
+        "Seconds a rebuild took, from the first table read to the last record folded."
+    );
+    describe_counter!(
+        RECORDS_READ,
+        Unit::Count,
+        "Records read from the log by rebuilds, of the session and of others on its partition."
+    );
+    describe_counter!(
+        EVENTS_FOLDED,
+        Unit::Count,
+        "Records of the rebuilt sessions folded (with records read: the read amplification)."
+    );
+}

@@ -1,0 +1,117 @@
+//! The two ways into the store: one that migrates (writers) and one that only opens an
+//! existing, migrated keyspace (readers).
+
+use crate::migrations;
+use crate::statements::{Reads, Writes};
+use crate::{Error, Result};
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use sessionlog_log::CqlSettings;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Reads and writes the projection tables of one keyspace. Cheap to clone.
+#[derive(Clone)]
+pub struct ProjectionStore {
+    pub(crate) session: Arc<Session>,
+    pub(crate) keyspace: String,
+    pub(crate) reads: Arc<Reads>,
+    /// Absent when opened read-only.
+    pub(crate) writes: Option<Arc<Writes>>,
+}
+
+async fn session_for(settings: &CqlSettings) -> Result<Session> {
+    SessionBuilder::new()
+        .known_nodes(settings.node_list())
+        .connection_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .map_err(|e| Error::Connect {
+            nodes: settings.nodes.clone(),
+            source: e.into(),
+        })
+}
+
+impl ProjectionStore {
+    /// Connects, creates the keyspace if needed, applies pending migrations and prepares every
+    /// statement. For the writers: `sessionlog init`, `sessionlog project`, a replay's target.
+    #[tracing::instrument(skip_all, fields(keyspace = %settings.keyspace))]
+    pub async fn migrate(settings: &CqlSettings) -> Result<Self> {
+        migrations::valid_keyspace_name(&settings.keyspace)?;
+        let session = session_for(settings).await?;
+        let keyspace = settings.keyspace.clone();
+        migrations::migrate(&session, &keyspace, settings.replication_factor).await?;
+        let (reads, writes) = futures::try_join!(
+            Reads::prepare(&session, &keyspace),
+            Writes::prepare(&session, &keyspace)
+        )?;
+        Ok(Self {
+            session: Arc::new(session),
+            keyspace,
+            reads: Arc::new(reads),
+            writes: Some(Arc::new(writes)),
+        })
+    }
+
+    /// Connects to an existing keyspace that has every migration of this build, changing
+    /// nothing; fails with [`Error::NoKeyspace`] or [`Error::SchemaBehind`] (which say the
+    /// command that fixes them) otherwise. Prepares only reads, so a read-only CQL role can
+    /// use it. For `inspect`, `verify`, recovery and the other commands that only read.
+    #[tracing::instrument(skip_all, fields(keyspace = %settings.keyspace))]
+    pub async fn open(settings: &CqlSettings) -> Result<Self> {
+        migrations::valid_keyspace_name(&settings.keyspace)?;
+        let session = session_for(settings).await?;
+        let keyspace = settings.keyspace.clone();
+        migrations::check(&session, &keyspace).await?;
+        let reads = Reads::prepare(&session, &keyspace).await?;
+        Ok(Self {
+            session: Arc::new(session),
+            keyspace,
+            reads: Arc::new(reads),
+            writes: None,
+        })
+    }
+
+    /// The keyspace read and written.
+    pub fn keyspace(&self) -> &str {
+        &self.keyspace
+    }
+
+    /// Whether this store may write (it was opened with [`ProjectionStore::migrate`]).
+    pub fn writable(&self) -> bool {
+        self.writes.is_some()
+    }
+
+    /// The driver session, for tests and benchmarks that need statements the store does not
+    /// offer. Production code reads and writes through the store's typed methods.
+    pub fn cql(&self) -> &Session {
+        &self.session
+    }
+
+    /// Whether `keyspace` exists on the cluster (it may still lack migrations).
+    pub async fn keyspace_exists(&self, keyspace: &str) -> Result<bool> {
+        migrations::keyspace_exists(&self.session, keyspace).await
+    }
+
+    /// Checks, changing nothing, that `keyspace` exists and has every migration of this build.
+    pub async fn check_keyspace(&self, keyspace: &str) -> Result<()> {
+        migrations::check(&self.session, keyspace).await
+    }
+
+    /// Drops `keyspace` and everything in it, if it exists: for tests and benchmarks that
+    /// clean up after themselves.
+    pub async fn drop_keyspace(&self, keyspace: &str) -> Result<()> {
+        migrations::valid_keyspace_name(keyspace)?;
+        self.session
+            .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+            .await
+            .map_err(Error::cql("drop keyspace"))?;
+        Ok(())
+    }
+
+    pub(crate) fn writes(&self) -> Result<&Writes> {
+        self.writes.as_deref().ok_or_else(|| Error::ReadOnly {
+            keyspace: self.keyspace.clone(),
+        })
+    }
+}

@@ -1,0 +1,99 @@
+//! Errors of the store, each saying what to do about it where something can be done.
+
+/// A CQL driver error, kept whole as the source of [`Error::Cql`] and [`Error::Connect`].
+pub type DriverError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What can go wrong reading or writing the projection tables.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No CQL node could be reached.
+    #[error(
+        "cannot connect to CQL at {nodes}: {source} (is the store up? `[cql] nodes` or \
+         SESSIONLOG_CQL__NODES names it)"
+    )]
+    Connect {
+        /// The nodes tried.
+        nodes: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// The store refused or failed a statement.
+    #[error("cql {action}: {source}")]
+    Cql {
+        /// What we were doing.
+        action: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// A read-only command named a keyspace that is not there.
+    #[error("keyspace {keyspace} does not exist; run `sessionlog init` to create it")]
+    NoKeyspace {
+        /// The keyspace.
+        keyspace: String,
+    },
+    /// A read-only command found a keyspace this build cannot read yet.
+    #[error(
+        "keyspace {keyspace} has schema version {found}, older than this build's {wanted}; \
+         run `sessionlog init` (or start `sessionlog project`) to upgrade it"
+    )]
+    SchemaBehind {
+        /// The keyspace.
+        keyspace: String,
+        /// The newest migration it records (0: none).
+        found: i32,
+        /// The newest migration this build knows.
+        wanted: i32,
+    },
+    /// A keyspace name that CQL would not take unquoted (it is put into statements as is).
+    #[error(
+        "{keyspace:?} is not a keyspace name: use letters, digits and underscores, starting \
+         with a letter, at most 48 characters"
+    )]
+    BadKeyspaceName {
+        /// The name given.
+        keyspace: String,
+    },
+    /// A stored row could not be read back (e.g. state written by an incompatible version).
+    #[error(
+        "stored row of session {session}: {message}; replay the keyspace (`sessionlog replay`)"
+    )]
+    CorruptRow {
+        /// Which session.
+        session: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A write through a store opened without migrating.
+    #[error(
+        "the store of keyspace {keyspace} was opened read-only; writers open it with \
+         `ProjectionStore::migrate`"
+    )]
+    ReadOnly {
+        /// The keyspace.
+        keyspace: String,
+    },
+}
+
+impl Error {
+    /// Wraps a driver error with what we were doing.
+    pub fn cql<E: Into<DriverError>>(action: &'static str) -> impl Fn(E) -> Self {
+        move |e| Self::Cql {
+            action,
+            source: e.into(),
+        }
+    }
+
+    /// Whether the error says the keyspace is missing or not migrated far enough: a command
+    /// to run fixes it, retrying does not.
+    pub fn is_schema_error(&self) -> bool {
+        matches!(
+            self,
+            Self::NoKeyspace { .. } | Self::SchemaBehind { .. } | Self::BadKeyspaceName { .. }
+        )
+    }
+}
+
+/// Result with the store's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,36 @@
+//! The projection tables in CQL: the one place that speaks CQL.
+//!
+//! - [`migrations`]: the versioned schema, applied by [`ProjectionStore::migrate`] (the
+//!   writers' way in: `sessionlog init`, `sessionlog project`, a replay's target) and checked,
+//!   changing nothing, by [`ProjectionStore::open`] (the readers' way in: `inspect`, `verify`,
+//!   recovery and its commands), which fails with the command that fixes a missing or outdated
+//!   keyspace;
+//! - [`rows`]: what the projector's fold becomes in each table ([`CqlRow`]);
+//! - [`write`]: writing a batch's rows, one session's as one atomic mutation;
+//! - [`read`]: every typed read: the rows the projector reloads, the checkpoints and index
+//!   recovery starts from, the lists operators ask for (a session's children, sessions
+//!   awaiting someone) and the rows tests check;
+//! - [`verify`]: comparing two keyspaces table by table.
+//!
+//! Every write is keyed by `(session_id, seq)`, by log position or by what it lists, and the
+//! rows that change are written `USING TIMESTAMP` a log offset, so a crash, a rebalance or a
+//! replay leaves the same tables. The portable subset of CQL only (ScyllaDB and Cassandra): no
+//! LWT, no materialized views, no secondary indexes, no `ALLOW FILTERING`.
+
+mod connect;
+mod error;
+pub mod migrations;
+pub mod read;
+pub mod rows;
+mod statements;
+pub mod verify;
+pub mod write;
+
+pub use connect::ProjectionStore;
+pub use error::{DriverError, Error, Result};
+pub use read::{
+    AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, ProjectedSession, RejectedRow,
+    SpanRow, VerifiedCheckpoint,
+};
+pub use rows::{CqlRow, LastWritten, Wait};
+pub use write::{REQUEST_BYTES, ROWS_PER_BATCH, SESSIONS_PER_REQUEST};

@@ -1,0 +1,457 @@
+//! Versioned, idempotent schema migrations of the projection keyspace.
+//!
+//! CQL that runs unchanged on ScyllaDB and Cassandra: no LWT, no materialized views,
+//! no SASI, and column names that are keywords in neither (`log_offset`, not `offset`).
+//! A migration is applied once; its version is recorded in `schema_migrations`. Every
+//! statement is `IF NOT EXISTS`, and a column is added only if `system_schema.columns` lacks
+//! it (`ADD IF NOT EXISTS` is not portable), so a migration interrupted half-way can simply run
+//! again.
+//!
+//! [`migrate`] creates the keyspace and applies what is missing: only the writers' way in
+//! (`sessionlog init`, `sessionlog project`, a replay's target). [`check`] is the readers' way:
+//! it changes nothing and says which command fixes a missing or outdated keyspace.
+
+use crate::{Error, Result};
+use scylla::client::session::Session;
+use std::time::Duration;
+
+/// One migration: a version and the statements that bring the keyspace to it.
+pub struct Migration {
+    /// Monotonic version number.
+    pub version: i32,
+    /// What it does.
+    pub description: &'static str,
+    /// The statements; `{ks}` stands for the keyspace.
+    pub statements: &'static [&'static str],
+    /// Columns added to existing tables, after the statements.
+    pub columns: &'static [AddedColumn],
+}
+
+/// A column a migration adds to an existing table.
+pub struct AddedColumn {
+    /// The table.
+    pub table: &'static str,
+    /// The new column's name.
+    pub column: &'static str,
+    /// Its CQL type.
+    pub cql_type: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "sessions, event index, writer claims, checkpoints, rejected events",
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS {ks}.sessions (
+            session_id uuid PRIMARY KEY,
+            status text,
+            agent text,
+            title text,
+            epoch bigint,
+            writer text,
+            last_seq bigint,
+            parent_session_id uuid,
+            parent_seq bigint,
+            started_at_us bigint,
+            updated_at_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            pending_calls int,
+            pending_approvals int,
+            log_partition int,
+            applied_offset bigint,
+            state_digest text,
+            state_json text)",
+            "CREATE TABLE IF NOT EXISTS {ks}.event_index (
+            session_id uuid,
+            seq bigint,
+            log_partition int,
+            log_offset bigint,
+            kind text,
+            event_id uuid,
+            epoch bigint,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), seq))",
+            "CREATE TABLE IF NOT EXISTS {ks}.writer_claims (
+            session_id uuid,
+            epoch bigint,
+            writer text,
+            log_partition int,
+            log_offset bigint,
+            event_id uuid,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), epoch))",
+            "CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
+            session_id uuid,
+            seq bigint,
+            log_partition int,
+            log_offset bigint,
+            declared_digest text,
+            computed_digest text,
+            verified boolean,
+            state_json text,
+            PRIMARY KEY ((session_id), seq))
+            WITH CLUSTERING ORDER BY (seq DESC)",
+            "CREATE TABLE IF NOT EXISTS {ks}.rejected_events (
+            session_id uuid,
+            log_partition int,
+            log_offset bigint,
+            seq bigint,
+            epoch bigint,
+            event_id uuid,
+            kind text,
+            label text,
+            reason text,
+            PRIMARY KEY ((session_id), log_partition, log_offset))",
+        ],
+        columns: &[],
+    },
+    Migration {
+        version: 2,
+        description: "trace spans by session and by day, context view, partition progress",
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_session (
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            start_us bigint,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            PRIMARY KEY ((session_id), span_seq))",
+            // Analytics read a day at a time; spans of a day sort by start.
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_day (
+            day text,
+            start_us bigint,
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            PRIMARY KEY ((day), start_us, session_id, span_seq))",
+            "CREATE TABLE IF NOT EXISTS {ks}.context_view (
+            session_id uuid PRIMARY KEY,
+            applied_offset bigint,
+            last_seq bigint,
+            plan text,
+            recent_turns text,
+            unresolved_calls text,
+            older_ranges text,
+            left_out text)",
+            "CREATE TABLE IF NOT EXISTS {ks}.partition_progress (
+            topic text,
+            log_partition int,
+            next_offset bigint,
+            PRIMARY KEY ((topic), log_partition))",
+        ],
+        columns: &[],
+    },
+    Migration {
+        version: 3,
+        description: "claim seqs (to rebuild the duplicate window); context turns as rows",
+        statements: &[
+            // The context view's turns, one row each, written once: rewriting the whole window
+            // with every batch was most of what the projector sent. The view row names the
+            // first turn of its window (`first_turn_seq`) and stops filling `recent_turns`.
+            "CREATE TABLE IF NOT EXISTS {ks}.context_turns (
+            session_id uuid,
+            seq bigint,
+            role text,
+            name text,
+            call_seq bigint,
+            text text,
+            truncated boolean,
+            sealed boolean,
+            occurred_at_us bigint,
+            PRIMARY KEY ((session_id), seq))",
+        ],
+        columns: &[
+            AddedColumn {
+                table: "writer_claims",
+                column: "claim_seq",
+                cql_type: "bigint",
+            },
+            AddedColumn {
+                table: "context_view",
+                column: "first_turn_seq",
+                cql_type: "bigint",
+            },
+        ],
+    },
+    Migration {
+        version: 4,
+        description: "lists the projector maintains: a session's children, sessions awaiting someone",
+        statements: &[
+            // A session's forks, written when the child's `SessionForked` is projected: listing
+            // them is one partition read instead of a scan of every session.
+            "CREATE TABLE IF NOT EXISTS {ks}.session_children (
+            parent_session_id uuid,
+            child_session_id uuid,
+            parent_seq bigint,
+            PRIMARY KEY ((parent_session_id), child_session_id))",
+            // Sessions waiting for a person, by whom they wait for (`approval` or `operator`):
+            // a row is inserted when the folded status enters the wait and deleted when it
+            // leaves, both `USING TIMESTAMP` the event's offset. The set is small, but every
+            // wait leaves a tombstone in its partition: a shorter grace period than the default
+            // ten days keeps reads of the list from wading through them.
+            "CREATE TABLE IF NOT EXISTS {ks}.sessions_awaiting (
+            waiting_for text,
+            session_id uuid,
+            since_seq bigint,
+            since_us bigint,
+            PRIMARY KEY ((waiting_for), session_id))
+            WITH gc_grace_seconds = 86400",
+        ],
+        columns: &[],
+    },
+];
+
+/// The newest migration this build knows.
+pub fn latest_version() -> i32 {
+    MIGRATIONS
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or_default()
+}
+
+/// Whether `name` may be put into statements unquoted: CQL's unquoted identifiers, within
+/// the 48 characters a keyspace name may have.
+pub fn valid_keyspace_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 48;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::BadKeyspaceName {
+            keyspace: name.to_string(),
+        })
+    }
+}
+
+/// Whether `keyspace` exists (both Cassandra and ScyllaDB list keyspaces in
+/// `system_schema.keyspaces`, by their lower-case name).
+pub async fn keyspace_exists(session: &Session, keyspace: &str) -> Result<bool> {
+    let rows = session
+        .query_unpaged(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = ?",
+            (keyspace.to_lowercase(),),
+        )
+        .await
+        .map_err(Error::cql("read schema"))?
+        .into_rows_result()
+        .map_err(Error::cql("read schema"))?;
+    Ok(rows.rows_num() > 0)
+}
+
+/// The migrations `keyspace` records as applied (none when it has no `schema_migrations`).
+async fn applied(session: &Session, keyspace: &str) -> Result<Vec<i32>> {
+    if !has_table(session, keyspace, "schema_migrations").await? {
+        return Ok(Vec::new());
+    }
+    Ok(session
+        .query_unpaged(
+            format!("SELECT version FROM {keyspace}.schema_migrations"),
+            (),
+        )
+        .await
+        .map_err(Error::cql("read migrations"))?
+        .into_rows_result()
+        .map_err(Error::cql("read migrations"))?
+        .rows::<(i32,)>()
+        .map_err(Error::cql("read migrations"))?
+        .filter_map(|r| r.ok().map(|(v,)| v))
+        .collect())
+}
+
+/// Checks, changing nothing, that `keyspace` exists and has every migration of this build.
+pub async fn check(session: &Session, keyspace: &str) -> Result<()> {
+    valid_keyspace_name(keyspace)?;
+    if !keyspace_exists(session, keyspace).await? {
+        return Err(Error::NoKeyspace {
+            keyspace: keyspace.to_string(),
+        });
+    }
+    let applied = applied(session, keyspace).await?;
+    let missing = MIGRATIONS.iter().any(|m| !applied.contains(&m.version));
+    if missing {
+        return Err(Error::SchemaBehind {
+            keyspace: keyspace.to_string(),
+            found: applied.iter().copied().max().unwrap_or_default(),
+            wanted: latest_version(),
+        });
+    }
+    Ok(())
+}
+
+/// Creates the keyspace and applies every migration not yet recorded.
+pub async fn migrate(session: &Session, ks: &str, replication_factor: u32) -> Result<()> {
+    migrate_through(session, ks, replication_factor, latest_version()).await
+}
+
+/// Creates the keyspace and applies the migrations not yet recorded up to `version`: what an
+/// older build left (tests of upgrades start from it).
+pub async fn migrate_through(
+    session: &Session,
+    ks: &str,
+    replication_factor: u32,
+    version: i32,
+) -> Result<()> {
+    valid_keyspace_name(ks)?;
+    let ddl = |cql: String| async move {
+        session
+            .query_unpaged(cql, ())
+            .await
+            .map_err(Error::cql("migrate"))?;
+        Ok::<_, Error>(())
+    };
+    ddl(format!(
+        "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = \
+         {{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+    ))
+    .await?;
+    ddl(format!(
+        "CREATE TABLE IF NOT EXISTS {ks}.schema_migrations (
+            version int PRIMARY KEY, description text, applied_at_us bigint)"
+    ))
+    .await?;
+    session
+        .await_schema_agreement()
+        .await
+        .map_err(Error::cql("schema agreement"))?;
+    let applied = applied(session, ks).await?;
+    let pending = MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= version && !applied.contains(&m.version));
+    for migration in pending {
+        for statement in migration.statements {
+            ddl(statement.replace("{ks}", ks)).await?;
+        }
+        for added in migration.columns {
+            let AddedColumn {
+                table,
+                column,
+                cql_type,
+            } = added;
+            if !has_column(session, ks, table, column).await? {
+                // Another process (a second projector, a replay) may add it at the same
+                // moment: its error is not ours if the column is there afterwards.
+                let added = ddl(format!("ALTER TABLE {ks}.{table} ADD {column} {cql_type}")).await;
+                if let Err(e) = added
+                    && !has_column(session, ks, table, column).await?
+                {
+                    return Err(e);
+                }
+            }
+            await_column(session, ks, table, column).await?;
+        }
+        session
+            .await_schema_agreement()
+            .await
+            .map_err(Error::cql("schema agreement"))?;
+        session
+            .query_unpaged(
+                format!(
+                    "INSERT INTO {ks}.schema_migrations (version, description, applied_at_us) VALUES (?, ?, ?)"
+                ),
+                (migration.version, migration.description, sessionlog_schemas::now_micros()),
+            )
+            .await
+            .map_err(Error::cql("record migration"))?;
+        tracing::info!(
+            version = migration.version,
+            keyspace = ks,
+            "applied CQL migration"
+        );
+    }
+    Ok(())
+}
+
+/// Whether `ks.table` exists.
+async fn has_table(session: &Session, ks: &str, table: &str) -> Result<bool> {
+    let rows = session
+        .query_unpaged(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = ? AND table_name = ?",
+            (ks.to_lowercase(), table),
+        )
+        .await
+        .map_err(Error::cql("read schema"))?
+        .into_rows_result()
+        .map_err(Error::cql("read schema"))?;
+    Ok(rows.rows_num() > 0)
+}
+
+/// Whether `ks.table` has `column` (both Cassandra and ScyllaDB describe columns in
+/// `system_schema.columns`).
+async fn has_column(session: &Session, ks: &str, table: &str, column: &str) -> Result<bool> {
+    let rows = session
+        .query_unpaged(
+            "SELECT column_name FROM system_schema.columns \
+             WHERE keyspace_name = ? AND table_name = ? AND column_name = ?",
+            (ks.to_lowercase(), table, column),
+        )
+        .await
+        .map_err(Error::cql("read schema"))?
+        .into_rows_result()
+        .map_err(Error::cql("read schema"))?;
+    Ok(rows.rows_num() > 0)
+}
+
+/// Waits until queries can name `column`: when another process has just added it,
+/// `system_schema` can list it a moment before statements may use it.
+async fn await_column(session: &Session, ks: &str, table: &str, column: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = format!("SELECT {column} FROM {ks}.{table} LIMIT 1");
+        match session.query_unpaged(probe, ()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(Error::cql("migrate")(e));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_increasing_and_unique() {
+        let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        assert_eq!(latest_version(), *versions.last().unwrap_or(&0));
+    }
+
+    #[test]
+    fn keyspace_names_are_plain_identifiers() {
+        assert!(valid_keyspace_name("sessionlog").is_ok());
+        assert!(valid_keyspace_name("t_run_0a1b").is_ok());
+        for bad in [
+            "",
+            "1abc",
+            "a-b",
+            "a;DROP KEYSPACE x",
+            "a.b",
+            &"x".repeat(49),
+        ] {
+            assert!(valid_keyspace_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,588 @@
+//! Typed reads of the projection tables: what the projector reloads, what recovery starts
+//! from, the lists operators ask for, and the rows tests check.
+
+use crate::rows::Wait;
+use crate::{Error, ProjectionStore, Result};
+use futures::TryStreamExt;
+use scylla::deserialize::row::DeserializeRow;
+use scylla::serialize::row::SerializeRow;
+use scylla::statement::prepared::PreparedStatement;
+use serde::Serialize;
+use sessionlog_schemas::SessionId;
+use sessionlog_session::SessionState;
+use sessionlog_session::context::{ContextWindow, Turn};
+use std::collections::{BTreeMap, VecDeque};
+use uuid::Uuid;
+
+/// A session's projected row: its folded state and how far into the log it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProjectedSession {
+    /// The folded state.
+    pub state: SessionState,
+    /// The session's partition.
+    pub partition: i32,
+    /// The offset of the last record folded into `state` (accepted or not).
+    pub applied_offset: i64,
+}
+
+/// A checkpoint the projector verified, with the state it stored at that point.
+#[derive(Clone, Debug)]
+pub struct VerifiedCheckpoint {
+    /// The checkpoint's seq.
+    pub seq: u64,
+    /// Its offset in the session's partition.
+    pub offset: i64,
+    /// The session's state including the checkpoint.
+    pub state: SessionState,
+}
+
+/// A session waiting for someone, as `sessions_awaiting` lists it, with its status and last
+/// seq from its `sessions` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AwaitingSession {
+    /// The session.
+    pub session_id: SessionId,
+    /// Whom it waits for.
+    pub waiting_for: Wait,
+    /// The seq of the event that made it wait.
+    pub since_seq: i64,
+    /// When that event happened (microseconds since the Unix epoch).
+    pub since_us: i64,
+    /// Its projected status (`awaiting_approval`, `needs_resolution`).
+    pub status: String,
+    /// Its projected last seq.
+    pub last_seq: i64,
+}
+
+/// A `rejected_events` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct RejectedRow {
+    /// The record's partition.
+    pub log_partition: i32,
+    /// The record's offset.
+    pub log_offset: i64,
+    /// The seq it claimed.
+    pub seq: i64,
+    /// The epoch it claimed.
+    pub epoch: i64,
+    /// Its event id.
+    pub event_id: Uuid,
+    /// Its kind.
+    pub kind: String,
+    /// The rejection's label (`zombie`, `gap`, ...).
+    pub label: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A `checkpoints` row, without the stored state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct CheckpointRow {
+    /// The checkpoint's seq.
+    pub seq: i64,
+    /// Its partition.
+    pub log_partition: i32,
+    /// Its offset.
+    pub log_offset: i64,
+    /// The digest its writer declared.
+    pub declared_digest: String,
+    /// The digest the projector computed.
+    pub computed_digest: String,
+    /// Whether the two agree.
+    pub verified: bool,
+}
+
+/// A `trace_spans_by_session` row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct SpanRow {
+    /// The seq that opened the span.
+    pub span_seq: i64,
+    /// `model_call` or `tool_call`.
+    pub span_kind: String,
+    /// The model or tool.
+    pub name: String,
+    /// When it began.
+    pub start_us: i64,
+    /// The seq that closed it.
+    pub end_seq: Option<i64>,
+    /// When it ended.
+    pub end_us: Option<i64>,
+    /// How long it took.
+    pub duration_us: Option<i64>,
+    /// Prompt tokens.
+    pub tokens_in: Option<i64>,
+    /// Completion tokens.
+    pub tokens_out: Option<i64>,
+    /// Cost in millionths of a US dollar.
+    pub cost_micros: Option<i64>,
+    /// `ok`, `pending`, `resolution_required`, `succeeded` or `failed`.
+    pub outcome: String,
+}
+
+/// A `trace_spans_by_day` row's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct DaySpanRow {
+    /// When it began.
+    pub start_us: i64,
+    /// The session.
+    pub session_id: Uuid,
+    /// The seq that opened it.
+    pub span_seq: i64,
+    /// `model_call` or `tool_call`.
+    pub span_kind: String,
+    /// The model or tool.
+    pub name: String,
+    /// `ok`, `pending`, ...
+    pub outcome: String,
+}
+
+/// A `context_view` row as stored: the JSON columns as their text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub struct ContextViewRow {
+    /// The offset of the last record folded into the view.
+    pub applied_offset: i64,
+    /// The session's last seq.
+    pub last_seq: i64,
+    /// The plan.
+    pub plan: Option<String>,
+    /// The first turn of the window.
+    pub first_turn_seq: Option<i64>,
+    /// Unresolved tool calls, as JSON.
+    pub unresolved_calls: String,
+    /// References to older turns, as JSON.
+    pub older_ranges: String,
+    /// What the view left out, as JSON.
+    pub left_out: String,
+}
+
+impl ProjectionStore {
+    /// Runs a prepared query and decodes all its rows; `action` names it in errors.
+    async fn select<R>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        action: &'static str,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata>,
+    {
+        let result = self
+            .session
+            .execute_unpaged(statement, values)
+            .await
+            .map_err(Error::cql(action))?
+            .into_rows_result()
+            .map_err(Error::cql(action))?;
+        result
+            .rows::<R>()
+            .map_err(Error::cql(action))?
+            .map(|row| row.map_err(Error::cql(action)))
+            .collect()
+    }
+
+    /// The projected row of a session, if the projector has seen it.
+    pub async fn load_session(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
+        type Row = (Option<String>, Option<i32>, Option<i64>);
+        let rows: Vec<Row> = self
+            .select(&self.reads.load_session, (session.0,), "load session")
+            .await?;
+        let Some((state_json, partition, applied_offset)) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let mut state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
+            .map_err(|e| Error::CorruptRow {
+                session: session.to_string(),
+                message: e.to_string(),
+            })?;
+        let applied_offset = applied_offset.unwrap_or(-1);
+        state.remember_recent(self.accepted_through(&state, applied_offset).await?);
+        Ok(Some(ProjectedSession {
+            state,
+            partition: partition.unwrap_or_default(),
+            applied_offset,
+        }))
+    }
+
+    /// The last accepted `(seq, event_id)` pairs of `state`'s session up to `offset`, in the
+    /// order they were accepted (log order), from its event index and writer claims: what
+    /// [`SessionState::remember_recent`] needs for a state read back from a table. Rows past
+    /// `offset` (a replay writes a long session in several batches) are not part of the state.
+    pub async fn accepted_through(
+        &self,
+        state: &SessionState,
+        offset: i64,
+    ) -> Result<Vec<(u64, Uuid)>> {
+        let session = state.session_id.0;
+        type Row = (Option<i64>, Option<Uuid>, Option<i64>);
+        let (index, claims) = futures::try_join!(
+            self.select::<Row>(
+                &self.reads.recent_index,
+                (session, state.last_seq as i64),
+                "load duplicate window",
+            ),
+            self.select::<Row>(&self.reads.claims, (session,), "load duplicate window"),
+        )?;
+        // A claim written before `claim_seq` existed cannot be matched; leave it out.
+        let accepted_so_far = |(seq, id, at): Row| match (seq, id, at) {
+            (Some(seq), Some(id), Some(at)) if at <= offset => Some((at, seq as u64, id)),
+            _ => None,
+        };
+        let mut accepted: Vec<(i64, u64, Uuid)> = index
+            .into_iter()
+            .chain(claims)
+            .filter_map(accepted_so_far)
+            .collect();
+        accepted.sort_unstable();
+        Ok(accepted.into_iter().map(|(_, seq, id)| (seq, id)).collect())
+    }
+
+    /// Runs a prepared query a page at a time and decodes every row; `action` names it in
+    /// errors.
+    async fn select_paged<R>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+        action: &'static str,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata> + 'static,
+    {
+        self.session
+            .execute_iter(statement.clone(), values)
+            .await
+            .map_err(Error::cql(action))?
+            .rows_stream::<R>()
+            .map_err(Error::cql(action))?
+            .map_err(Error::cql(action))
+            .try_collect()
+            .await
+    }
+
+    /// Runs an unprepared query (reads rarely made: tests, operators) a page at a time.
+    async fn query_paged<R>(
+        &self,
+        cql: String,
+        values: impl SerializeRow,
+        action: &'static str,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata> + 'static,
+    {
+        self.session
+            .query_iter(cql, values)
+            .await
+            .map_err(Error::cql(action))?
+            .rows_stream::<R>()
+            .map_err(Error::cql(action))?
+            .map_err(Error::cql(action))
+            .try_collect()
+            .await
+    }
+
+    /// The `(partition, offset)` of a session's event at `seq`, from the index.
+    pub async fn locate(&self, session: SessionId, seq: u64) -> Result<Option<(i32, i64)>> {
+        let rows: Vec<(i32, i64)> = self
+            .select(
+                &self.reads.locate,
+                (session.0, crate::rows::to_i64(seq)),
+                "locate event",
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// The stored context window of a session, if any.
+    pub async fn load_context(&self, session: SessionId) -> Result<Option<ContextWindow>> {
+        type Row = (
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+        );
+        let rows: Vec<Row> = self
+            .select(&self.reads.load_context, (session.0,), "load context")
+            .await?;
+        let Some((offset, last_seq, first_turn, older, left_out)) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        let corrupt = |e: serde_json::Error| Error::CorruptRow {
+            session: session.to_string(),
+            message: format!("context view: {e}"),
+        };
+        let parse = |text: Option<String>, empty: &str| text.unwrap_or_else(|| empty.into());
+        // Turn rows past the view's last seq belong to a batch not yet whole (a replay writes
+        // a long session in several): they are not part of this window.
+        let recent = match (first_turn, last_seq) {
+            (Some(first), Some(last)) => self.load_turns(session, first, last).await?,
+            _ => VecDeque::new(),
+        };
+        Ok(Some(ContextWindow {
+            applied_offset: offset.unwrap_or(-1),
+            recent,
+            older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
+            left_out: serde_json::from_str(&parse(left_out, "{}")).map_err(corrupt)?,
+        }))
+    }
+
+    async fn load_turns(
+        &self,
+        session: SessionId,
+        first: i64,
+        last: i64,
+    ) -> Result<VecDeque<Turn>> {
+        type Row = (
+            i64,
+            String,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+            Option<bool>,
+            Option<bool>,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = self
+            .select(
+                &self.reads.load_turns,
+                (session.0, first, last),
+                "load context turns",
+            )
+            .await?;
+        let mut turns = VecDeque::new();
+        for (seq, role, name, call_seq, text, truncated, sealed, occurred_at) in rows {
+            turns.push_back(Turn {
+                seq: seq as u64,
+                role,
+                name,
+                call_seq: call_seq.map(|s| s as u64),
+                text,
+                truncated: truncated.unwrap_or_default(),
+                sealed: sealed.unwrap_or_default(),
+                occurred_at: occurred_at.unwrap_or_default(),
+            });
+        }
+        Ok(turns)
+    }
+
+    /// The stored next offset to apply, by partition of `topic`.
+    pub async fn load_progress(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
+        let rows: Vec<(i32, Option<i64>)> = self
+            .select(
+                &self.reads.load_progress,
+                (topic,),
+                "load partition progress",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(partition, next)| (partition, next.unwrap_or_default()))
+            .collect())
+    }
+
+    /// The newest checkpoint of `session` whose declared digest the projector confirmed,
+    /// optionally no later than `at_most_seq`.
+    ///
+    /// Two steps: the checkpoint rows without their states (small), then the one state needed.
+    /// A stored state leaves out the fold's duplicate window; it is restored from the index, so
+    /// the state is exactly the fold's up to the checkpoint and a writer resumed from it still
+    /// recognises a retry of the events just before it.
+    pub async fn latest_verified_checkpoint(
+        &self,
+        session: SessionId,
+        at_most_seq: Option<u64>,
+    ) -> Result<Option<VerifiedCheckpoint>> {
+        let action = "read checkpoints";
+        let limit = at_most_seq.map_or(i64::MAX, crate::rows::to_i64);
+        let mut rows = self
+            .session
+            .execute_iter(self.reads.checkpoint_marks.clone(), (session.0, limit))
+            .await
+            .map_err(Error::cql(action))?
+            .rows_stream::<(i64, i64, Option<bool>)>()
+            .map_err(Error::cql(action))?;
+        // Clustering order is seq DESC: the first verified row is the latest.
+        let mut latest = None;
+        while let Some((seq, offset, verified)) =
+            rows.try_next().await.map_err(Error::cql(action))?
+        {
+            if verified == Some(true) {
+                latest = Some((seq, offset));
+                break;
+            }
+        }
+        let Some((seq, offset)) = latest else {
+            return Ok(None);
+        };
+        let state_json: Vec<(Option<String>,)> = self
+            .select(&self.reads.checkpoint_state, (session.0, seq), action)
+            .await?;
+        let state = state_json
+            .into_iter()
+            .next()
+            .and_then(|(json,)| json)
+            .and_then(|json| serde_json::from_str::<SessionState>(&json).ok());
+        let Some(mut state) = state else {
+            return Ok(None);
+        };
+        state.remember_recent(self.accepted_through(&state, offset).await?);
+        Ok(Some(VerifiedCheckpoint {
+            seq: seq as u64,
+            offset,
+            state,
+        }))
+    }
+
+    /// Offsets of `session`'s accepted events with `seq > after_seq` (the index) and of its
+    /// accepted claims, restricted to `from..=until`: everything that changed its state there.
+    pub async fn accepted_offsets(
+        &self,
+        session: SessionId,
+        after_seq: u64,
+        from: i64,
+        until: i64,
+    ) -> Result<Vec<i64>> {
+        let action = "read event index";
+        let after = (session.0, crate::rows::to_i64(after_seq));
+        let (events, claims) = futures::try_join!(
+            self.select_paged::<(i64,)>(&self.reads.index_offsets_after, after, action),
+            self.select_paged::<(i64,)>(&self.reads.claim_offsets, (session.0,), action),
+        )?;
+        let mut offsets: Vec<i64> = events
+            .into_iter()
+            .chain(claims)
+            .map(|(offset,)| offset)
+            .filter(|o| (from..=until).contains(o))
+            .collect();
+        offsets.sort_unstable();
+        Ok(offsets)
+    }
+
+    /// The sessions forked from `parent`, with the parent seq each branched at, by child id.
+    pub async fn children(&self, parent: SessionId) -> Result<Vec<(SessionId, u64)>> {
+        let rows: Vec<(Uuid, Option<i64>)> = self
+            .select_paged(&self.reads.children, (parent.0,), "list forks")
+            .await?;
+        let mut children: Vec<(SessionId, u64)> = rows
+            .into_iter()
+            .map(|(id, seq)| (SessionId(id), seq.unwrap_or_default().max(0) as u64))
+            .collect();
+        children.sort();
+        Ok(children)
+    }
+
+    /// The sessions waiting for `whom`, with their projected status and last seq, by id.
+    pub async fn awaiting(&self, whom: Wait) -> Result<Vec<AwaitingSession>> {
+        let action = "list waiting sessions";
+        let rows: Vec<(Uuid, Option<i64>, Option<i64>)> = self
+            .select_paged(&self.reads.awaiting, (whom.as_str(),), action)
+            .await?;
+        let summaries = rows.iter().map(|(id, _, _)| async move {
+            let row: Vec<(Option<String>, Option<i64>)> = self
+                .select(&self.reads.session_summary, (*id,), action)
+                .await?;
+            Ok::<_, Error>(row.into_iter().next())
+        });
+        let summaries = futures::future::try_join_all(summaries).await?;
+        let mut waiting: Vec<AwaitingSession> = rows
+            .into_iter()
+            .zip(summaries)
+            .map(|((id, since_seq, since_us), summary)| {
+                let (status, last_seq) = summary.unwrap_or_default();
+                AwaitingSession {
+                    session_id: SessionId(id),
+                    waiting_for: whom,
+                    since_seq: since_seq.unwrap_or_default(),
+                    since_us: since_us.unwrap_or_default(),
+                    status: status.unwrap_or_default(),
+                    last_seq: last_seq.unwrap_or_default(),
+                }
+            })
+            .collect();
+        waiting.sort_by_key(|w| w.session_id);
+        Ok(waiting)
+    }
+
+    /// The events of `session` the fold rejected, by log position.
+    pub async fn rejected_events(&self, session: SessionId) -> Result<Vec<RejectedRow>> {
+        let ks = &self.keyspace;
+        self.query_paged(
+            format!(
+                "SELECT log_partition, log_offset, seq, epoch, event_id, kind, label, reason
+                 FROM {ks}.rejected_events WHERE session_id = ?"
+            ),
+            (session.0,),
+            "read rejected events",
+        )
+        .await
+    }
+
+    /// The checkpoints of `session`, newest first, without their stored states.
+    pub async fn checkpoints(&self, session: SessionId) -> Result<Vec<CheckpointRow>> {
+        let ks = &self.keyspace;
+        self.query_paged(
+            format!(
+                "SELECT seq, log_partition, log_offset, declared_digest, computed_digest, verified
+                 FROM {ks}.checkpoints WHERE session_id = ?"
+            ),
+            (session.0,),
+            "read checkpoints",
+        )
+        .await
+    }
+
+    /// The trace spans of `session`, by the seq that opened each.
+    pub async fn spans(&self, session: SessionId) -> Result<Vec<SpanRow>> {
+        let ks = &self.keyspace;
+        self.query_paged(
+            format!(
+                "SELECT span_seq, span_kind, name, start_us, end_seq, end_us, duration_us,
+                 tokens_in, tokens_out, cost_micros, outcome
+                 FROM {ks}.trace_spans_by_session WHERE session_id = ?"
+            ),
+            (session.0,),
+            "read trace spans",
+        )
+        .await
+    }
+
+    /// The spans of every session that began on `day` (`YYYY-MM-DD`, UTC) at or after
+    /// `from_us`, by start time.
+    pub async fn spans_on_day(&self, day: &str, from_us: i64) -> Result<Vec<DaySpanRow>> {
+        let ks = &self.keyspace;
+        self.query_paged(
+            format!(
+                "SELECT start_us, session_id, span_seq, span_kind, name, outcome
+                 FROM {ks}.trace_spans_by_day WHERE day = ? AND start_us >= ?"
+            ),
+            (day, from_us),
+            "read trace spans by day",
+        )
+        .await
+    }
+
+    /// The `context_view` row of `session` as stored, if any.
+    pub async fn context_view_row(&self, session: SessionId) -> Result<Option<ContextViewRow>> {
+        let ks = &self.keyspace;
+        let rows: Vec<ContextViewRow> = self
+            .query_paged(
+                format!(
+                    "SELECT applied_offset, last_seq, plan, first_turn_seq, unresolved_calls,
+                     older_ranges, left_out FROM {ks}.context_view WHERE session_id = ?"
+                ),
+                (session.0,),
+                "read context view",
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Every stored `context_turns` row of `session`, window or not, by seq.
+    pub async fn context_turns(&self, session: SessionId) -> Result<VecDeque<Turn>> {
+        self.load_turns(session, i64::MIN, i64::MAX).await
+    }
+}

@@ -1,0 +1,592 @@
+//! Row shaping: what the projector's fold becomes in each table, with its values bound.
+//!
+//! Every row is keyed by `(session_id, seq)`, by log position or by what it lists, and rows
+//! that change over time are written `USING TIMESTAMP` a log offset, so writing a row again
+//! (after a crash, a rebalance, in a replay) leaves what was there.
+
+use crate::read::ProjectedSession;
+use scylla::serialize::row::SerializeRow;
+use scylla::value::MaybeUnset;
+use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
+use sessionlog_session::context::{ContextWindow, Turn, TurnChange};
+use sessionlog_session::trace::SpanWrite;
+use sessionlog_session::{Rejection, SessionState, SessionStatus};
+use uuid::Uuid;
+
+/// The `sessions` row, column by column, then the write timestamp. Some columns are unset when
+/// they have not changed since this instance last wrote the row (see [`LastWritten`]).
+#[derive(Clone, scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(crate) struct SessionRow {
+    session_id: Uuid,
+    status: MaybeUnset<&'static str>,
+    agent: MaybeUnset<Option<String>>,
+    title: MaybeUnset<Option<String>>,
+    epoch: MaybeUnset<i64>,
+    writer: MaybeUnset<Option<String>>,
+    last_seq: MaybeUnset<i64>,
+    parent_session_id: MaybeUnset<Option<Uuid>>,
+    parent_seq: MaybeUnset<Option<i64>>,
+    started_at_us: MaybeUnset<i64>,
+    updated_at_us: MaybeUnset<i64>,
+    tokens_in: MaybeUnset<i64>,
+    tokens_out: MaybeUnset<i64>,
+    cost_micros: MaybeUnset<i64>,
+    pending_calls: MaybeUnset<i32>,
+    pending_approvals: MaybeUnset<i32>,
+    log_partition: MaybeUnset<i32>,
+    applied_offset: MaybeUnset<i64>,
+    state_digest: MaybeUnset<String>,
+    state_json: MaybeUnset<String>,
+    write_timestamp: i64,
+}
+
+impl From<&ProjectedSession> for SessionRow {
+    fn from(projected: &ProjectedSession) -> Self {
+        use MaybeUnset::Set;
+        let s = &projected.state;
+        // One serialisation serves both the stored state and its digest.
+        let state_json = s.canonical_json();
+        Self {
+            session_id: s.session_id.0,
+            status: Set(s.status().as_str()),
+            agent: Set(s.agent.clone()),
+            title: Set(s.title.clone()),
+            epoch: Set(to_i64(s.epoch)),
+            writer: Set(s.writer.clone()),
+            last_seq: Set(to_i64(s.last_seq)),
+            parent_session_id: Set(s.parent.as_ref().map(|p| p.parent_session_id.0)),
+            parent_seq: Set(s.parent.as_ref().map(|p| to_i64(p.parent_seq))),
+            started_at_us: Set(s.started_at),
+            updated_at_us: Set(s.updated_at),
+            tokens_in: Set(to_i64(s.tokens_in)),
+            tokens_out: Set(to_i64(s.tokens_out)),
+            cost_micros: Set(to_i64(s.cost_micros)),
+            pending_calls: Set(s.pending_calls.len() as i32),
+            pending_approvals: Set(s.pending_approvals.len() as i32),
+            log_partition: Set(projected.partition),
+            applied_offset: Set(projected.applied_offset),
+            state_digest: Set(SessionState::digest_of(&state_json)),
+            state_json: Set(state_json),
+            write_timestamp: projected.applied_offset,
+        }
+    }
+}
+
+/// The `context_view` row, column by column, then the write timestamp; unset like
+/// [`SessionRow`].
+#[derive(Clone, scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(crate) struct ContextRow {
+    session_id: Uuid,
+    applied_offset: MaybeUnset<i64>,
+    last_seq: MaybeUnset<i64>,
+    plan: MaybeUnset<Option<String>>,
+    /// Superseded by `context_turns` (migration 3); cleared in case an older projector wrote it.
+    recent_turns: MaybeUnset<Option<String>>,
+    first_turn_seq: MaybeUnset<Option<i64>>,
+    unresolved_calls: MaybeUnset<String>,
+    older_ranges: MaybeUnset<String>,
+    left_out: MaybeUnset<String>,
+    write_timestamp: i64,
+}
+
+/// Unsets each listed column of `row` whose value equals the one in `written`.
+macro_rules! unset_unchanged {
+    ($row:ident, $written:ident: $($column:ident),+ $(,)?) => {
+        $(
+            if let (MaybeUnset::Set(now), MaybeUnset::Set(then)) = (&$row.$column, &$written.$column)
+                && now == then
+            {
+                $row.$column = MaybeUnset::Unset;
+            }
+        )+
+    };
+}
+
+/// A row rewritten in every batch that touches its session.
+pub(crate) trait Rewritten: Clone {
+    /// This row with its one-way columns that equal `written`'s unset.
+    fn unset_unchanged(self, written: &Self) -> Self;
+}
+
+// Only one-way columns are ever left unset: set once (agent, parent, start), or only growing
+// (epoch, totals, older ranges, left-out counts). A write from an instance that has just lost
+// the partition can still land between two of the new owner's writes, with a higher timestamp
+// than the first; a one-way column equal in both has that value in between too, so the stale
+// cell is right. A column that can return to an earlier value (status, writer, pending counts,
+// plan, unresolved calls) could keep the stale cell, so it is always sent.
+impl Rewritten for SessionRow {
+    fn unset_unchanged(mut self, written: &Self) -> Self {
+        unset_unchanged!(self, written: agent, title, epoch, parent_session_id, parent_seq,
+            started_at_us, tokens_in, tokens_out, cost_micros, log_partition);
+        self
+    }
+}
+
+impl Rewritten for ContextRow {
+    fn unset_unchanged(mut self, written: &Self) -> Self {
+        unset_unchanged!(self, written: recent_turns, first_turn_seq, older_ranges, left_out);
+        self
+    }
+}
+
+/// What this instance last wrote in a session's `sessions` and `context_view` rows.
+///
+/// Both rows are rewritten in every batch that touches the session, but many of their columns
+/// (agent, parent, totals, older ranges) rarely change, and the store's work per batch grows
+/// with the cells written. So such a column equal to the one last written is sent unset and
+/// the store keeps its cell. This relies on this instance's writes of the session landing in
+/// order, so it lives and is forgotten with the projector's session cache; the first write
+/// after a load sends every column.
+#[derive(Default)]
+pub struct LastWritten {
+    session: Option<SessionRow>,
+    context: Option<ContextRow>,
+}
+
+/// `row` with the columns it need not send unset (none without `written`); `row` becomes the
+/// last written.
+pub(crate) fn changes<R: Rewritten>(row: R, written: &mut Option<R>) -> R {
+    let sent = match written.as_ref() {
+        Some(written) => row.clone().unset_unchanged(written),
+        None => row.clone(),
+    };
+    *written = Some(row);
+    sent
+}
+
+/// Which table (and prepared statement) a [`CqlRow`] goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    Sessions,
+    EventIndex,
+    WriterClaims,
+    Checkpoints,
+    RejectedEvents,
+    SpansBySession,
+    SpansByDay,
+    ContextView,
+    ContextTurns,
+    ErasedTurns,
+    PartitionProgress,
+    SessionChildren,
+    AwaitingInsert,
+    AwaitingDelete,
+}
+
+/// One row to write, with its values bound: built while folding, written later in a batch.
+pub struct CqlRow {
+    pub(crate) table: Table,
+    pub(crate) values: Box<dyn SerializeRow + Send + Sync>,
+}
+
+impl CqlRow {
+    fn new(table: Table, values: impl SerializeRow + Send + Sync + 'static) -> Self {
+        Self {
+            table,
+            values: Box::new(values),
+        }
+    }
+
+    /// A session's row: the commit point of everything folded into it.
+    ///
+    /// The write timestamp is the applied offset: offsets only grow within the session's
+    /// partition, so a late write from an instance that lost the partition in a rebalance
+    /// can never overwrite a newer state, whatever order the writes arrive in.
+    /// Columns unchanged since `written` are left unset.
+    pub fn session(projected: &ProjectedSession, written: &mut LastWritten) -> Self {
+        let row = changes(SessionRow::from(projected), &mut written.session);
+        Self::new(Table::Sessions, row)
+    }
+
+    /// An accepted event: its index row (a claim's `writer_claims` row instead). For a
+    /// checkpoint, `after` is the state including it, stored in `checkpoints` for recovery
+    /// to start from.
+    pub fn accepted(
+        event: &EventEnvelope,
+        partition: i32,
+        offset: i64,
+        after: Option<&SessionState>,
+    ) -> Vec<Self> {
+        let session = event.session_id.0;
+        if let SessionEvent::WriterClaimed { writer } = &event.event {
+            let values = (
+                session,
+                to_i64(event.writer_epoch),
+                writer.clone(),
+                partition,
+                offset,
+                event.event_id,
+                event.occurred_at,
+                to_i64(event.seq),
+            );
+            return vec![Self::new(Table::WriterClaims, values)];
+        }
+        let index = (
+            session,
+            to_i64(event.seq),
+            partition,
+            offset,
+            event.event.kind(),
+            event.event_id,
+            to_i64(event.writer_epoch),
+            event.occurred_at,
+        );
+        let mut rows = vec![Self::new(Table::EventIndex, index)];
+        let checkpoint = after.and_then(|s| {
+            s.last_checkpoint
+                .as_ref()
+                .filter(|m| m.seq == event.seq)
+                .map(|m| (m, s))
+        });
+        if let Some((mark, after)) = checkpoint {
+            let values = (
+                session,
+                to_i64(event.seq),
+                partition,
+                offset,
+                mark.declared_digest.clone(),
+                mark.computed_digest.clone(),
+                mark.verified(),
+                after.canonical_json(),
+            );
+            rows.push(Self::new(Table::Checkpoints, values));
+        }
+        rows
+    }
+
+    /// An event the fold rejected, with its reason.
+    pub fn rejected(event: &EventEnvelope, partition: i32, offset: i64, why: &Rejection) -> Self {
+        let values = (
+            event.session_id.0,
+            partition,
+            offset,
+            to_i64(event.seq),
+            to_i64(event.writer_epoch),
+            event.event_id,
+            event.event.kind(),
+            why.label(),
+            why.to_string(),
+        );
+        Self::new(Table::RejectedEvents, values)
+    }
+
+    /// A span's two rows: by session, and by day (whose partition is the day).
+    /// `offset` (the event's log offset) is the write timestamp, so the write of the event
+    /// that completes a span wins over the one that opened it.
+    pub fn span(span: &SpanWrite, offset: i64) -> (Self, Self) {
+        let as_i64 = |v: Option<u64>| unset_or(v.map(to_i64));
+        let end_seq = as_i64(span.end_seq);
+        let (end_us, duration_us) = (unset_or(span.end_us), unset_or(span.duration_us()));
+        let (tokens_in, tokens_out, cost) = (
+            as_i64(span.tokens_in),
+            as_i64(span.tokens_out),
+            as_i64(span.cost_micros),
+        );
+        let (session, seq) = (span.session_id.0, to_i64(span.span_seq));
+        let by_session = (
+            session,
+            seq,
+            span.span_kind,
+            span.name.clone(),
+            span.start_us,
+            end_seq,
+            end_us,
+            duration_us,
+            tokens_in,
+            tokens_out,
+            cost,
+            span.outcome,
+            offset,
+        );
+        let by_day = (
+            span.day(),
+            span.start_us,
+            session,
+            seq,
+            span.span_kind,
+            span.name.clone(),
+            end_seq,
+            end_us,
+            duration_us,
+            tokens_in,
+            tokens_out,
+            cost,
+            span.outcome,
+            offset,
+        );
+        (
+            Self::new(Table::SpansBySession, by_session),
+            Self::new(Table::SpansByDay, by_day),
+        )
+    }
+
+    /// A session's context view: the window, plus the plan and unresolved calls of `state`.
+    /// Written `USING TIMESTAMP` the window's applied offset, like the session row; columns
+    /// unchanged since `written` are left unset.
+    pub fn context(
+        window: &ContextWindow,
+        state: &SessionState,
+        written: &mut LastWritten,
+    ) -> Self {
+        use MaybeUnset::Set;
+        let row = ContextRow {
+            session_id: state.session_id.0,
+            applied_offset: Set(window.applied_offset),
+            last_seq: Set(to_i64(state.last_seq)),
+            plan: Set(ContextWindow::plan_text(state)),
+            recent_turns: Set(None),
+            first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
+            unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
+            older_ranges: Set(to_json(&window.older)),
+            left_out: Set(to_json(&window.left_out)),
+            write_timestamp: window.applied_offset,
+        };
+        Self::new(Table::ContextView, changes(row, &mut written.context))
+    }
+
+    /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
+    /// erased the session, a deletion of every turn (older ones included) and the window's
+    /// turns again without their text. Each turn is written once, so a batch costs what its
+    /// events add, not the whole window again. Write timestamps are offsets, the rewrite's one
+    /// above the deletion's, so writing these again after a crash changes nothing. Absent
+    /// values stay unset rather than null: a turn row is only ever written over its deletion,
+    /// so there is no older cell to clear, and a null would cost a tombstone.
+    pub fn turns(
+        session: SessionId,
+        window: &ContextWindow,
+        change: TurnChange,
+        offset: i64,
+    ) -> Vec<Self> {
+        let turn = |t: &Turn, timestamp: i64| {
+            let values = (
+                session.0,
+                to_i64(t.seq),
+                t.role.clone(),
+                unset_or(t.name.clone()),
+                unset_or(t.call_seq.map(to_i64)),
+                unset_or(t.text.clone()),
+                t.truncated,
+                t.sealed,
+                t.occurred_at,
+                timestamp,
+            );
+            Self::new(Table::ContextTurns, values)
+        };
+        match change {
+            TurnChange::None => Vec::new(),
+            TurnChange::Added => window
+                .recent
+                .back()
+                .map(|t| turn(t, offset))
+                .into_iter()
+                .collect(),
+            TurnChange::Erased => {
+                std::iter::once(Self::new(Table::ErasedTurns, (offset, session.0)))
+                    .chain(window.recent.iter().map(|t| turn(t, offset + 1)))
+                    .collect()
+            }
+        }
+    }
+
+    /// A fork's row in its parent's `session_children`, when `event` (accepted) is the
+    /// child's `SessionForked`. Its values never change, so writing it again changes nothing;
+    /// it is written `USING TIMESTAMP` the event's offset like the other listing rows.
+    pub fn child(event: &EventEnvelope, offset: i64) -> Option<Self> {
+        let SessionEvent::SessionForked { fork_point, .. } = &event.event else {
+            return None;
+        };
+        let values = (
+            fork_point.parent_session_id.0,
+            event.session_id.0,
+            to_i64(fork_point.parent_seq),
+            offset,
+        );
+        Some(Self::new(Table::SessionChildren, values))
+    }
+
+    /// The `sessions_awaiting` rows an event at `offset` changes when it moves its session
+    /// from waiting for `before` to waiting for `after`: the old row deleted, the new one
+    /// inserted, both `USING TIMESTAMP` the offset. A later leave deletes over an earlier
+    /// enter whatever order the writes land in, and a replay writes the same rows again.
+    pub fn awaiting(
+        event: &EventEnvelope,
+        offset: i64,
+        before: Option<Wait>,
+        after: Option<Wait>,
+    ) -> Vec<Self> {
+        if before == after {
+            return Vec::new();
+        }
+        let session = event.session_id.0;
+        let mut rows = Vec::new();
+        if let Some(wait) = before {
+            rows.push(Self::new(
+                Table::AwaitingDelete,
+                (offset, wait.as_str(), session),
+            ));
+        }
+        if let Some(wait) = after {
+            let values = (
+                wait.as_str(),
+                session,
+                to_i64(event.seq),
+                event.occurred_at,
+                offset,
+            );
+            rows.push(Self::new(Table::AwaitingInsert, values));
+        }
+        rows
+    }
+
+    /// Every record of `topic[partition]` before `next_offset` is applied. The write timestamp
+    /// is the offset, so progress never moves back.
+    pub fn progress(topic: &str, partition: i32, next_offset: i64) -> Self {
+        let values = (topic.to_string(), partition, next_offset, next_offset);
+        Self::new(Table::PartitionProgress, values)
+    }
+}
+
+/// The columns of a span write that are absent stay unset, so a later write never erases them.
+pub(crate) fn unset_or<T>(value: Option<T>) -> MaybeUnset<T> {
+    value.map_or(MaybeUnset::Unset, MaybeUnset::Set)
+}
+
+/// A count or seq as CQL's `bigint`: the client supplies some of these numbers (token counts,
+/// cost), so one beyond `i64::MAX` is stored as `i64::MAX` rather than wrapping negative.
+pub(crate) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A JSON column's text (serialising plain data cannot fail; empty if it somehow did).
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Whom a waiting session waits for, as `sessions_awaiting` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// A human's decision on a pending approval (status `awaiting_approval`).
+    Approval,
+    /// An operator's outcome for an in-doubt tool call (status `needs_resolution`).
+    Operator,
+}
+
+impl Wait {
+    /// Whom a session of `status` waits for, if anyone.
+    pub fn of(status: SessionStatus) -> Option<Self> {
+        match status {
+            SessionStatus::AwaitingApproval => Some(Self::Approval),
+            SessionStatus::NeedsResolution => Some(Self::Operator),
+            _ => None,
+        }
+    }
+
+    /// The partition key in `sessions_awaiting`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_set<T>(column: &MaybeUnset<T>) -> bool {
+        matches!(column, MaybeUnset::Set(_))
+    }
+
+    #[test]
+    fn a_rewritten_row_sends_only_the_columns_that_changed() {
+        let mut projected = ProjectedSession {
+            state: SessionState::empty(SessionId(Uuid::now_v7())),
+            partition: 3,
+            applied_offset: 10,
+        };
+        let mut written = None;
+        let first = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&first.title) && is_set(&first.log_partition) && is_set(&first.state_json));
+
+        projected.applied_offset = 11;
+        let second = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&second.applied_offset));
+        assert!(!is_set(&second.title) && !is_set(&second.log_partition));
+        assert!(!is_set(&second.tokens_in) && !is_set(&second.epoch));
+        assert_eq!(second.write_timestamp, 11);
+
+        projected.state.title = Some("renamed".into());
+        let third = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&third.title) && is_set(&third.state_json));
+        assert!(!is_set(&third.agent) && !is_set(&third.cost_micros));
+
+        // A column that returns to null is sent as null, not left holding the old value.
+        projected.state.title = None;
+        let fourth = changes(SessionRow::from(&projected), &mut written);
+        assert!(matches!(fourth.title, MaybeUnset::Set(None)));
+    }
+
+    #[test]
+    fn columns_that_can_return_to_an_earlier_value_are_always_sent() {
+        let projected = ProjectedSession {
+            state: SessionState::empty(SessionId(Uuid::now_v7())),
+            partition: 0,
+            applied_offset: 5,
+        };
+        let mut written = None;
+        changes(SessionRow::from(&projected), &mut written);
+        let again = changes(SessionRow::from(&projected), &mut written);
+        assert!(is_set(&again.status) && is_set(&again.state_digest) && is_set(&again.state_json));
+        assert!(is_set(&again.writer));
+        assert!(is_set(&again.pending_calls) && is_set(&again.pending_approvals));
+        assert!(!is_set(&again.started_at_us));
+    }
+
+    #[test]
+    fn a_wait_writes_only_when_it_changes() {
+        let event = EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: SessionId(Uuid::now_v7()),
+            seq: 7,
+            writer_epoch: 1,
+            occurred_at: 1,
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: 1,
+            event: SessionEvent::UserRequest {
+                content: sessionlog_schemas::Content::plain("x"),
+            },
+        };
+        let tables = |rows: Vec<CqlRow>| rows.iter().map(|r| r.table).collect::<Vec<_>>();
+        let same = Some(Wait::Approval);
+        assert!(CqlRow::awaiting(&event, 3, same, same).is_empty());
+        assert_eq!(
+            tables(CqlRow::awaiting(&event, 3, None, Some(Wait::Operator))),
+            [Table::AwaitingInsert]
+        );
+        assert_eq!(
+            tables(CqlRow::awaiting(&event, 3, Some(Wait::Approval), None)),
+            [Table::AwaitingDelete]
+        );
+        assert_eq!(
+            tables(CqlRow::awaiting(&event, 3, same, Some(Wait::Operator))),
+            [Table::AwaitingDelete, Table::AwaitingInsert]
+        );
+        assert!(CqlRow::child(&event, 3).is_none());
+        assert_eq!(
+            Wait::of(SessionStatus::NeedsResolution),
+            Some(Wait::Operator)
+        );
+        assert_eq!(Wait::of(SessionStatus::Paused), None);
+    }
+
+    #[test]
+    fn client_numbers_beyond_bigint_saturate() {
+        assert_eq!(to_i64(u64::MAX), i64::MAX);
+        assert_eq!(to_i64(5), 5);
+    }
+}

@@ -1,0 +1,102 @@
+//! Commands that only read never create or migrate a keyspace: a missing one is an error that
+//! says to run `sessionlog init`, an outdated one an error that says which command upgrades it,
+//! and the writers' way in (`init`, `project`, a replay) upgrades an existing keyspace.
+
+use anyhow::{Context, Result, bail};
+use sessionlog_store::{Error, ProjectionStore, Wait, migrations};
+use sessionlog_tests::projector::store;
+use sessionlog_tests::{TestStack, sessionlog_bin};
+use std::process::{Command, Output};
+
+/// Runs `sessionlog` with `args` against `stack`, with `extra` environment.
+fn sessionlog(stack: &TestStack, args: &[&str], extra: &[(&str, &str)]) -> Result<Output> {
+    Command::new(sessionlog_bin()?)
+        .args(args)
+        .envs(stack.env())
+        .envs(extra.iter().copied())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()
+        .context("running sessionlog")
+}
+
+fn missing_name() -> String {
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    format!("missing_{}", &run[run.len() - 12..])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_and_the_other_readers_never_create_a_keyspace() -> Result<()> {
+    let stack = TestStack::new("ronly", 1).await?;
+    let probe = store(&stack).await?;
+    let existing = stack.settings.cql.keyspace.clone();
+    let missing = missing_name();
+
+    for (left, right) in [(&missing, &existing), (&existing, &missing)] {
+        let out = sessionlog(&stack, &["verify", "--left", left, "--right", right], &[])?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "verify succeeded: {stderr}");
+        assert!(
+            stderr.contains(&format!("keyspace {missing} does not exist"))
+                && stderr.contains("sessionlog init"),
+            "{stderr}"
+        );
+    }
+    let session = uuid::Uuid::now_v7().to_string();
+    for args in [
+        vec!["inspect", session.as_str()],
+        vec!["recover", session.as_str()],
+        vec!["lineage", session.as_str()],
+    ] {
+        let out = sessionlog(&stack, &args, &[("SESSIONLOG_CQL__KEYSPACE", &missing)])?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+        assert!(
+            stderr.contains(&format!("keyspace {missing} does not exist")),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(
+        !probe.keyspace_exists(&missing).await?,
+        "a read-only command created {missing}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outdated_keyspace_is_refused_by_readers_and_upgraded_by_writers() -> Result<()> {
+    let stack = TestStack::new("rupgr", 1).await?;
+    let probe = store(&stack).await?;
+    // A keyspace as the previous build left it: migrations 1 to 3.
+    let mut old = stack.settings.cql.clone();
+    old.keyspace = format!("{}_v3", old.keyspace);
+    migrations::migrate_through(probe.cql(), &old.keyspace, old.replication_factor, 3).await?;
+    match ProjectionStore::open(&old).await {
+        Err(Error::SchemaBehind { found, wanted, .. }) => {
+            assert_eq!((found, wanted), (3, migrations::latest_version()));
+        }
+        Err(other) => bail!("SchemaBehind expected, got {other}"),
+        Ok(_) => bail!("an outdated keyspace opened"),
+    }
+    let env = [("SESSIONLOG_CQL__KEYSPACE", old.keyspace.as_str())];
+    let session = uuid::Uuid::now_v7().to_string();
+    let out = sessionlog(&stack, &["inspect", &session], &env)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("older than this build") && stderr.contains("sessionlog init"),
+        "{stderr}"
+    );
+
+    // `sessionlog init` (the writers' way in) upgrades it; readers open it again.
+    let out = sessionlog(&stack, &["init"], &env)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let upgraded = ProjectionStore::open(&old).await?;
+    let parent = sessionlog_schemas::SessionId(uuid::Uuid::now_v7());
+    assert!(upgraded.children(parent).await?.is_empty());
+    assert!(upgraded.awaiting(Wait::Operator).await?.is_empty());
+    Ok(())
+}
