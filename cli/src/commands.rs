@@ -11,7 +11,7 @@ use sessionlog_producer::EventLog;
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_recovery::Recovery;
-use sessionlog_schemas::{SchemaRegistry, SessionId, value_subject};
+use sessionlog_schemas::{SessionId, value_subject};
 use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
 use std::path::PathBuf;
@@ -239,7 +239,7 @@ async fn init(settings: &Settings, json: bool) -> Result<()> {
     topic::ensure_topics(&settings.kafka)
         .await
         .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
-    let registry = SchemaRegistry::new(settings.registry.url.clone())?;
+    let registry = settings.registry.client()?;
     let schema_id = registry
         .register_all_versions(&value_subject(&settings.kafka.topic))
         .await

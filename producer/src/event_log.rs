@@ -7,9 +7,7 @@ use serde::Serialize;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
-use sessionlog_schemas::{
-    EventDecoder, EventEncoder, EventEnvelope, SchemaRegistry, SessionId, value_subject,
-};
+use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -69,7 +67,7 @@ impl EventLog {
     /// schema id no event can be written.
     pub async fn connect(settings: &Settings, options: ProducerOptions) -> Result<Self> {
         let url = settings.registry.url.clone();
-        let registry = SchemaRegistry::new(url.clone())?;
+        let registry = settings.registry.client()?;
         let encoder = EventEncoder::register(&registry, &value_subject(&settings.kafka.topic))
             .await
             .map_err(|source| match source {

@@ -10,7 +10,7 @@ use crate::{Error, ProjectionStore, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sessionlog_log::{PartitionReader, RawRecord, Settings};
-use sessionlog_schemas::{EventDecoder, SchemaRegistry};
+use sessionlog_schemas::EventDecoder;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,7 +165,7 @@ impl Replay {
     /// overlaps writing the previous.
     pub async fn run(self, done: Arc<AtomicU64>) -> Result<ReplaySummary> {
         let started = Instant::now();
-        let decoder = EventDecoder::new(SchemaRegistry::new(self.settings.registry.url.clone())?);
+        let decoder = EventDecoder::new(self.settings.registry.client()?);
         let ranges: Vec<&PartitionRange> = self.ranges.iter().filter(|r| !r.is_empty()).collect();
         // The projector's session cache, shared out among the partitions replayed at once, so
         // memory does not grow with the number of sessions in the topic.

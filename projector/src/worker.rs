@@ -12,7 +12,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use sessionlog_log::{ProjectorSettings, RawRecord, Settings};
-use sessionlog_schemas::{EventDecoder, SchemaRegistry};
+use sessionlog_schemas::EventDecoder;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,7 +166,7 @@ impl Projector {
     /// Connects to Kafka, the registry and CQL (applying migrations) and joins the group.
     pub async fn new(settings: &Settings, options: ProjectorOptions) -> Result<Self> {
         let store = ProjectionStore::migrate(&settings.cql).await?;
-        let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
+        let decoder = EventDecoder::new(settings.registry.client()?);
         let shared = Arc::new(Shared {
             topic: settings.kafka.topic.clone(),
             ..Shared::default()

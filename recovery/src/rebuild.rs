@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use serde::Serialize;
 use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
 use sessionlog_producer::EventLog;
-use sessionlog_schemas::{EventDecoder, EventEnvelope, SchemaRegistry, SessionId};
+use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
 use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
@@ -95,7 +95,7 @@ impl Recovery {
     /// ([`ProjectionStore::open`]): recovery never creates or migrates a keyspace, and fails
     /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
-        let decoder = EventDecoder::new(SchemaRegistry::new(settings.registry.url.clone())?);
+        let decoder = EventDecoder::new(settings.registry.client()?);
         let store = ProjectionStore::open(&settings.cql).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
         let log = Arc::new(EventLog::from_settings(settings).await?);

@@ -21,15 +21,63 @@ pub struct ProjectionStore {
 }
 
 async fn session_for(settings: &CqlSettings) -> Result<Session> {
-    SessionBuilder::new()
+    let mut builder = SessionBuilder::new()
         .known_nodes(settings.node_list())
-        .connection_timeout(Duration::from_secs(10))
-        .build()
-        .await
-        .map_err(|e| Error::Connect {
+        .connection_timeout(Duration::from_secs(10));
+    if !settings.username.is_empty() {
+        builder = builder.user(&settings.username, settings.password.expose());
+    }
+    if !settings.tls_ca_file.is_empty() {
+        builder = builder.tls_context(Some(tls_config(&settings.tls_ca_file)?));
+    }
+    builder.build().await.map_err(|e| {
+        let text = e.to_string().to_ascii_lowercase();
+        let hint = if text.contains("authenticat") || text.contains("credentials") {
+            "check cql.username and cql.password (SESSIONLOG_CQL__USERNAME, SESSIONLOG_CQL__PASSWORD)"
+        } else if text.contains("certificate") || text.contains("tls") || text.contains("ssl") {
+            "check cql.tls_ca_file (SESSIONLOG_CQL__TLS_CA_FILE): the CA that signed the nodes' \
+             certificates, or none for a node without TLS"
+        } else {
+            "is the store up? cql.nodes (SESSIONLOG_CQL__NODES) names it; a node that requires \
+             TLS needs cql.tls_ca_file"
+        };
+        Error::Connect {
             nodes: settings.nodes.clone(),
+            hint,
             source: e.into(),
-        })
+        }
+    })
+}
+
+/// A TLS client configuration that trusts only the CAs in `ca_file` and verifies each node's
+/// certificate against the address it is reached at.
+fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let bad = |message: String| Error::TlsCaFile {
+        path: ca_file.to_string(),
+        message,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certificates = CertificateDer::pem_file_iter(ca_file)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certificates.is_empty() {
+        return Err(bad("no certificate in the file".into()));
+    }
+    for certificate in certificates {
+        roots.add(certificate).map_err(|e| bad(e.to_string()))?;
+    }
+    // The provider is named: with more than one compiled in, rustls cannot pick a default.
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 impl ProjectionStore {

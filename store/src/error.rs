@@ -6,14 +6,13 @@ pub type DriverError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// What can go wrong reading or writing the projection tables.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No CQL node could be reached.
-    #[error(
-        "cannot connect to CQL at {nodes}: {source} (is the store up? `[cql] nodes` or \
-         SESSIONLOG_CQL__NODES names it)"
-    )]
+    /// No CQL node could be reached, or none let us in.
+    #[error("cannot connect to CQL at {nodes}: {source} ({hint})")]
     Connect {
         /// The nodes tried.
         nodes: String,
+        /// The settings that most likely fix it, judged from the driver's error.
+        hint: &'static str,
         /// The driver's error.
         #[source]
         source: DriverError,
@@ -26,6 +25,14 @@ pub enum Error {
         /// The driver's error.
         #[source]
         source: DriverError,
+    },
+    /// The `[cql] tls_ca_file` could not be read as PEM certificates.
+    #[error("cql.tls_ca_file {path}: {message} (SESSIONLOG_CQL__TLS_CA_FILE names a PEM file)")]
+    TlsCaFile {
+        /// The file named.
+        path: String,
+        /// What was wrong with it.
+        message: String,
     },
     /// A read-only command named a keyspace that is not there.
     #[error("keyspace {keyspace} does not exist; run `sessionlog init` to create it")]

@@ -12,7 +12,7 @@ pub mod recovery;
 
 use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
-use sessionlog_schemas::{SchemaRegistry, value_subject};
+use sessionlog_schemas::value_subject;
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -33,8 +33,10 @@ impl TestStack {
         let mut settings = Settings::load(None).context("loading settings from the environment")?;
         let run = uuid::Uuid::now_v7().simple().to_string();
         let tag = format!("{name}_{}", &run[run.len() - 8..]);
-        settings.kafka.topic = format!("t-{tag}");
-        settings.kafka.dead_letter_topic = format!("t-{tag}-dlq");
+        // Names under the prefixes the secure stack's ACLs grant the services (topics
+        // `session-events*`, groups `sessionlog-*`), so the same tests run on both tiers.
+        settings.kafka.topic = format!("session-events-t-{tag}");
+        settings.kafka.dead_letter_topic = format!("session-events-t-{tag}-dlq");
         settings.kafka.partitions = partitions;
         settings.cql.keyspace = format!("t_{tag}");
         topic::ensure_topics(&settings.kafka)
@@ -45,7 +47,9 @@ impl TestStack {
                     settings.kafka.bootstrap
                 )
             })?;
-        SchemaRegistry::new(settings.registry.url.clone())?
+        settings
+            .registry
+            .client()?
             .register_all_versions(&value_subject(&settings.kafka.topic))
             .await
             .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
@@ -54,7 +58,7 @@ impl TestStack {
             .with_context(|| format!("creating keyspace {}", settings.cql.keyspace))?;
         Ok(Self {
             settings,
-            group: format!("g-{tag}"),
+            group: format!("sessionlog-t-{tag}"),
         })
     }
 

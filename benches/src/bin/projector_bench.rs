@@ -19,7 +19,7 @@ use futures::{StreamExt, TryStreamExt};
 use sessionlog_benches::{Latencies, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings, topic};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
-use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, value_subject};
+use sessionlog_schemas::{Content, SessionEvent, value_subject};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
 use std::collections::BTreeMap;
@@ -148,7 +148,9 @@ async fn main() -> Result<()> {
     settings.kafka.partitions = args.partitions;
     settings.cql.keyspace = format!("bench_projector_{tag}");
     topic::ensure_topics(&settings.kafka).await?;
-    SchemaRegistry::new(settings.registry.url.clone())?
+    settings
+        .registry
+        .client()?
         .register_all_versions(&value_subject(&settings.kafka.topic))
         .await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;

@@ -23,7 +23,7 @@ use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
-use sessionlog_schemas::{Content, SchemaRegistry, SessionEvent, SessionId, value_subject};
+use sessionlog_schemas::{Content, SessionEvent, SessionId, value_subject};
 use sessionlog_session::DUPLICATE_WINDOW;
 use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
@@ -157,7 +157,9 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     topic::ensure_topics(&settings.kafka)
         .await
         .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
-    SchemaRegistry::new(settings.registry.url.clone())?
+    settings
+        .registry
+        .client()?
         .register_all_versions(&value_subject(&settings.kafka.topic))
         .await
         .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
