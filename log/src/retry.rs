@@ -6,7 +6,7 @@
 use backon::ExponentialBuilder;
 use std::time::Duration;
 
-pub use backon::Retryable;
+pub use backon::{BackoffBuilder, Retryable};
 
 /// The first wait.
 pub const FIRST_DELAY: Duration = Duration::from_millis(100);

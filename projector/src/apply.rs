@@ -5,6 +5,7 @@ use crate::Result;
 use crate::observe::{self, Health};
 use futures::stream::{self, TryStreamExt};
 use sessionlog_log::RawRecord;
+use sessionlog_log::retry::{self, BackoffBuilder};
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextWindow, TurnChange};
 use sessionlog_session::trace::span_of;
@@ -15,7 +16,6 @@ use sessionlog_store::{
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Counts of what a batch did, for logs, metrics and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -256,14 +256,14 @@ impl Applier {
         let Some(payload) = record.payload.as_deref() else {
             return Err("empty record value".into());
         };
-        let mut backoff = Duration::from_millis(100);
+        let mut waits = retry::forever().build();
         let event = loop {
             match self.decoder.decode(payload).await {
                 Ok(event) => break event,
                 Err(e) if e.is_retriable() => {
-                    tracing::warn!(error = %e, "schema registry unavailable; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                    tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
+                    tokio::time::sleep(wait).await;
                 }
                 Err(e) => return Err(e.to_string()),
             }
@@ -394,7 +394,9 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
-    let mut backoff = Duration::from_millis(100);
+    // A projector cannot skip a write, so this waits as long as the outage lasts: the policy's
+    // waits drive a loop that only success ends.
+    let mut waits = retry::forever().build();
     loop {
         match op().await {
             Ok(value) => {
@@ -403,9 +405,9 @@ where
             }
             Err(e) => {
                 health.store_failed();
-                tracing::warn!(error = %e, what, ?backoff, "store unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                tracing::warn!(error = %e, what, ?wait, "store unavailable; retrying");
+                tokio::time::sleep(wait).await;
             }
         }
     }

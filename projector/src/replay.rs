@@ -9,6 +9,7 @@ use crate::apply::{Applier, BatchStats};
 use crate::{Error, ProjectionStore, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
+use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{PartitionReader, RawRecord, Settings};
 use sessionlog_schemas::EventDecoder;
 use std::collections::BTreeMap;
@@ -258,24 +259,15 @@ async fn replay_partition(
 const KAFKA_PATIENCE: Duration = Duration::from_secs(180);
 
 /// Retries `op` with capped backoff while Kafka fails, for at most [`KAFKA_PATIENCE`].
-async fn retry_kafka<T, F, Fut>(what: &'static str, mut op: F) -> Result<T>
+async fn retry_kafka<T, F, Fut>(what: &'static str, op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let give_up = Instant::now() + KAFKA_PATIENCE;
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        match op().await {
-            Ok(value) => return Ok(value),
-            Err(Error::Log(e)) if Instant::now() < give_up => {
-                tracing::warn!(error = %e, what, ?backoff, "kafka unavailable; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    op.retry(retry::within(KAFKA_PATIENCE))
+        .when(|e| matches!(e, Error::Log(_)))
+        .notify(|e, wait| tracing::warn!(error = %e, what, ?wait, "kafka unavailable; retrying"))
+        .await
 }
 
 /// `(partition, from, until)` for each wanted partition of `topic`.

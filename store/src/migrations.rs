@@ -13,6 +13,7 @@
 
 use crate::{Error, Result};
 use scylla::client::session::Session;
+use sessionlog_log::retry::{self, Retryable};
 use std::time::Duration;
 
 /// One migration: a version and the statements that bring the keyspace to it.
@@ -415,17 +416,12 @@ async fn has_column(session: &Session, ks: &str, table: &str, column: &str) -> R
 /// Waits until queries can name `column`: when another process has just added it,
 /// `system_schema` can list it a moment before statements may use it.
 async fn await_column(session: &Session, ks: &str, table: &str, column: &str) -> Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let probe = format!("SELECT {column} FROM {ks}.{table} LIMIT 1");
-        match session.query_unpaged(probe, ()).await {
-            Ok(_) => return Ok(()),
-            Err(e) if std::time::Instant::now() >= deadline => {
-                return Err(Error::cql("migrate")(e));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    let probe = format!("SELECT {column} FROM {ks}.{table} LIMIT 1");
+    (|| session.query_unpaged(probe.clone(), ()))
+        .retry(retry::within(Duration::from_secs(30)))
+        .await
+        .map(|_| ())
+        .map_err(Error::cql("migrate"))
 }
 
 #[cfg(test)]
