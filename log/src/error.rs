@@ -9,7 +9,7 @@ pub enum Error {
     #[error("invalid settings (fix the key in the file or the SESSIONLOG_* variable named here)")]
     Config(#[from] Box<figment::Error>),
     /// Kafka refused or failed an operation.
-    #[error("kafka {action}: {source}")]
+    #[error("kafka {action}: {source}{hint}", hint = kafka_hint(source))]
     Kafka {
         /// What we were doing.
         action: &'static str,
@@ -42,6 +42,31 @@ impl Error {
     /// Wraps a Kafka error with what we were doing.
     pub fn kafka(action: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> Self {
         move |source| Self::Kafka { action, source }
+    }
+}
+
+/// The settings most likely to fix a Kafka error, for the operator reading it.
+fn kafka_hint(error: &rdkafka::error::KafkaError) -> &'static str {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    match error.rdkafka_error_code() {
+        Some(C::Authentication | C::SaslAuthenticationFailed) => {
+            " (the brokers refused the credentials: check kafka.librdkafka sasl.username and \
+             sasl.password, SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_USERNAME and _SASL_PASSWORD)"
+        }
+        Some(C::SSL) => {
+            " (TLS failed: kafka.librdkafka ssl.ca.location must name the CA that signed the \
+             brokers' certificates, SESSIONLOG_KAFKA__LIBRDKAFKA__SSL_CA_LOCATION)"
+        }
+        Some(
+            C::OperationTimedOut
+            | C::AllBrokersDown
+            | C::BrokerTransportFailure
+            | C::MessageTimedOut,
+        ) => {
+            " (are the brokers up at kafka.bootstrap? on a secured cluster also check \
+             kafka.librdkafka security.protocol, ssl.ca.location, sasl.username and sasl.password)"
+        }
+        _ => "",
     }
 }
 
