@@ -47,8 +47,14 @@ impl Error {
 
 /// The settings most likely to fix a Kafka error, for the operator reading it.
 fn kafka_hint(error: &rdkafka::error::KafkaError) -> &'static str {
+    use rdkafka::error::KafkaError;
     use rdkafka::types::RDKafkaErrorCode as C;
-    match error.rdkafka_error_code() {
+    // An admin operation's code is not exposed by `rdkafka_error_code`.
+    let code = match error {
+        KafkaError::AdminOp(code) => Some(*code),
+        other => other.rdkafka_error_code(),
+    };
+    match code {
         Some(C::Authentication | C::SaslAuthenticationFailed) => {
             " (the brokers refused the credentials: check kafka.librdkafka sasl.username and \
              sasl.password, SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_USERNAME and _SASL_PASSWORD)"
