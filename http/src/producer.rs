@@ -80,3 +80,28 @@ fn from_rejection(rejection: Rejection, message: String) -> Problem {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kafka_outage_is_retryable_not_a_bug() {
+        for log_error in [
+            sessionlog_log::Error::Timeout {
+                what: "read-back".into(),
+                seconds: 30,
+            },
+            sessionlog_log::Error::Kafka {
+                action: "read",
+                source: rdkafka::error::KafkaError::MessageConsumption(
+                    rdkafka::types::RDKafkaErrorCode::AllBrokersDown,
+                ),
+            },
+        ] {
+            let problem = Problem::from(Error::Log(log_error));
+            assert_eq!(problem.status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(problem.code, "unavailable");
+        }
+    }
+}
