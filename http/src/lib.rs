@@ -17,5 +17,6 @@ mod service;
 
 pub use extract::{JsonBody, PathParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
+pub use producer::log_error_status;
 pub use responses::{BodyProblems, ServerProblems};
 pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};

@@ -56,8 +56,23 @@ impl From<Error> for Problem {
                 "registry_unavailable",
                 message,
             ),
-            Error::Log(_) | Error::Schema(_) | Error::Unconfirmed { .. } => Self::internal(message),
+            Error::Log(e) => {
+                let (status, code) = log_error_status(&e);
+                Self::new(status, code, message)
+            }
+            Error::Schema(_) | Error::Unconfirmed { .. } => Self::internal(message),
         }
+    }
+}
+
+/// How an error of the log answers: Kafka failing or too slow is an outage a retry may outlive
+/// (503 `unavailable`); anything else (a setting, a bug) is a 500 `internal`.
+pub fn log_error_status(error: &sessionlog_log::Error) -> (StatusCode, &'static str) {
+    match error {
+        sessionlog_log::Error::Kafka { .. } | sessionlog_log::Error::Timeout { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        }
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
     }
 }
 

@@ -85,7 +85,7 @@ impl From<Error> for Problem {
                 (StatusCode::CONFLICT, "fenced")
             }
             Error::Producer(e) => return e.into(),
-            Error::Log(e) => log_status(&e),
+            Error::Log(e) => sessionlog_http::log_error_status(&e),
             Error::Schema(e) => schema_status(&e),
             Error::Store(
                 sessionlog_store::Error::Connect { .. } | sessionlog_store::Error::Cql { .. },
@@ -102,13 +102,6 @@ impl From<Error> for Problem {
 const UNAVAILABLE: (StatusCode, &str) = (StatusCode::SERVICE_UNAVAILABLE, "unavailable");
 /// A bug or a misconfiguration: retrying will not help.
 const INTERNAL: (StatusCode, &str) = (StatusCode::INTERNAL_SERVER_ERROR, "internal");
-
-fn log_status(e: &sessionlog_log::Error) -> (StatusCode, &'static str) {
-    match e {
-        sessionlog_log::Error::Kafka { .. } | sessionlog_log::Error::Timeout { .. } => UNAVAILABLE,
-        _ => INTERNAL,
-    }
-}
 
 fn schema_status(e: &sessionlog_schemas::Error) -> (StatusCode, &'static str) {
     if e.is_retriable() {
