@@ -435,6 +435,11 @@ pub struct PendingClaim {
 }
 
 impl PendingClaim {
+    /// The session as the catch-up left it, before the claim.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
     /// The epoch this claim will ask for: one above the latest the log showed.
     pub fn epoch(&self) -> u64 {
         self.state.epoch + 1

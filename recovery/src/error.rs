@@ -75,6 +75,20 @@ pub enum Error {
         /// Why not.
         reason: String,
     },
+    /// The parent waits for a person at the fork point: a child would not inherit the wait.
+    #[error(
+        "cannot fork session {session} at seq {seq}: there it awaits approval(s) {approvals:?} and the outcome of call(s) at seq {calls:?} (not idempotent, or marked for an operator); decide or resolve them first (`sessionlog approve`, `sessionlog resolve`), or fork before the request"
+    )]
+    ForkOfWaitingSession {
+        /// The parent.
+        session: String,
+        /// The fork point asked for.
+        seq: u64,
+        /// Approvals pending there.
+        approvals: Vec<String>,
+        /// Calls in doubt there that only an operator may settle.
+        calls: Vec<u64>,
+    },
 }
 
 impl Error {
@@ -89,6 +103,7 @@ impl Error {
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }
                 | Self::BadForkPoint { .. }
+                | Self::ForkOfWaitingSession { .. }
         )
     }
 }

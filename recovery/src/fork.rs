@@ -4,7 +4,8 @@
 use crate::{Error, LoggedEvent, Recovery, Result};
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_schemas::{ForkPoint, SessionEvent, SessionId};
+use sessionlog_schemas::{EffectClass, ForkPoint, SessionEvent, SessionId};
+use sessionlog_session::SessionState;
 use std::sync::Arc;
 
 /// Where to fork a parent.
@@ -40,7 +41,10 @@ pub struct BranchDiff {
 }
 
 impl Recovery {
-    /// Forks `parent` at `at` into a new session run by `agent`.
+    /// Forks `parent` at `at` into a new session run by `agent`. Refused
+    /// ([`Error::ForkOfWaitingSession`]) where the parent waits at that point for an approval
+    /// or an operator, or has a non-idempotent call in doubt: a child starts `Running` with no
+    /// pending calls or approvals, so it would walk past the gate (see docs/design.md, Forks).
     pub async fn fork(&self, parent: SessionId, at: ForkAt, agent: &str) -> Result<Appended> {
         let seq = match at {
             ForkAt::Checkpoint(seq) | ForkAt::Seq(seq) => seq,
@@ -50,15 +54,15 @@ impl Recovery {
             seq,
             reason,
         };
-        let mut found: Option<LoggedEvent> = None;
+        let mut found: Option<(LoggedEvent, SessionState)> = None;
         // Start at a checkpoint before the fork point, so the event at it is among those read.
         let rebuilt = self
-            .rebuild_with(parent, Some(seq.saturating_sub(1)), |e| {
+            .rebuild_with(parent, Some(seq.saturating_sub(1)), |e, state| {
                 if e.accepted
                     && e.envelope.seq == seq
                     && !matches!(e.envelope.event, SessionEvent::WriterClaimed { .. })
                 {
-                    found = Some(e.clone());
+                    found = Some((e.clone(), state.clone()));
                 }
             })
             .await?;
@@ -68,7 +72,8 @@ impl Recovery {
                 rebuilt.state.last_seq
             )));
         }
-        let event = found.ok_or_else(|| bad("no accepted event at that seq".into()))?;
+        let (event, at_fork) = found.ok_or_else(|| bad("no accepted event at that seq".into()))?;
+        refuse_waiting_fork(&at_fork, seq)?;
         if matches!(at, ForkAt::Checkpoint(_))
             && !matches!(event.envelope.event, SessionEvent::Checkpoint { .. })
         {
@@ -110,7 +115,7 @@ impl Recovery {
     pub async fn diff(&self, child: SessionId) -> Result<BranchDiff> {
         let mut child_only = Vec::new();
         let rebuilt = self
-            .rebuild_with(child, Some(0), |e| {
+            .rebuild_with(child, Some(0), |e, _| {
                 if e.accepted && e.envelope.seq > 1 {
                     child_only.push(e.clone());
                 }
@@ -126,7 +131,7 @@ impl Recovery {
         self.rebuild_with(
             fork_point.parent_session_id,
             Some(fork_point.parent_seq),
-            |e| {
+            |e, _| {
                 if e.accepted && e.envelope.seq > fork_point.parent_seq {
                     parent_only.push(e.clone());
                 }
@@ -145,4 +150,25 @@ impl Recovery {
         // `SessionForked`: one partition read.
         Ok(self.store().children(session).await?)
     }
+}
+
+/// Refuses a fork point where the parent waits for a person: the child would not inherit the
+/// wait. Fork before the request, or settle it first (decide the approval, resolve the call).
+fn refuse_waiting_fork(state: &SessionState, seq: u64) -> Result<()> {
+    let approvals: Vec<String> = state.pending_approvals.keys().cloned().collect();
+    let calls: Vec<u64> = state
+        .pending_calls
+        .values()
+        .filter(|c| c.resolution_required.is_some() || c.effect == EffectClass::NonIdempotent)
+        .map(|c| c.seq)
+        .collect();
+    if approvals.is_empty() && calls.is_empty() {
+        return Ok(());
+    }
+    Err(Error::ForkOfWaitingSession {
+        session: state.session_id.to_string(),
+        seq,
+        approvals,
+        calls,
+    })
 }

@@ -81,6 +81,7 @@ impl From<Error> for Problem {
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
+            Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Producer(sessionlog_producer::Error::Fenced { .. }) => {
                 (StatusCode::CONFLICT, "fenced")
             }
@@ -306,6 +307,7 @@ async fn resume(
         (status = 200, description = "forked", body = Forked),
         (status = 400, description = "`malformed_json`, `bad_session_id`, `bad_request_body` (not exactly one fork point)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fork_of_waiting_session`: the parent awaits an approval or an operator at the fork point", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `bad_fork_point`", body = ProblemDocument, content_type = "application/problem+json"),
         ServerProblems,

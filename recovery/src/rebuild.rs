@@ -143,11 +143,12 @@ impl Recovery {
     /// Rebuilds `session`: from its latest verified checkpoint if any, else from its first
     /// event, reading its partition to the end and folding its events.
     pub async fn rebuild(&self, session: SessionId) -> Result<RebuiltSession> {
-        self.rebuild_with(session, None, |_| {}).await
+        self.rebuild_with(session, None, |_, _| {}).await
     }
 
     /// Rebuilds `session` from a checkpoint no later than `at_most_seq` (or the latest), and
-    /// calls `visit` with every event of the session read after the start point.
+    /// calls `visit` with every event of the session read after the start point and the state
+    /// just after the fold judged it.
     #[tracing::instrument(name = "rebuild", skip(self, visit), fields(
         %session,
         partition = tracing::field::Empty,
@@ -158,7 +159,7 @@ impl Recovery {
         &self,
         session: SessionId,
         at_most_seq: Option<u64>,
-        mut visit: impl FnMut(&LoggedEvent),
+        mut visit: impl FnMut(&LoggedEvent, &SessionState),
     ) -> Result<RebuiltSession> {
         let started = std::time::Instant::now();
         let partition = self.partition_of(session);
@@ -280,7 +281,7 @@ impl Recovery {
 }
 
 /// Folds windows of raw records into a state, decoding only this session's records.
-struct StreamingFold<'a, V: FnMut(&LoggedEvent)> {
+struct StreamingFold<'a, V: FnMut(&LoggedEvent, &SessionState)> {
     decoder: &'a EventDecoder,
     session: SessionId,
     key: String,
@@ -291,7 +292,7 @@ struct StreamingFold<'a, V: FnMut(&LoggedEvent)> {
     visit: &'a mut V,
 }
 
-impl<V: FnMut(&LoggedEvent)> StreamingFold<'_, V> {
+impl<V: FnMut(&LoggedEvent, &SessionState)> StreamingFold<'_, V> {
     async fn fold(&mut self, records: Vec<RawRecord>) -> Result<()> {
         for record in records {
             self.records_read += 1;
@@ -308,11 +309,14 @@ impl<V: FnMut(&LoggedEvent)> StreamingFold<'_, V> {
                     let accepted = self.state.apply(&envelope).is_accepted();
                     self.events_folded += 1;
                     self.last_offset = Some(record.offset);
-                    (self.visit)(&LoggedEvent {
-                        offset: record.offset,
-                        envelope,
-                        accepted,
-                    });
+                    (self.visit)(
+                        &LoggedEvent {
+                            offset: record.offset,
+                            envelope,
+                            accepted,
+                        },
+                        self.state,
+                    );
                 }
                 Ok(_) => {}
                 Err(e) if e.is_retriable() => return Err(e.into()),

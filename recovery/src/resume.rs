@@ -29,6 +29,14 @@ pub struct InDoubtCall {
     pub action: InDoubtAction,
 }
 
+/// A session rebuilt for resuming, before the claim: what [`Recovery::prepare_resume`] read.
+pub struct ResumePoint {
+    /// The session as the log had it.
+    pub rebuilt: crate::RebuiltSession,
+    /// Its context window, as far as the rebuild read.
+    pub window: ContextWindow,
+}
+
 /// Everything a new harness needs to continue a session.
 #[derive(Serialize)]
 pub struct ResumeBundle {
@@ -67,17 +75,19 @@ impl Recovery {
     /// a recorded result is never re-executed, a pure call may run again, an idempotent one is
     /// resolved through its tool's resolver, and anything else stops the session with
     /// `ResolutionRequired` until an operator records the outcome.
-    #[tracing::instrument(skip(self), fields(
-        %session,
-        partition = tracing::field::Empty,
-        offset = tracing::field::Empty,
-    ))]
     pub async fn resume(
         &self,
         session: SessionId,
         writer: &str,
         context_budget_tokens: usize,
     ) -> Result<ResumeBundle> {
+        let point = self.prepare_resume(session).await?;
+        self.resume_at(point, writer, context_budget_tokens).await
+    }
+
+    /// The first half of [`Self::resume`]: the session rebuilt from the log, with its context
+    /// window. Nothing is appended.
+    pub async fn prepare_resume(&self, session: SessionId) -> Result<ResumePoint> {
         // The projector's context window as far as it goes; the rest of the log is folded in
         // below, from the same read that rebuilds the state.
         let stored = self
@@ -87,7 +97,7 @@ impl Recovery {
             .unwrap_or_default();
         let mut window = stored.clone();
         let rebuilt = self
-            .rebuild_with(session, None, |e| {
+            .rebuild_with(session, None, |e, _| {
                 if e.accepted && e.offset > stored.applied_offset {
                     window.apply(&e.envelope);
                     window.applied_offset = e.offset;
@@ -99,25 +109,68 @@ impl Recovery {
         if matches!(rebuilt.start, StartPoint::Checkpoint { offset, .. } if stored.applied_offset < offset)
         {
             window = ContextWindow::default();
-            self.rebuild_with(session, Some(0), |e| {
+            self.rebuild_with(session, Some(0), |e, _| {
                 if e.accepted {
                     window.apply(&e.envelope);
                 }
             })
             .await?;
         }
-        let span = tracing::Span::current();
-        span.record("partition", rebuilt.partition);
-        span.record("offset", rebuilt.end_offset);
+        Ok(ResumePoint { rebuilt, window })
+    }
+
+    /// The second half of [`Self::resume`]: claims from `point` and settles in-doubt calls.
+    /// The old harness may append between the rebuild and the claim; the claim folds those
+    /// events, and the gates are judged again on the state after it.
+    #[tracing::instrument(skip(self, point), fields(
+        session = %point.rebuilt.state.session_id,
+        partition = point.rebuilt.partition,
+        offset = point.rebuilt.end_offset,
+    ))]
+    pub async fn resume_at(
+        &self,
+        point: ResumePoint,
+        writer: &str,
+        context_budget_tokens: usize,
+    ) -> Result<ResumeBundle> {
+        let ResumePoint {
+            rebuilt,
+            mut window,
+        } = point;
+        let session = rebuilt.state.session_id;
+        // Refuse early when the rebuilt state already forbids it: no claim is appended then.
         check_resumable(&rebuilt.state)?;
-        let (mut writer, _claim) = SessionWriter::claim_from(
+        let offset = rebuilt.end_offset;
+        let mut scratch = rebuilt.state.clone();
+        let pending_claim = SessionWriter::prepare_claim(
             Arc::clone(self.log()),
             rebuilt.state,
             rebuilt.partition,
-            rebuilt.end_offset,
+            offset,
             writer,
         )
         .await?;
+        // The catch-up folded whatever was appended since the rebuild: judge that state.
+        check_resumable(pending_claim.state())?;
+        let (mut writer, claim) = pending_claim.commit().await?;
+        // And the claim folded whatever landed before it (an approval request, an end the old
+        // harness wrote in the meantime): the gates hold on the state after the claim.
+        check_resumable(writer.state())?;
+        // Those events belong in the context window too.
+        let (late, _) = self
+            .log()
+            .read_events(
+                claim.position.partition,
+                offset,
+                Some(claim.position.offset),
+                Some(session),
+            )
+            .await?;
+        for event in &late {
+            if scratch.apply(&event.envelope).is_accepted() {
+                window.apply(&event.envelope);
+            }
+        }
 
         let pending: Vec<PendingCall> = writer.state().pending_calls.values().cloned().collect();
         let mut in_doubt = Vec::new();

@@ -166,6 +166,20 @@ impl ContextWindow {
                 call_seq, output, ..
             } => turn("tool_result", None, Some(*call_seq), output),
             E::SteeringMessage { author, content } => turn("steering", Some(author), None, content),
+            // A decision changes what the agent may do next; a refusal above all must reach it.
+            E::ApprovalDecided {
+                approval_id,
+                approved,
+                decided_by,
+                reason,
+            } => {
+                let decision = if *approved { "approved" } else { "denied" };
+                let because = reason
+                    .as_deref()
+                    .map_or(String::new(), |r| format!(": {r}"));
+                let text = format!("approval {approval_id} {decision} by {decided_by}{because}");
+                turn("approval", Some(decided_by), None, &Content::plain(text))
+            }
             E::SessionErased { .. } => {
                 // The data key is gone: the view keeps the skeleton, not the words.
                 for t in &mut self.recent {

@@ -24,7 +24,8 @@ pub mod trace;
 mod verdict;
 
 pub use state::{
-    CheckpointMark, DUPLICATE_WINDOW, PendingApproval, PendingCall, SessionState, SessionStatus,
+    CheckpointMark, DUPLICATE_WINDOW, DeniedApproval, PendingApproval, PendingCall, SessionState,
+    SessionStatus,
 };
 pub use verdict::{Rejection, Verdict};
 

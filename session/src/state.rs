@@ -82,6 +82,22 @@ pub struct PendingApproval {
     pub seq: Seq,
 }
 
+/// An approval a person refused: the harness that resumes must know it was refused, not just
+/// that nothing is pending any more.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeniedApproval {
+    /// Names the approval within the session.
+    pub approval_id: String,
+    /// What was to be approved.
+    pub action: String,
+    /// Who refused it, as the recovery service verified them.
+    pub decided_by: String,
+    /// Why, if they said.
+    pub reason: Option<String>,
+    /// The seq of the decision.
+    pub seq: Seq,
+}
+
 /// The latest checkpoint and whether its declared digest matched the fold's own.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointMark {
@@ -129,6 +145,10 @@ pub struct SessionState {
     pub pending_calls: BTreeMap<Seq, PendingCall>,
     /// Approvals without a decision, by approval id.
     pub pending_approvals: BTreeMap<String, PendingApproval>,
+    /// Approvals refused, by approval id. Left out of the canonical state while empty, so
+    /// digests of sessions without a refusal are what they were before this field existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub denied_approvals: BTreeMap<String, DeniedApproval>,
     /// Paused and not resumed.
     pub paused: bool,
     /// How it ended, once it has.
@@ -175,6 +195,7 @@ impl SessionState {
             plan: None,
             pending_calls: BTreeMap::new(),
             pending_approvals: BTreeMap::new(),
+            denied_approvals: BTreeMap::new(),
             paused: false,
             terminal: None,
             erased: false,
@@ -478,8 +499,25 @@ impl SessionState {
                     },
                 );
             }
-            E::ApprovalDecided { approval_id, .. } => {
-                self.pending_approvals.remove(approval_id);
+            E::ApprovalDecided {
+                approval_id,
+                approved,
+                decided_by,
+                reason,
+            } => {
+                let request = self.pending_approvals.remove(approval_id);
+                if !approved {
+                    self.denied_approvals.insert(
+                        approval_id.clone(),
+                        DeniedApproval {
+                            approval_id: approval_id.clone(),
+                            action: request.map(|r| r.action).unwrap_or_default(),
+                            decided_by: decided_by.clone(),
+                            reason: reason.clone(),
+                            seq: e.seq,
+                        },
+                    );
+                }
             }
             E::Checkpoint { state_digest, .. } => {
                 self.last_checkpoint = Some(CheckpointMark {

@@ -275,7 +275,7 @@ pub async fn end_offset(recovery: &Recovery, session: SessionId) -> Result<i64> 
 pub async fn accepted_events(recovery: &Recovery, session: SessionId) -> Result<Vec<LoggedEvent>> {
     let mut events = Vec::new();
     recovery
-        .rebuild_with(session, Some(0), |e| {
+        .rebuild_with(session, Some(0), |e, _| {
             if e.accepted {
                 events.push(e.clone());
             }

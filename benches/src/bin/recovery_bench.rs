@@ -226,7 +226,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     let mut full_replay = None;
     for _ in 0..args.reps.max(1) {
         let started = Instant::now();
-        let rebuilt = recovery.rebuild_with(session, Some(0), |_| {}).await?;
+        let rebuilt = recovery.rebuild_with(session, Some(0), |_, _| {}).await?;
         replays.push(started.elapsed());
         full_replay = Some(rebuilt);
     }

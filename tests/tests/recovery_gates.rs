@@ -1,0 +1,143 @@
+//! The approval and operator gates under races and forks, on the real stack: a resume judges
+//! the gates on the state after its claim, a refused approval reaches the resumed harness,
+//! and a fork cannot walk past a wait.
+
+use anyhow::{Result, bail};
+use sessionlog_producer::SessionWriter;
+use sessionlog_recovery::{Error, ForkAt, Recovery};
+use sessionlog_schemas::{Content, EffectClass, SessionEvent, TerminalOutcome};
+use sessionlog_tests::TestStack;
+use sessionlog_tests::projector::event_log;
+use sessionlog_tests::recovery::end_offset;
+
+/// Tokens of context a resumed harness asks for.
+const CONTEXT_BUDGET: usize = 4_000;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_judges_the_gates_on_the_state_after_its_claim() -> Result<()> {
+    let stack = TestStack::new("gate_race", 2).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+
+    // An approval request the old harness appends after the rebuild, before the claim.
+    let (mut old, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    old.user_request("deploy it").await?;
+    let session = old.session_id();
+    let point = recovery.prepare_resume(session).await?;
+    old.append(SessionEvent::ApprovalRequested {
+        approval_id: "deploy-1".into(),
+        action: "deploy to production".into(),
+    })
+    .await?;
+    match recovery.resume_at(point, "harness-2", CONTEXT_BUDGET).await {
+        Err(Error::AwaitingApproval { approval_id, .. }) => assert_eq!(approval_id, "deploy-1"),
+        other => bail!("AwaitingApproval expected, got {other:?}"),
+    }
+
+    // An end the old harness appends in the same window.
+    let (mut old, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    old.user_request("finish").await?;
+    let session = old.session_id();
+    let point = recovery.prepare_resume(session).await?;
+    old.append(SessionEvent::SessionEnded {
+        outcome: TerminalOutcome::Completed,
+        reason: None,
+    })
+    .await?;
+    match recovery.resume_at(point, "harness-2", CONTEXT_BUDGET).await {
+        Err(Error::Ended { .. }) => {}
+        other => bail!("Ended expected, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_approval_reaches_the_resumed_harness() -> Result<()> {
+    let stack = TestStack::new("gate_denied", 2).await?;
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    writer.user_request("drop the table").await?;
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "drop-1".into(),
+            action: "DROP TABLE users".into(),
+        })
+        .await?;
+    let session = writer.session_id();
+    drop(writer);
+
+    let recovery = Recovery::connect(&stack.settings).await?;
+    recovery
+        .decide_approval(session, "drop-1", false, "alice", Some("no backups".into()))
+        .await?;
+    let bundle = recovery
+        .resume(session, "harness-2", CONTEXT_BUDGET)
+        .await?;
+    let denied = bundle
+        .state
+        .denied_approvals
+        .get("drop-1")
+        .ok_or_else(|| anyhow::anyhow!("the bundle's state has no record of the refusal"))?;
+    assert_eq!(denied.action, "DROP TABLE users");
+    assert_eq!(denied.decided_by, "alice");
+    assert_eq!(denied.reason.as_deref(), Some("no backups"));
+    let context = serde_json::to_string(&bundle.context)?;
+    assert!(
+        context.contains("approval drop-1 denied by alice: no backups"),
+        "the context view shows the refusal: {context}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_cannot_walk_past_a_wait() -> Result<()> {
+    let stack = TestStack::new("gate_fork", 2).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    let asked = writer.user_request("deploy it").await?.envelope.seq;
+    let requested = writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "deploy-1".into(),
+            action: "deploy".into(),
+        })
+        .await?
+        .envelope
+        .seq;
+    let session = writer.session_id();
+
+    let before = end_offset(&recovery, session).await?;
+    match recovery
+        .fork(session, ForkAt::Seq(requested), "agent")
+        .await
+    {
+        Err(Error::ForkOfWaitingSession { approvals, .. }) => {
+            assert_eq!(approvals, vec!["deploy-1".to_string()])
+        }
+        other => bail!("ForkOfWaitingSession expected, got {other:?}"),
+    }
+    assert_eq!(end_offset(&recovery, session).await?, before);
+    // Before the request nothing waits: the fork is fine.
+    recovery.fork(session, ForkAt::Seq(asked), "agent").await?;
+
+    // A non-idempotent call in doubt waits for an operator.
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    let call = writer
+        .append_with(
+            SessionEvent::ToolCallRequested {
+                tool: "payments.charge".into(),
+                arguments: Content::plain("{\"cents\":100}"),
+                effect: EffectClass::NonIdempotent,
+            },
+            None,
+            Some("charge-1".into()),
+        )
+        .await?
+        .envelope
+        .seq;
+    match recovery
+        .fork(writer.session_id(), ForkAt::Seq(call), "agent")
+        .await
+    {
+        Err(Error::ForkOfWaitingSession { calls, .. }) => assert_eq!(calls, vec![call]),
+        other => bail!("ForkOfWaitingSession expected, got {other:?}"),
+    }
+    Ok(())
+}
