@@ -145,6 +145,15 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Development keys and tokens for the services' authentication, and API keys.
+    Token {
+        /// Where the development key lives (default: $SESSIONLOG_AUTH_DIR, else .sessionlog/auth).
+        #[arg(long, global = true)]
+        dir: Option<std::path::PathBuf>,
+        /// What to make.
+        #[command(subcommand)]
+        command: crate::token::TokenCommand,
+    },
     /// Print a service's OpenAPI 3.1 document (what it serves at /v1/openapi.json) as JSON.
     /// Needs no servers.
     Openapi {
@@ -217,6 +226,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resolve(args) => emit(cli.json, crate::recovery::resolve(&settings, &args).await?),
         Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
+        Command::Token { dir, command } => crate::token::run(&settings, dir, command),
         Command::Openapi { service } => print_openapi(service),
     }
 }

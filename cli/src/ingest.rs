@@ -1,6 +1,7 @@
 //! `sessionlog ingest`: the HTTP ingest service, as a command.
 
 use anyhow::{Context, Result};
+use sessionlog_http::Access;
 use sessionlog_ingest::Ingest;
 use sessionlog_log::Settings;
 use sessionlog_producer::EventLog;
@@ -20,7 +21,8 @@ pub async fn run(
         .await
         .with_context(|| format!("listening on {listen}"))?;
     tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
-    Ingest::new(Arc::new(log), settings.ingest.clone())
+    let access = Arc::new(Access::from_settings(&settings.auth).await?);
+    Ingest::new(Arc::new(log), settings.ingest.clone(), access)
         .serve(listener, shutdown)
         .await?;
     Ok(())

@@ -7,5 +7,6 @@ mod ingest;
 mod recovery;
 mod replay;
 mod serve;
+mod token;
 
 pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};

@@ -2,9 +2,11 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use sessionlog_http::Access;
 use sessionlog_log::Settings;
 use sessionlog_recovery::{ForkAt, Recovery, Resolution};
 use sessionlog_schemas::{CallOutcome, SessionId};
+use std::sync::Arc;
 
 /// Where to fork: exactly one of `--at-seq` or `--at-checkpoint`.
 #[derive(Debug, Args)]
@@ -254,8 +256,10 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
     let metrics = sessionlog_http::metrics::install(&[
         sessionlog_recovery::http::describe_metrics,
         sessionlog_recovery::describe_metrics,
+        sessionlog_http::auth::describe_metrics,
     ]);
-    let app = sessionlog_recovery::http::router(connect(settings).await?, metrics);
+    let access = Arc::new(Access::from_settings(&settings.auth).await?);
+    let app = sessionlog_recovery::http::router(connect(settings).await?, metrics, access);
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;

@@ -6,8 +6,12 @@
 //!   document at once: the API under `/v1` behind the [`Authenticator`] (where access control
 //!   plugs in), `/health` and `/metrics` unversioned, `/v1/openapi.json`, 404/405 problems,
 //!   panics as 500 problems, a request counter and a tracing span per request.
+//! - [`Access`]: who may call (bearer JWTs against a JWKS, hashed API keys), and the
+//!   [`Caller`] each handler asks for the role its operation needs.
 //! - [`metrics::install`]: the process's Prometheus recorder, installed once.
 
+pub mod auth;
+mod error;
 mod extract;
 pub mod metrics;
 mod problem;
@@ -15,6 +19,8 @@ mod producer;
 mod responses;
 mod service;
 
+pub use auth::{Access, Approver, Authorized, Caller, Harness, Operator, Reader};
+pub use error::Error;
 pub use extract::{JsonBody, PathParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
 pub use producer::log_error_status;

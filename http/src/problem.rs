@@ -2,7 +2,7 @@
 //! (`application/problem+json`) with a stable `code` member that clients match on.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -26,6 +26,8 @@ pub struct Problem {
     pub detail: String,
     /// Extension members (e.g. `expected_seq`), merged into the document.
     pub extensions: Map<String, Value>,
+    /// Headers the answer carries besides the content type (`WWW-Authenticate` on a 401).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// The JSON document of a [`Problem`], as the services send it.
@@ -61,6 +63,7 @@ impl Problem {
             code,
             detail: detail.into(),
             extensions: Map::new(),
+            headers: Vec::new(),
         }
     }
 
@@ -110,6 +113,7 @@ impl IntoResponse for Problem {
             tracing::debug!(status = self.status.as_u16(), code = self.code, detail = %self.detail, "request refused");
         }
         let mut response = (self.status, axum::Json(self.document())).into_response();
+        response.headers_mut().extend(self.headers);
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

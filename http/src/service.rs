@@ -121,16 +121,11 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
 
     /// The OpenAPI 3.1 document: what `/v1/openapi.json` serves. Needs no state or servers.
     pub fn openapi(self) -> OpenApi {
-        self.assemble().into_openapi()
-    }
-
-    /// The router, with today's [`Unauthenticated`] access.
-    pub fn router(self, state: S, metrics: PrometheusHandle) -> Router {
-        self.router_with(state, metrics, Arc::new(Unauthenticated))
+        secured(self.assemble().into_openapi())
     }
 
     /// The router, with `authenticator` in front of every `/v1` route.
-    pub fn router_with(
+    pub fn router(
         mut self,
         state: S,
         metrics: PrometheusHandle,
@@ -148,6 +143,7 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
             .api
             .route_layer(middleware::from_fn_with_state(authenticator, authenticate));
         let (router, document) = self.assemble().with_state(state).split_for_parts();
+        let document = secured(document);
         let document = Arc::new(serde_json::to_value(&document).unwrap_or_default());
         router
             .fallback(no_such_route)
@@ -178,6 +174,67 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
                     ),
             )
     }
+}
+
+/// The document with its access model: a bearer scheme (a JWT or an API key) required by
+/// every `/v1` operation, each of which may answer 401 and 403.
+fn secured(mut document: OpenApi) -> OpenApi {
+    use utoipa::openapi::security::{
+        HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+    };
+    let components = document.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "A JWT (RS256 or ES256, from the JWKS the service trusts) or an API key \
+                     (`slk_...`). `sessionlog token mint` makes a development token.",
+                ))
+                .build(),
+        ),
+    );
+    let answers = crate::responses::problems(&[
+        (
+            "401",
+            "`unauthenticated`: no credential; `invalid_token`: expired, wrong issuer or audience, \
+             unknown key or bad signature (see `WWW-Authenticate`)",
+        ),
+        (
+            "403",
+            "`forbidden`: the caller lacks the role this operation needs, or its credential is \
+             narrowed to one session",
+        ),
+    ]);
+    for (path, item) in document.paths.paths.iter_mut() {
+        if !path.starts_with(API_PREFIX) {
+            continue;
+        }
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            operation.security = Some(vec![SecurityRequirement::new(
+                "bearer",
+                Vec::<String>::new(),
+            )]);
+            for (status, answer) in &answers {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.clone())
+                    .or_insert_with(|| answer.clone());
+            }
+        }
+    }
+    document
 }
 
 /// What `/metrics` renders.
@@ -405,7 +462,7 @@ mod tests {
     }
 
     fn router() -> Router {
-        service().router((), crate::metrics::install(&[]))
+        service().router((), crate::metrics::install(&[]), Arc::new(Unauthenticated))
     }
 
     #[tokio::test]
@@ -526,7 +583,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_authenticator_guards_every_v1_route_and_nothing_else() {
-        let router = service().router_with((), crate::metrics::install(&[]), Arc::new(KeyRequired));
+        let router = service().router((), crate::metrics::install(&[]), Arc::new(KeyRequired));
         for uri in ["/v1/greetings/1", "/v1/openapi.json"] {
             let method = if uri.contains("greetings") {
                 "POST"

@@ -20,8 +20,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sessionlog_http::{
-    BodyProblems, JsonBody, PathParams, Problem, ProblemDocument, ServerProblems, Service,
-    ServiceInfo,
+    Authenticator, Authorized, BodyProblems, Harness, JsonBody, PathParams, Problem,
+    ProblemDocument, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_log::IngestSettings;
 use sessionlog_producer::{Appended, EventLog, Position, SessionWriter};
@@ -92,6 +92,7 @@ const RECENT_POSITIONS: usize = sessionlog_session::DUPLICATE_WINDOW;
 /// The service's state: the shared log and the sessions open here.
 pub struct Ingest {
     log: Arc<EventLog>,
+    access: Arc<dyn Authenticator>,
     settings: IngestSettings,
     sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<OpenSession>>>>,
 }
@@ -145,10 +146,15 @@ pub fn service() -> Service<Arc<Ingest>> {
 }
 
 impl Ingest {
-    /// A service writing through `log`.
-    pub fn new(log: Arc<EventLog>, settings: IngestSettings) -> Arc<Self> {
+    /// A service writing through `log`, letting through whom `access` lets through.
+    pub fn new(
+        log: Arc<EventLog>,
+        settings: IngestSettings,
+        access: Arc<dyn Authenticator>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             log,
+            access,
             settings,
             sessions: Mutex::new(HashMap::new()),
         })
@@ -162,7 +168,7 @@ impl Ingest {
                 metrics::gauge!(OPEN_SESSIONS).set(gauges.sessions().len() as f64);
                 metrics::gauge!(IN_FLIGHT).set(gauges.log.in_flight() as f64);
             })
-            .router(Arc::clone(self), metrics)
+            .router(Arc::clone(self), metrics, Arc::clone(&self.access))
             .layer(DefaultBodyLimit::max(self.settings.max_body_bytes))
     }
 
@@ -173,7 +179,10 @@ impl Ingest {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        let metrics = sessionlog_http::metrics::install(&[describe_metrics]);
+        let metrics = sessionlog_http::metrics::install(&[
+            describe_metrics,
+            sessionlog_http::auth::describe_metrics,
+        ]);
         axum::serve(listener, self.router(metrics))
             .with_graceful_shutdown(shutdown)
             .await
@@ -390,6 +399,7 @@ fn check_epoch(open: &OpenSession, epoch: Epoch) -> Result<(), Problem> {
 )]
 async fn create(
     State(ingest): State<Arc<Ingest>>,
+    _: Authorized<Harness>,
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Answer<Opened> {
     let session = request.session_id.unwrap_or_default();
@@ -434,12 +444,18 @@ async fn create(
 )]
 async fn claim(
     State(ingest): State<Arc<Ingest>>,
+    Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<ClaimRequest>,
 ) -> Answer<Opened> {
     let session = sessionlog_http::session_id(&session)?;
-    let (writer, claimed) =
-        SessionWriter::claim(Arc::clone(&ingest.log), session, &request.writer).await?;
+    let (writer, claimed) = SessionWriter::claim(
+        Arc::clone(&ingest.log),
+        session,
+        &caller.on_behalf(&request.writer),
+    )
+    .await?;
+    caller.audit("claim", session);
     let opened = Opened::new(&writer, &claimed);
     // A writer this service held for the session is fenced by the claim; drop it.
     ingest.sessions().insert(
@@ -469,6 +485,7 @@ async fn claim(
 )]
 async fn append(
     State(ingest): State<Arc<Ingest>>,
+    _: Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<AppendRequest>,
 ) -> Answer<AppendedEvents> {
@@ -622,6 +639,7 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
 )]
 async fn checkpoint(
     State(ingest): State<Arc<Ingest>>,
+    _: Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<CheckpointRequest>,
 ) -> Answer<EventAck> {
@@ -652,6 +670,7 @@ async fn checkpoint(
 )]
 async fn close(
     State(ingest): State<Arc<Ingest>>,
+    _: Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<CloseRequest>,
 ) -> Answer<EventAck> {

@@ -16,6 +16,6 @@ pub mod topic;
 pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
-    CqlSettings, IngestSettings, KafkaSettings, ProducerSettings, ProjectorSettings,
-    RegistrySettings, Secret, Settings,
+    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, ProducerSettings,
+    ProjectorSettings, RegistrySettings, Role, Secret, Settings,
 };

@@ -33,6 +33,103 @@ pub struct Settings {
     pub ingest: IngestSettings,
     /// The recovery service: its HTTP address and the resolvers it may ask.
     pub recovery: RecoverySettings,
+    /// Who may call the HTTP services: bearer tokens and API keys, on by default.
+    pub auth: AuthSettings,
+}
+
+/// Authentication of the HTTP services (`[auth]`). On unless `mode = "disabled"`: with nothing
+/// else set, every API request is refused with 401 until a JWKS or an API key is configured
+/// (`sessionlog token init` makes a development key).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// `required` (the default), or `disabled`: every caller may do everything, and each
+    /// service start logs a warning saying so.
+    pub mode: AuthMode,
+    /// The `iss` every bearer token must carry.
+    pub issuer: String,
+    /// The `aud` every bearer token must carry.
+    pub audience: String,
+    /// A JWKS document (RS256 or ES256 public keys) on disk, read at start.
+    pub jwks_file: Option<String>,
+    /// A JWKS document served over HTTPS, read at start and again (at most once a minute)
+    /// when a token names a key id it does not hold.
+    pub jwks_url: Option<String>,
+    /// Tolerated clock difference when checking `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
+    /// API keys for machines, stored hashed (`sessionlog token api-key` makes one).
+    pub api_keys: Vec<ApiKey>,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::Required,
+            issuer: "sessionlog".into(),
+            audience: "sessionlog".into(),
+            jwks_file: None,
+            jwks_url: None,
+            leeway_secs: 30,
+            api_keys: Vec::new(),
+        }
+    }
+}
+
+/// Whether the HTTP services check their callers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Every API request needs a valid bearer token or API key.
+    #[default]
+    Required,
+    /// No checks: only for a trusted network, and logged as a warning at every start.
+    Disabled,
+}
+
+/// What a caller may do. A token or key carries one or more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Runs sessions: creates, claims, appends, checkpoints, closes and resumes them.
+    Harness,
+    /// Decides approvals.
+    Approver,
+    /// Resolves in-doubt calls, forks, lists stuck sessions.
+    Operator,
+    /// Reads state, lineage and diffs.
+    Reader,
+}
+
+impl Role {
+    /// Every role, for a caller that may do everything (authentication disabled).
+    pub const ALL: [Role; 4] = [Role::Harness, Role::Approver, Role::Operator, Role::Reader];
+
+    /// The role's name as settings and tokens spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Harness => "harness",
+            Role::Approver => "approver",
+            Role::Operator => "operator",
+            Role::Reader => "reader",
+        }
+    }
+}
+
+/// One machine's API key (`[[auth.api_keys]]`), as `sessionlog token api-key` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// The key's id: the part of the key after `slk_` and before the next `_`.
+    pub id: String,
+    /// Hex SHA-256 of the whole key; the key itself is never stored.
+    pub sha256: String,
+    /// Who the key speaks for, as audit records name it.
+    pub subject: String,
+    /// What it may do.
+    pub roles: Vec<Role>,
+    /// If set, the key may act on this session only (a UUID).
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// The recovery service.

@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use sessionlog_http::{
-    BodyProblems, JsonBody, PathParams, Problem, ProblemDocument, ServerProblems, Service,
-    ServiceInfo,
+    Approver, Authenticator, Authorized, BodyProblems, Harness, JsonBody, Operator, PathParams,
+    Problem, ProblemDocument, Reader, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
@@ -60,9 +60,14 @@ pub fn service() -> Service<Arc<Recovery>> {
     )
 }
 
-/// The service's router over `recovery`, rendering `metrics` at `/metrics`.
-pub fn router(recovery: Recovery, metrics: PrometheusHandle) -> Router {
-    service().router(Arc::new(recovery), metrics)
+/// The service's router over `recovery`, rendering `metrics` at `/metrics`, letting through
+/// whom `access` lets through.
+pub fn router(
+    recovery: Recovery,
+    metrics: PrometheusHandle,
+    access: Arc<dyn Authenticator>,
+) -> Router {
+    service().router(Arc::new(recovery), metrics, access)
 }
 
 /// The service's OpenAPI 3.1 document, as `/v1/openapi.json` serves it.
@@ -191,7 +196,7 @@ struct Liveness {
 /// Takes a session over.
 #[derive(Deserialize, ToSchema)]
 struct ResumeRequest {
-    /// Who takes over.
+    /// A name for the writer that takes over (recorded with the caller's subject).
     writer: String,
     /// Token budget of the context view in the bundle.
     #[serde(default = "default_context_tokens")]
@@ -223,7 +228,9 @@ struct ResolutionRequest {
     succeeded: bool,
     /// What it returned, as far as the operator knows.
     output: String,
-    /// Who records it.
+    /// A name for the operator. The event records the verified caller (`subject/name` when
+    /// the name differs); with authentication disabled, this name as given.
+    #[serde(default)]
     operator: String,
     /// Why they believe it.
     reason: String,
@@ -233,7 +240,9 @@ struct ResolutionRequest {
 #[derive(Deserialize, ToSchema)]
 struct ApprovalRequest {
     approved: bool,
-    /// Who decides.
+    /// A name for who decides. The event records the verified caller (`subject/name` when the
+    /// name differs); with authentication disabled, this name as given.
+    #[serde(default)]
     decided_by: String,
     /// Why.
     reason: Option<String>,
@@ -254,6 +263,7 @@ struct ApprovalRequest {
 )]
 async fn get_session(
     State(recovery): State<Arc<Recovery>>,
+    _: Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<SessionView> {
     let rebuilt = recovery
@@ -286,13 +296,19 @@ async fn get_session(
 )]
 async fn resume(
     State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<ResumeRequest>,
 ) -> Answer<ResumeBundleView> {
     let session = sessionlog_http::session_id(&session)?;
     let bundle = recovery
-        .resume(session, &request.writer, request.context_tokens)
+        .resume(
+            session,
+            &caller.on_behalf(&request.writer),
+            request.context_tokens,
+        )
         .await?;
+    caller.audit("resume", session);
     Ok(Json(ResumeBundleView(bundle)))
 }
 
@@ -315,6 +331,7 @@ async fn resume(
 )]
 async fn fork(
     State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<ForkRequest>,
 ) -> Answer<Forked> {
@@ -331,6 +348,7 @@ async fn fork(
         }
     };
     let first = recovery.fork(session, at, &request.agent).await?;
+    caller.audit("fork", session);
     Ok(Json(Forked {
         session_id: first.envelope.session_id,
         event: first.envelope,
@@ -354,6 +372,7 @@ async fn fork(
 )]
 async fn lineage(
     State(recovery): State<Arc<Recovery>>,
+    _: Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<LineageView> {
     let session = sessionlog_http::session_id(&session)?;
@@ -376,6 +395,7 @@ async fn lineage(
 )]
 async fn diff(
     State(recovery): State<Arc<Recovery>>,
+    _: Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<BranchDiffView> {
     let session = sessionlog_http::session_id(&session)?;
@@ -400,6 +420,7 @@ async fn diff(
 )]
 async fn resolve(
     State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
     PathParams(session): PathParams<String>,
     JsonBody(r): JsonBody<ResolutionRequest>,
 ) -> Answer<RecordedEvent> {
@@ -412,10 +433,11 @@ async fn resolve(
             CallOutcome::Failed
         },
         output: r.output,
-        operator: r.operator,
+        operator: caller.on_behalf(&r.operator),
         reason: r.reason,
     };
     let appended = recovery.record_resolution(session, resolution).await?;
+    caller.audit("resolve", session);
     Ok(Json(appended.into()))
 }
 
@@ -440,13 +462,21 @@ async fn resolve(
 )]
 async fn approve(
     State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Approver>,
     PathParams((session, approval_id)): PathParams<(String, String)>,
     JsonBody(r): JsonBody<ApprovalRequest>,
 ) -> Answer<RecordedEvent> {
     let session = sessionlog_http::session_id(&session)?;
     let appended = recovery
-        .decide_approval(session, &approval_id, r.approved, &r.decided_by, r.reason)
+        .decide_approval(
+            session,
+            &approval_id,
+            r.approved,
+            &caller.on_behalf(&r.decided_by),
+            r.reason,
+        )
         .await?;
+    caller.audit("approve", session);
     Ok(Json(appended.into()))
 }
 
@@ -460,7 +490,10 @@ async fn approve(
         ServerProblems,
     )
 )]
-async fn needing_resolution(State(recovery): State<Arc<Recovery>>) -> Answer<StuckSessions> {
+async fn needing_resolution(
+    State(recovery): State<Arc<Recovery>>,
+    _: Authorized<Operator>,
+) -> Answer<StuckSessions> {
     Ok(Json(StuckSessions(
         recovery.sessions_needing_resolution().await?,
     )))

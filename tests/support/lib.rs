@@ -4,6 +4,8 @@
 //! The stack's addresses come from the environment `scripts/stack up` writes to
 //! `.stack/stack.env` (the test script exports it); defaults point at the local stack.
 
+pub mod auth;
+
 pub mod producer;
 
 pub mod projector;
@@ -39,6 +41,7 @@ impl TestStack {
         settings.kafka.dead_letter_topic = format!("session-events-t-{tag}-dlq");
         settings.kafka.partitions = partitions;
         settings.cql.keyspace = format!("t_{tag}");
+        settings.auth = auth::settings()?;
         topic::ensure_topics(&settings.kafka)
             .await
             .with_context(|| {
@@ -78,6 +81,10 @@ impl TestStack {
             ("SESSIONLOG_REGISTRY__URL".into(), s.registry.url.clone()),
             ("SESSIONLOG_CQL__NODES".into(), s.cql.nodes.clone()),
             ("SESSIONLOG_CQL__KEYSPACE".into(), s.cql.keyspace.clone()),
+            (
+                "SESSIONLOG_AUTH__JWKS_FILE".into(),
+                s.auth.jwks_file.clone().unwrap_or_default(),
+            ),
         ]
     }
 
@@ -190,18 +197,29 @@ impl ServedProcess {
     /// Runs `sessionlog <command> --listen 127.0.0.1:<free port>` in `stack`'s corner and waits
     /// (up to 60 s) until its `/health` answers 200.
     pub async fn start(stack: &TestStack, command: &str) -> Result<Self> {
+        Self::start_without(stack, command, &[]).await
+    }
+
+    /// [`Self::start`] with the variables `unset` removed from the service's environment
+    /// (e.g. `SESSIONLOG_AUTH__JWKS_FILE`, to run it with default access settings).
+    pub async fn start_without(stack: &TestStack, command: &str, unset: &[&str]) -> Result<Self> {
         // A free port: bind :0, read it, release it for the service.
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let listen = format!("127.0.0.1:{port}");
+        let mut spawn = std::process::Command::new(sessionlog_bin()?);
+        spawn
+            .args([command, "--listen", &listen])
+            .envs(stack.env())
+            .env("SESSIONLOG_CONFIG", "/dev/null")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+        for name in unset {
+            spawn.env_remove(name);
+        }
         let process = ChildGuard(
-            std::process::Command::new(sessionlog_bin()?)
-                .args([command, "--listen", &listen])
-                .envs(stack.env())
-                .env("SESSIONLOG_CONFIG", "/dev/null")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
+            spawn
                 .spawn()
                 .with_context(|| format!("spawning `sessionlog {command}`"))?,
         );

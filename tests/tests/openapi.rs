@@ -97,7 +97,7 @@ async fn check_service(stack: &TestStack, service: &str, command: &str) -> Resul
     validate(service, &document)?;
 
     let served = ServedProcess::start(stack, command).await?;
-    let http = Client::new();
+    let http = sessionlog_tests::auth::client()?;
     let answered: Value = http
         .get(format!("{}/v1/openapi.json", served.base))
         .send()

@@ -27,7 +27,8 @@ impl Service {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, stopped) = oneshot::channel::<()>();
-        let ingest = Ingest::new(Arc::clone(&log), stack.settings.ingest.clone());
+        let access = Arc::new(sessionlog_http::Access::from_settings(&stack.settings.auth).await?);
+        let ingest = Ingest::new(Arc::clone(&log), stack.settings.ingest.clone(), access);
         tokio::spawn(async move {
             let _ = ingest
                 .serve(listener, async {
@@ -38,7 +39,7 @@ impl Service {
         Ok(Self {
             base,
             log,
-            http: reqwest::Client::new(),
+            http: sessionlog_tests::auth::client()?,
             _stop: stop,
         })
     }

@@ -21,7 +21,7 @@ impl Service {
         let process = ServedProcess::start(stack, "serve-recovery").await?;
         Ok(Self {
             base: process.base.clone(),
-            http: Client::new(),
+            http: sessionlog_tests::auth::client()?,
             _process: process,
         })
     }

@@ -1,0 +1,171 @@
+//! `sessionlog token`: a development signing key, tokens minted with it, and API keys.
+//!
+//! Production tokens come from your identity provider; the services only need its JWKS
+//! (`auth.jwks_file` or `auth.jwks_url`). This command is for development, tests and the demo.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use sessionlog_http::auth::{Grant, SigningKey, new_api_key};
+use sessionlog_log::{Role, Settings};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directory of the development key unless `--dir` or `SESSIONLOG_AUTH_DIR` says otherwise.
+const DEFAULT_DIR: &str = ".sessionlog/auth";
+const KEY_FILE: &str = "signing-key.pem";
+const JWKS_FILE: &str = "jwks.json";
+
+/// What `sessionlog token` does.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a development signing key (ES256) and its JWKS, and print the setting that makes
+    /// the services trust it.
+    Init {
+        /// Replace a key that is already there (tokens it signed stop working).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Mint a bearer token with the development key.
+    Mint(MintArgs),
+    /// Make an API key for a machine and print the `[[auth.api_keys]]` entry for the services.
+    ApiKey(ApiKeyArgs),
+}
+
+/// `sessionlog token mint`.
+#[derive(Debug, Args)]
+pub struct MintArgs {
+    /// Who the token speaks for (`sub`).
+    #[arg(long)]
+    subject: String,
+    /// A role it grants (harness, approver, operator, reader); repeat for several.
+    #[arg(long = "role", value_parser = parse_role, required = true)]
+    roles: Vec<Role>,
+    /// Narrow the token to this one session.
+    #[arg(long)]
+    session: Option<String>,
+    /// How long it is valid, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    ttl_secs: u64,
+}
+
+/// `sessionlog token api-key`.
+#[derive(Debug, Args)]
+pub struct ApiKeyArgs {
+    /// The key's id (letters, digits, '-'): names it in the settings and in logs.
+    #[arg(long)]
+    id: String,
+    /// Who the key speaks for.
+    #[arg(long)]
+    subject: String,
+    /// A role it grants; repeat for several.
+    #[arg(long = "role", value_parser = parse_role, required = true)]
+    roles: Vec<Role>,
+    /// Narrow the key to this one session.
+    #[arg(long)]
+    session: Option<String>,
+}
+
+fn parse_role(text: &str) -> Result<Role, String> {
+    serde_json::from_value(serde_json::Value::from(text))
+        .map_err(|_| format!("{text:?} is not a role: harness, approver, operator or reader"))
+}
+
+/// Runs `sessionlog token ...` with the development key in `dir`.
+pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> Result<()> {
+    let dir = dir
+        .or_else(|| std::env::var_os("SESSIONLOG_AUTH_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    match command {
+        TokenCommand::Init { force } => init(&dir, force),
+        TokenCommand::Mint(args) => {
+            let key = load(&dir)?;
+            let session = args
+                .session
+                .as_deref()
+                .map(crate::recovery::parse_session)
+                .transpose()?;
+            let token = key.mint(&Grant {
+                session,
+                issuer: settings.auth.issuer.clone(),
+                audience: settings.auth.audience.clone(),
+                ..Grant::new(
+                    &args.subject,
+                    &args.roles,
+                    Duration::from_secs(args.ttl_secs),
+                )
+            })?;
+            println!("{token}");
+            Ok(())
+        }
+        TokenCommand::ApiKey(args) => {
+            if let Some(session) = &args.session {
+                crate::recovery::parse_session(session)?;
+            }
+            let (key, sha256) = new_api_key(&args.id)?;
+            let roles: Vec<String> = args
+                .roles
+                .iter()
+                .map(|r| format!("{:?}", r.as_str()))
+                .collect();
+            eprintln!("# Give the machine this key (shown once; only its hash is kept):");
+            println!("{key}");
+            eprintln!("# Add to the services' sessionlog.toml:");
+            eprintln!("[[auth.api_keys]]");
+            eprintln!("id = {:?}", args.id);
+            eprintln!("sha256 = {sha256:?}");
+            eprintln!("subject = {:?}", args.subject);
+            eprintln!("roles = [{}]", roles.join(", "));
+            if let Some(session) = args.session {
+                eprintln!("session = {session:?}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn init(dir: &Path, force: bool) -> Result<()> {
+    let key_path = dir.join(KEY_FILE);
+    if key_path.exists() && !force {
+        bail!(
+            "{} already holds a signing key; use it (`sessionlog token mint`) or replace it with --force",
+            key_path.display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = SigningKey::generate()?;
+    write_private(&key_path, &key.pem())?;
+    let jwks_path = dir.join(JWKS_FILE);
+    std::fs::write(&jwks_path, serde_json::to_string_pretty(&key.jwks())?)
+        .with_context(|| format!("writing {}", jwks_path.display()))?;
+    let absolute = std::fs::canonicalize(&jwks_path).unwrap_or(jwks_path);
+    eprintln!("# Signing key in {} (keep it private).", key_path.display());
+    eprintln!("# The services trust it with this setting:");
+    println!("SESSIONLOG_AUTH__JWKS_FILE={}", absolute.display());
+    Ok(())
+}
+
+fn load(dir: &Path) -> Result<SigningKey> {
+    let path = dir.join(KEY_FILE);
+    let pem = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (run `sessionlog token init` first, or pass --dir)",
+            path.display()
+        )
+    })?;
+    Ok(SigningKey::from_pem(&pem)?)
+}
+
+/// Writes a file only its owner can read.
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! Authentication for the tests: one development signing key per test process, trusted by
+//! every service a test starts (its JWKS is in [`crate::TestStack`]'s settings and
+//! environment), and tokens minted with it. The tests run with authentication on.
+
+use anyhow::{Context, Result};
+use sessionlog_http::auth::{Grant, SigningKey};
+use sessionlog_log::{AuthSettings, Role};
+use sessionlog_schemas::SessionId;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+struct TestKey {
+    key: SigningKey,
+    jwks_file: PathBuf,
+}
+
+fn test_key() -> Result<&'static TestKey> {
+    static KEY: OnceLock<TestKey> = OnceLock::new();
+    if let Some(key) = KEY.get() {
+        return Ok(key);
+    }
+    let key = SigningKey::generate()?;
+    let dir = std::env::temp_dir().join(format!("sessionlog-tests-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let jwks_file = dir.join(format!("jwks-{}.json", key.kid()));
+    std::fs::write(&jwks_file, key.jwks().to_string())
+        .with_context(|| format!("writing {}", jwks_file.display()))?;
+    // Two threads may race to make one; either key is fine as long as all use the winner.
+    Ok(KEY.get_or_init(|| TestKey { key, jwks_file }))
+}
+
+/// The `[auth]` settings that trust this process's test key.
+pub fn settings() -> Result<AuthSettings> {
+    Ok(AuthSettings {
+        jwks_file: Some(test_key()?.jwks_file.display().to_string()),
+        ..AuthSettings::default()
+    })
+}
+
+/// A token for `subject` with `roles`, valid for ten minutes.
+pub fn token(subject: &str, roles: &[Role]) -> Result<String> {
+    token_with(subject, roles, None, Duration::from_secs(600))
+}
+
+/// A token narrowed to `session`, or with another lifetime.
+pub fn token_with(
+    subject: &str,
+    roles: &[Role],
+    session: Option<SessionId>,
+    ttl: Duration,
+) -> Result<String> {
+    mint(&Grant {
+        session,
+        ..Grant::new(subject, roles, ttl)
+    })
+}
+
+/// A token for any grant (an expired one, another audience), signed by the trusted test key.
+pub fn mint(grant: &Grant) -> Result<String> {
+    Ok(test_key()?.key.mint(grant)?)
+}
+
+/// A token with every role, for tests about something other than access control.
+pub fn full_token() -> Result<String> {
+    token("test", &Role::ALL)
+}
+
+/// An HTTP client that sends `token` with every request.
+pub fn client_with(token: &str) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?;
+    value.set_sensitive(true);
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Ok(reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?)
+}
+
+/// An HTTP client with every role.
+pub fn client() -> Result<reqwest::Client> {
+    client_with(&full_token()?)
+}

@@ -1,0 +1,352 @@
+//! Access control on both HTTP services, on the real stack: every `/v1` route refuses a
+//! missing, expired, wrong-audience or wrongly signed token (401 with `WWW-Authenticate`), a
+//! token without the route's role (403) and a token narrowed to another session (404), and
+//! nothing is appended for any of them. Privileged events record the verified subject.
+
+use anyhow::{Context, Result, ensure};
+use reqwest::Method;
+use serde_json::{Value, json};
+use sessionlog_http::auth::{Grant, SigningKey};
+use sessionlog_log::Role;
+use sessionlog_producer::SessionWriter;
+use sessionlog_recovery::Recovery;
+use sessionlog_schemas::{SessionEvent, SessionId};
+use sessionlog_tests::auth::{client, client_with, mint, token, token_with};
+use sessionlog_tests::projector::event_log;
+use sessionlog_tests::recovery::{accepted_events, end_offset};
+use sessionlog_tests::{ServedProcess, TestStack};
+use std::time::{Duration, SystemTime};
+
+/// One API route: which service, method, path, and the role it needs.
+struct Route {
+    service: Svc,
+    method: Method,
+    path: String,
+    role: Role,
+    /// Whether the path names a session (a narrowed token for another one gets 404).
+    names_session: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Svc {
+    Ingest,
+    Recovery,
+}
+
+fn routes(s: SessionId) -> Vec<Route> {
+    use Svc::*;
+    let r = |service, method, path: String, role, names_session| Route {
+        service,
+        method,
+        path,
+        role,
+        names_session,
+    };
+    vec![
+        r(
+            Ingest,
+            Method::POST,
+            "/v1/sessions".into(),
+            Role::Harness,
+            false,
+        ),
+        r(
+            Ingest,
+            Method::POST,
+            format!("/v1/sessions/{s}/claim"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Ingest,
+            Method::POST,
+            format!("/v1/sessions/{s}/events"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Ingest,
+            Method::POST,
+            format!("/v1/sessions/{s}/checkpoint"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Ingest,
+            Method::POST,
+            format!("/v1/sessions/{s}/close"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
+            format!("/v1/sessions/{s}"),
+            Role::Reader,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/resume"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/fork"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
+            format!("/v1/sessions/{s}/lineage"),
+            Role::Reader,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
+            format!("/v1/sessions/{s}/diff"),
+            Role::Reader,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/resolutions"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/approvals/a1"),
+            Role::Approver,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
+            "/v1/resolutions".into(),
+            Role::Operator,
+            false,
+        ),
+    ]
+}
+
+/// A credential to try and what it must get, on a route.
+enum Expect {
+    Status(u16, &'static str),
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_route_refuses_bad_credentials_wrong_roles_and_other_sessions_and_appends_nothing()
+-> Result<()> {
+    // One partition: any append, by any route, would move its end.
+    let stack = TestStack::new("access", 1).await?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "a1".into(),
+            action: "deploy".into(),
+        })
+        .await?;
+    let session = writer.session_id();
+    let before = end_offset(&recovery, session).await?;
+
+    let stranger = SigningKey::generate()?;
+    let foreign = stranger.mint(&Grant::new("mallory", &Role::ALL, Duration::from_secs(600)))?;
+    // Two minutes past its expiry: beyond the services' 30 s of leeway.
+    let expired = mint(&Grant {
+        expires: SystemTime::now() - Duration::from_secs(120),
+        ..Grant::new("alice", &Role::ALL, Duration::ZERO)
+    })?;
+    let wrong_audience = mint(&Grant {
+        audience: "another-service".into(),
+        ..Grant::new("alice", &Role::ALL, Duration::from_secs(600))
+    })?;
+    let plain = reqwest::Client::new();
+
+    let mut tried = 0;
+    for route in routes(session) {
+        let base = match route.service {
+            Svc::Ingest => &ingest.base,
+            Svc::Recovery => &recovery_service.base,
+        };
+        let url = format!("{base}{}", route.path);
+        let others: Vec<Role> = Role::ALL.into_iter().filter(|r| *r != route.role).collect();
+        let mut cases: Vec<(String, reqwest::Client, Expect)> = vec![
+            (
+                "no credential".into(),
+                plain.clone(),
+                Expect::Status(401, "unauthenticated"),
+            ),
+            (
+                "a foreign key's token".into(),
+                client_with(&foreign)?,
+                Expect::Status(401, "invalid_token"),
+            ),
+            (
+                "a wrong audience".into(),
+                client_with(&wrong_audience)?,
+                Expect::Status(401, "invalid_token"),
+            ),
+            (
+                "garbage".into(),
+                client_with("not-a-token")?,
+                Expect::Status(401, "invalid_token"),
+            ),
+            (
+                "an unknown API key".into(),
+                client_with("slk_nobody_xyz")?,
+                Expect::Status(401, "invalid_token"),
+            ),
+            (
+                "the wrong roles".into(),
+                client_with(&token("bob", &others)?)?,
+                Expect::Status(403, "forbidden"),
+            ),
+        ];
+        let narrowed = client_with(&token_with(
+            "carol",
+            &Role::ALL,
+            Some(SessionId::new()),
+            Duration::from_secs(600),
+        )?)?;
+        cases.push(if route.names_session {
+            (
+                "a token for another session".into(),
+                narrowed,
+                Expect::Status(404, "unknown_session"),
+            )
+        } else {
+            (
+                "a token narrowed to a session".into(),
+                narrowed,
+                Expect::Status(403, "forbidden"),
+            )
+        });
+        cases.push((
+            "an expired token".into(),
+            client_with(&expired)?,
+            Expect::Status(401, "invalid_token"),
+        ));
+        for (what, http, expect) in cases {
+            let Expect::Status(want, code) = expect;
+            let mut request = http.request(route.method.clone(), &url);
+            if route.method == Method::POST {
+                request = request.json(&json!({ "writer": "w", "agent": "a", "at_seq": 1 }));
+            }
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let challenge = response.headers().get("www-authenticate").cloned();
+            let body: Value = response
+                .json()
+                .await
+                .with_context(|| format!("{what} on {url}"))?;
+            ensure!(
+                status == want && body["code"] == code,
+                "{} {} with {what}: wanted {want} {code}, got {status} {body}",
+                route.method,
+                route.path
+            );
+            if want == 401 {
+                let challenge = challenge.context("a 401 carries WWW-Authenticate")?;
+                ensure!(
+                    challenge
+                        .to_str()?
+                        .starts_with("Bearer realm=\"sessionlog\"")
+                );
+            }
+            tried += 1;
+        }
+    }
+    ensure!(
+        tried >= 13 * 8,
+        "every route was tried with every credential"
+    );
+    assert_eq!(
+        end_offset(&recovery, session).await?,
+        before,
+        "no refused request appended anything"
+    );
+
+    // Refusals are counted by route and reason.
+    let metrics = client()?
+        .get(format!("{}/metrics", recovery_service.base))
+        .send()
+        .await?
+        .text()
+        .await?;
+    ensure!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sessionlog_access_refusals_total")
+                && l.contains("reason=\"forbidden\"")),
+        "refusals are counted: {metrics}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_records_the_verified_subject_not_a_typed_name() -> Result<()> {
+    let stack = TestStack::new("access_subject", 1).await?;
+    let service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "a1".into(),
+            action: "deploy".into(),
+        })
+        .await?;
+    let session = writer.session_id();
+    let approver = client_with(&token("alice", &[Role::Approver])?)?;
+    let answer = approver
+        .post(format!(
+            "{}/v1/sessions/{session}/approvals/a1",
+            service.base
+        ))
+        .json(&json!({ "approved": true, "decided_by": "the-ceo" }))
+        .send()
+        .await?;
+    ensure!(answer.status() == 200, "approved: {}", answer.text().await?);
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let decided = accepted_events(&recovery, session)
+        .await?
+        .into_iter()
+        .find_map(|e| match e.envelope.event {
+            SessionEvent::ApprovalDecided { decided_by, .. } => Some(decided_by),
+            _ => None,
+        })
+        .context("the decision is in the log")?;
+    assert_eq!(decided, "alice/the-ceo", "the verified subject comes first");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ingest_with_default_settings_answers_401_without_a_token() -> Result<()> {
+    let stack = TestStack::new("access_default", 1).await?;
+    let ingest =
+        ServedProcess::start_without(&stack, "ingest", &["SESSIONLOG_AUTH__JWKS_FILE"]).await?;
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/sessions", ingest.base))
+        .json(&json!({ "agent": "a" }))
+        .send()
+        .await?;
+    assert_eq!(response.status().as_u16(), 401);
+    // With no JWKS configured even a well-formed token is refused.
+    let response = client()?
+        .post(format!("{}/v1/sessions", ingest.base))
+        .json(&json!({ "agent": "a" }))
+        .send()
+        .await?;
+    assert_eq!(response.status().as_u16(), 401);
+    Ok(())
+}
