@@ -28,6 +28,9 @@ pub async fn run_example_session(log: Arc<EventLog>) -> Result<(SessionWriter, V
             cost_micros: 4_200,
             started_at: sessionlog_schemas::now_micros(),
             content: Content::plain("I will bump the version and run the test suite."),
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            provider: None,
         })
         .await?;
     appended.push(response);

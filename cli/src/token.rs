@@ -14,12 +14,13 @@ use std::time::Duration;
 const DEFAULT_DIR: &str = ".sessionlog/auth";
 const KEY_FILE: &str = "signing-key.pem";
 const JWKS_FILE: &str = "jwks.json";
+const RECOVERY_KEY_FILE: &str = "recovery-key.pem";
 
 /// What `sessionlog token` does.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Make a development signing key (ES256) and its JWKS, and print the setting that makes
-    /// the services trust it.
+    /// Make a development token-signing key (ES256) and its JWKS, and the recovery service's
+    /// attestation key, and print the settings that make the services use them.
     Init {
         /// Replace a key that is already there (tokens it signed stop working).
         #[arg(long)]
@@ -43,6 +44,9 @@ pub struct MintArgs {
     /// Narrow the token to this one session.
     #[arg(long)]
     session: Option<String>,
+    /// The tenant whose sessions it may see and create.
+    #[arg(long, default_value = "default")]
+    tenant: String,
     /// How long it is valid, in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl_secs: u64,
@@ -63,6 +67,9 @@ pub struct ApiKeyArgs {
     /// Narrow the key to this one session.
     #[arg(long)]
     session: Option<String>,
+    /// The tenant whose sessions it may see and create.
+    #[arg(long, default_value = "default")]
+    tenant: String,
 }
 
 fn parse_role(text: &str) -> Result<Role, String> {
@@ -86,6 +93,7 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
                 .transpose()?;
             let token = key.mint(&Grant {
                 session,
+                tenant: Some(args.tenant),
                 issuer: settings.auth.issuer.clone(),
                 audience: settings.auth.audience.clone(),
                 ..Grant::new(
@@ -114,6 +122,7 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
             eprintln!("id = {:?}", args.id);
             eprintln!("sha256 = {sha256:?}");
             eprintln!("subject = {:?}", args.subject);
+            eprintln!("tenant = {:?}", args.tenant);
             eprintln!("roles = [{}]", roles.join(", "));
             if let Some(session) = args.session {
                 eprintln!("session = {session:?}");
@@ -137,10 +146,25 @@ fn init(dir: &Path, force: bool) -> Result<()> {
     let jwks_path = dir.join(JWKS_FILE);
     std::fs::write(&jwks_path, serde_json::to_string_pretty(&key.jwks())?)
         .with_context(|| format!("writing {}", jwks_path.display()))?;
-    let absolute = std::fs::canonicalize(&jwks_path).unwrap_or(jwks_path);
-    eprintln!("# Signing key in {} (keep it private).", key_path.display());
-    eprintln!("# The services trust it with this setting:");
-    println!("SESSIONLOG_AUTH__JWKS_FILE={}", absolute.display());
+    // A key of its own for recovery's signatures on decisions: a token key and an
+    // attestation key are rotated and guarded separately.
+    let recovery_path = dir.join(RECOVERY_KEY_FILE);
+    write_private(&recovery_path, &SigningKey::generate()?.pem())?;
+    let absolute = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    eprintln!(
+        "# Token signing key in {}, recovery's attestation key in {} (keep both private).",
+        key_path.display(),
+        recovery_path.display()
+    );
+    eprintln!("# The services use them with these settings:");
+    println!(
+        "SESSIONLOG_AUTH__JWKS_FILE={}",
+        absolute(jwks_path).display()
+    );
+    println!(
+        "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE={}",
+        absolute(recovery_path).display()
+    );
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use sessionlog_log::{AuthMode, AuthSettings, Role};
-use sessionlog_schemas::SessionId;
+use sessionlog_schemas::{DEFAULT_TENANT, SessionId};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -54,6 +54,9 @@ pub struct Caller {
     pub roles: BTreeSet<Role>,
     /// The one session a narrowed credential may act on.
     pub session: Option<SessionId>,
+    /// The tenant whose sessions the caller may see and create; `None` only when
+    /// authentication is disabled (every tenant).
+    pub tenant: Option<String>,
     /// The route template called, for refusal logs.
     pub route: String,
     /// False when authentication is disabled and nobody was checked.
@@ -67,9 +70,36 @@ impl Caller {
             subject: "anonymous".into(),
             roles: Role::ALL.into_iter().collect(),
             session: None,
+            tenant: None,
             route,
             authenticated: false,
         }
+    }
+
+    /// The tenant a session this caller creates belongs to.
+    pub fn home_tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(DEFAULT_TENANT)
+    }
+
+    /// Refuses a session of another tenant with 404 `unknown_session`, exactly what a session
+    /// that does not exist gets: a caller learns nothing about other tenants' sessions.
+    pub fn require_tenant(&self, session: SessionId, tenant: &str) -> Result<(), Problem> {
+        match &self.tenant {
+            Some(mine) if mine != tenant => Err(self.refuse(
+                Problem::new(
+                    StatusCode::NOT_FOUND,
+                    "unknown_session",
+                    format!("unknown session {session}"),
+                ),
+                "other_tenant",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the caller may see sessions of `tenant` (for filtering lists).
+    pub fn sees_tenant(&self, tenant: &str) -> bool {
+        self.tenant.as_deref().is_none_or(|mine| mine == tenant)
     }
 
     /// The name a privileged event records for what the caller did as `label` (a writer or
@@ -249,6 +279,9 @@ struct Claims {
     /// Narrows the token to one session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     session: Option<String>,
+    /// The tenant; `default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     exp: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +296,7 @@ struct Claims {
 struct KnownKey {
     sha256: [u8; 32],
     subject: String,
+    tenant: String,
     roles: BTreeSet<Role>,
     session: Option<SessionId>,
 }
@@ -306,6 +340,7 @@ impl Access {
                 KnownKey {
                     sha256,
                     subject: key.subject.clone(),
+                    tenant: key.tenant.clone(),
                     roles: key.roles.iter().copied().collect(),
                     session,
                 },
@@ -419,6 +454,7 @@ impl Access {
                 subject: key.subject.clone(),
                 roles: key.roles.clone(),
                 session: key.session,
+                tenant: Some(key.tenant.clone()),
                 route: route.to_string(),
                 authenticated: true,
             });
@@ -462,6 +498,7 @@ impl Access {
                 .filter_map(|r| serde_json::from_value(serde_json::Value::from(r.as_str())).ok())
                 .collect(),
             session,
+            tenant: Some(claims.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_string())),
             route: route.to_string(),
             authenticated: true,
         })
@@ -555,6 +592,8 @@ pub struct Grant {
     pub roles: Vec<Role>,
     /// The one session it may act on, if narrowed.
     pub session: Option<SessionId>,
+    /// The tenant (`default` when `None`).
+    pub tenant: Option<String>,
     /// `iss`; must equal `auth.issuer` of the services.
     pub issuer: String,
     /// `aud`; must equal `auth.audience` of the services.
@@ -572,6 +611,7 @@ impl Grant {
             subject: subject.to_string(),
             roles: roles.to_vec(),
             session: None,
+            tenant: None,
             issuer: defaults.issuer,
             audience: defaults.audience,
             expires: std::time::SystemTime::now() + ttl,
@@ -636,6 +676,29 @@ impl SigningKey {
         &self.kid
     }
 
+    /// An ECDSA P-256 (SHA-256, fixed-length r‖s) signature of `message`: how the recovery
+    /// service attests the privileged events it appends.
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, Error> {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &self.pkcs8)
+            .map_err(|e| Error::Key(format!("unusable signing key: {e}")))?;
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        pair.sign(&rng, message)
+            .map(|s| s.as_ref().to_vec())
+            .map_err(|_| Error::Key("could not sign".into()))
+    }
+
+    /// The public half, to verify what [`Self::sign`] signed.
+    pub fn public_key(&self) -> PublicKey {
+        let mut point = vec![4u8];
+        point.extend_from_slice(&self.x);
+        point.extend_from_slice(&self.y);
+        PublicKey {
+            kid: self.kid.clone(),
+            point,
+        }
+    }
+
     /// The private key as PEM, to keep in a file of mode 600.
     pub fn pem(&self) -> String {
         let b64 = STANDARD.encode(&self.pkcs8);
@@ -667,6 +730,7 @@ impl SigningKey {
             sub: grant.subject.clone(),
             roles: grant.roles.iter().map(|r| r.as_str().to_string()).collect(),
             session: grant.session.map(|s| s.to_string()),
+            tenant: grant.tenant.clone(),
             exp: Some(
                 grant
                     .expires
@@ -681,6 +745,48 @@ impl SigningKey {
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, &claims, &EncodingKey::from_ec_der(&self.pkcs8))
             .map_err(|e| Error::Key(format!("could not sign: {e}")))
+    }
+}
+
+/// A P-256 public key that checks [`SigningKey::sign`] signatures.
+#[derive(Clone, Debug)]
+pub struct PublicKey {
+    /// Its key id.
+    pub kid: String,
+    point: Vec<u8>,
+}
+
+impl PublicKey {
+    /// The EC P-256 keys of a JWKS document (other keys are skipped): the retired keys whose
+    /// old signatures must still verify after a rotation.
+    pub fn from_jwks(text: &str, from: &str) -> Result<Vec<Self>, Error> {
+        let set = parse_jwks(text, from)?;
+        Ok(set
+            .keys
+            .iter()
+            .filter_map(|jwk| {
+                let kid = jwk.common.key_id.clone()?;
+                match &jwk.algorithm {
+                    jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(ec) => {
+                        let x = URL_SAFE_NO_PAD.decode(&ec.x).ok()?;
+                        let y = URL_SAFE_NO_PAD.decode(&ec.y).ok()?;
+                        let mut point = vec![4u8];
+                        point.extend_from_slice(&x);
+                        point.extend_from_slice(&y);
+                        Some(Self { kid, point })
+                    }
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
+    /// Whether `signature` is this key's signature of `message`.
+    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, UnparsedPublicKey};
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.point)
+            .verify(message, signature)
+            .is_ok()
     }
 }
 
@@ -785,6 +891,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_signature_verifies_under_its_key_only_and_only_for_its_message() {
+        let key = SigningKey::generate().expect("key");
+        let other = SigningKey::generate().expect("key");
+        let signature = key.sign(b"statement").expect("sign");
+        assert!(key.public_key().verifies(b"statement", &signature));
+        assert!(!key.public_key().verifies(b"statement!", &signature));
+        assert!(!other.public_key().verifies(b"statement", &signature));
+        let from_jwks = PublicKey::from_jwks(&key.jwks().to_string(), "test").expect("jwks");
+        assert!(from_jwks[0].verifies(b"statement", &signature));
+    }
+
     #[tokio::test]
     async fn an_api_key_is_accepted_by_its_hash_and_a_narrowed_one_sees_only_its_session() {
         let key = SigningKey::generate().expect("key");
@@ -796,6 +914,7 @@ mod tests {
                 id: "ci-1".into(),
                 sha256,
                 subject: "ci".into(),
+                tenant: "acme".into(),
                 roles: vec![Role::Harness],
                 session: Some(only.to_string()),
             }],
@@ -808,6 +927,12 @@ mod tests {
             caller
                 .require_for(Role::Harness, SessionId::new())
                 .map_err(|p| p.status),
+            Err(StatusCode::NOT_FOUND)
+        );
+        assert_eq!(caller.home_tenant(), "acme");
+        assert!(caller.require_tenant(only, "acme").is_ok());
+        assert_eq!(
+            caller.require_tenant(only, "globex").map_err(|p| p.status),
             Err(StatusCode::NOT_FOUND)
         );
         let tampered = format!("{}x", api_key);

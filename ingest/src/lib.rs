@@ -399,7 +399,7 @@ fn check_epoch(open: &OpenSession, epoch: Epoch) -> Result<(), Problem> {
 )]
 async fn create(
     State(ingest): State<Arc<Ingest>>,
-    _: Authorized<Harness>,
+    Authorized(caller, _): Authorized<Harness>,
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Answer<Opened> {
     let session = request.session_id.unwrap_or_default();
@@ -410,11 +410,12 @@ async fn create(
             format!("session {session} is already open here"),
         ));
     }
-    let (writer, start) = SessionWriter::create_with_id(
+    let (writer, start) = SessionWriter::create_in(
         Arc::clone(&ingest.log),
         session,
         &request.agent,
         request.title.as_deref(),
+        caller.home_tenant(),
     )
     .await?;
     let opened = Opened::new(&writer, &start);
@@ -449,12 +450,15 @@ async fn claim(
     JsonBody(request): JsonBody<ClaimRequest>,
 ) -> Answer<Opened> {
     let session = sessionlog_http::session_id(&session)?;
-    let (writer, claimed) = SessionWriter::claim(
+    let pending = SessionWriter::prepare_takeover(
         Arc::clone(&ingest.log),
         session,
         &caller.on_behalf(&request.writer),
     )
     .await?;
+    // Before the claim is written: another tenant's session is not there for this caller.
+    caller.require_tenant(session, &pending.state().tenant)?;
+    let (writer, claimed) = pending.commit().await?;
     caller.audit("claim", session);
     let opened = Opened::new(&writer, &claimed);
     // A writer this service held for the session is fenced by the claim; drop it.
@@ -485,7 +489,7 @@ async fn claim(
 )]
 async fn append(
     State(ingest): State<Arc<Ingest>>,
-    _: Authorized<Harness>,
+    Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<AppendRequest>,
 ) -> Answer<AppendedEvents> {
@@ -507,6 +511,7 @@ async fn append(
     }
     let open = ingest.open(session).ok_or_else(|| not_open(session))?;
     let mut open = open.lock().await;
+    caller.require_tenant(session, &open.writer.state().tenant)?;
     check_epoch(&open, request.epoch)?;
     let mut acks = Vec::with_capacity(request.events.len());
     let mut fresh = Vec::new();
@@ -606,6 +611,17 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
             )
             .with("seq", incoming.seq)
         })?;
+    if sessionlog_session::attest::is_privileged(&event) {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reserved_kind",
+            format!(
+                "event seq {}: decisions and operator results are recorded by the recovery service for a verified person (POST /v1/sessions/{{id}}/approvals/{{approval_id}}, /resolutions), not appended by a harness",
+                incoming.seq
+            ),
+        )
+        .with("seq", incoming.seq));
+    }
     Ok(EventEnvelope {
         event_id: incoming.event_id.unwrap_or_else(Uuid::now_v7),
         session_id: writer.session_id(),
@@ -618,6 +634,7 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
         idempotency_key: incoming.idempotency_key,
         schema_version: CURRENT_SCHEMA_VERSION,
         event,
+        attestation: None,
     })
 }
 
@@ -639,13 +656,14 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
 )]
 async fn checkpoint(
     State(ingest): State<Arc<Ingest>>,
-    _: Authorized<Harness>,
+    Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<CheckpointRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
     let open = ingest.open(session).ok_or_else(|| not_open(session))?;
     let mut open = open.lock().await;
+    caller.require_tenant(session, &open.writer.state().tenant)?;
     check_epoch(&open, request.epoch)?;
     let appended = open.writer.checkpoint(request.workspace_revision).await?;
     open.remember(&appended);
@@ -670,13 +688,14 @@ async fn checkpoint(
 )]
 async fn close(
     State(ingest): State<Arc<Ingest>>,
-    _: Authorized<Harness>,
+    Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
     JsonBody(request): JsonBody<CloseRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
     let open = ingest.open(session).ok_or_else(|| not_open(session))?;
     let mut open = open.lock().await;
+    caller.require_tenant(session, &open.writer.state().tenant)?;
     check_epoch(&open, request.epoch)?;
     let appended = open.writer.close(request.outcome, request.reason).await?;
     ingest.sessions().remove(&session);

@@ -17,5 +17,5 @@ pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, ProducerSettings,
-    ProjectorSettings, RegistrySettings, Role, Secret, Settings,
+    ProjectorSettings, RecoverySettings, RegistrySettings, Role, Secret, Settings,
 };

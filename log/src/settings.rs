@@ -75,6 +75,10 @@ impl Default for AuthSettings {
     }
 }
 
+fn default_tenant() -> String {
+    "default".into()
+}
+
 /// Whether the HTTP services check their callers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -125,6 +129,9 @@ pub struct ApiKey {
     pub sha256: String,
     /// Who the key speaks for, as audit records name it.
     pub subject: String,
+    /// The tenant whose sessions it may see and create.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
     /// What it may do.
     pub roles: Vec<Role>,
     /// If set, the key may act on this session only (a UUID).
@@ -141,6 +148,12 @@ pub struct RecoverySettings {
     /// Resolvers by tool name: the base URL a tool's service answers
     /// `GET {url}/{idempotency_key}` on (see `recovery::HttpResolver`).
     pub resolvers: BTreeMap<String, String>,
+    /// The P-256 private key (PKCS#8 PEM) recovery signs approval decisions and operator
+    /// results with; without it those cannot be recorded and no decision verifies, so a
+    /// session that waited for one cannot resume (`sessionlog token init` writes one).
+    pub signing_key_file: Option<String>,
+    /// A JWKS of retired signing keys whose signatures still count (after a rotation).
+    pub previous_keys_file: Option<String>,
 }
 
 impl Default for RecoverySettings {
@@ -148,6 +161,8 @@ impl Default for RecoverySettings {
         Self {
             listen: "127.0.0.1:8095".into(),
             resolvers: BTreeMap::new(),
+            signing_key_file: None,
+            previous_keys_file: None,
         }
     }
 }

@@ -4,8 +4,8 @@ use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::now_micros;
 use sessionlog_schemas::{
-    CURRENT_SCHEMA_VERSION, Content, EventEnvelope, ForkPoint, Seq, SessionEvent, SessionId,
-    TerminalOutcome,
+    CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, EventEnvelope, ForkPoint, Seq, SessionEvent,
+    SessionId, TerminalOutcome,
 };
 use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState, Verdict};
 use std::sync::Arc;
@@ -58,30 +58,45 @@ impl SessionWriter {
         Self::create_with_id(log, SessionId::new(), agent, title).await
     }
 
-    /// Starts a new session with a given id.
+    /// Starts a new session with a given id, in the default tenant.
     pub async fn create_with_id(
         log: Arc<EventLog>,
         session: SessionId,
         agent: &str,
         title: Option<&str>,
     ) -> Result<(Self, Appended)> {
+        Self::create_in(log, session, agent, title, DEFAULT_TENANT).await
+    }
+
+    /// Starts a new session with a given id in `tenant`, which the session keeps for life.
+    pub async fn create_in(
+        log: Arc<EventLog>,
+        session: SessionId,
+        agent: &str,
+        title: Option<&str>,
+        tenant: &str,
+    ) -> Result<(Self, Appended)> {
         let started = SessionEvent::SessionStarted {
             agent: agent.to_string(),
             title: title.map(String::from),
+            tenant: tenant.to_string(),
         };
         Self::start(log, session, started).await
     }
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
-    /// `SessionForked{fork_point}`. The parent's prefix is referenced, not copied.
+    /// `SessionForked{fork_point}`. The parent's prefix is referenced, not copied; the child
+    /// belongs to `tenant`, which must be the parent's.
     pub async fn fork(
         log: Arc<EventLog>,
         fork_point: ForkPoint,
         agent: &str,
+        tenant: &str,
     ) -> Result<(Self, Appended)> {
         let forked = SessionEvent::SessionForked {
             fork_point,
             agent: agent.to_string(),
+            tenant: tenant.to_string(),
         };
         Self::start(log, SessionId::new(), forked).await
     }
@@ -107,6 +122,18 @@ impl SessionWriter {
         // Nothing before its own start event can concern the session.
         writer.confirmed = start.position.offset + 1;
         Ok((writer, start))
+    }
+
+    /// The first half of [`Self::claim`]: folds `session` from the log and decides the epoch,
+    /// writing nothing, so the caller can look at the session (its tenant, its gates) before
+    /// [`PendingClaim::commit`] appends the claim.
+    pub async fn prepare_takeover(
+        log: Arc<EventLog>,
+        session: SessionId,
+        writer: &str,
+    ) -> Result<PendingClaim> {
+        let partition = log.partition_of(session);
+        Self::prepare_claim(log, SessionState::empty(session), partition, 0, writer).await
     }
 
     /// Takes over `session`: folds it from the log (its partition, from the low watermark),
@@ -421,6 +448,7 @@ impl SessionWriter {
             idempotency_key,
             schema_version: CURRENT_SCHEMA_VERSION,
             event,
+            attestation: None,
         }
     }
 }
@@ -467,6 +495,7 @@ impl PendingClaim {
             idempotency_key: None,
             schema_version: CURRENT_SCHEMA_VERSION,
             event: SessionEvent::WriterClaimed { writer },
+            attestation: None,
         };
         let position = log.append(&claim).await?;
         // Whatever reached the partition between the catch-up and the claim (a zombie's last

@@ -89,6 +89,24 @@ pub enum Error {
         /// Calls in doubt there that only an operator may settle.
         calls: Vec<u64>,
     },
+    /// The session relies on a decision or operator record the service did not sign.
+    #[error(
+        "session {session} relies on decision(s) {approvals:?} and operator record(s) for call(s) {calls:?} that the recovery service did not sign (written by someone else); record them again (`sessionlog approve`, `sessionlog resolve`)"
+    )]
+    Unverified {
+        /// The session.
+        session: String,
+        /// Approvals whose latest decision does not verify.
+        approvals: Vec<String>,
+        /// Calls whose operator record does not verify.
+        calls: Vec<u64>,
+    },
+    /// A privileged event could not be signed, or the keys could not be read.
+    #[error("attestation: {reason}")]
+    Attestation {
+        /// What is wrong, and the setting that fixes it.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -104,6 +122,7 @@ impl Error {
                 | Self::NoSuchApproval { .. }
                 | Self::BadForkPoint { .. }
                 | Self::ForkOfWaitingSession { .. }
+                | Self::Unverified { .. }
         )
     }
 }

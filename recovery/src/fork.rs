@@ -88,7 +88,9 @@ impl Recovery {
             parent_partition: rebuilt.partition,
             parent_offset: event.offset,
         };
-        let (_, first) = SessionWriter::fork(Arc::clone(self.log()), fork_point, agent).await?;
+        // The child belongs to the parent's tenant: a fork never moves a session's data across.
+        let (_, first) =
+            SessionWriter::fork(Arc::clone(self.log()), fork_point, agent, &at_fork.tenant).await?;
         Ok(first)
     }
 

@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use sessionlog_http::{
-    Approver, Authenticator, Authorized, BodyProblems, Harness, JsonBody, Operator, PathParams,
-    Problem, ProblemDocument, Reader, ServerProblems, Service, ServiceInfo,
+    Approver, Authenticator, Authorized, BodyProblems, Caller, Harness, JsonBody, Operator,
+    PathParams, Problem, ProblemDocument, Reader, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
@@ -87,6 +87,8 @@ impl From<Error> for Problem {
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
+            Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),
+            Error::Attestation { .. } => INTERNAL,
             Error::Producer(sessionlog_producer::Error::Fenced { .. }) => {
                 (StatusCode::CONFLICT, "fenced")
             }
@@ -263,12 +265,10 @@ struct ApprovalRequest {
 )]
 async fn get_session(
     State(recovery): State<Arc<Recovery>>,
-    _: Authorized<Reader>,
+    Authorized(caller, _): Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<SessionView> {
-    let rebuilt = recovery
-        .rebuild(sessionlog_http::session_id(&session)?)
-        .await?;
+    let rebuilt = visible(&recovery, &caller, sessionlog_http::session_id(&session)?).await?;
     Ok(Json(SessionView {
         read_amplification: rebuilt.read_amplification(),
         status: rebuilt.state.status().as_str().to_string(),
@@ -301,9 +301,11 @@ async fn resume(
     JsonBody(request): JsonBody<ResumeRequest>,
 ) -> Answer<ResumeBundleView> {
     let session = sessionlog_http::session_id(&session)?;
+    let point = recovery.prepare_resume(session).await?;
+    caller.require_tenant(session, &point.rebuilt.state.tenant)?;
     let bundle = recovery
-        .resume(
-            session,
+        .resume_at(
+            point,
             &caller.on_behalf(&request.writer),
             request.context_tokens,
         )
@@ -336,6 +338,7 @@ async fn fork(
     JsonBody(request): JsonBody<ForkRequest>,
 ) -> Answer<Forked> {
     let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
     let at = match (request.at_seq, request.at_checkpoint) {
         (Some(seq), None) => ForkAt::Seq(seq),
         (None, Some(seq)) => ForkAt::Checkpoint(seq),
@@ -372,10 +375,11 @@ async fn fork(
 )]
 async fn lineage(
     State(recovery): State<Arc<Recovery>>,
-    _: Authorized<Reader>,
+    Authorized(caller, _): Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<LineageView> {
     let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
     Ok(Json(LineageView(recovery.lineage(session).await?)))
 }
 
@@ -395,10 +399,11 @@ async fn lineage(
 )]
 async fn diff(
     State(recovery): State<Arc<Recovery>>,
-    _: Authorized<Reader>,
+    Authorized(caller, _): Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<BranchDiffView> {
     let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
     Ok(Json(BranchDiffView(recovery.diff(session).await?)))
 }
 
@@ -425,6 +430,7 @@ async fn resolve(
     JsonBody(r): JsonBody<ResolutionRequest>,
 ) -> Answer<RecordedEvent> {
     let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
     let resolution = Resolution {
         call_seq: r.call_seq,
         outcome: if r.succeeded {
@@ -467,6 +473,7 @@ async fn approve(
     JsonBody(r): JsonBody<ApprovalRequest>,
 ) -> Answer<RecordedEvent> {
     let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
     let appended = recovery
         .decide_approval(
             session,
@@ -492,11 +499,39 @@ async fn approve(
 )]
 async fn needing_resolution(
     State(recovery): State<Arc<Recovery>>,
-    _: Authorized<Operator>,
+    Authorized(caller, _): Authorized<Operator>,
 ) -> Answer<StuckSessions> {
-    Ok(Json(StuckSessions(
-        recovery.sessions_needing_resolution().await?,
-    )))
+    let mut stuck = recovery.sessions_needing_resolution().await?;
+    if caller.tenant.is_some() {
+        // The projection's list has no tenant column: look each one up (the list is short:
+        // sessions waiting for a person).
+        let mut mine = Vec::with_capacity(stuck.len());
+        for session in stuck {
+            let tenant = recovery
+                .store()
+                .load_session(session.session_id)
+                .await
+                .map_err(Error::from)?
+                .map(|row| row.state.tenant);
+            if tenant.is_some_and(|t| caller.sees_tenant(&t)) {
+                mine.push(session);
+            }
+        }
+        stuck = mine;
+    }
+    Ok(Json(StuckSessions(stuck)))
+}
+
+/// The session rebuilt from the log, if the caller's tenant may see it; another tenant's
+/// session answers 404 `unknown_session`, as if it did not exist.
+async fn visible(
+    recovery: &Recovery,
+    caller: &Caller,
+    session: SessionId,
+) -> Result<RebuiltSession, Problem> {
+    let rebuilt = recovery.rebuild(session).await?;
+    caller.require_tenant(session, &rebuilt.state.tenant)?;
+    Ok(rebuilt)
 }
 
 /// Liveness.

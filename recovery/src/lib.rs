@@ -15,6 +15,7 @@ mod error;
 mod fork;
 pub mod http;
 pub mod index;
+pub mod notary;
 pub mod observe;
 mod operator;
 mod rebuild;

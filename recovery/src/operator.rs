@@ -44,15 +44,23 @@ impl Recovery {
         resolution: Resolution,
     ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
-        let call = rebuilt
-            .state
-            .pending_calls
-            .get(&resolution.call_seq)
-            .cloned()
-            .ok_or_else(|| Error::NotInDoubt {
-                session: session.to_string(),
-                call_seq: resolution.call_seq,
-            })?;
+        let state = &rebuilt.state;
+        // A call in doubt, or one whose operator record the service cannot verify (someone
+        // else wrote it): recording it again supersedes that record.
+        let (event_id, idempotency_key) = match state.pending_calls.get(&resolution.call_seq) {
+            Some(call) => (Some(call.event_id), call.idempotency_key.clone()),
+            None => match state.operator_results.get(&resolution.call_seq) {
+                Some(r) if !self.notary().verifies(&r.statement, r.attestation.as_ref()) => {
+                    (None, None)
+                }
+                _ => {
+                    return Err(Error::NotInDoubt {
+                        session: session.to_string(),
+                        call_seq: resolution.call_seq,
+                    });
+                }
+            },
+        };
         let (mut writer, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),
             rebuilt.state,
@@ -61,20 +69,37 @@ impl Recovery {
             &format!("operator:{}", resolution.operator),
         )
         .await?;
-        Ok(writer
-            .append_with(
-                SessionEvent::ToolCallResult {
-                    call_seq: call.seq,
-                    outcome: resolution.outcome,
-                    output: Content::plain(resolution.output),
-                    source: ResultSource::Operator,
-                    recorded_by: Some(resolution.operator),
-                    note: Some(resolution.reason),
-                },
-                Some(call.event_id),
-                call.idempotency_key,
-            )
-            .await?)
+        let event = SessionEvent::ToolCallResult {
+            call_seq: resolution.call_seq,
+            outcome: resolution.outcome,
+            output: Content::plain(resolution.output),
+            source: ResultSource::Operator,
+            recorded_by: Some(resolution.operator),
+            note: Some(resolution.reason),
+        };
+        self.append_attested(&mut writer, event, event_id, idempotency_key)
+            .await
+    }
+
+    /// Appends a privileged event signed by the service's key.
+    async fn append_attested(
+        &self,
+        writer: &mut SessionWriter,
+        event: SessionEvent,
+        causation_id: Option<uuid::Uuid>,
+        idempotency_key: Option<String>,
+    ) -> Result<Appended> {
+        let mut envelope =
+            writer
+                .envelopes(vec![event])
+                .pop()
+                .ok_or_else(|| Error::Attestation {
+                    reason: "no envelope was prepared".into(),
+                })?;
+        envelope.causation_id = causation_id;
+        envelope.idempotency_key = idempotency_key;
+        self.notary().attest(&mut envelope)?;
+        Ok(writer.append_envelope(envelope).await?)
     }
 
     /// Records a human's decision on a pending approval. Fails, appending nothing, when no such
@@ -88,7 +113,14 @@ impl Recovery {
         reason: Option<String>,
     ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
-        if !rebuilt.state.pending_approvals.contains_key(approval_id) {
+        let state = &rebuilt.state;
+        // Pending, or decided by an event the service cannot verify (a harness's own).
+        let decidable = state.pending_approvals.contains_key(approval_id)
+            || state
+                .decided_approvals
+                .get(approval_id)
+                .is_some_and(|d| !self.notary().verifies(&d.statement, d.attestation.as_ref()));
+        if !decidable {
             return Err(Error::NoSuchApproval {
                 session: session.to_string(),
                 approval_id: approval_id.to_string(),
@@ -102,14 +134,13 @@ impl Recovery {
             &format!("approver:{decided_by}"),
         )
         .await?;
-        Ok(writer
-            .append(SessionEvent::ApprovalDecided {
-                approval_id: approval_id.to_string(),
-                approved,
-                decided_by: decided_by.to_string(),
-                reason,
-            })
-            .await?)
+        let event = SessionEvent::ApprovalDecided {
+            approval_id: approval_id.to_string(),
+            approved,
+            decided_by: decided_by.to_string(),
+            reason,
+        };
+        self.append_attested(&mut writer, event, None, None).await
     }
 
     /// Sessions the projection shows as needing an operator (`sessions_awaiting`, which the

@@ -87,6 +87,7 @@ pub struct Recovery {
     partitions: i32,
     log: Arc<EventLog>,
     resolvers: Resolvers,
+    notary: crate::notary::Notary,
 }
 
 impl Recovery {
@@ -106,6 +107,7 @@ impl Recovery {
             partitions,
             log,
             resolvers: Resolvers::http(&settings.recovery.resolvers),
+            notary: crate::notary::Notary::from_settings(&settings.recovery)?,
         })
     }
 
@@ -118,6 +120,11 @@ impl Recovery {
     /// The log recovery appends claims, outcomes and forks to.
     pub fn log(&self) -> &Arc<EventLog> {
         &self.log
+    }
+
+    /// Signs the privileged events recovery appends and checks those a session relies on.
+    pub fn notary(&self) -> &crate::notary::Notary {
+        &self.notary
     }
 
     /// The resolvers recovery asks about in-doubt idempotent calls.

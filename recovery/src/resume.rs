@@ -140,6 +140,7 @@ impl Recovery {
         let session = rebuilt.state.session_id;
         // Refuse early when the rebuilt state already forbids it: no claim is appended then.
         check_resumable(&rebuilt.state)?;
+        self.notary().check(&rebuilt.state)?;
         let offset = rebuilt.end_offset;
         let mut scratch = rebuilt.state.clone();
         let pending_claim = SessionWriter::prepare_claim(
@@ -152,10 +153,12 @@ impl Recovery {
         .await?;
         // The catch-up folded whatever was appended since the rebuild: judge that state.
         check_resumable(pending_claim.state())?;
+        self.notary().check(pending_claim.state())?;
         let (mut writer, claim) = pending_claim.commit().await?;
         // And the claim folded whatever landed before it (an approval request, an end the old
         // harness wrote in the meantime): the gates hold on the state after the claim.
         check_resumable(writer.state())?;
+        self.notary().check(writer.state())?;
         // Those events belong in the context window too.
         let (late, _) = self
             .log()

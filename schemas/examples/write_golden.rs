@@ -52,6 +52,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             SessionEvent::SessionStarted {
                 agent: "coder-1".into(),
                 title: Some("Fix the flaky test".into()),
+                tenant: "acme".into(),
             },
             None,
             None,
@@ -81,6 +82,9 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 cost_micros: 8910,
                 started_at: base_time + 1_500_000,
                 content: Content::plain("Let me look at the logs."),
+                cache_read_tokens: 512,
+                cache_creation_tokens: 64,
+                provider: Some("anthropic".into()),
             },
             Some(2),
             None,
@@ -170,6 +174,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                     parent_offset: 424_242,
                 },
                 agent: "coder-2".into(),
+                tenant: "acme".into(),
             },
             None,
             None,
@@ -234,6 +239,14 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 }),
                 idempotency_key: key.map(str::to_owned),
                 schema_version: CURRENT_SCHEMA_VERSION,
+                // Privileged events carry the recovery service's signature (fixed bytes here:
+                // the codec does not check signatures, recovery does).
+                attestation: matches!(event, SessionEvent::ApprovalDecided { .. }).then(|| {
+                    sessionlog_schemas::Attestation {
+                        key_id: "recovery-key-1".into(),
+                        signature: (0u8..64).collect(),
+                    }
+                }),
                 event,
             };
             (name.to_owned(), envelope)

@@ -11,8 +11,8 @@
 
 use crate::error::{Error, Result};
 use crate::event::{
-    CallOutcome, Content, EffectClass, EventEnvelope, ForkPoint, ResultSource, SessionEvent,
-    SessionId, TerminalOutcome,
+    Attestation, CallOutcome, Content, EffectClass, EventEnvelope, ForkPoint, ResultSource,
+    SessionEvent, SessionId, TerminalOutcome,
 };
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
@@ -24,14 +24,17 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 1;
+pub const CURRENT_SCHEMA_VERSION: u32 = 2;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
 
 /// Every kept `.avsc`, oldest first. A new version is a new file appended here, never an edit
 /// of an old one: golden bytes and the registry's BACKWARD_TRANSITIVE check depend on it.
-const KEPT: &[(u32, &str)] = &[(1, include_str!("../avro/session-event.v1.avsc"))];
+const KEPT: &[(u32, &str)] = &[
+    (1, include_str!("../avro/session-event.v1.avsc")),
+    (2, include_str!("../avro/session-event.v2.avsc")),
+];
 
 /// One kept version of the session-event schema.
 #[derive(Debug)]
@@ -205,15 +208,29 @@ fn envelope_to_value(e: &EventEnvelope, c: &Current) -> Result<Value> {
             "event",
             Value::Union(index as u32, Box::new(event_to_value(&e.event, c)?)),
         ),
+        field(
+            "attestation",
+            optional(e.attestation.as_ref().map(|a| {
+                Value::Record(vec![
+                    field("key_id", string(&a.key_id)),
+                    field("signature", Value::Bytes(a.signature.clone())),
+                ])
+            })),
+        ),
     ]))
 }
 
 fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
     use SessionEvent as E;
     let fields = match event {
-        E::SessionStarted { agent, title } => vec![
+        E::SessionStarted {
+            agent,
+            title,
+            tenant,
+        } => vec![
             field("agent", string(agent)),
             field("title", optional_string(title)),
+            field("tenant", string(tenant)),
         ],
         E::UserRequest { content } => vec![field("content", content_to_value(content, c)?)],
         E::ModelResponse {
@@ -223,6 +240,9 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             cost_micros,
             started_at,
             content,
+            cache_read_tokens,
+            cache_creation_tokens,
+            provider,
         } => vec![
             field("model", string(model)),
             field("tokens_in", long("tokens_in", *tokens_in)?),
@@ -230,6 +250,15 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("cost_micros", long("cost_micros", *cost_micros)?),
             field("started_at", Value::TimestampMicros(*started_at)),
             field("content", content_to_value(content, c)?),
+            field(
+                "cache_read_tokens",
+                long("cache_read_tokens", *cache_read_tokens)?,
+            ),
+            field(
+                "cache_creation_tokens",
+                long("cache_creation_tokens", *cache_creation_tokens)?,
+            ),
+            field("provider", optional_string(provider)),
         ],
         E::ToolCallRequested {
             tool,
@@ -265,7 +294,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             action,
         } => vec![
             field("approval_id", string(approval_id)),
-            field("action", string(action)),
+            field("action", plain_sealable(action)),
         ],
         E::ApprovalDecided {
             approval_id,
@@ -286,7 +315,11 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("workspace_revision", optional_string(workspace_revision)),
         ],
         E::WriterClaimed { writer } => vec![field("writer", string(writer))],
-        E::SessionForked { fork_point, agent } => vec![
+        E::SessionForked {
+            fork_point,
+            agent,
+            tenant,
+        } => vec![
             field(
                 "fork_point",
                 Value::Record(vec![
@@ -300,10 +333,11 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
                 ]),
             ),
             field("agent", string(agent)),
+            field("tenant", string(tenant)),
         ],
         E::ResolutionRequired { call_seq, reason } => vec![
             field("call_seq", long("call_seq", *call_seq)?),
-            field("reason", string(reason)),
+            field("reason", plain_sealable(reason)),
         ],
         E::SessionPaused { reason } => vec![field("reason", optional_string(reason))],
         E::SessionResumed {} => vec![],
@@ -316,7 +350,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             reason,
         } => vec![
             field("requested_by", string(requested_by)),
-            field("reason", string(reason)),
+            field("reason", plain_sealable(reason)),
         ],
     };
     Ok(Value::Record(fields))
@@ -364,6 +398,11 @@ fn optional(v: Option<Value>) -> Value {
 
 fn optional_string(s: &Option<String>) -> Value {
     optional(s.as_deref().map(string))
+}
+
+/// A required sealable field (`["string", "SealedText"]`, schema v2) holding plain text.
+fn plain_sealable(s: &str) -> Value {
+    Value::Union(0, Box::new(string(s)))
 }
 
 fn long(name: &'static str, n: u64) -> Result<Value> {
@@ -678,9 +717,14 @@ impl Fields {
         Error::malformed(format!("{}.{name}", self.path), reason)
     }
 
+    /// A string, or the plain branch of a sealable field (`["string", "SealedText"]`, v2).
     fn string(&mut self, name: &str) -> Result<String> {
-        match self.take(name)? {
+        match unwrap_union(self.take(name)?) {
             Value::String(s) => Ok(s),
+            Value::Record(_) => Err(self.err(
+                name,
+                "sealed text in a field this build reads as plain text: upgrade the reader",
+            )),
             other => Err(self.err(name, format!("expected a string, got {other:?}"))),
         }
     }
@@ -809,6 +853,16 @@ fn value_to_envelope(value: Value, c: &Current) -> Result<EventEnvelope> {
         schema_version: u32::try_from(schema_version)
             .map_err(|_| f.err("schema_version", format!("negative: {schema_version}")))?,
         event: value_to_event(kind, event, c)?,
+        attestation: match unwrap_union(f.take("attestation")?) {
+            Value::Null => None,
+            record => {
+                let mut a = Fields::of(record, "envelope.attestation")?;
+                Some(Attestation {
+                    key_id: a.string("key_id")?,
+                    signature: a.bytes("signature")?,
+                })
+            }
+        },
     })
 }
 
@@ -819,6 +873,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         "SessionStarted" => E::SessionStarted {
             agent: f.string("agent")?,
             title: f.opt_string("title")?,
+            tenant: f.string("tenant")?,
         },
         "UserRequest" => E::UserRequest {
             content: f.content("content", c)?,
@@ -830,6 +885,9 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
             cost_micros: f.unsigned("cost_micros")?,
             started_at: f.long("started_at")?,
             content: f.content("content", c)?,
+            cache_read_tokens: f.unsigned("cache_read_tokens")?,
+            cache_creation_tokens: f.unsigned("cache_creation_tokens")?,
+            provider: f.opt_string("provider")?,
         },
         "ToolCallRequested" => E::ToolCallRequested {
             tool: f.string("tool")?,
@@ -887,6 +945,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                     parent_offset: p.long("parent_offset")?,
                 },
                 agent: f.string("agent")?,
+                tenant: f.string("tenant")?,
             }
         }
         "ResolutionRequired" => E::ResolutionRequired {

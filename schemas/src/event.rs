@@ -83,6 +83,28 @@ pub struct EventEnvelope {
     pub schema_version: u32,
     /// What happened.
     pub event: SessionEvent,
+    /// The signature of the service that appended a privileged event on a verified caller's
+    /// behalf (schema v2); `None` on everything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<Attestation>,
+}
+
+/// A service's signature over a privileged event's attested statement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attestation {
+    /// Which of the service's keys signed.
+    pub key_id: String,
+    /// The signature.
+    pub signature: Vec<u8>,
+}
+
+/// The tenant of a session written before tenants existed (schema v1), and of one created
+/// with authentication disabled.
+pub const DEFAULT_TENANT: &str = "default";
+
+fn default_tenant() -> String {
+    DEFAULT_TENANT.to_string()
 }
 
 /// A payload that may hold sensitive text: prompts, responses, tool arguments and outputs.
@@ -183,6 +205,9 @@ pub enum SessionEvent {
         agent: String,
         /// The human-readable task.
         title: Option<String>,
+        /// The tenant the session belongs to, fixed at its start (schema v2).
+        #[serde(default = "default_tenant")]
+        tenant: String,
     },
     /// A user asked something.
     UserRequest {
@@ -204,6 +229,15 @@ pub enum SessionEvent {
         started_at: Micros,
         /// The response.
         content: Content,
+        /// Prompt tokens served from the provider's cache (schema v2).
+        #[serde(default)]
+        cache_read_tokens: u64,
+        /// Prompt tokens written to the provider's cache (schema v2).
+        #[serde(default)]
+        cache_creation_tokens: u64,
+        /// Who served the model (`openai`, `anthropic`, ...), if known (schema v2).
+        #[serde(default)]
+        provider: Option<String>,
     },
     /// The agent asked for a tool call. The envelope's `idempotency_key` names it to the tool's service.
     ToolCallRequested {
@@ -278,6 +312,9 @@ pub enum SessionEvent {
         fork_point: ForkPoint,
         /// Which agent or harness runs the branch.
         agent: String,
+        /// The tenant: the parent's (schema v2).
+        #[serde(default = "default_tenant")]
+        tenant: String,
     },
     /// An in-doubt tool call needs an operator to record its outcome.
     ResolutionRequired {

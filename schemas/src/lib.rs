@@ -28,8 +28,8 @@ pub use avro::{
 };
 pub use error::{Error, Result};
 pub use event::{
-    CallOutcome, Content, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros, ResultSource, Seq,
-    SessionEvent, SessionId, TerminalOutcome, now_micros,
+    Attestation, CallOutcome, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope,
+    ForkPoint, Micros, ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome, now_micros,
 };
 pub use registry::{
     CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAccess,

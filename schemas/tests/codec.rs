@@ -63,7 +63,11 @@ fn event() -> impl Strategy<Value = SessionEvent> {
         Just(TerminalOutcome::Cancelled)
     ];
     prop_oneof![
-        (text(), opt_text()).prop_map(|(agent, title)| E::SessionStarted { agent, title }),
+        (text(), opt_text(), text()).prop_map(|(agent, title, tenant)| E::SessionStarted {
+            agent,
+            title,
+            tenant
+        }),
         content().prop_map(|content| E::UserRequest { content }),
         (
             text(),
@@ -71,10 +75,19 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             small_u64(),
             small_u64(),
             any::<i64>(),
-            content()
+            content(),
+            (small_u64(), small_u64(), opt_text()),
         )
             .prop_map(
-                |(model, tokens_in, tokens_out, cost_micros, started_at, content)| {
+                |(
+                    model,
+                    tokens_in,
+                    tokens_out,
+                    cost_micros,
+                    started_at,
+                    content,
+                    (cache_read_tokens, cache_creation_tokens, provider),
+                )| {
                     E::ModelResponse {
                         model,
                         tokens_in,
@@ -82,6 +95,9 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                         cost_micros,
                         started_at,
                         content,
+                        cache_read_tokens,
+                        cache_creation_tokens,
+                        provider,
                     }
                 }
             ),
@@ -129,19 +145,28 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             workspace_revision
         }),
         text().prop_map(|writer| E::WriterClaimed { writer }),
-        (uuid(), small_u64(), any::<i32>(), any::<i64>(), text()).prop_map(
-            |(p, parent_seq, parent_partition, parent_offset, agent)| {
-                E::SessionForked {
-                    fork_point: ForkPoint {
-                        parent_session_id: SessionId(p),
-                        parent_seq,
-                        parent_partition,
-                        parent_offset,
-                    },
-                    agent,
+        (
+            uuid(),
+            small_u64(),
+            any::<i32>(),
+            any::<i64>(),
+            text(),
+            text()
+        )
+            .prop_map(
+                |(p, parent_seq, parent_partition, parent_offset, agent, tenant)| {
+                    E::SessionForked {
+                        fork_point: ForkPoint {
+                            parent_session_id: SessionId(p),
+                            parent_seq,
+                            parent_partition,
+                            parent_offset,
+                        },
+                        agent,
+                        tenant,
+                    }
                 }
-            }
-        ),
+            ),
         (small_u64(), text())
             .prop_map(|(call_seq, reason)| E::ResolutionRequired { call_seq, reason }),
         opt_text().prop_map(|reason| E::SessionPaused { reason }),
@@ -165,6 +190,7 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
         opt_text(),
         0..=i32::MAX as u32,
         event(),
+        proptest::option::of((text(), proptest::collection::vec(any::<u8>(), 0..80))),
     )
         .prop_map(
             |(
@@ -177,6 +203,7 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
                 idempotency_key,
                 schema_version,
                 event,
+                attestation,
             )| {
                 EventEnvelope {
                     event_id,
@@ -188,6 +215,9 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
                     idempotency_key,
                     schema_version,
                     event,
+                    attestation: attestation.map(|(key_id, signature)| {
+                        sessionlog_schemas::Attestation { key_id, signature }
+                    }),
                 }
             },
         )
@@ -325,6 +355,7 @@ fn sample() -> EventEnvelope {
         idempotency_key: None,
         schema_version: CURRENT_SCHEMA_VERSION,
         event: SessionEvent::SessionResumed {},
+        attestation: None,
     }
 }
 

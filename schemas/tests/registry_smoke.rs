@@ -33,6 +33,7 @@ fn sample(seq: u64) -> EventEnvelope {
         event: SessionEvent::WriterClaimed {
             writer: "smoke".into(),
         },
+        attestation: None,
     }
 }
 

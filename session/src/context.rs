@@ -271,6 +271,7 @@ mod tests {
             idempotency_key: None,
             schema_version: 1,
             event,
+            attestation: None,
         }
     }
 

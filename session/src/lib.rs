@@ -18,14 +18,15 @@
 //! context window a resumed harness hands its next model call, and [`trace`], one span per
 //! model or tool call.
 
+pub mod attest;
 pub mod context;
 mod state;
 pub mod trace;
 mod verdict;
 
 pub use state::{
-    CheckpointMark, DUPLICATE_WINDOW, DeniedApproval, PendingApproval, PendingCall, SessionState,
-    SessionStatus,
+    CheckpointMark, DUPLICATE_WINDOW, Decision, OperatorResult, PendingApproval, PendingCall,
+    SessionState, SessionStatus,
 };
 pub use verdict::{Rejection, Verdict};
 

@@ -3,8 +3,8 @@
 use crate::verdict::{Rejection, Verdict};
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{
-    Content, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros, Seq, SessionEvent, SessionId,
-    TerminalOutcome,
+    Attestation, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros,
+    ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome,
 };
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -82,20 +82,41 @@ pub struct PendingApproval {
     pub seq: Seq,
 }
 
-/// An approval a person refused: the harness that resumes must know it was refused, not just
-/// that nothing is pending any more.
+/// The latest decision on an approval: the harness that resumes sees refusals, and the
+/// recovery service verifies every decision's attestation before it lets a session resume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeniedApproval {
+pub struct Decision {
     /// Names the approval within the session.
     pub approval_id: String,
     /// What was to be approved.
     pub action: String,
-    /// Who refused it, as the recovery service verified them.
+    /// Yes or no.
+    pub approved: bool,
+    /// Who decided, as the event names them.
     pub decided_by: String,
     /// Why, if they said.
     pub reason: Option<String>,
     /// The seq of the decision.
     pub seq: Seq,
+    /// What its attestation signs ([`crate::attest::statement`]).
+    pub statement: String,
+    /// The service's signature, if the event carries one.
+    pub attestation: Option<Attestation>,
+}
+
+/// An operator's record of an in-doubt call's outcome, kept for the same verification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorResult {
+    /// The call's seq.
+    pub call_seq: Seq,
+    /// Who recorded it.
+    pub recorded_by: Option<String>,
+    /// The seq of the result.
+    pub seq: Seq,
+    /// What its attestation signs.
+    pub statement: String,
+    /// The service's signature, if the event carries one.
+    pub attestation: Option<Attestation>,
 }
 
 /// The latest checkpoint and whether its declared digest matched the fold's own.
@@ -127,6 +148,11 @@ pub struct SessionState {
     pub agent: Option<String>,
     /// The human-readable task.
     pub title: Option<String>,
+    /// The tenant it belongs to, fixed by its first event. Left out of the canonical state
+    /// when it is the default tenant, so digests of sessions written before tenants existed
+    /// are what they were.
+    #[serde(default = "default_tenant", skip_serializing_if = "is_default_tenant")]
+    pub tenant: String,
     /// Where it was forked from, if it is a fork.
     pub parent: Option<ForkPoint>,
     /// The current writer epoch.
@@ -145,10 +171,13 @@ pub struct SessionState {
     pub pending_calls: BTreeMap<Seq, PendingCall>,
     /// Approvals without a decision, by approval id.
     pub pending_approvals: BTreeMap<String, PendingApproval>,
-    /// Approvals refused, by approval id. Left out of the canonical state while empty, so
-    /// digests of sessions without a refusal are what they were before this field existed.
+    /// The latest decision on each decided approval, by approval id. Left out of the
+    /// canonical state while empty, so digests of sessions without one are unchanged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub denied_approvals: BTreeMap<String, DeniedApproval>,
+    pub decided_approvals: BTreeMap<String, Decision>,
+    /// Operators' records of in-doubt calls, by call seq (left out while empty, as above).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub operator_results: BTreeMap<Seq, OperatorResult>,
     /// Paused and not resumed.
     pub paused: bool,
     /// How it ended, once it has.
@@ -186,6 +215,7 @@ impl SessionState {
             started: false,
             agent: None,
             title: None,
+            tenant: default_tenant(),
             parent: None,
             epoch: 0,
             writer: None,
@@ -195,7 +225,8 @@ impl SessionState {
             plan: None,
             pending_calls: BTreeMap::new(),
             pending_approvals: BTreeMap::new(),
-            denied_approvals: BTreeMap::new(),
+            decided_approvals: BTreeMap::new(),
+            operator_results: BTreeMap::new(),
             paused: false,
             terminal: None,
             erased: false,
@@ -368,8 +399,28 @@ impl SessionState {
     fn judge_kind(&self, event: &SessionEvent) -> Verdict {
         use SessionEvent as E;
         match event {
+            // An operator may record a call again (superseding a record the service cannot
+            // verify); any other result needs the call to be pending.
+            E::ToolCallResult {
+                call_seq,
+                source: ResultSource::Operator,
+                ..
+            } if self.operator_results.contains_key(call_seq) => Verdict::Accepted,
             E::ToolCallResult { call_seq, .. } if !self.pending_calls.contains_key(call_seq) => {
                 reject_invalid(format!("no pending tool call at seq {call_seq}"))
+            }
+            // A call stopped for an operator is settled by an operator, not by the harness.
+            E::ToolCallResult {
+                call_seq, source, ..
+            } if *source != ResultSource::Operator
+                && self
+                    .pending_calls
+                    .get(call_seq)
+                    .is_some_and(|c| c.resolution_required.is_some()) =>
+            {
+                reject_invalid(format!(
+                    "tool call at seq {call_seq} awaits an operator's resolution"
+                ))
             }
             E::ResolutionRequired { call_seq, .. } => match self.pending_calls.get(call_seq) {
                 None => reject_invalid(format!("no pending tool call at seq {call_seq}")),
@@ -383,8 +434,10 @@ impl SessionState {
             {
                 reject_invalid(format!("approval {approval_id:?} is already pending"))
             }
+            // A later decision supersedes an earlier one (see crate::attest).
             E::ApprovalDecided { approval_id, .. }
-                if !self.pending_approvals.contains_key(approval_id) =>
+                if !self.pending_approvals.contains_key(approval_id)
+                    && !self.decided_approvals.contains_key(approval_id) =>
             {
                 reject_invalid(format!("no pending approval {approval_id:?}"))
             }
@@ -431,14 +484,24 @@ impl SessionState {
             self.last_seq = e.seq;
         }
         match &e.event {
-            E::SessionStarted { agent, title } => {
+            E::SessionStarted {
+                agent,
+                title,
+                tenant,
+            } => {
+                self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());
                 self.title.clone_from(title);
                 self.epoch = e.writer_epoch;
                 self.started_at = e.occurred_at;
             }
-            E::SessionForked { fork_point, agent } => {
+            E::SessionForked {
+                fork_point,
+                agent,
+                tenant,
+            } => {
+                self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());
                 self.parent = Some(fork_point.clone());
@@ -477,8 +540,25 @@ impl SessionState {
                     },
                 );
             }
-            E::ToolCallResult { call_seq, .. } => {
+            E::ToolCallResult {
+                call_seq,
+                source,
+                recorded_by,
+                ..
+            } => {
                 self.pending_calls.remove(call_seq);
+                if *source == ResultSource::Operator {
+                    self.operator_results.insert(
+                        *call_seq,
+                        OperatorResult {
+                            call_seq: *call_seq,
+                            recorded_by: recorded_by.clone(),
+                            seq: e.seq,
+                            statement: crate::attest::statement(e).unwrap_or_default(),
+                            attestation: e.attestation.clone(),
+                        },
+                    );
+                }
             }
             E::ResolutionRequired { call_seq, reason } => {
                 if let Some(call) = self.pending_calls.get_mut(call_seq) {
@@ -505,19 +585,30 @@ impl SessionState {
                 decided_by,
                 reason,
             } => {
-                let request = self.pending_approvals.remove(approval_id);
-                if !approved {
-                    self.denied_approvals.insert(
-                        approval_id.clone(),
-                        DeniedApproval {
-                            approval_id: approval_id.clone(),
-                            action: request.map(|r| r.action).unwrap_or_default(),
-                            decided_by: decided_by.clone(),
-                            reason: reason.clone(),
-                            seq: e.seq,
-                        },
-                    );
-                }
+                // The request, or the decision this one supersedes, names the action.
+                let action = self
+                    .pending_approvals
+                    .remove(approval_id)
+                    .map(|r| r.action)
+                    .or_else(|| {
+                        self.decided_approvals
+                            .get(approval_id)
+                            .map(|d| d.action.clone())
+                    })
+                    .unwrap_or_default();
+                self.decided_approvals.insert(
+                    approval_id.clone(),
+                    Decision {
+                        approval_id: approval_id.clone(),
+                        action,
+                        approved: *approved,
+                        decided_by: decided_by.clone(),
+                        reason: reason.clone(),
+                        seq: e.seq,
+                        statement: crate::attest::statement(e).unwrap_or_default(),
+                        attestation: e.attestation.clone(),
+                    },
+                );
             }
             E::Checkpoint { state_digest, .. } => {
                 self.last_checkpoint = Some(CheckpointMark {
@@ -535,6 +626,14 @@ impl SessionState {
             }
         }
     }
+}
+
+fn default_tenant() -> String {
+    DEFAULT_TENANT.to_string()
+}
+
+fn is_default_tenant(tenant: &String) -> bool {
+    tenant == DEFAULT_TENANT
 }
 
 fn reject_invalid(why: String) -> Verdict {

@@ -174,7 +174,11 @@ mod tests {
                 cost_micros: u64::MAX,
                 started_at,
                 content: Content::plain("x"),
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0,
+                provider: None,
             },
+            attestation: None,
         };
         let state = SessionState::empty(session);
         // Ends long before it started, and started long after it ended.

@@ -25,6 +25,7 @@ fn ev(seq: u64, epoch: u64, salt: u64, event: SessionEvent) -> EventEnvelope {
         idempotency_key: None,
         schema_version: 1,
         event,
+        attestation: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn started() -> SessionEvent {
     SessionEvent::SessionStarted {
         agent: "test".into(),
         title: None,
+        tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
     }
 }
 
@@ -69,6 +71,9 @@ fn a_single_writer_history_is_accepted_in_order() {
                 cost_micros: 7,
                 started_at: 0,
                 content: Content::plain("hi"),
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0,
+                provider: None,
             },
         ),
         ev(
@@ -496,6 +501,9 @@ fn model_response(tokens_in: u64, tokens_out: u64, cost_micros: u64) -> SessionE
         cost_micros,
         started_at: 0,
         content: Content::plain("hi"),
+        cache_read_tokens: 0,
+        cache_creation_tokens: 0,
+        provider: None,
     }
 }
 

@@ -560,6 +560,7 @@ mod tests {
             event: SessionEvent::UserRequest {
                 content: sessionlog_schemas::Content::plain("x"),
             },
+            attestation: None,
         };
         let tables = |rows: Vec<CqlRow>| rows.iter().map(|r| r.table).collect::<Vec<_>>();
         let same = Some(Wait::Approval);

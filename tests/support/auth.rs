@@ -13,6 +13,8 @@ use std::time::Duration;
 struct TestKey {
     key: SigningKey,
     jwks_file: PathBuf,
+    /// The same key as PEM: recovery signs privileged events with it in the tests.
+    pem_file: PathBuf,
 }
 
 fn test_key() -> Result<&'static TestKey> {
@@ -26,8 +28,15 @@ fn test_key() -> Result<&'static TestKey> {
     let jwks_file = dir.join(format!("jwks-{}.json", key.kid()));
     std::fs::write(&jwks_file, key.jwks().to_string())
         .with_context(|| format!("writing {}", jwks_file.display()))?;
+    let pem_file = dir.join(format!("key-{}.pem", key.kid()));
+    std::fs::write(&pem_file, key.pem())
+        .with_context(|| format!("writing {}", pem_file.display()))?;
     // Two threads may race to make one; either key is fine as long as all use the winner.
-    Ok(KEY.get_or_init(|| TestKey { key, jwks_file }))
+    Ok(KEY.get_or_init(|| TestKey {
+        key,
+        jwks_file,
+        pem_file,
+    }))
 }
 
 /// The `[auth]` settings that trust this process's test key.
@@ -36,6 +45,11 @@ pub fn settings() -> Result<AuthSettings> {
         jwks_file: Some(test_key()?.jwks_file.display().to_string()),
         ..AuthSettings::default()
     })
+}
+
+/// The private key file recovery signs privileged events with in the tests.
+pub fn signing_key_file() -> Result<String> {
+    Ok(test_key()?.pem_file.display().to_string())
 }
 
 /// A token for `subject` with `roles`, valid for ten minutes.

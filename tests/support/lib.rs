@@ -42,6 +42,7 @@ impl TestStack {
         settings.kafka.partitions = partitions;
         settings.cql.keyspace = format!("t_{tag}");
         settings.auth = auth::settings()?;
+        settings.recovery.signing_key_file = Some(auth::signing_key_file()?);
         topic::ensure_topics(&settings.kafka)
             .await
             .with_context(|| {
@@ -84,6 +85,10 @@ impl TestStack {
             (
                 "SESSIONLOG_AUTH__JWKS_FILE".into(),
                 s.auth.jwks_file.clone().unwrap_or_default(),
+            ),
+            (
+                "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE".into(),
+                s.recovery.signing_key_file.clone().unwrap_or_default(),
             ),
         ]
     }

@@ -66,6 +66,7 @@ pub fn envelope(session: SessionId, seq: u64, epoch: u64, event: SessionEvent) -
         idempotency_key: None,
         schema_version: CURRENT_SCHEMA_VERSION,
         event,
+        attestation: None,
     }
 }
 
@@ -231,6 +232,9 @@ pub async fn run_load(
                             cost_micros: 150,
                             started_at,
                             content: Content::plain(format!("answer {turn}")),
+                            cache_read_tokens: 0,
+                            cache_creation_tokens: 0,
+                            provider: None,
                         })
                         .await?;
                     let call = writer

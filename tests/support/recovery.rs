@@ -343,6 +343,9 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
                         cost_micros: rng.below(500),
                         started_at: crate::projector::now_micros(),
                         content: Content::plain(format!("answer {i}")),
+                        cache_read_tokens: 0,
+                        cache_creation_tokens: 0,
+                        provider: None,
                     })
                     .await?;
             }

@@ -350,3 +350,118 @@ async fn ingest_with_default_settings_answers_401_without_a_token() -> Result<()
     assert_eq!(response.status().as_u16(), 401);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
+    let stack = TestStack::new("access_tenant", 1).await?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let tenant_token = |tenant: &str| {
+        mint(&Grant {
+            tenant: Some(tenant.into()),
+            ..Grant::new("someone", &Role::ALL, Duration::from_secs(600))
+        })
+    };
+    let acme = client_with(&tenant_token("acme")?)?;
+    let globex = client_with(&tenant_token("globex")?)?;
+
+    let created: Value = acme
+        .post(format!("{}/v1/sessions", ingest.base))
+        .json(&json!({ "agent": "a" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let session = created["session_id"]
+        .as_str()
+        .context("a session id")?
+        .to_string();
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let id: SessionId = session.parse()?;
+    let rebuilt = recovery.rebuild(id).await?;
+    assert_eq!(
+        rebuilt.state.tenant, "acme",
+        "the tenant is recorded in the log"
+    );
+    let before = end_offset(&recovery, id).await?;
+
+    // Well-formed bodies, so that only the tenant can be the reason for a refusal.
+    let (ingest_base, recovery_base) = (&ingest.base, &recovery_service.base);
+    let routes = [
+        (ingest_base, Method::POST, "claim", json!({ "writer": "w" })),
+        (
+            ingest_base,
+            Method::POST,
+            "events",
+            json!({ "epoch": 1, "events": [] }),
+        ),
+        (
+            ingest_base,
+            Method::POST,
+            "checkpoint",
+            json!({ "epoch": 1 }),
+        ),
+        (
+            ingest_base,
+            Method::POST,
+            "close",
+            json!({ "epoch": 1, "outcome": "Completed" }),
+        ),
+        (recovery_base, Method::GET, "", Value::Null),
+        (
+            recovery_base,
+            Method::POST,
+            "resume",
+            json!({ "writer": "w" }),
+        ),
+        (
+            recovery_base,
+            Method::POST,
+            "fork",
+            json!({ "at_seq": 1, "agent": "a" }),
+        ),
+        (recovery_base, Method::GET, "lineage", Value::Null),
+        (
+            recovery_base,
+            Method::POST,
+            "resolutions",
+            json!({ "call_seq": 1, "succeeded": true, "output": "", "reason": "r" }),
+        ),
+        (
+            recovery_base,
+            Method::POST,
+            "approvals/a1",
+            json!({ "approved": true }),
+        ),
+    ];
+    for (base, method, tail, body) in &routes {
+        let path = match *tail {
+            "" => format!("/v1/sessions/{session}"),
+            tail => format!("/v1/sessions/{session}/{tail}"),
+        };
+        let mut request = globex.request(method.clone(), format!("{base}{path}"));
+        if *method == Method::POST {
+            request = request.json(body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await?;
+        ensure!(
+            status == 404 && answer["code"] == "unknown_session",
+            "{method} {path} for another tenant: wanted 404 unknown_session, got {status} {answer}"
+        );
+    }
+    assert_eq!(
+        end_offset(&recovery, id).await?,
+        before,
+        "nothing was appended"
+    );
+
+    // The owner still reads it.
+    let own = acme
+        .get(format!("{}/v1/sessions/{session}", recovery_service.base))
+        .send()
+        .await?;
+    assert_eq!(own.status().as_u16(), 200);
+    Ok(())
+}

@@ -233,6 +233,13 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
             json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "TeleportRequested", "data": {} }] }).to_string()),
         ("reserved kind", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
             json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "WriterClaimed", "data": { "writer": "me" } }] }).to_string()),
+        ("a harness's own decision", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ApprovalDecided", "data": {
+                "approval_id": "a1", "approved": true, "decided_by": "me", "reason": null } }] }).to_string()),
+        ("a harness's own operator result", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ToolCallResult", "data": {
+                "call_seq": 1, "outcome": "Succeeded", "output": { "Plain": "x" }, "source": "Operator",
+                "recorded_by": "me", "note": null } }] }).to_string()),
         ("wrong seq", StatusCode::CONFLICT, "wrong_seq",
             json!({ "epoch": 1, "events": [user_request(5, &id, "skips ahead")] }).to_string()),
         ("stale epoch", StatusCode::CONFLICT, "stale_epoch",

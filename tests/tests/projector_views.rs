@@ -66,6 +66,9 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
             cost_micros: 4_500,
             started_at: sessionlog_tests::projector::now_micros() - 250_000,
             content: Content::plain("let me look"),
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            provider: None,
         })
         .await?;
     let done_call = writer

@@ -13,6 +13,18 @@ use sessionlog_tests::recovery::end_offset;
 /// Tokens of context a resumed harness asks for.
 const CONTEXT_BUDGET: usize = 4_000;
 
+/// A new session whose harness asked for approval `deploy-1`; its writer is still open.
+async fn awaiting_approval(stack: &TestStack) -> Result<SessionWriter> {
+    let (mut writer, _) = SessionWriter::create(event_log(stack).await?, "agent", None).await?;
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "deploy-1".into(),
+            action: "deploy".into(),
+        })
+        .await?;
+    Ok(writer)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_judges_the_gates_on_the_state_after_its_claim() -> Result<()> {
     let stack = TestStack::new("gate_race", 2).await?;
@@ -73,8 +85,9 @@ async fn a_refused_approval_reaches_the_resumed_harness() -> Result<()> {
         .await?;
     let denied = bundle
         .state
-        .denied_approvals
+        .decided_approvals
         .get("drop-1")
+        .filter(|d| !d.approved)
         .ok_or_else(|| anyhow::anyhow!("the bundle's state has no record of the refusal"))?;
     assert_eq!(denied.action, "DROP TABLE users");
     assert_eq!(denied.decided_by, "alice");
@@ -139,5 +152,146 @@ async fn a_fork_cannot_walk_past_a_wait() -> Result<()> {
         Err(Error::ForkOfWaitingSession { calls, .. }) => assert_eq!(calls, vec![call]),
         other => bail!("ForkOfWaitingSession expected, got {other:?}"),
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Result<()> {
+    let stack = TestStack::new("gate_self_approval", 2).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let mut writer = awaiting_approval(&stack).await?;
+    // Straight to Kafka with the library: unsigned.
+    writer
+        .append(SessionEvent::ApprovalDecided {
+            approval_id: "deploy-1".into(),
+            approved: true,
+            decided_by: "the-harness".into(),
+            reason: None,
+        })
+        .await?;
+    let session = writer.session_id();
+    match recovery.resume(session, "harness-2", CONTEXT_BUDGET).await {
+        Err(Error::Unverified { approvals, .. }) => assert_eq!(approvals, vec!["deploy-1"]),
+        other => bail!("Unverified expected for an unsigned decision, got {other:?}"),
+    }
+
+    // With a signature of its own making, under the service's key id: still refused.
+    let mut writer = awaiting_approval(&stack).await?;
+    let mut forged = writer
+        .envelopes(vec![SessionEvent::ApprovalDecided {
+            approval_id: "deploy-1".into(),
+            approved: true,
+            decided_by: "alice".into(),
+            reason: None,
+        }])
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("an envelope"))?;
+    let stranger = sessionlog_http::auth::SigningKey::generate()?;
+    let statement = sessionlog_session::attest::statement(&forged).unwrap_or_default();
+    let kid = sessionlog_http::auth::SigningKey::from_pem(&std::fs::read_to_string(
+        stack
+            .settings
+            .recovery
+            .signing_key_file
+            .clone()
+            .unwrap_or_default(),
+    )?)?
+    .kid()
+    .to_string();
+    forged.attestation = Some(sessionlog_schemas::Attestation {
+        key_id: kid,
+        signature: stranger.sign(statement.as_bytes())?,
+    });
+    writer.append_envelope(forged).await?;
+    let session = writer.session_id();
+    match recovery.resume(session, "harness-2", CONTEXT_BUDGET).await {
+        Err(Error::Unverified { approvals, .. }) => assert_eq!(approvals, vec!["deploy-1"]),
+        other => bail!("Unverified expected for a forged signature, got {other:?}"),
+    }
+    // The operator records the decision through the service: now it resumes.
+    recovery
+        .decide_approval(session, "deploy-1", true, "alice", None)
+        .await?;
+    let bundle = recovery
+        .resume(session, "harness-2", CONTEXT_BUDGET)
+        .await?;
+    let decision = &bundle.state.decided_approvals["deploy-1"];
+    assert!(decision.attestation.is_some());
+    assert!(
+        recovery
+            .notary()
+            .verifies(&decision.statement, decision.attestation.as_ref())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<()> {
+    let stack = TestStack::new("gate_operator", 2).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
+    let call = writer
+        .append_with(
+            SessionEvent::ToolCallRequested {
+                tool: "payments.charge".into(),
+                arguments: Content::plain("{}"),
+                effect: EffectClass::NonIdempotent,
+            },
+            None,
+            Some("charge-1".into()),
+        )
+        .await?;
+    let session = writer.session_id();
+    drop(writer);
+    // Recovery stops the session for an operator.
+    assert!(matches!(
+        recovery.resume(session, "harness-2", CONTEXT_BUDGET).await,
+        Err(Error::NeedsResolution { .. })
+    ));
+    // The new harness claims and tries to settle it itself: the fold refuses the result...
+    let (mut harness, _) =
+        SessionWriter::claim(event_log(&stack).await?, session, "harness-3").await?;
+    let own = harness
+        .append(SessionEvent::ToolCallResult {
+            call_seq: call.envelope.seq,
+            outcome: sessionlog_schemas::CallOutcome::Succeeded,
+            output: Content::plain("done"),
+            source: sessionlog_schemas::ResultSource::Executed,
+            recorded_by: None,
+            note: None,
+        })
+        .await;
+    assert!(own.is_err(), "the writer's own fold refuses it: {own:?}");
+    // ...and an unsigned "operator" record of it does not open the gate.
+    harness
+        .append(SessionEvent::ToolCallResult {
+            call_seq: call.envelope.seq,
+            outcome: sessionlog_schemas::CallOutcome::Succeeded,
+            output: Content::plain("done"),
+            source: sessionlog_schemas::ResultSource::Operator,
+            recorded_by: Some("bob".into()),
+            note: None,
+        })
+        .await?;
+    drop(harness);
+    match recovery.resume(session, "harness-4", CONTEXT_BUDGET).await {
+        Err(Error::Unverified { calls, .. }) => assert_eq!(calls, vec![call.envelope.seq]),
+        other => bail!("Unverified expected, got {other:?}"),
+    }
+    recovery
+        .record_resolution(
+            session,
+            sessionlog_recovery::Resolution {
+                call_seq: call.envelope.seq,
+                outcome: sessionlog_schemas::CallOutcome::Succeeded,
+                output: "charged".into(),
+                operator: "carol".into(),
+                reason: "the bank says so".into(),
+            },
+        )
+        .await?;
+    recovery
+        .resume(session, "harness-4", CONTEXT_BUDGET)
+        .await?;
     Ok(())
 }

@@ -238,6 +238,7 @@ fn payload(log: &EventLog, record_size: usize) -> Result<String> {
             event: SessionEvent::UserRequest {
                 content: Content::plain(text),
             },
+            attestation: None,
         };
         Ok(encoder.encode(&envelope)?.len())
     };

@@ -1,0 +1,113 @@
+//! The recovery service's signature on the privileged events it appends, and the check that
+//! every decision and operator record a session relies on carries one (see
+//! `sessionlog_session::attest` for why the fold keeps them and this service checks them).
+
+use crate::{Error, Result};
+use sessionlog_http::auth::{PublicKey, SigningKey};
+use sessionlog_log::RecoverySettings;
+use sessionlog_schemas::{Attestation, EventEnvelope};
+use sessionlog_session::SessionState;
+use sessionlog_session::attest;
+
+/// Signs privileged events and verifies the attestations in a session's state.
+pub struct Notary {
+    key: Option<SigningKey>,
+    trusted: Vec<PublicKey>,
+}
+
+impl Notary {
+    /// The key `[recovery] signing_key_file` names, and the retired keys of
+    /// `previous_keys_file`. Without a key, nothing can be signed and nothing verifies.
+    pub fn from_settings(settings: &RecoverySettings) -> Result<Self> {
+        let read = |path: &str, setting: &str| {
+            std::fs::read_to_string(path).map_err(|e| Error::Attestation {
+                reason: format!("cannot read {setting} {path}: {e}"),
+            })
+        };
+        let key = match &settings.signing_key_file {
+            Some(path) => Some(
+                SigningKey::from_pem(&read(path, "recovery.signing_key_file")?).map_err(|e| {
+                    Error::Attestation {
+                        reason: format!("recovery.signing_key_file {path}: {e}"),
+                    }
+                })?,
+            ),
+            None => {
+                tracing::warn!(
+                    "recovery.signing_key_file is not set: approvals and operator results cannot be recorded, and sessions that waited for one cannot resume (`sessionlog token init` writes a key)"
+                );
+                None
+            }
+        };
+        let mut trusted: Vec<PublicKey> = key.iter().map(SigningKey::public_key).collect();
+        if let Some(path) = &settings.previous_keys_file {
+            trusted.extend(
+                PublicKey::from_jwks(&read(path, "recovery.previous_keys_file")?, path).map_err(
+                    |e| Error::Attestation {
+                        reason: e.to_string(),
+                    },
+                )?,
+            );
+        }
+        Ok(Self { key, trusted })
+    }
+
+    /// Signs `envelope`'s statement into its attestation.
+    pub fn attest(&self, envelope: &mut EventEnvelope) -> Result<()> {
+        let key = self.key.as_ref().ok_or_else(|| Error::Attestation {
+            reason:
+                "no signing key: set recovery.signing_key_file (`sessionlog token init` writes one)"
+                    .into(),
+        })?;
+        let statement = attest::statement(envelope).ok_or_else(|| Error::Attestation {
+            reason: format!("a {} is not a privileged event", envelope.event.kind()),
+        })?;
+        let signature = key
+            .sign(statement.as_bytes())
+            .map_err(|e| Error::Attestation {
+                reason: e.to_string(),
+            })?;
+        envelope.attestation = Some(Attestation {
+            key_id: key.kid().to_string(),
+            signature,
+        });
+        Ok(())
+    }
+
+    /// Whether `attestation` is a trusted key's signature of `statement`.
+    pub fn verifies(&self, statement: &str, attestation: Option<&Attestation>) -> bool {
+        let Some(attestation) = attestation else {
+            return false;
+        };
+        !statement.is_empty()
+            && self.trusted.iter().any(|key| {
+                key.kid == attestation.key_id
+                    && key.verifies(statement.as_bytes(), &attestation.signature)
+            })
+    }
+
+    /// Refuses a state that relies on a decision or an operator record this service did not
+    /// sign (a harness wrote it itself): the gate stays shut until it is recorded again.
+    pub fn check(&self, state: &SessionState) -> Result<()> {
+        let approvals: Vec<String> = state
+            .decided_approvals
+            .values()
+            .filter(|d| !self.verifies(&d.statement, d.attestation.as_ref()))
+            .map(|d| d.approval_id.clone())
+            .collect();
+        let calls: Vec<u64> = state
+            .operator_results
+            .values()
+            .filter(|r| !self.verifies(&r.statement, r.attestation.as_ref()))
+            .map(|r| r.call_seq)
+            .collect();
+        if approvals.is_empty() && calls.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Unverified {
+            session: state.session_id.to_string(),
+            approvals,
+            calls,
+        })
+    }
+}
