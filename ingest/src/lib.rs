@@ -611,13 +611,21 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
             )
             .with("seq", incoming.seq)
         })?;
-    if sessionlog_session::attest::is_privileged(&event) {
+    // Facts of the recovery service: decisions and operator results (signed for a verified
+    // person), the stop for an operator, and erasure.
+    if sessionlog_session::attest::is_privileged(&event)
+        || matches!(
+            event,
+            SessionEvent::ResolutionRequired { .. } | SessionEvent::SessionErased { .. }
+        )
+    {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "reserved_kind",
             format!(
-                "event seq {}: decisions and operator results are recorded by the recovery service for a verified person (POST /v1/sessions/{{id}}/approvals/{{approval_id}}, /resolutions), not appended by a harness",
-                incoming.seq
+                "event seq {} ({}): decisions, operator results, resolution stops and erasure are recorded by the recovery service for a verified person (POST /v1/sessions/{{id}}/approvals/{{approval_id}}, /resolutions), not appended by a harness",
+                incoming.seq,
+                event.kind()
             ),
         )
         .with("seq", incoming.seq));

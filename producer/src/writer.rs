@@ -86,17 +86,20 @@ impl SessionWriter {
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
     /// `SessionForked{fork_point}`. The parent's prefix is referenced, not copied; the child
-    /// belongs to `tenant`, which must be the parent's.
+    /// belongs to `tenant`, which must be the parent's; `forked_by` names the verified caller
+    /// a service forked for, if any.
     pub async fn fork(
         log: Arc<EventLog>,
         fork_point: ForkPoint,
         agent: &str,
         tenant: &str,
+        forked_by: Option<&str>,
     ) -> Result<(Self, Appended)> {
         let forked = SessionEvent::SessionForked {
             fork_point,
             agent: agent.to_string(),
             tenant: tenant.to_string(),
+            forked_by: forked_by.map(String::from),
         };
         Self::start(log, SessionId::new(), forked).await
     }

@@ -46,6 +46,17 @@ impl Recovery {
     /// or an operator, or has a non-idempotent call in doubt: a child starts `Running` with no
     /// pending calls or approvals, so it would walk past the gate (see docs/design.md, Forks).
     pub async fn fork(&self, parent: SessionId, at: ForkAt, agent: &str) -> Result<Appended> {
+        self.fork_by(parent, at, agent, None).await
+    }
+
+    /// [`Self::fork`] for a verified caller, whom the child's first event names (`forked_by`).
+    pub async fn fork_by(
+        &self,
+        parent: SessionId,
+        at: ForkAt,
+        agent: &str,
+        by: Option<&str>,
+    ) -> Result<Appended> {
         let seq = match at {
             ForkAt::Checkpoint(seq) | ForkAt::Seq(seq) => seq,
         };
@@ -89,8 +100,14 @@ impl Recovery {
             parent_offset: event.offset,
         };
         // The child belongs to the parent's tenant: a fork never moves a session's data across.
-        let (_, first) =
-            SessionWriter::fork(Arc::clone(self.log()), fork_point, agent, &at_fork.tenant).await?;
+        let (_, first) = SessionWriter::fork(
+            Arc::clone(self.log()),
+            fork_point,
+            agent,
+            &at_fork.tenant,
+            by,
+        )
+        .await?;
         Ok(first)
     }
 

@@ -350,7 +350,10 @@ async fn fork(
             ));
         }
     };
-    let first = recovery.fork(session, at, &request.agent).await?;
+    let by = caller.on_behalf("");
+    let first = recovery
+        .fork_by(session, at, &request.agent, Some(&by))
+        .await?;
     caller.audit("fork", session);
     Ok(Json(Forked {
         session_id: first.envelope.session_id,

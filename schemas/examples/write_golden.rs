@@ -175,6 +175,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 },
                 agent: "coder-2".into(),
                 tenant: "acme".into(),
+                forked_by: Some("alice".into()),
             },
             None,
             None,

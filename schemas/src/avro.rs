@@ -319,6 +319,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             fork_point,
             agent,
             tenant,
+            forked_by,
         } => vec![
             field(
                 "fork_point",
@@ -334,6 +335,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             ),
             field("agent", string(agent)),
             field("tenant", string(tenant)),
+            field("forked_by", optional_string(forked_by)),
         ],
         E::ResolutionRequired { call_seq, reason } => vec![
             field("call_seq", long("call_seq", *call_seq)?),
@@ -946,6 +948,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                 },
                 agent: f.string("agent")?,
                 tenant: f.string("tenant")?,
+                forked_by: f.opt_string("forked_by")?,
             }
         }
         "ResolutionRequired" => E::ResolutionRequired {

@@ -315,6 +315,10 @@ pub enum SessionEvent {
         /// The tenant: the parent's (schema v2).
         #[serde(default = "default_tenant")]
         tenant: String,
+        /// The verified caller who asked for the fork, when the recovery service made it for
+        /// one (schema v2).
+        #[serde(default)]
+        forked_by: Option<String>,
     },
     /// An in-doubt tool call needs an operator to record its outcome.
     ResolutionRequired {

@@ -151,10 +151,11 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             any::<i32>(),
             any::<i64>(),
             text(),
-            text()
+            text(),
+            opt_text()
         )
             .prop_map(
-                |(p, parent_seq, parent_partition, parent_offset, agent, tenant)| {
+                |(p, parent_seq, parent_partition, parent_offset, agent, tenant, forked_by)| {
                     E::SessionForked {
                         fork_point: ForkPoint {
                             parent_session_id: SessionId(p),
@@ -164,6 +165,7 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                         },
                         agent,
                         tenant,
+                        forked_by,
                     }
                 }
             ),

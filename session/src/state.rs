@@ -500,6 +500,7 @@ impl SessionState {
                 fork_point,
                 agent,
                 tenant,
+                ..
             } => {
                 self.tenant.clone_from(tenant);
                 self.started = true;

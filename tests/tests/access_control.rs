@@ -457,11 +457,24 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
         "nothing was appended"
     );
 
-    // The owner still reads it.
+    // The owner still reads it, and a fork stays in the tenant and names who asked.
     let own = acme
         .get(format!("{}/v1/sessions/{session}", recovery_service.base))
         .send()
         .await?;
     assert_eq!(own.status().as_u16(), 200);
+    let forked: Value = acme
+        .post(format!(
+            "{}/v1/sessions/{session}/fork",
+            recovery_service.base
+        ))
+        .json(&json!({ "at_seq": 1, "agent": "branch" }))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let first = &forked["event"]["event"]["SessionForked"];
+    assert_eq!(first["tenant"], "acme", "{forked}");
+    assert_eq!(first["forked_by"], "someone", "{forked}");
     Ok(())
 }

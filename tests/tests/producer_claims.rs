@@ -212,8 +212,14 @@ async fn a_fork_starts_a_new_session_that_names_its_parent() -> Result<()> {
         parent_partition: at.position.partition,
         parent_offset: at.position.offset,
     };
-    let (mut child, first) =
-        SessionWriter::fork(Arc::clone(&log), fork_point.clone(), "child", "default").await?;
+    let (mut child, first) = SessionWriter::fork(
+        Arc::clone(&log),
+        fork_point.clone(),
+        "child",
+        "default",
+        None,
+    )
+    .await?;
     assert_eq!((first.envelope.seq, first.envelope.writer_epoch), (1, 1));
     assert_ne!(child.session_id(), parent.session_id());
     child.user_request("a different path").await?;

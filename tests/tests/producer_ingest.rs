@@ -236,6 +236,9 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
         ("a harness's own decision", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
             json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ApprovalDecided", "data": {
                 "approval_id": "a1", "approved": true, "decided_by": "me", "reason": null } }] }).to_string()),
+        ("a harness's own erasure", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
+            json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "SessionErased", "data": {
+                "requested_by": "me", "reason": "r" } }] }).to_string()),
         ("a harness's own operator result", StatusCode::UNPROCESSABLE_ENTITY, "reserved_kind",
             json!({ "epoch": 1, "events": [{ "seq": 2, "kind": "ToolCallResult", "data": {
                 "call_seq": 1, "outcome": "Succeeded", "output": { "Plain": "x" }, "source": "Operator",
