@@ -32,21 +32,28 @@ pub enum TokenCommand {
     ApiKey(ApiKeyArgs),
 }
 
-/// `sessionlog token mint`.
+/// Who a token or an API key speaks for and what it may do.
 #[derive(Debug, Args)]
-pub struct MintArgs {
-    /// Who the token speaks for (`sub`).
+pub struct GrantArgs {
+    /// Who it speaks for (a token's `sub`).
     #[arg(long)]
     subject: String,
     /// A role it grants (harness, approver, operator, reader); repeat for several.
     #[arg(long = "role", value_parser = parse_role, required = true)]
     roles: Vec<Role>,
-    /// Narrow the token to this one session.
+    /// Narrow it to this one session.
     #[arg(long)]
     session: Option<String>,
     /// The tenant whose sessions it may see and create.
     #[arg(long, default_value = "default")]
     tenant: String,
+}
+
+/// `sessionlog token mint`.
+#[derive(Debug, Args)]
+pub struct MintArgs {
+    #[command(flatten)]
+    grant: GrantArgs,
     /// How long it is valid, in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl_secs: u64,
@@ -58,18 +65,18 @@ pub struct ApiKeyArgs {
     /// The key's id (letters, digits, '-'): names it in the settings and in logs.
     #[arg(long)]
     id: String,
-    /// Who the key speaks for.
-    #[arg(long)]
-    subject: String,
-    /// A role it grants; repeat for several.
-    #[arg(long = "role", value_parser = parse_role, required = true)]
-    roles: Vec<Role>,
-    /// Narrow the key to this one session.
-    #[arg(long)]
-    session: Option<String>,
-    /// The tenant whose sessions it may see and create.
-    #[arg(long, default_value = "default")]
-    tenant: String,
+    #[command(flatten)]
+    grant: GrantArgs,
+}
+
+impl GrantArgs {
+    /// The session it is narrowed to, checked to be a session id.
+    fn session(&self) -> Result<Option<sessionlog_schemas::SessionId>> {
+        self.session
+            .as_deref()
+            .map(crate::recovery::parse_session)
+            .transpose()
+    }
 }
 
 fn parse_role(text: &str) -> Result<Role, String> {
@@ -86,19 +93,15 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
         TokenCommand::Init { force } => init(&dir, force),
         TokenCommand::Mint(args) => {
             let key = load(&dir)?;
-            let session = args
-                .session
-                .as_deref()
-                .map(crate::recovery::parse_session)
-                .transpose()?;
+            let session = args.grant.session()?;
             let token = key.mint(&Grant {
                 session,
-                tenant: Some(args.tenant),
+                tenant: Some(args.grant.tenant),
                 issuer: settings.auth.issuer.clone(),
                 audience: settings.auth.audience.clone(),
                 ..Grant::new(
-                    &args.subject,
-                    &args.roles,
+                    &args.grant.subject,
+                    &args.grant.roles,
                     Duration::from_secs(args.ttl_secs),
                 )
             })?;
@@ -106,11 +109,10 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
             Ok(())
         }
         TokenCommand::ApiKey(args) => {
-            if let Some(session) = &args.session {
-                crate::recovery::parse_session(session)?;
-            }
+            let session = args.grant.session()?;
             let (key, sha256) = new_api_key(&args.id)?;
             let roles: Vec<String> = args
+                .grant
                 .roles
                 .iter()
                 .map(|r| format!("{:?}", r.as_str()))
@@ -121,11 +123,11 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
             eprintln!("[[auth.api_keys]]");
             eprintln!("id = {:?}", args.id);
             eprintln!("sha256 = {sha256:?}");
-            eprintln!("subject = {:?}", args.subject);
-            eprintln!("tenant = {:?}", args.tenant);
+            eprintln!("subject = {:?}", args.grant.subject);
+            eprintln!("tenant = {:?}", args.grant.tenant);
             eprintln!("roles = [{}]", roles.join(", "));
-            if let Some(session) = args.session {
-                eprintln!("session = {session:?}");
+            if let Some(session) = session {
+                eprintln!("session = \"{session}\"");
             }
             Ok(())
         }
