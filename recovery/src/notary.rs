@@ -52,13 +52,19 @@ impl Notary {
         Ok(Self { key, trusted })
     }
 
-    /// Signs `envelope`'s statement into its attestation.
-    pub fn attest(&self, envelope: &mut EventEnvelope) -> Result<()> {
-        let key = self.key.as_ref().ok_or_else(|| Error::Attestation {
+    /// The signing key, or the error naming the setting: asked before a privileged action
+    /// appends anything (its claim fences the harness), not only when it signs.
+    pub fn signing_key(&self) -> Result<&SigningKey> {
+        self.key.as_ref().ok_or_else(|| Error::Attestation {
             reason:
                 "no signing key: set recovery.signing_key_file (`sessionlog token init` writes one)"
                     .into(),
-        })?;
+        })
+    }
+
+    /// Signs `envelope`'s statement into its attestation.
+    pub fn attest(&self, envelope: &mut EventEnvelope) -> Result<()> {
+        let key = self.signing_key()?;
         let statement = attest::statement(envelope).ok_or_else(|| Error::Attestation {
             reason: format!("a {} is not a privileged event", envelope.event.kind()),
         })?;

@@ -43,6 +43,8 @@ impl Recovery {
         session: SessionId,
         resolution: Resolution,
     ) -> Result<Appended> {
+        // Without a key nothing could be signed: fail before the claim fences the harness.
+        self.notary().signing_key()?;
         let rebuilt = self.rebuild(session).await?;
         let state = &rebuilt.state;
         // A call in doubt, or one whose operator record the service cannot verify (someone
@@ -112,6 +114,8 @@ impl Recovery {
         decided_by: &str,
         reason: Option<String>,
     ) -> Result<Appended> {
+        // Without a key nothing could be signed: fail before the claim fences the harness.
+        self.notary().signing_key()?;
         let rebuilt = self.rebuild(session).await?;
         let state = &rebuilt.state;
         // Pending, or decided by an event the service cannot verify (a harness's own).

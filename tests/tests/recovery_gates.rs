@@ -295,3 +295,26 @@ async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<
         .await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_signing_key_a_decision_fails_before_it_fences_anyone() -> Result<()> {
+    let mut stack = TestStack::new("gate_no_key", 2).await?;
+    let writer = awaiting_approval(&stack).await?;
+    let session = writer.session_id();
+    stack.settings.recovery.signing_key_file = None;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let before = end_offset(&recovery, session).await?;
+    match recovery
+        .decide_approval(session, "deploy-1", true, "alice", None)
+        .await
+    {
+        Err(Error::Attestation { .. }) => {}
+        other => bail!("Attestation expected without a key, got {other:?}"),
+    }
+    assert_eq!(
+        end_offset(&recovery, session).await?,
+        before,
+        "no claim was appended: the harness was not fenced for nothing"
+    );
+    Ok(())
+}
