@@ -187,8 +187,11 @@ impl SessionWriter {
         let (events, caught_up) = log
             .read_events(partition, next_offset, None, Some(session))
             .await?;
-        for event in &events {
-            state.apply(&event.envelope);
+        let mut caught = Vec::new();
+        for event in events {
+            if state.apply(&event.envelope).is_accepted() {
+                caught.push(event.envelope);
+            }
         }
         if !state.is_started() {
             return Err(Error::UnknownSession(session));
@@ -199,6 +202,7 @@ impl SessionWriter {
             partition,
             caught_up,
             writer: writer.to_string(),
+            caught,
         })
     }
 
@@ -463,6 +467,8 @@ pub struct PendingClaim {
     partition: i32,
     caught_up: i64,
     writer: String,
+    /// Events of the session the catch-up accepted, in log order.
+    caught: Vec<EventEnvelope>,
 }
 
 impl PendingClaim {
@@ -479,12 +485,21 @@ impl PendingClaim {
     /// Appends `WriterClaimed`, reads the log back up to it, and returns the new writer if the
     /// claim won, or [`Error::LostClaim`] if another claim reached the partition first.
     pub async fn commit(self) -> Result<(SessionWriter, Appended)> {
+        let (writer, claim, _) = self.commit_caught_up().await?;
+        Ok((writer, claim))
+    }
+
+    /// [`Self::commit`], also returning every event of the session accepted after the state
+    /// the claim was prepared from (before the claim, in log order): what a caller keeping
+    /// its own view of the session (a context window) must fold, without reading it again.
+    pub async fn commit_caught_up(self) -> Result<(SessionWriter, Appended, Vec<EventEnvelope>)> {
         let Self {
             log,
             mut state,
             partition,
             caught_up,
             writer,
+            mut caught,
         } = self;
         let session = state.session_id;
         let claim = EventEnvelope {
@@ -512,10 +527,12 @@ impl PendingClaim {
             )
             .await?;
         let mut verdict = None;
-        for event in &events {
+        for event in events {
             let v = state.apply(&event.envelope);
             if event.envelope.event_id == claim.event_id && event.position == position {
                 verdict = Some(v);
+            } else if v.is_accepted() {
+                caught.push(event.envelope);
             }
         }
         log.note_epoch(session, state.epoch);
@@ -548,6 +565,7 @@ impl PendingClaim {
                 envelope: claim,
                 position,
             },
+            caught,
         ))
     }
 }

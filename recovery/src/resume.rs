@@ -141,38 +141,25 @@ impl Recovery {
         // Refuse early when the rebuilt state already forbids it: no claim is appended then.
         check_resumable(&rebuilt.state)?;
         self.notary().check(&rebuilt.state)?;
-        let offset = rebuilt.end_offset;
-        let mut scratch = rebuilt.state.clone();
         let pending_claim = SessionWriter::prepare_claim(
             Arc::clone(self.log()),
             rebuilt.state,
             rebuilt.partition,
-            offset,
+            rebuilt.end_offset,
             writer,
         )
         .await?;
         // The catch-up folded whatever was appended since the rebuild: judge that state.
         check_resumable(pending_claim.state())?;
         self.notary().check(pending_claim.state())?;
-        let (mut writer, claim) = pending_claim.commit().await?;
+        let (mut writer, _claim, late) = pending_claim.commit_caught_up().await?;
         // And the claim folded whatever landed before it (an approval request, an end the old
         // harness wrote in the meantime): the gates hold on the state after the claim.
         check_resumable(writer.state())?;
         self.notary().check(writer.state())?;
         // Those events belong in the context window too.
-        let (late, _) = self
-            .log()
-            .read_events(
-                claim.position.partition,
-                offset,
-                Some(claim.position.offset),
-                Some(session),
-            )
-            .await?;
         for event in &late {
-            if scratch.apply(&event.envelope).is_accepted() {
-                window.apply(&event.envelope);
-            }
+            window.apply(event);
         }
 
         let pending: Vec<PendingCall> = writer.state().pending_calls.values().cloned().collect();
