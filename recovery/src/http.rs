@@ -268,7 +268,10 @@ async fn get_session(
     Authorized(caller, _): Authorized<Reader>,
     PathParams(session): PathParams<String>,
 ) -> Answer<SessionView> {
-    let rebuilt = visible(&recovery, &caller, sessionlog_http::session_id(&session)?).await?;
+    let session = sessionlog_http::session_id(&session)?;
+    // This route answers the rebuild itself: check its tenant rather than look it up apart.
+    let rebuilt = recovery.rebuild(session).await?;
+    caller.require_tenant(session, &rebuilt.state.tenant)?;
     Ok(Json(SessionView {
         read_amplification: rebuilt.read_amplification(),
         status: rebuilt.state.status().as_str().to_string(),
@@ -507,15 +510,10 @@ async fn needing_resolution(
     let mut stuck = recovery.sessions_needing_resolution().await?;
     if caller.tenant.is_some() {
         // The projection's list has no tenant column: look each one up (the list is short:
-        // sessions waiting for a person).
+        // sessions waiting for a person, all of them projected).
         let mut mine = Vec::with_capacity(stuck.len());
         for session in stuck {
-            let tenant = recovery
-                .store()
-                .load_session(session.session_id)
-                .await
-                .map_err(Error::from)?
-                .map(|row| row.state.tenant);
+            let tenant = projected_tenant(&recovery, session.session_id).await?;
             if tenant.is_some_and(|t| caller.sees_tenant(&t)) {
                 mine.push(session);
             }
@@ -525,16 +523,32 @@ async fn needing_resolution(
     Ok(Json(StuckSessions(stuck)))
 }
 
-/// The session rebuilt from the log, if the caller's tenant may see it; another tenant's
-/// session answers 404 `unknown_session`, as if it did not exist.
-async fn visible(
+/// Refuses a session the caller's tenant may not see with 404 `unknown_session`, as if it did
+/// not exist. The operations behind these routes rebuild the session themselves, so the
+/// tenant comes from the projection where it has the session (a tenant never changes), and
+/// from the log only where it does not.
+async fn visible(recovery: &Recovery, caller: &Caller, session: SessionId) -> Result<(), Problem> {
+    if caller.tenant.is_none() {
+        return Ok(());
+    }
+    let tenant = match projected_tenant(recovery, session).await? {
+        Some(tenant) => tenant,
+        None => recovery.rebuild(session).await?.state.tenant,
+    };
+    caller.require_tenant(session, &tenant)
+}
+
+/// The tenant of `session` as the projection has it, if it has the session.
+async fn projected_tenant(
     recovery: &Recovery,
-    caller: &Caller,
     session: SessionId,
-) -> Result<RebuiltSession, Problem> {
-    let rebuilt = recovery.rebuild(session).await?;
-    caller.require_tenant(session, &rebuilt.state.tenant)?;
-    Ok(rebuilt)
+) -> Result<Option<String>, Problem> {
+    Ok(recovery
+        .store()
+        .load_session(session)
+        .await
+        .map_err(Error::from)?
+        .map(|row| row.state.tenant))
 }
 
 /// Liveness.
