@@ -39,7 +39,7 @@ pub struct GrantArgs {
     #[arg(long)]
     subject: String,
     /// A role it grants (harness, approver, operator, reader); repeat for several.
-    #[arg(long = "role", value_parser = parse_role, required = true)]
+    #[arg(long = "role", required = true)]
     roles: Vec<Role>,
     /// Narrow it to this one session.
     #[arg(long)]
@@ -77,11 +77,6 @@ impl GrantArgs {
             .map(crate::recovery::parse_session)
             .transpose()
     }
-}
-
-fn parse_role(text: &str) -> Result<Role, String> {
-    serde_json::from_value(serde_json::Value::from(text))
-        .map_err(|_| format!("{text:?} is not a role: harness, approver, operator or reader"))
 }
 
 /// Runs `sessionlog token ...` with the development key in `dir`.

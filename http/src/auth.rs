@@ -84,17 +84,22 @@ impl Caller {
     /// Refuses a session of another tenant with 404 `unknown_session`, exactly what a session
     /// that does not exist gets: a caller learns nothing about other tenants' sessions.
     pub fn require_tenant(&self, session: SessionId, tenant: &str) -> Result<(), Problem> {
-        match &self.tenant {
-            Some(mine) if mine != tenant => Err(self.refuse(
-                Problem::new(
-                    StatusCode::NOT_FOUND,
-                    "unknown_session",
-                    format!("unknown session {session}"),
-                ),
-                "other_tenant",
-            )),
-            _ => Ok(()),
+        if self.sees_tenant(tenant) {
+            return Ok(());
         }
+        Err(self.unknown_session(session, "other_tenant"))
+    }
+
+    /// The 404 a session the caller may not know about gets: the same as a missing one.
+    fn unknown_session(&self, session: SessionId, reason: &'static str) -> Problem {
+        self.refuse(
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown_session",
+                format!("unknown session {session}"),
+            ),
+            reason,
+        )
     }
 
     /// Whether the caller may see sessions of `tenant` (for filtering lists).
@@ -150,14 +155,7 @@ impl Caller {
     pub fn require_for(&self, role: Role, session: SessionId) -> Result<(), Problem> {
         self.require(role)?;
         match self.session {
-            Some(only) if only != session => Err(self.refuse(
-                Problem::new(
-                    StatusCode::NOT_FOUND,
-                    "unknown_session",
-                    format!("unknown session {session}"),
-                ),
-                "other_session",
-            )),
+            Some(only) if only != session => Err(self.unknown_session(session, "other_session")),
             _ => Ok(()),
         }
     }
@@ -492,11 +490,7 @@ impl Access {
         let session = parse_session(claims.session.as_deref()).map_err(|_| "bad session claim")?;
         Ok(Caller {
             subject: claims.sub,
-            roles: claims
-                .roles
-                .iter()
-                .filter_map(|r| serde_json::from_value(serde_json::Value::from(r.as_str())).ok())
-                .collect(),
+            roles: claims.roles.iter().filter_map(|r| r.parse().ok()).collect(),
             session,
             tenant: Some(claims.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_string())),
             route: route.to_string(),

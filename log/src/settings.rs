@@ -119,6 +119,17 @@ impl Role {
     }
 }
 
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a role: harness, approver, operator or reader"))
+    }
+}
+
 /// One machine's API key (`[[auth.api_keys]]`), as `sessionlog token api-key` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
