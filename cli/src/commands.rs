@@ -154,6 +154,15 @@ enum Command {
         #[command(subcommand)]
         command: crate::token::TokenCommand,
     },
+    /// The key-encryption key: make one, or rotate to a new one.
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::keys::KeysCommand,
+    },
+    /// Erase a session: append SessionErased, destroy its data key (every sealed copy of its
+    /// texts becomes unreadable), keep a receipt; or print where an erasure stands (--status).
+    Erase(crate::keys::EraseArgs),
     /// Print a service's OpenAPI 3.1 document (what it serves at /v1/openapi.json) as JSON.
     /// Needs no servers.
     Openapi {
@@ -227,6 +236,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
         Command::Token { dir, command } => crate::token::run(&settings, dir, command),
+        Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),
+        Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
         Command::Openapi { service } => print_openapi(service),
     }
 }
@@ -257,6 +268,10 @@ async fn init(settings: &Settings, json: bool) -> Result<()> {
     ProjectionStore::migrate(&settings.cql)
         .await
         .with_context(|| format!("migrating CQL keyspace at {}", settings.cql.nodes))?;
+    // The key store: data keys and erasure receipts (created with encryption on or off).
+    sessionlog_store::KeyTable::create(settings)
+        .await
+        .with_context(|| format!("creating the key keyspace {}", settings.privacy.keyspace))?;
     print(
         json,
         &serde_json::json!({

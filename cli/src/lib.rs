@@ -4,6 +4,7 @@
 mod commands;
 pub mod example;
 mod ingest;
+mod keys;
 mod recovery;
 mod replay;
 mod serve;

@@ -177,7 +177,7 @@ fn load(dir: &Path) -> Result<SigningKey> {
 }
 
 /// Writes a file only its owner can read.
-fn write_private(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

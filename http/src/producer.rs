@@ -60,7 +60,10 @@ impl From<Error> for Problem {
                 let (status, code) = log_error_status(&e);
                 Self::new(status, code, message)
             }
-            Error::Schema(_) | Error::Unconfirmed { .. } => Self::internal(message),
+            Error::Keys(e) => from_keys(&e, message),
+            Error::Schema(_) | Error::Unconfirmed { .. } | Error::KeyStore(_) => {
+                Self::internal(message)
+            }
         }
     }
 }
@@ -73,6 +76,29 @@ pub fn log_error_status(error: &sessionlog_log::Error) -> (StatusCode, &'static 
             (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
         }
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+/// How a sealing error answers: the caller's content (sealed by someone else), the session's
+/// state (erased), the key store being away (retry), or a setting (the operator's to fix).
+pub fn from_keys(error: &sessionlog_keys::Error, message: String) -> Problem {
+    use sessionlog_keys::Error as K;
+    match error {
+        K::AlreadySealed { seq, .. } => {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "sealed_content", message)
+                .with("seq", *seq)
+        }
+        K::Erased(_) => Problem::new(StatusCode::CONFLICT, "session_erased", message),
+        K::Store(_) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "key_store_unavailable",
+            message,
+        ),
+        K::NoKek
+        | K::KekFile { .. }
+        | K::KekFormat { .. }
+        | K::UnknownKek { .. }
+        | K::Unwrap { .. } => Problem::internal(message),
     }
 }
 

@@ -630,7 +630,7 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
         )
         .with("seq", incoming.seq));
     }
-    Ok(EventEnvelope {
+    let mut envelope = [EventEnvelope {
         event_id: incoming.event_id.unwrap_or_else(Uuid::now_v7),
         session_id: writer.session_id(),
         seq: incoming.seq,
@@ -643,7 +643,13 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
         schema_version: CURRENT_SCHEMA_VERSION,
         event,
         attestation: None,
-    })
+    }];
+    // The service seals; a harness sends plain text (with encryption off too: a text sealed
+    // elsewhere would open nowhere).
+    sessionlog_keys::refuse_sealed(&mut envelope)
+        .map_err(|e| sessionlog_http::from_keys(&e, e.to_string()))?;
+    let [envelope] = envelope;
+    Ok(envelope)
 }
 
 /// Records a checkpoint: a verified position to resume or fork from.

@@ -16,6 +16,7 @@ pub mod topic;
 pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
-    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, ProducerSettings,
-    ProjectorSettings, RecoverySettings, RegistrySettings, Role, Secret, Settings,
+    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, PrivacySettings,
+    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Role, Secret,
+    Settings,
 };

@@ -35,6 +35,49 @@ pub struct Settings {
     pub recovery: RecoverySettings,
     /// Who may call the HTTP services: bearer tokens and API keys, on by default.
     pub auth: AuthSettings,
+    /// Encryption of sensitive fields under per-session data keys, on by default.
+    pub privacy: PrivacySettings,
+}
+
+/// Envelope encryption (`[privacy]`). On unless `encrypt = false`: every sensitive field (texts,
+/// tool arguments and outputs, titles, reasons, notes) is sealed under its session's data key
+/// before it reaches Kafka, and the data keys are kept wrapped by a key-encryption key (KEK) in
+/// their own keyspace. A process that writes or reads session content needs the KEK
+/// (`sessionlog keys init` makes one); the projector does not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrivacySettings {
+    /// Seal sensitive fields. `false` writes them in plain text (and erasure then cannot reach
+    /// the topic's copy).
+    pub encrypt: bool,
+    /// The current key-encryption key: a file holding 32 random bytes, base64 (what
+    /// `sessionlog keys init` writes). New data keys are wrapped with it.
+    pub kek_file: Option<String>,
+    /// The same key inline, base64 (e.g. `SESSIONLOG_PRIVACY__KEK` from a secret store);
+    /// wins over `kek_file`.
+    pub kek: Secret,
+    /// Retired KEKs that may still wrap some data keys, until `sessionlog keys rotate` has
+    /// rewrapped them under the current one.
+    pub previous_kek_files: Vec<String>,
+    /// The keyspace of the data keys and erasure receipts: not a projection, so replays and
+    /// `verify` never touch it.
+    pub keyspace: String,
+    /// How long a process keeps a data key it fetched, in seconds. After an erasure, another
+    /// process may open the session's text for at most this long.
+    pub key_cache_secs: u64,
+}
+
+impl Default for PrivacySettings {
+    fn default() -> Self {
+        Self {
+            encrypt: true,
+            kek_file: None,
+            kek: Secret::default(),
+            previous_kek_files: Vec::new(),
+            keyspace: "sessionlog_keys".into(),
+            key_cache_secs: 60,
+        }
+    }
 }
 
 /// Authentication of the HTTP services (`[auth]`). On unless `mode = "disabled"`: with nothing

@@ -82,6 +82,13 @@ pub enum Error {
         /// The acknowledged offset.
         offset: i64,
     },
+    /// Sealing failed: the session was erased, the key store is unreachable, a KEK is missing,
+    /// or the event came with content sealed by someone else.
+    #[error(transparent)]
+    Keys(#[from] sessionlog_keys::Error),
+    /// The key store could not be opened at start-up.
+    #[error("cannot start producing: {0}")]
+    KeyStore(#[from] sessionlog_store::KeyringError),
     /// The encoded event is larger than the configured limit.
     #[error("event of {size} bytes exceeds the limit of {limit} bytes")]
     TooLarge {

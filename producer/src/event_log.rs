@@ -4,6 +4,7 @@ use crate::{Appended, Error, Result};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
+use sessionlog_keys::Keyring;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
@@ -52,6 +53,7 @@ pub struct EventLog {
     options: ProducerOptions,
     in_flight: Arc<Semaphore>,
     epochs: Mutex<HashMap<SessionId, Epoch>>,
+    keyring: Option<Arc<Keyring>>,
 }
 
 impl EventLog {
@@ -60,8 +62,8 @@ impl EventLog {
         Self::connect(settings, settings.producer.clone()).await
     }
 
-    /// Registers the schemas (once per process), learns the topic's partition count and
-    /// creates the producer.
+    /// Registers the schemas (once per process), learns the topic's partition count, opens
+    /// the key store when `[privacy] encrypt` is on, and creates the producer.
     ///
     /// Fails with [`Error::RegistryUnavailable`] when the registry is unreachable: without a
     /// schema id no event can be written.
@@ -76,6 +78,7 @@ impl EventLog {
                 }
                 other => other.into(),
             })?;
+        let keyring = sessionlog_store::keyring(settings).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
         let mut config = settings.kafka.producer_config();
         config
@@ -109,7 +112,22 @@ impl EventLog {
             in_flight: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
             options,
             epochs: Mutex::new(HashMap::new()),
+            keyring,
         })
+    }
+
+    /// The data keys events are sealed with; `None` when `[privacy] encrypt` is off.
+    pub fn keyring(&self) -> Option<&Arc<Keyring>> {
+        self.keyring.as_ref()
+    }
+
+    /// Seals the sensitive fields of envelopes about to be written (nothing when encryption
+    /// is off). A writer folds what this returns, so its state and digests are the readers'.
+    pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {
+        match &self.keyring {
+            Some(keyring) => Ok(keyring.seal(envelopes).await?),
+            None => Ok(()),
+        }
     }
 
     /// The schema id written into every record.

@@ -78,7 +78,7 @@ impl SessionWriter {
     ) -> Result<(Self, Appended)> {
         let started = SessionEvent::SessionStarted {
             agent: agent.to_string(),
-            title: title.map(String::from),
+            title: title.map(Content::from),
             tenant: tenant.to_string(),
         };
         Self::start(log, session, started).await
@@ -328,7 +328,12 @@ impl SessionWriter {
                 limit: DUPLICATE_WINDOW,
             });
         }
+        let mut envelopes = envelopes;
+        self.unseal_retries(&mut envelopes);
+        // Judged before sealing, as sealing an erased session's event fails for the key's
+        // sake while the fold's reason (after the end) is the one to report.
         self.judge_all(&envelopes)?;
+        self.log.seal(&mut envelopes).await?;
         let outcomes = self.log.send_all(&envelopes, when_full).await?;
         let mut appended = Vec::with_capacity(envelopes.len());
         for (envelope, outcome) in envelopes.into_iter().zip(outcomes) {
@@ -342,6 +347,26 @@ impl SessionWriter {
             tracing::Span::current().record("last_offset", last.offset);
         }
         Ok(appended)
+    }
+
+    /// A retried envelope (same seq and event id as one this writer appended) may come back
+    /// as the caller kept it, in plain text, or as [`Appended`] returned it, sealed: either
+    /// way it is a duplicate, and sealing must not refuse the sealed one.
+    fn unseal_retries(&self, envelopes: &mut [EventEnvelope]) {
+        for envelope in envelopes.iter_mut() {
+            if envelope.seq <= self.state.last_seq
+                && self
+                    .state
+                    .recent
+                    .contains(&(envelope.seq, envelope.event_id))
+            {
+                sessionlog_keys::sensitive_fields(&mut envelope.event, |_, content| {
+                    if content.is_sealed() {
+                        *content = sessionlog_schemas::Content::plain("");
+                    }
+                });
+            }
+        }
     }
 
     /// Judges a batch in order, as the fold will, without touching the writer's state.
@@ -426,8 +451,11 @@ impl SessionWriter {
         outcome: TerminalOutcome,
         reason: Option<String>,
     ) -> Result<Appended> {
-        self.append(SessionEvent::SessionEnded { outcome, reason })
-            .await
+        self.append(SessionEvent::SessionEnded {
+            outcome,
+            reason: reason.map(Content::Plain),
+        })
+        .await
     }
 
     /// Appends a user request (a convenience for the commonest event).

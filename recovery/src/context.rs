@@ -5,6 +5,7 @@
 //! never staler than the log.
 
 use serde::Serialize;
+use sessionlog_keys::Opener;
 use sessionlog_schemas::Seq;
 use sessionlog_session::SessionState;
 use sessionlog_session::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
@@ -36,14 +37,31 @@ pub struct ResumeContext {
 }
 
 /// Cuts `window` (plus the plan and unresolved calls of `state`) to `budget_tokens`: the plan
-/// and the unresolved calls first, then the newest turns that still fit.
+/// and the unresolved calls first, then the newest turns that still fit. Sealed texts are
+/// opened with `opener` first (a sealed text that does not open shows as a marker, `[erased]`
+/// or `[sealed]`, for the plan; as no text, for a turn).
 pub fn within_budget(
     window: &ContextWindow,
     state: &SessionState,
     budget_tokens: usize,
+    opener: &Opener,
 ) -> ResumeContext {
-    let plan = ContextWindow::plan_text(state);
-    let unresolved_calls = ContextWindow::unresolved_calls(state);
+    let plan = state.plan.as_ref().map(|p| opener.text(p).shown());
+    let mut unresolved_calls = ContextWindow::unresolved_calls(state);
+    for call in &mut unresolved_calls {
+        if let Some(reason) = &mut call.resolution_required {
+            opener.open_in_place(reason);
+        }
+    }
+    let recent: Vec<Turn> = window
+        .recent
+        .iter()
+        .map(|turn| {
+            let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
+            let readable = opened.as_ref().and_then(|t| t.readable());
+            turn.clone().with_opened(readable)
+        })
+        .collect();
     let mut used = plan.as_deref().map_or(0, estimate_tokens)
         + unresolved_calls
             .iter()
@@ -51,7 +69,7 @@ pub fn within_budget(
             .sum::<usize>();
     let mut kept = Vec::new();
     let mut dropped_for_budget = Vec::new();
-    for turn in window.recent.iter().rev() {
+    for turn in recent.iter().rev() {
         let cost = estimate_tokens(turn.text.as_deref().unwrap_or(""));
         if used + cost <= budget_tokens && dropped_for_budget.is_empty() {
             used += cost;

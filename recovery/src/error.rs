@@ -29,15 +29,13 @@ pub enum Error {
     },
     /// The session waits for a human decision that is not in the log yet.
     #[error(
-        "session {session} awaits approval {approval_id:?} ({action}); record the decision first (`sessionlog approve`)"
+        "session {session} awaits approval {approval_id:?}; record the decision first (`sessionlog approve`)"
     )]
     AwaitingApproval {
         /// The session.
         session: String,
         /// The approval it waits for.
         approval_id: String,
-        /// What is to be approved.
-        action: String,
     },
     /// In-doubt tool calls need an operator to record their outcome before the run may go on.
     #[error(
@@ -101,6 +99,9 @@ pub enum Error {
         /// Calls whose operator record does not verify.
         calls: Vec<u64>,
     },
+    /// Data keys: the key store is unreachable, or a KEK setting is wrong.
+    #[error(transparent)]
+    Keys(#[from] sessionlog_keys::Error),
     /// A privileged event could not be signed, or the keys could not be read.
     #[error("attestation: {reason}")]
     Attestation {

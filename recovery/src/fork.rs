@@ -147,16 +147,24 @@ impl Recovery {
         })?;
         let mut parent_only = Vec::new();
         // A checkpoint at or before the fork point still reads every parent event after it.
-        self.rebuild_with(
-            fork_point.parent_session_id,
-            Some(fork_point.parent_seq),
-            |e, _| {
-                if e.accepted && e.envelope.seq > fork_point.parent_seq {
-                    parent_only.push(e.clone());
-                }
-            },
-        )
-        .await?;
+        let parent = self
+            .rebuild_with(
+                fork_point.parent_session_id,
+                Some(fork_point.parent_seq),
+                |e, _| {
+                    if e.accepted && e.envelope.seq > fork_point.parent_seq {
+                        parent_only.push(e.clone());
+                    }
+                },
+            )
+            .await?;
+        // Each side opens with its own session's key (an erased side reads as erased).
+        let child_opener = self.opener(child, rebuilt.state.erased).await?;
+        crate::reveal::open_events(&child_opener, &mut child_only);
+        let parent_opener = self
+            .opener(fork_point.parent_session_id, parent.state.erased)
+            .await?;
+        crate::reveal::open_events(&parent_opener, &mut parent_only);
         Ok(BranchDiff {
             fork_point,
             parent_only,

@@ -4,7 +4,7 @@
 //! unavailable gets a 503; anything else is a bug and gets a 500.
 
 use crate::{BranchDiff, Error, ForkAt, Lineage, RebuiltSession, Recovery, Resolution};
-use crate::{ResumeBundle, StuckSession};
+use crate::{ErasureStatus, ResumeBundle, StuckSession};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Json, Router};
@@ -55,6 +55,8 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(diff))
             .routes(routes!(resolve))
             .routes(routes!(approve))
+            .routes(routes!(erase))
+            .routes(routes!(erasure))
             .routes(routes!(needing_resolution)),
         OpenApiRouter::new().routes(routes!(health)),
     )
@@ -93,6 +95,7 @@ impl From<Error> for Problem {
                 (StatusCode::CONFLICT, "fenced")
             }
             Error::Producer(e) => return e.into(),
+            Error::Keys(e) => return sessionlog_http::from_keys(&e, detail),
             Error::Log(e) => sessionlog_http::log_error_status(&e),
             Error::Schema(e) => schema_status(&e),
             Error::Store(
@@ -270,12 +273,16 @@ async fn get_session(
 ) -> Answer<SessionView> {
     let session = sessionlog_http::session_id(&session)?;
     // This route answers the rebuild itself: check its tenant rather than look it up apart.
-    let rebuilt = recovery.rebuild(session).await?;
+    let mut rebuilt = recovery.rebuild(session).await?;
     caller.require_tenant(session, &rebuilt.state.tenant)?;
+    // The digest covers the sealed form; the answer shows the texts opened.
+    let digest = rebuilt.state.digest();
+    let opener = recovery.opener(session, rebuilt.state.erased).await?;
+    rebuilt.state = crate::reveal::opened_state(&opener, &rebuilt.state);
     Ok(Json(SessionView {
         read_amplification: rebuilt.read_amplification(),
         status: rebuilt.state.status().as_str().to_string(),
-        digest: rebuilt.state.digest(),
+        digest,
         rebuilt,
     }))
 }
@@ -491,6 +498,92 @@ async fn approve(
         .await?;
     caller.audit("approve", session);
     Ok(Json(appended.into()))
+}
+
+/// Why a session is to be erased.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct EraseRequest {
+    /// Why. Kept readable in the log and the receipt: say which request or policy, not whose
+    /// data.
+    reason: String,
+}
+
+/// An erasure's receipt.
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct ReceiptView(sessionlog_keys::ErasureReceipt);
+
+/// Where an erasure stands.
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct ErasureStatusView(ErasureStatus);
+
+/// Erases a session: appends `SessionErased`, destroys its data key (every sealed copy of its
+/// texts becomes unreadable) and answers the receipt. The projector then drops its texts,
+/// context turns and stored checkpoint states. Erasing again answers the same receipt.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/erase",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = EraseRequest,
+    responses(
+        (status = 200, description = "erased: the receipt", body = ReceiptView),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn erase(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+    JsonBody(r): JsonBody<EraseRequest>,
+) -> Answer<ReceiptView> {
+    let session = sessionlog_http::session_id(&session)?;
+    if r.reason.trim().is_empty() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "an erasure needs a reason (which request or policy asked for it)",
+        ));
+    }
+    visible(&recovery, &caller, session).await?;
+    let receipt = recovery
+        .erase(session, &caller.on_behalf(""), &r.reason)
+        .await?;
+    caller.audit("erase", session);
+    Ok(Json(ReceiptView(receipt)))
+}
+
+/// Where a session's erasure stands: in the log, in the projection, the data key, the receipt.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/erasure",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    responses(
+        (status = 200, description = "the status", body = ErasureStatusView),
+        (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn erasure(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+) -> Answer<ErasureStatusView> {
+    let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
+    Ok(Json(ErasureStatusView(
+        recovery.erasure_status(session).await?,
+    )))
 }
 
 /// Sessions waiting for an operator to record an in-doubt call's outcome.

@@ -11,6 +11,7 @@
 //! [`observe`] names the metrics and registers their help texts ([`describe_metrics`]).
 
 pub mod context;
+mod erase;
 mod error;
 mod fork;
 pub mod http;
@@ -21,7 +22,9 @@ mod operator;
 mod rebuild;
 pub mod resolver;
 mod resume;
+pub mod reveal;
 
+pub use erase::ErasureStatus;
 pub use error::{Error, Result};
 pub use fork::{BranchDiff, ForkAt, Lineage};
 pub use observe::describe_metrics;

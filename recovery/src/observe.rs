@@ -15,8 +15,12 @@ pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
 /// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
 pub const EVENTS_FOLDED: &str = "sessionlog_recovery_events_folded_total";
 
+/// Sessions erased (their `SessionErased` appended or found, and their data key destroyed).
+pub const ERASURES: &str = "sessionlog_recovery_erasures_total";
+
 /// Every metric name this crate records.
 pub const METRICS: &[&str] = &[
+    ERASURES,
     ERRORS,
     RESUMES,
     REBUILDS,
@@ -33,6 +37,11 @@ pub fn describe_metrics() {
         ERRORS,
         Unit::Count,
         "Recovery requests answered with a problem, by code (unknown_session, needs_resolution, unavailable, ...)."
+    );
+    describe_counter!(
+        ERASURES,
+        Unit::Count,
+        "Sessions erased: SessionErased in the log and the data key destroyed."
     );
     describe_counter!(
         RESUMES,

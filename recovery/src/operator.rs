@@ -77,7 +77,7 @@ impl Recovery {
             output: Content::plain(resolution.output),
             source: ResultSource::Operator,
             recorded_by: Some(resolution.operator),
-            note: Some(resolution.reason),
+            note: Some(resolution.reason.into()),
         };
         self.append_attested(&mut writer, event, event_id, idempotency_key)
             .await
@@ -142,7 +142,7 @@ impl Recovery {
             approval_id: approval_id.to_string(),
             approved,
             decided_by: decided_by.to_string(),
-            reason,
+            reason: reason.map(Content::from),
         };
         self.append_attested(&mut writer, event, None, None).await
     }

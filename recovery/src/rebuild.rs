@@ -9,7 +9,7 @@ use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
 use sessionlog_session::SessionState;
-use sessionlog_store::ProjectionStore;
+use sessionlog_store::{KeyTable, ProjectionStore};
 use std::sync::Arc;
 
 /// How many records a rebuild holds before folding them: memory stays bounded by this,
@@ -88,6 +88,7 @@ pub struct Recovery {
     log: Arc<EventLog>,
     resolvers: Resolvers,
     notary: crate::notary::Notary,
+    keys: Arc<KeyTable>,
 }
 
 impl Recovery {
@@ -100,6 +101,8 @@ impl Recovery {
         let store = ProjectionStore::open(&settings.cql).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
         let log = Arc::new(EventLog::from_settings(settings).await?);
+        // Erasure receipts live in the key store, with encryption on or off.
+        let keys = Arc::new(KeyTable::open(settings).await?);
         Ok(Self {
             settings: settings.clone(),
             decoder,
@@ -108,6 +111,7 @@ impl Recovery {
             log,
             resolvers: Resolvers::http(&settings.recovery.resolvers),
             notary: crate::notary::Notary::from_settings(&settings.recovery)?,
+            keys,
         })
     }
 
@@ -135,6 +139,11 @@ impl Recovery {
     /// The settings recovery runs with.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The key store: data keys (through the log's keyring) and erasure receipts.
+    pub fn key_table(&self) -> &KeyTable {
+        &self.keys
     }
 
     /// The projection store recovery reads checkpoints and the index from.

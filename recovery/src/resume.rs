@@ -181,7 +181,7 @@ impl Recovery {
                         .append_with(
                             SessionEvent::ResolutionRequired {
                                 call_seq: call.seq,
-                                reason,
+                                reason: reason.into(),
                             },
                             Some(call.event_id),
                             None,
@@ -197,13 +197,15 @@ impl Recovery {
                 calls: stuck,
             });
         }
-        let context = within_budget(&window, writer.state(), context_budget_tokens);
+        // The new harness gets the session's texts opened (it is the session's writer now).
+        let opener = self.opener(session, false).await?;
+        let context = within_budget(&window, writer.state(), context_budget_tokens, &opener);
         metrics::counter!(crate::observe::RESUMES).increment(1);
         Ok(ResumeBundle {
             context,
             epoch: writer.state().epoch,
             next_seq: writer.next_seq(),
-            state: writer.state().clone(),
+            state: crate::reveal::opened_state(&opener, writer.state()),
             in_doubt,
             resolved,
             writer: Some(writer),
@@ -274,7 +276,6 @@ fn check_resumable(state: &SessionState) -> Result<()> {
         return Err(Error::AwaitingApproval {
             session,
             approval_id: approval.approval_id.clone(),
-            action: approval.action.clone(),
         });
     }
     let stuck: Vec<u64> = state

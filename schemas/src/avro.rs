@@ -229,7 +229,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             tenant,
         } => vec![
             field("agent", string(agent)),
-            field("title", optional_string(title)),
+            field("title", optional_sealable(title)),
             field("tenant", string(tenant)),
         ],
         E::UserRequest { content } => vec![field("content", content_to_value(content, c)?)],
@@ -282,7 +282,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("output", content_to_value(output, c)?),
             field("source", symbol(RESULT_SOURCE, *source as usize)),
             field("recorded_by", optional_string(recorded_by)),
-            field("note", optional_string(note)),
+            field("note", optional_sealable(note)),
         ],
         E::SteeringMessage { author, content } => vec![
             field("author", string(author)),
@@ -294,7 +294,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             action,
         } => vec![
             field("approval_id", string(approval_id)),
-            field("action", plain_sealable(action)),
+            field("action", sealable(action)),
         ],
         E::ApprovalDecided {
             approval_id,
@@ -305,7 +305,7 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("approval_id", string(approval_id)),
             field("approved", Value::Boolean(*approved)),
             field("decided_by", string(decided_by)),
-            field("reason", optional_string(reason)),
+            field("reason", optional_sealable(reason)),
         ],
         E::Checkpoint {
             state_digest,
@@ -339,20 +339,20 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
         ],
         E::ResolutionRequired { call_seq, reason } => vec![
             field("call_seq", long("call_seq", *call_seq)?),
-            field("reason", plain_sealable(reason)),
+            field("reason", sealable(reason)),
         ],
-        E::SessionPaused { reason } => vec![field("reason", optional_string(reason))],
+        E::SessionPaused { reason } => vec![field("reason", optional_sealable(reason))],
         E::SessionResumed {} => vec![],
         E::SessionEnded { outcome, reason } => vec![
             field("outcome", symbol(TERMINAL_OUTCOME, *outcome as usize)),
-            field("reason", optional_string(reason)),
+            field("reason", optional_sealable(reason)),
         ],
         E::SessionErased {
             requested_by,
             reason,
         } => vec![
             field("requested_by", string(requested_by)),
-            field("reason", plain_sealable(reason)),
+            field("reason", Value::Union(0, Box::new(string(reason)))),
         ],
     };
     Ok(Value::Record(fields))
@@ -365,14 +365,7 @@ fn content_to_value(content: &Content, c: &Current) -> Result<Value> {
             key_id,
             nonce,
             ciphertext,
-        } => (
-            "SealedText",
-            vec![
-                field("key_id", string(key_id)),
-                field("nonce", Value::Bytes(nonce.clone())),
-                field("ciphertext", Value::Bytes(ciphertext.clone())),
-            ],
-        ),
+        } => ("SealedText", sealed_text(key_id, nonce, ciphertext)),
     };
     let index = c
         .content_branches
@@ -402,9 +395,42 @@ fn optional_string(s: &Option<String>) -> Value {
     optional(s.as_deref().map(string))
 }
 
-/// A required sealable field (`["string", "SealedText"]`, schema v2) holding plain text.
-fn plain_sealable(s: &str) -> Value {
-    Value::Union(0, Box::new(string(s)))
+/// The fields of a `SealedText` record.
+fn sealed_text(key_id: &str, nonce: &[u8], ciphertext: &[u8]) -> Vec<(String, Value)> {
+    vec![
+        field("key_id", string(key_id)),
+        field("nonce", Value::Bytes(nonce.to_vec())),
+        field("ciphertext", Value::Bytes(ciphertext.to_vec())),
+    ]
+}
+
+/// A sealable string's value without its union: a string, or a `SealedText` record.
+fn sealable_value(content: &Content) -> Value {
+    match content {
+        Content::Plain(text) => string(text),
+        Content::Sealed {
+            key_id,
+            nonce,
+            ciphertext,
+        } => Value::Record(sealed_text(key_id, nonce, ciphertext)),
+    }
+}
+
+/// A required sealable field: `["string", "SealedText"]` (schema v2).
+fn sealable(content: &Content) -> Value {
+    let branch = u32::from(content.is_sealed());
+    Value::Union(branch, Box::new(sealable_value(content)))
+}
+
+/// An optional sealable field: `["null", "string", "SealedText"]` (schema v2).
+fn optional_sealable(content: &Option<Content>) -> Value {
+    match content {
+        None => Value::Union(0, Box::new(Value::Null)),
+        Some(content) => {
+            let branch = 1 + u32::from(content.is_sealed());
+            Value::Union(branch, Box::new(sealable_value(content)))
+        }
+    }
 }
 
 fn long(name: &'static str, n: u64) -> Result<Value> {
@@ -731,6 +757,37 @@ impl Fields {
         }
     }
 
+    /// A sealable string (`["string", "SealedText"]`, v2; a plain string in v1).
+    fn sealable(&mut self, name: &str) -> Result<Content> {
+        let value = unwrap_union(self.take(name)?);
+        self.sealable_value(name, value)
+    }
+
+    /// An optional sealable string (`["null", "string", "SealedText"]`).
+    fn opt_sealable(&mut self, name: &str) -> Result<Option<Content>> {
+        match unwrap_union(self.take(name)?) {
+            Value::Null => Ok(None),
+            other => self.sealable_value(name, other).map(Some),
+        }
+    }
+
+    fn sealable_value(&self, name: &str, value: Value) -> Result<Content> {
+        match value {
+            Value::String(s) => Ok(Content::Plain(s)),
+            record @ Value::Record(_) => Fields::of(record, "sealed")?.sealed(),
+            other => Err(self.err(name, format!("expected text, got {other:?}"))),
+        }
+    }
+
+    /// The fields of a `SealedText` record.
+    fn sealed(&mut self) -> Result<Content> {
+        Ok(Content::Sealed {
+            key_id: self.string("key_id")?,
+            nonce: self.bytes("nonce")?,
+            ciphertext: self.bytes("ciphertext")?,
+        })
+    }
+
     fn opt_string(&mut self, name: &str) -> Result<Option<String>> {
         match unwrap_union(self.take(name)?) {
             Value::Null => Ok(None),
@@ -816,11 +873,7 @@ impl Fields {
         let mut f = Fields::of(inner, "content")?;
         match branch.as_str() {
             "PlainText" => Ok(Content::Plain(f.string("text")?)),
-            "SealedText" => Ok(Content::Sealed {
-                key_id: f.string("key_id")?,
-                nonce: f.bytes("nonce")?,
-                ciphertext: f.bytes("ciphertext")?,
-            }),
+            "SealedText" => f.sealed(),
             other => Err(self.err(name, format!("content kind {other} is unknown"))),
         }
     }
@@ -874,7 +927,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
     Ok(match kind {
         "SessionStarted" => E::SessionStarted {
             agent: f.string("agent")?,
-            title: f.opt_string("title")?,
+            title: f.opt_sealable("title")?,
             tenant: f.string("tenant")?,
         },
         "UserRequest" => E::UserRequest {
@@ -911,7 +964,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                 ResultSource::Operator,
             ][f.symbol("source", RESULT_SOURCE)?],
             recorded_by: f.opt_string("recorded_by")?,
-            note: f.opt_string("note")?,
+            note: f.opt_sealable("note")?,
         },
         "SteeringMessage" => E::SteeringMessage {
             author: f.string("author")?,
@@ -922,13 +975,13 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         },
         "ApprovalRequested" => E::ApprovalRequested {
             approval_id: f.string("approval_id")?,
-            action: f.string("action")?,
+            action: f.sealable("action")?,
         },
         "ApprovalDecided" => E::ApprovalDecided {
             approval_id: f.string("approval_id")?,
             approved: f.boolean("approved")?,
             decided_by: f.string("decided_by")?,
-            reason: f.opt_string("reason")?,
+            reason: f.opt_sealable("reason")?,
         },
         "Checkpoint" => E::Checkpoint {
             state_digest: f.string("state_digest")?,
@@ -953,10 +1006,10 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         }
         "ResolutionRequired" => E::ResolutionRequired {
             call_seq: f.unsigned("call_seq")?,
-            reason: f.string("reason")?,
+            reason: f.sealable("reason")?,
         },
         "SessionPaused" => E::SessionPaused {
-            reason: f.opt_string("reason")?,
+            reason: f.opt_sealable("reason")?,
         },
         "SessionResumed" => E::SessionResumed {},
         "SessionEnded" => E::SessionEnded {
@@ -965,7 +1018,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                 TerminalOutcome::Failed,
                 TerminalOutcome::Cancelled,
             ][f.symbol("outcome", TERMINAL_OUTCOME)?],
-            reason: f.opt_string("reason")?,
+            reason: f.opt_sealable("reason")?,
         },
         "SessionErased" => E::SessionErased {
             requested_by: f.string("requested_by")?,

@@ -111,7 +111,7 @@ fn default_tenant() -> String {
 ///
 /// `Sealed` exists from schema v1 on so that per-session encryption (DESIGN.md, Privacy)
 /// is not a breaking schema change.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Content {
     /// Readable text.
@@ -131,6 +131,93 @@ impl Content {
     /// Plain text content.
     pub fn plain(text: impl Into<String>) -> Self {
         Self::Plain(text.into())
+    }
+
+    /// The text, if it is not sealed.
+    pub fn as_plain(&self) -> Option<&str> {
+        match self {
+            Self::Plain(text) => Some(text),
+            Self::Sealed { .. } => None,
+        }
+    }
+
+    /// Whether the text is encrypted.
+    pub fn is_sealed(&self) -> bool {
+        matches!(self, Self::Sealed { .. })
+    }
+}
+
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Self::plain(text)
+    }
+}
+
+impl From<String> for Content {
+    fn from(text: String) -> Self {
+        Self::Plain(text)
+    }
+}
+
+/// Serde for the sensitive strings schema v2 made sealable (a title, an approval's action, a
+/// reason, a note): plain text is a bare JSON string, as these fields were before they could be
+/// sealed, so stored states and the checkpoint digests over them are what they were; sealed
+/// text is [`Content`]'s own form. Either form is read.
+pub mod sealable {
+    use super::Content;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Content(Content),
+    }
+
+    impl From<Repr> for Content {
+        fn from(repr: Repr) -> Self {
+            match repr {
+                Repr::Text(text) => Content::Plain(text),
+                Repr::Content(content) => content,
+            }
+        }
+    }
+
+    /// Writes plain text as a string, sealed text as [`Content`].
+    pub fn serialize<S: Serializer>(content: &Content, serializer: S) -> Result<S::Ok, S::Error> {
+        match content {
+            Content::Plain(text) => text.serialize(serializer),
+            sealed => sealed.serialize(serializer),
+        }
+    }
+
+    /// Reads a string or a [`Content`].
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Content, D::Error> {
+        Repr::deserialize(deserializer).map(Content::from)
+    }
+
+    /// The same for an optional field.
+    pub mod option {
+        use super::{Content, Repr};
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Writes `None` as null, plain text as a string, sealed text as [`Content`].
+        pub fn serialize<S: Serializer>(
+            content: &Option<Content>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match content {
+                None => serializer.serialize_none(),
+                Some(content) => super::serialize(content, serializer),
+            }
+        }
+
+        /// Reads null, a string or a [`Content`].
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<Content>, D::Error> {
+            Ok(Option::<Repr>::deserialize(deserializer)?.map(Content::from))
+        }
     }
 }
 
@@ -204,7 +291,9 @@ pub enum SessionEvent {
         /// Which agent or harness runs it.
         agent: String,
         /// The human-readable task.
-        title: Option<String>,
+        #[serde(default, with = "sealable::option")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        title: Option<Content>,
         /// The tenant the session belongs to, fixed at its start (schema v2).
         #[serde(default = "default_tenant")]
         tenant: String,
@@ -262,7 +351,9 @@ pub enum SessionEvent {
         /// Who recorded it (an operator's name, or a resolver's).
         recorded_by: Option<String>,
         /// Why (an operator's reason).
-        note: Option<String>,
+        #[serde(default, with = "sealable::option")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        note: Option<Content>,
     },
     /// A human steered the run mid-flight.
     SteeringMessage {
@@ -281,7 +372,9 @@ pub enum SessionEvent {
         /// Names the approval within the session.
         approval_id: String,
         /// What is to be approved.
-        action: String,
+        #[serde(with = "sealable")]
+        #[cfg_attr(feature = "openapi", schema(value_type = String))]
+        action: Content,
     },
     /// A human decided.
     ApprovalDecided {
@@ -292,7 +385,9 @@ pub enum SessionEvent {
         /// Who decided.
         decided_by: String,
         /// Why.
-        reason: Option<String>,
+        #[serde(default, with = "sealable::option")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        reason: Option<Content>,
     },
     /// A verified position to resume or fork from.
     Checkpoint {
@@ -326,12 +421,16 @@ pub enum SessionEvent {
         #[cfg_attr(feature = "openapi", schema(value_type = u64))]
         call_seq: Seq,
         /// Why it could not be resolved automatically.
-        reason: String,
+        #[serde(with = "sealable")]
+        #[cfg_attr(feature = "openapi", schema(value_type = String))]
+        reason: Content,
     },
     /// The run paused.
     SessionPaused {
         /// Why.
-        reason: Option<String>,
+        #[serde(default, with = "sealable::option")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        reason: Option<Content>,
     },
     /// The run resumed.
     SessionResumed {},
@@ -340,13 +439,16 @@ pub enum SessionEvent {
         /// How.
         outcome: TerminalOutcome,
         /// Why.
-        reason: Option<String>,
+        #[serde(default, with = "sealable::option")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+        reason: Option<Content>,
     },
     /// The session's data key was destroyed: its payloads are unreadable from now on.
     SessionErased {
         /// Who asked.
         requested_by: String,
-        /// Why.
+        /// Why. Never sealed: it is written as the session's key is destroyed and stays the
+        /// readable record of the erasure, so it must not hold personal data.
         reason: String,
     },
 }

@@ -30,6 +30,7 @@ pub use error::{Error, Result};
 pub use event::{
     Attestation, CallOutcome, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope,
     ForkPoint, Micros, ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome, now_micros,
+    sealable,
 };
 pub use registry::{
     CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAccess,

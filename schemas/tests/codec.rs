@@ -28,6 +28,10 @@ fn opt_text() -> impl Strategy<Value = Option<String>> {
     proptest::option::of(text())
 }
 
+fn opt_content() -> impl Strategy<Value = Option<Content>> {
+    proptest::option::of(content())
+}
+
 fn content() -> impl Strategy<Value = Content> {
     prop_oneof![
         text().prop_map(Content::Plain),
@@ -63,7 +67,7 @@ fn event() -> impl Strategy<Value = SessionEvent> {
         Just(TerminalOutcome::Cancelled)
     ];
     prop_oneof![
-        (text(), opt_text(), text()).prop_map(|(agent, title, tenant)| E::SessionStarted {
+        (text(), opt_content(), text()).prop_map(|(agent, title, tenant)| E::SessionStarted {
             agent,
             title,
             tenant
@@ -112,7 +116,7 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             content(),
             source,
             opt_text(),
-            opt_text()
+            opt_content()
         )
             .prop_map(|(call_seq, outcome, output, source, recorded_by, note)| {
                 E::ToolCallResult {
@@ -126,11 +130,11 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             }),
         (text(), content()).prop_map(|(author, content)| E::SteeringMessage { author, content }),
         content().prop_map(|plan| E::PlanUpdated { plan }),
-        (text(), text()).prop_map(|(approval_id, action)| E::ApprovalRequested {
+        (text(), content()).prop_map(|(approval_id, action)| E::ApprovalRequested {
             approval_id,
             action
         }),
-        (text(), any::<bool>(), text(), opt_text()).prop_map(
+        (text(), any::<bool>(), text(), opt_content()).prop_map(
             |(approval_id, approved, decided_by, reason)| {
                 E::ApprovalDecided {
                     approval_id,
@@ -169,11 +173,11 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                     }
                 }
             ),
-        (small_u64(), text())
+        (small_u64(), content())
             .prop_map(|(call_seq, reason)| E::ResolutionRequired { call_seq, reason }),
-        opt_text().prop_map(|reason| E::SessionPaused { reason }),
+        opt_content().prop_map(|reason| E::SessionPaused { reason }),
         Just(E::SessionResumed {}),
-        (terminal, opt_text()).prop_map(|(outcome, reason)| E::SessionEnded { outcome, reason }),
+        (terminal, opt_content()).prop_map(|(outcome, reason)| E::SessionEnded { outcome, reason }),
         (text(), text()).prop_map(|(requested_by, reason)| E::SessionErased {
             requested_by,
             reason

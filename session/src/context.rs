@@ -33,12 +33,18 @@ pub struct Turn {
     pub name: Option<String>,
     /// For a tool result, the seq of the call it answers.
     pub call_seq: Option<Seq>,
-    /// The text, at most [`TURN_TEXT_CHARS`] characters; `None` when sealed or erased.
+    /// The text, at most [`TURN_TEXT_CHARS`] characters; `None` when sealed or erased. With
+    /// [`Self::sealed_text`], the readable part that comes before it.
     pub text: Option<String>,
     /// Whether the text was cut to fit.
     pub truncated: bool,
     /// Whether the content is encrypted (readable only with the session's data key).
     pub sealed: bool,
+    /// The encrypted content, whole (ciphertext cannot be cut): a reader holding the session's
+    /// key opens it and cuts it to [`TURN_TEXT_CHARS`] ([`Self::with_opened`]). `None` when the
+    /// content is plain or the session was erased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_text: Option<Content>,
     /// When it happened.
     pub occurred_at: i64,
 }
@@ -116,7 +122,8 @@ pub struct UnresolvedCall {
     /// `Pure`, `Idempotent` or `NonIdempotent`.
     pub effect: String,
     /// Why an operator must resolve it, if the session stopped for that.
-    pub resolution_required: Option<String>,
+    #[serde(default, with = "sessionlog_schemas::sealable::option")]
+    pub resolution_required: Option<Content>,
 }
 
 /// What folding an event did to the window's turns, so only that is written.
@@ -134,14 +141,17 @@ impl ContextWindow {
     /// Folds one accepted event into the window.
     pub fn apply(&mut self, event: &EventEnvelope) -> TurnChange {
         use SessionEvent as E;
-        let turn = |role: &str, name: Option<&str>, call_seq, content: &Content| {
-            let (text, truncated, sealed) = match content {
+        let turn = |role: &str, name: Option<&str>, call_seq, prefix: &str, content: &Content| {
+            let (text, truncated, sealed_text) = match content {
                 Content::Plain(text) => {
-                    let cut: String = text.chars().take(TURN_TEXT_CHARS).collect();
-                    let truncated = cut.len() < text.len();
-                    (Some(cut), truncated, false)
+                    let (cut, truncated) = cut_text(&format!("{prefix}{text}"));
+                    (Some(cut), truncated, None)
                 }
-                Content::Sealed { .. } => (None, false, true),
+                sealed @ Content::Sealed { .. } => (
+                    (!prefix.is_empty()).then(|| prefix.to_string()),
+                    false,
+                    Some(sealed.clone()),
+                ),
             };
             Turn {
                 seq: event.seq,
@@ -150,22 +160,25 @@ impl ContextWindow {
                 call_seq,
                 text,
                 truncated,
-                sealed,
+                sealed: sealed_text.is_some(),
+                sealed_text,
                 occurred_at: event.occurred_at,
             }
         };
         let new_turn = match &event.event {
-            E::UserRequest { content } => turn("user", None, None, content),
+            E::UserRequest { content } => turn("user", None, None, "", content),
             E::ModelResponse { model, content, .. } => {
-                turn("assistant", Some(model), None, content)
+                turn("assistant", Some(model), None, "", content)
             }
             E::ToolCallRequested {
                 tool, arguments, ..
-            } => turn("tool_call", Some(tool), None, arguments),
+            } => turn("tool_call", Some(tool), None, "", arguments),
             E::ToolCallResult {
                 call_seq, output, ..
-            } => turn("tool_result", None, Some(*call_seq), output),
-            E::SteeringMessage { author, content } => turn("steering", Some(author), None, content),
+            } => turn("tool_result", None, Some(*call_seq), "", output),
+            E::SteeringMessage { author, content } => {
+                turn("steering", Some(author), None, "", content)
+            }
             // A decision changes what the agent may do next; a refusal above all must reach it.
             E::ApprovalDecided {
                 approval_id,
@@ -174,16 +187,29 @@ impl ContextWindow {
                 reason,
             } => {
                 let decision = if *approved { "approved" } else { "denied" };
-                let because = reason
-                    .as_deref()
-                    .map_or(String::new(), |r| format!(": {r}"));
-                let text = format!("approval {approval_id} {decision} by {decided_by}{because}");
-                turn("approval", Some(decided_by), None, &Content::plain(text))
+                let said = format!("approval {approval_id} {decision} by {decided_by}");
+                match reason {
+                    Some(reason) => turn(
+                        "approval",
+                        Some(decided_by),
+                        None,
+                        &format!("{said}: "),
+                        reason,
+                    ),
+                    None => turn(
+                        "approval",
+                        Some(decided_by),
+                        None,
+                        "",
+                        &Content::Plain(said),
+                    ),
+                }
             }
             E::SessionErased { .. } => {
                 // The data key is gone: the view keeps the skeleton, not the words.
                 for t in &mut self.recent {
                     t.text = None;
+                    t.sealed_text = None;
                 }
                 self.left_out.erased = true;
                 *self
@@ -244,14 +270,32 @@ impl ContextWindow {
             })
             .collect()
     }
+}
 
-    /// The plan as the view shows it: its text, or a marker when it is sealed.
-    pub fn plan_text(state: &SessionState) -> Option<String> {
-        state.plan.as_ref().map(|p| match p {
-            Content::Plain(text) => text.clone(),
-            Content::Sealed { key_id, .. } => format!("[sealed with {key_id}]"),
-        })
+impl Turn {
+    /// The turn as a reader shows it, given the opened text of [`Self::sealed_text`] (`None`
+    /// when the reader could not open it: no key, or the key was destroyed): the readable
+    /// prefix and the opened text, cut to [`TURN_TEXT_CHARS`].
+    pub fn with_opened(mut self, opened: Option<&str>) -> Self {
+        if self.sealed_text.take().is_some() {
+            if let Some(opened) = opened {
+                let whole = format!("{}{opened}", self.text.as_deref().unwrap_or_default());
+                let (cut, truncated) = cut_text(&whole);
+                self.text = Some(cut);
+                self.truncated = truncated;
+            } else {
+                self.text = None;
+            }
+        }
+        self
     }
+}
+
+/// A text cut to [`TURN_TEXT_CHARS`] characters, and whether it was cut.
+fn cut_text(text: &str) -> (String, bool) {
+    let cut: String = text.chars().take(TURN_TEXT_CHARS).collect();
+    let truncated = cut.len() < text.len();
+    (cut, truncated)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use crate::verdict::{Rejection, Verdict};
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{
     Attestation, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope, ForkPoint, Micros,
-    ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome,
+    ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome, sealable,
 };
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, VecDeque};
@@ -67,8 +67,9 @@ pub struct PendingCall {
     pub idempotency_key: Option<String>,
     /// When it was requested.
     pub requested_at: Micros,
-    /// Set once the session stopped for an operator to resolve this call.
-    pub resolution_required: Option<String>,
+    /// Set once the session stopped for an operator to resolve this call: why.
+    #[serde(default, with = "sealable::option")]
+    pub resolution_required: Option<Content>,
 }
 
 /// An approval requested and not yet decided.
@@ -77,7 +78,8 @@ pub struct PendingApproval {
     /// Names the approval within the session.
     pub approval_id: String,
     /// What is to be approved.
-    pub action: String,
+    #[serde(with = "sealable")]
+    pub action: Content,
     /// The seq of the request.
     pub seq: Seq,
 }
@@ -89,13 +91,15 @@ pub struct Decision {
     /// Names the approval within the session.
     pub approval_id: String,
     /// What was to be approved.
-    pub action: String,
+    #[serde(with = "sealable")]
+    pub action: Content,
     /// Yes or no.
     pub approved: bool,
     /// Who decided, as the event names them.
     pub decided_by: String,
     /// Why, if they said.
-    pub reason: Option<String>,
+    #[serde(default, with = "sealable::option")]
+    pub reason: Option<Content>,
     /// The seq of the decision.
     pub seq: Seq,
     /// What its attestation signs ([`crate::attest::statement`]).
@@ -147,7 +151,8 @@ pub struct SessionState {
     /// The agent or harness running it.
     pub agent: Option<String>,
     /// The human-readable task.
-    pub title: Option<String>,
+    #[serde(default, with = "sealable::option")]
+    pub title: Option<Content>,
     /// The tenant it belongs to, fixed by its first event. Left out of the canonical state
     /// when it is the default tenant, so digests of sessions written before tenants existed
     /// are what they were.
@@ -596,7 +601,7 @@ impl SessionState {
                             .get(approval_id)
                             .map(|d| d.action.clone())
                     })
-                    .unwrap_or_default();
+                    .unwrap_or_else(|| Content::plain(""));
                 self.decided_approvals.insert(
                     approval_id.clone(),
                     Decision {
@@ -623,8 +628,41 @@ impl SessionState {
             E::SessionEnded { outcome, .. } => self.terminal = Some(*outcome),
             E::SessionErased { .. } => {
                 self.erased = true;
-                self.plan = None;
+                self.withdraw_text();
             }
+        }
+    }
+}
+
+impl SessionState {
+    /// Drops every sensitive text the state holds (an erasure): what projections store of an
+    /// erased session keeps its skeleton, not its words, even if they were written in plain text.
+    fn withdraw_text(&mut self) {
+        self.title = None;
+        self.plan = None;
+        self.texts_mut(|text| *text = Content::plain(""));
+    }
+
+    /// Calls `visit` with every sensitive text the state holds (a title, the plan, approvals'
+    /// actions, decisions' reasons, why calls await an operator): what a reader opens.
+    pub fn texts_mut(&mut self, mut visit: impl FnMut(&mut Content)) {
+        let texts = self
+            .title
+            .iter_mut()
+            .chain(self.plan.iter_mut())
+            .chain(self.pending_approvals.values_mut().map(|a| &mut a.action))
+            .chain(
+                self.decided_approvals
+                    .values_mut()
+                    .flat_map(|d| std::iter::once(&mut d.action).chain(d.reason.iter_mut())),
+            )
+            .chain(
+                self.pending_calls
+                    .values_mut()
+                    .filter_map(|c| c.resolution_required.as_mut()),
+            );
+        for text in texts {
+            visit(text);
         }
     }
 }

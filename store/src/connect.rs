@@ -20,7 +20,7 @@ pub struct ProjectionStore {
     pub(crate) writes: Option<Arc<Writes>>,
 }
 
-async fn session_for(settings: &CqlSettings) -> Result<Session> {
+pub(crate) async fn session_for(settings: &CqlSettings) -> Result<Session> {
     let mut builder = SessionBuilder::new()
         .known_nodes(settings.node_list())
         .connection_timeout(Duration::from_secs(10));

@@ -15,10 +15,12 @@
 //! Every write is keyed by `(session_id, seq)`, by log position or by what it lists, and the
 //! rows that change are written `USING TIMESTAMP` a log offset, so a crash, a rebalance or a
 //! replay leaves the same tables. The portable subset of CQL only (ScyllaDB and Cassandra): no
-//! LWT, no materialized views, no secondary indexes, no `ALLOW FILTERING`.
+//! LWT, no materialized views, no secondary indexes, no `ALLOW FILTERING`. The exception is
+//! [`keys`], the key store, which is not a projection (see there why it needs LWT).
 
 mod connect;
 mod error;
+pub mod keys;
 pub mod migrations;
 pub mod read;
 pub mod rows;
@@ -28,6 +30,7 @@ pub mod write;
 
 pub use connect::ProjectionStore;
 pub use error::{DriverError, Error, Result};
+pub use keys::{KeyTable, KeyringError, keyring};
 pub use read::{
     AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, ProjectedSession, RejectedRow,
     SpanRow, VerifiedCheckpoint,

@@ -218,6 +218,18 @@ pub const MIGRATIONS: &[Migration] = &[
         ],
         columns: &[],
     },
+    Migration {
+        version: 5,
+        description: "sealed content of context turns",
+        statements: &[],
+        // A sealed turn's ciphertext, whole, as JSON: a reader with the session's key opens it
+        // and cuts it to the view's length (plain turns keep using `text`).
+        columns: &[AddedColumn {
+            table: "context_turns",
+            column: "sealed_text",
+            cql_type: "text",
+        }],
+    },
 ];
 
 /// The newest migration this build knows.

@@ -345,6 +345,7 @@ impl ProjectionStore {
             Option<bool>,
             Option<bool>,
             Option<i64>,
+            Option<String>,
         );
         let rows: Vec<Row> = self
             .select(
@@ -354,7 +355,14 @@ impl ProjectionStore {
             )
             .await?;
         let mut turns = VecDeque::new();
-        for (seq, role, name, call_seq, text, truncated, sealed, occurred_at) in rows {
+        for (seq, role, name, call_seq, text, truncated, sealed, occurred_at, sealed_text) in rows {
+            let sealed_text = sealed_text
+                .map(|json| serde_json::from_str(&json))
+                .transpose()
+                .map_err(|e| Error::CorruptRow {
+                    session: session.to_string(),
+                    message: format!("context turn {seq}: sealed text: {e}"),
+                })?;
             turns.push_back(Turn {
                 seq: seq as u64,
                 role,
@@ -363,6 +371,7 @@ impl ProjectionStore {
                 text,
                 truncated: truncated.unwrap_or_default(),
                 sealed: sealed.unwrap_or_default(),
+                sealed_text,
                 occurred_at: occurred_at.unwrap_or_default(),
             });
         }
@@ -473,6 +482,18 @@ impl ProjectionStore {
             .collect();
         children.sort();
         Ok(children)
+    }
+
+    /// The projected status of a session (`running`, `erased`, ...), if the projector has seen it.
+    pub async fn session_status(&self, session: SessionId) -> Result<Option<String>> {
+        let rows: Vec<(Option<String>, Option<i64>)> = self
+            .select(
+                &self.reads.session_summary,
+                (session.0,),
+                "read session status",
+            )
+            .await?;
+        Ok(rows.into_iter().next().and_then(|(status, _)| status))
     }
 
     /// The sessions waiting for `whom`, with their projected status and last seq, by id.

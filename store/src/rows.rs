@@ -7,7 +7,7 @@
 use crate::read::ProjectedSession;
 use scylla::serialize::row::SerializeRow;
 use scylla::value::MaybeUnset;
-use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
+use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextWindow, Turn, TurnChange};
 use sessionlog_session::trace::SpanWrite;
 use sessionlog_session::{Rejection, SessionState, SessionStatus};
@@ -51,7 +51,13 @@ impl From<&ProjectedSession> for SessionRow {
             session_id: s.session_id.0,
             status: Set(s.status().as_str()),
             agent: Set(s.agent.clone()),
-            title: Set(s.title.clone()),
+            // Only plain titles (sessions written without encryption) have a column; a sealed
+            // one stays in the stored state, for a reader with the key.
+            title: Set(s
+                .title
+                .as_ref()
+                .and_then(Content::as_plain)
+                .map(String::from)),
             epoch: Set(to_i64(s.epoch)),
             writer: Set(s.writer.clone()),
             last_seq: Set(to_i64(s.last_seq)),
@@ -169,6 +175,8 @@ pub(crate) enum Table {
     ContextView,
     ContextTurns,
     ErasedTurns,
+    /// Every checkpoint row of an erased session.
+    ErasedCheckpoints,
     PartitionProgress,
     SessionChildren,
     AwaitingInsert,
@@ -234,6 +242,14 @@ impl CqlRow {
             event.occurred_at,
         );
         let mut rows = vec![Self::new(Table::EventIndex, index)];
+        if matches!(event.event, SessionEvent::SessionErased { .. }) {
+            // The states stored at its checkpoints hold the session's texts (sealed, or plain
+            // if written without encryption): an erasure takes them. An erased session is not
+            // resumed, so nothing needs them again. Checkpoint rows are written `USING
+            // TIMESTAMP` their offset; the deletion takes the server's time, which is later
+            // than any offset, so it also takes rows an older release wrote with server time.
+            rows.push(Self::new(Table::ErasedCheckpoints, (session,)));
+        }
         let checkpoint = after.and_then(|s| {
             s.last_checkpoint
                 .as_ref()
@@ -250,6 +266,7 @@ impl CqlRow {
                 mark.computed_digest.clone(),
                 mark.verified(),
                 after.canonical_json(),
+                offset,
             );
             rows.push(Self::new(Table::Checkpoints, values));
         }
@@ -335,7 +352,12 @@ impl CqlRow {
             session_id: state.session_id.0,
             applied_offset: Set(window.applied_offset),
             last_seq: Set(to_i64(state.last_seq)),
-            plan: Set(ContextWindow::plan_text(state)),
+            // A sealed plan stays in the session's stored state, for a reader with the key.
+            plan: Set(state
+                .plan
+                .as_ref()
+                .and_then(Content::as_plain)
+                .map(String::from)),
             recent_turns: Set(None),
             first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
             unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
@@ -370,6 +392,7 @@ impl CqlRow {
                 t.truncated,
                 t.sealed,
                 t.occurred_at,
+                unset_or(t.sealed_text.as_ref().map(to_json)),
                 timestamp,
             );
             Self::new(Table::ContextTurns, values)

@@ -80,8 +80,8 @@ impl Reads {
             ))
             .await?,
             load_turns: p(format!(
-                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us
-                 FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
+                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us,
+                 sealed_text FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
             ))
             .await?,
             load_progress: p(format!(
@@ -114,6 +114,7 @@ pub(crate) struct Writes {
     save_context: PreparedStatement,
     put_turn: PreparedStatement,
     erase_turns: PreparedStatement,
+    erase_checkpoints: PreparedStatement,
     save_progress: PreparedStatement,
     put_child: PreparedStatement,
     put_awaiting: PreparedStatement,
@@ -133,6 +134,7 @@ impl Writes {
             Table::ContextView => &self.save_context,
             Table::ContextTurns => &self.put_turn,
             Table::ErasedTurns => &self.erase_turns,
+            Table::ErasedCheckpoints => &self.erase_checkpoints,
             Table::PartitionProgress => &self.save_progress,
             Table::SessionChildren => &self.put_child,
             Table::AwaitingInsert => &self.put_awaiting,
@@ -163,7 +165,8 @@ impl Writes {
             .await?,
             put_checkpoint: p(format!(
                 "INSERT INTO {ks}.checkpoints (session_id, seq, log_partition, log_offset,
-                 declared_digest, computed_digest, verified, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                 declared_digest, computed_digest, verified, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                 USING TIMESTAMP ?"
             ))
             .await?,
             put_rejected: p(format!(
@@ -191,12 +194,16 @@ impl Writes {
             .await?,
             put_turn: p(format!(
                 "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,
-                 truncated, sealed, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 USING TIMESTAMP ?"
+                 truncated, sealed, occurred_at_us, sealed_text)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
             ))
             .await?,
             erase_turns: p(format!(
                 "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ?"
+            ))
+            .await?,
+            erase_checkpoints: p(format!(
+                "DELETE FROM {ks}.checkpoints WHERE session_id = ?"
             ))
             .await?,
             save_progress: p(format!(

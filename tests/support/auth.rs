@@ -39,6 +39,22 @@ fn test_key() -> Result<&'static TestKey> {
     }))
 }
 
+/// This process's key-encryption key, in a file like the one `sessionlog keys init` writes:
+/// the tests run with encryption on.
+pub fn kek_file() -> Result<String> {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(file) = FILE.get() {
+        return Ok(file.display().to_string());
+    }
+    let dir = std::env::temp_dir().join(format!("sessionlog-tests-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let kek = sessionlog_keys::Kek::generate();
+    let file = dir.join(format!("{}.key", kek.id()));
+    std::fs::write(&file, kek.to_base64().as_str())
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(FILE.get_or_init(|| file).display().to_string())
+}
+
 /// The `[auth]` settings that trust this process's test key.
 pub fn settings() -> Result<AuthSettings> {
     Ok(AuthSettings {

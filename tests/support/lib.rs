@@ -17,6 +17,28 @@ use sessionlog_log::{Settings, topic};
 use sessionlog_schemas::value_subject;
 use std::path::PathBuf;
 use std::process::Child;
+
+/// The texts of `window`'s turns as a reader with the session's data key sees them (the
+/// projection keeps sealed texts sealed); a turn whose text does not open is left out.
+pub async fn opened_texts(
+    log: &sessionlog_producer::EventLog,
+    session: sessionlog_schemas::SessionId,
+    window: &sessionlog_session::context::ContextWindow,
+) -> Result<Vec<String>> {
+    let opener = match log.keyring() {
+        Some(keyring) => keyring.opener(session).await?,
+        None => sessionlog_keys::Opener::without_keys(session),
+    };
+    Ok(window
+        .recent
+        .iter()
+        .filter_map(|turn| {
+            let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
+            let readable = opened.as_ref().and_then(|t| t.readable());
+            turn.clone().with_opened(readable).text
+        })
+        .collect())
+}
 use std::time::{Duration, Instant};
 
 /// One test's private corner of the stack.
@@ -43,6 +65,7 @@ impl TestStack {
         settings.cql.keyspace = format!("t_{tag}");
         settings.auth = auth::settings()?;
         settings.recovery.signing_key_file = Some(auth::signing_key_file()?);
+        settings.privacy.kek_file = Some(auth::kek_file()?);
         topic::ensure_topics(&settings.kafka)
             .await
             .with_context(|| {
@@ -60,6 +83,9 @@ impl TestStack {
         sessionlog_store::ProjectionStore::migrate(&settings.cql)
             .await
             .with_context(|| format!("creating keyspace {}", settings.cql.keyspace))?;
+        sessionlog_store::KeyTable::create(&settings)
+            .await
+            .with_context(|| format!("creating keyspace {}", settings.privacy.keyspace))?;
         Ok(Self {
             settings,
             group: format!("sessionlog-t-{tag}"),
@@ -89,6 +115,10 @@ impl TestStack {
             (
                 "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE".into(),
                 s.recovery.signing_key_file.clone().unwrap_or_default(),
+            ),
+            (
+                "SESSIONLOG_PRIVACY__KEK_FILE".into(),
+                s.privacy.kek_file.clone().unwrap_or_default(),
             ),
         ]
     }

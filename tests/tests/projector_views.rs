@@ -10,6 +10,7 @@ use sessionlog_tests::projector::{
     assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
 };
 use sessionlog_tests::{TestStack, wait_for};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -184,14 +185,29 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         view.left_out,
         view.last_seq,
     );
-    assert_eq!(plan.as_deref(), Some("1. read 2. fix"));
+    // A sealed plan has no plain column: it stays in the session's state, for a reader with
+    // the key.
+    assert_eq!(plan, None);
+    let stored_plan = store
+        .load_session(session)
+        .await?
+        .context("session row")?
+        .state
+        .plan
+        .context("the state's plan")?;
+    let opener = log
+        .keyring()
+        .context("tests run encrypted")?
+        .opener(session)
+        .await?;
+    assert_eq!(opener.text(&stored_plan).readable(), Some("1. read 2. fix"));
     assert_eq!(last_seq, writer.state().last_seq as i64);
     let window = store.load_context(session).await?.context("context view")?;
-    let texts: Vec<&str> = window
-        .recent
-        .iter()
-        .filter_map(|t| t.text.as_deref())
-        .collect();
+    assert!(
+        window.recent.iter().all(|t| t.text.is_none() && t.sealed),
+        "the projection holds no plain text: {window:?}"
+    );
+    let texts = sessionlog_tests::opened_texts(&log, session, &window).await?;
     assert_eq!(
         texts,
         ["find the bug", "let me look", "bug", "no match", "prod"]
@@ -250,7 +266,8 @@ async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()
     let _projector = stack.spawn_projector()?;
     let log = event_log(&stack).await?;
     let store = store(&stack).await?;
-    let (mut writer, _) = SessionWriter::create(log, "agent", Some("erase me")).await?;
+    let (mut writer, _) =
+        SessionWriter::create(Arc::clone(&log), "agent", Some("erase me")).await?;
     let session = writer.session_id();
     let turns = RECENT_TURNS + 4;
     for n in 0..turns {
@@ -258,11 +275,7 @@ async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()
     }
     wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
     let window = store.load_context(session).await?.context("context view")?;
-    let texts: Vec<String> = window
-        .recent
-        .iter()
-        .filter_map(|t| t.text.clone())
-        .collect();
+    let texts = sessionlog_tests::opened_texts(&log, session, &window).await?;
     let expected: Vec<String> = (turns - RECENT_TURNS..turns)
         .map(|n| format!("turn {n}"))
         .collect();
@@ -281,7 +294,13 @@ async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()
     wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
     let window = store.load_context(session).await?.context("context view")?;
     assert_eq!(window.recent.len(), RECENT_TURNS);
-    assert!(window.recent.iter().all(|t| t.text.is_none()), "{window:?}");
+    assert!(
+        window
+            .recent
+            .iter()
+            .all(|t| t.text.is_none() && t.sealed_text.is_none()),
+        "{window:?}"
+    );
     assert!(window.left_out.erased);
     let ks = store.keyspace().to_string();
     let stored: Vec<(i64, Option<String>)> = store

@@ -89,9 +89,13 @@ async fn a_refused_approval_reaches_the_resumed_harness() -> Result<()> {
         .get("drop-1")
         .filter(|d| !d.approved)
         .ok_or_else(|| anyhow::anyhow!("the bundle's state has no record of the refusal"))?;
-    assert_eq!(denied.action, "DROP TABLE users");
+    // The bundle opens the session's texts for the harness that resumes it.
+    assert_eq!(denied.action.as_plain(), Some("DROP TABLE users"));
     assert_eq!(denied.decided_by, "alice");
-    assert_eq!(denied.reason.as_deref(), Some("no backups"));
+    assert_eq!(
+        denied.reason.as_ref().and_then(|r| r.as_plain()),
+        Some("no backups")
+    );
     let context = serde_json::to_string(&bundle.context)?;
     assert!(
         context.contains("approval drop-1 denied by alice: no backups"),

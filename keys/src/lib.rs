@@ -1,0 +1,26 @@
+//! Envelope encryption of session content.
+//!
+//! Every session gets a random 256-bit *data key* when its first sealed event is written. The
+//! key seals the session's sensitive fields (XChaCha20-Poly1305) before they reach Kafka, with
+//! associated data naming the session, the event seq and the field, so a ciphertext cannot be
+//! moved; the key itself is stored only wrapped by a *key-encryption key* (KEK) in a keyspace
+//! of its own. Destroying a session's data key erases its content everywhere it was copied
+//! (topic, dead letters, projections, checkpoints) without rewriting any of them; rotating the
+//! KEK rewraps the live keys so that a retired KEK, and any copy of a key it wrapped, is useless.
+//!
+//! Sealed fields stay sealed in the log, the fold and the projections; readers that show
+//! content open them at the edge with an [`Opener`].
+
+mod data_key;
+mod error;
+mod kek;
+mod keyring;
+mod store;
+
+pub use data_key::{
+    DataKey, KEY_BYTES, KEY_VERSION, seal_envelope, sealed_as, sealed_key_id, sensitive_fields,
+};
+pub use error::{Error, Result};
+pub use kek::{Kek, Keks};
+pub use keyring::{KeyState, Keyring, Opener, Rotation, Text, refuse_sealed};
+pub use store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};

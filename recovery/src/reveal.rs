@@ -1,0 +1,37 @@
+//! Opening sealed texts for the service's answers: the one place recovery turns ciphertext
+//! into text, for a caller the routes already let see the session.
+
+use crate::{LoggedEvent, Recovery, Result};
+use sessionlog_keys::Opener;
+use sessionlog_schemas::SessionId;
+use sessionlog_session::SessionState;
+
+impl Recovery {
+    /// What opens `session`'s texts here: its data key when encryption is on (none opens
+    /// once it is destroyed), nothing otherwise. `erased` (the session's state says so) makes
+    /// every text read as erased, plain text written before encryption was on included.
+    pub async fn opener(&self, session: SessionId, erased: bool) -> Result<Opener> {
+        let opener = match self.log().keyring() {
+            Some(keyring) => keyring.opener(session).await?,
+            None => Opener::without_keys(session),
+        };
+        Ok(opener.erased(erased))
+    }
+}
+
+/// A copy of `state` with its texts opened (what does not open keeps its sealed form without
+/// the ciphertext). Digests are taken before: they cover the sealed form.
+pub fn opened_state(opener: &Opener, state: &SessionState) -> SessionState {
+    let mut opened = state.clone();
+    opened.texts_mut(|text| {
+        opener.open_in_place(text);
+    });
+    opened
+}
+
+/// Opens every event of `events` in place, each checked against its own seq and field.
+pub fn open_events(opener: &Opener, events: &mut [LoggedEvent]) {
+    for event in events {
+        event.envelope = opener.open_event(&event.envelope).0;
+    }
+}
