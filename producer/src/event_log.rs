@@ -162,20 +162,30 @@ impl EventLog {
 
     /// Encodes, sends keyed by session id, and waits for the ack (`acks=all`). When the
     /// in-flight window is full the call waits: backpressure, never a silent drop.
+    /// Sensitive fields are sealed first (with encryption on): pass plain text.
     pub async fn append(&self, envelope: &EventEnvelope) -> Result<Position> {
-        first_outcome(
-            self.send_all(std::slice::from_ref(envelope), WhenFull::Wait)
-                .await?,
-        )
+        let sealed = self.sealed(std::slice::from_ref(envelope)).await?;
+        first_outcome(self.send_all(&sealed, WhenFull::Wait).await?)
+    }
+
+    /// `envelopes` as they are written: sealed when encryption is on.
+    async fn sealed<'a>(
+        &self,
+        envelopes: &'a [EventEnvelope],
+    ) -> Result<std::borrow::Cow<'a, [EventEnvelope]>> {
+        if self.keyring.is_none() {
+            return Ok(std::borrow::Cow::Borrowed(envelopes));
+        }
+        let mut owned = envelopes.to_vec();
+        self.seal(&mut owned).await?;
+        Ok(std::borrow::Cow::Owned(owned))
     }
 
     /// Like [`Self::append`], but fails with [`Error::Backpressure`] instead of waiting when
     /// the in-flight window is full.
     pub async fn try_append(&self, envelope: &EventEnvelope) -> Result<Position> {
-        first_outcome(
-            self.send_all(std::slice::from_ref(envelope), WhenFull::Fail)
-                .await?,
-        )
+        let sealed = self.sealed(std::slice::from_ref(envelope)).await?;
+        first_outcome(self.send_all(&sealed, WhenFull::Fail).await?)
     }
 
     /// Sends several events in order and waits for every ack. Events of one session keep
@@ -183,7 +193,8 @@ impl EventLog {
     /// the first event not acknowledged; [`crate::SessionWriter::append_envelopes`] tells which
     /// were.
     pub async fn append_batch(&self, envelopes: &[EventEnvelope]) -> Result<Vec<Position>> {
-        self.send_all(envelopes, WhenFull::Wait)
+        let sealed = self.sealed(envelopes).await?;
+        self.send_all(&sealed, WhenFull::Wait)
             .await?
             .into_iter()
             .collect()

@@ -1,0 +1,537 @@
+//! Privacy: every sensitive field is sealed before it reaches Kafka, and erasing a session
+//! destroys its data key, so its texts are gone from every byte of the topic, the dead letters
+//! and every table, while other sessions still open theirs.
+
+use anyhow::{Context, Result, bail};
+use futures::TryStreamExt;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sessionlog_keys::Text;
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_recovery::{ForkAt, Recovery};
+use sessionlog_schemas::{
+    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
+    frame, unframe,
+};
+use sessionlog_tests::auth::client;
+use sessionlog_tests::projector::{dead_letters, event_log, send_raw, store, wait_caught_up};
+use sessionlog_tests::recovery::accepted_events;
+use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every canary starts with: no byte sequence of the stack may hold it in plain text.
+const CANARY: &str = "CANARY-";
+
+fn canary(tag: &str, field: &str) -> String {
+    format!("{CANARY}{tag}-{field}")
+}
+
+/// A session written through the library with every sensitive field set to a canary, its
+/// approval decided through recovery (which seals the decision's reason too), ended with one.
+async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) -> Result<SessionId> {
+    let c = |field: &str| Content::plain(canary(tag, field));
+    let (mut writer, _) =
+        SessionWriter::create(Arc::clone(log), "agent", Some(&canary(tag, "title"))).await?;
+    let session = writer.session_id();
+    writer
+        .append(SessionEvent::UserRequest {
+            content: c("request"),
+        })
+        .await?;
+    writer
+        .append(SessionEvent::ModelResponse {
+            model: "model-x".into(),
+            tokens_in: 10,
+            tokens_out: 5,
+            cost_micros: 7,
+            started_at: 1,
+            content: c("response"),
+            cache_read_tokens: 3,
+            cache_creation_tokens: 1,
+            provider: Some("provider-y".into()),
+        })
+        .await?;
+    let call = writer
+        .append(SessionEvent::ToolCallRequested {
+            tool: "grep".into(),
+            arguments: c("arguments"),
+            effect: EffectClass::Pure,
+        })
+        .await?;
+    writer
+        .append(SessionEvent::ToolCallResult {
+            call_seq: call.envelope.seq,
+            outcome: CallOutcome::Succeeded,
+            output: c("output"),
+            source: ResultSource::Executed,
+            recorded_by: None,
+            note: Some(c("note")),
+        })
+        .await?;
+    writer
+        .append(SessionEvent::SteeringMessage {
+            author: "alice".into(),
+            content: c("steering"),
+        })
+        .await?;
+    writer
+        .append(SessionEvent::PlanUpdated { plan: c("plan") })
+        .await?;
+    writer
+        .append(SessionEvent::SessionPaused {
+            reason: Some(c("pause")),
+        })
+        .await?;
+    writer.append(SessionEvent::SessionResumed {}).await?;
+    writer.checkpoint(None).await?;
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "a1".into(),
+            action: c("action"),
+        })
+        .await?;
+    recovery
+        .decide_approval(session, "a1", true, "bob", Some(canary(tag, "decision")))
+        .await?;
+    let (mut writer, _) = SessionWriter::claim(Arc::clone(log), session, "harness-2").await?;
+    writer
+        .close(TerminalOutcome::Completed, Some(canary(tag, "end")))
+        .await?;
+    Ok(session)
+}
+
+/// The same through the ingest service's HTTP API.
+async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
+    let http = client()?;
+    let c = |field: &str| canary(tag, field);
+    let created: Value = http
+        .post(format!("{}/v1/sessions", ingest.base))
+        .json(&json!({"agent": "python-harness", "title": c("title")}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let session: SessionId = created["session_id"].as_str().context("id")?.parse()?;
+    let events = json!({"epoch": 1, "events": [
+        {"seq": 2, "kind": "UserRequest", "data": {"content": {"Plain": c("request")}}},
+        {"seq": 3, "kind": "ModelResponse", "data": {"model": "m", "tokens_in": 1, "tokens_out": 1,
+            "cost_micros": 1, "started_at": 1, "content": {"Plain": c("response")}}},
+        {"seq": 4, "kind": "ToolCallRequested", "data": {"tool": "shell",
+            "arguments": {"Plain": c("arguments")}, "effect": "Pure"}},
+        {"seq": 5, "kind": "ToolCallResult", "data": {"call_seq": 4, "outcome": "Failed",
+            "output": {"Plain": c("output")}, "source": "Executed", "recorded_by": null, "note": c("note")}},
+        {"seq": 6, "kind": "SteeringMessage", "data": {"author": "bob", "content": {"Plain": c("steering")}}},
+        {"seq": 7, "kind": "PlanUpdated", "data": {"plan": {"Plain": c("plan")}}},
+        {"seq": 8, "kind": "SessionPaused", "data": {"reason": c("pause")}},
+        {"seq": 9, "kind": "SessionResumed"},
+        {"seq": 10, "kind": "ApprovalRequested", "data": {"approval_id": "a1", "action": c("action")}},
+    ]});
+    http.post(format!("{}/v1/sessions/{session}/events", ingest.base))
+        .json(&events)
+        .send()
+        .await?
+        .error_for_status()?;
+    http.post(format!("{}/v1/sessions/{session}/checkpoint", ingest.base))
+        .json(&json!({"epoch": 1}))
+        .send()
+        .await?
+        .error_for_status()?;
+    http.post(format!("{}/v1/sessions/{session}/close", ingest.base))
+        .json(&json!({"epoch": 1, "outcome": "Cancelled", "reason": c("end")}))
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(session)
+}
+
+/// Every record (key and value) of `topic`, as bytes.
+async fn every_record(stack: &TestStack, topic: &str) -> Result<Vec<Vec<u8>>> {
+    let kafka = stack.settings.kafka.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = kafka
+            .client_config()
+            .set("group.id", "sessionlog-test-raw-reader")
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut ends = std::collections::BTreeMap::new();
+        let mut assignment = TopicPartitionList::new();
+        for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
+            if high > low {
+                ends.insert(p.id(), high);
+                assignment.add_partition_offset(&topic, p.id(), Offset::Offset(low))?;
+            }
+        }
+        consumer.assign(&assignment)?;
+        let mut records = Vec::new();
+        let mut next = std::collections::BTreeMap::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while ends
+            .iter()
+            .any(|(p, end)| next.get(p).copied().unwrap_or(0) < *end)
+        {
+            if std::time::Instant::now() > deadline {
+                bail!("timed out reading {topic}");
+            }
+            let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            let message = message?;
+            next.insert(message.partition(), message.offset() + 1);
+            let mut bytes = message.key().unwrap_or_default().to_vec();
+            bytes.extend_from_slice(message.payload().unwrap_or_default());
+            if let Some(headers) = rdkafka::message::Message::headers(&message) {
+                use rdkafka::message::Headers;
+                for h in headers.iter() {
+                    bytes.extend_from_slice(h.value.unwrap_or_default());
+                }
+            }
+            records.push(bytes);
+        }
+        Ok(records)
+    })
+    .await?
+}
+
+/// Every value of every row of every table of every keyspace but the system ones, as text
+/// (blobs as their bytes, lossily).
+async fn every_row(cql: &scylla::client::session::Session) -> Result<Vec<String>> {
+    use scylla::value::{CqlValue, Row};
+    fn flatten(value: &CqlValue, out: &mut String) {
+        match value {
+            CqlValue::Text(s) | CqlValue::Ascii(s) => out.push_str(s),
+            CqlValue::Blob(b) => out.push_str(&String::from_utf8_lossy(b)),
+            CqlValue::List(items) | CqlValue::Set(items) => {
+                items.iter().for_each(|v| flatten(v, out))
+            }
+            CqlValue::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+                flatten(k, out);
+                flatten(v, out);
+            }),
+            other => out.push_str(&format!("{other:?}")),
+        }
+        out.push('\u{1}');
+    }
+    let tables: Vec<(String, String)> = cql
+        .query_unpaged(
+            "SELECT keyspace_name, table_name FROM system_schema.tables",
+            (),
+        )
+        .await?
+        .into_rows_result()?
+        .rows::<(String, String)>()?
+        .collect::<Result<_, _>>()?;
+    let mut rows = Vec::new();
+    for (keyspace, table) in tables.into_iter().filter(|(k, _)| !k.starts_with("system")) {
+        let mut stream = cql
+            .query_iter(format!("SELECT * FROM {keyspace}.{table}"), ())
+            .await?
+            .rows_stream::<Row>()?;
+        while let Some(row) = stream.try_next().await? {
+            let mut text = format!("{keyspace}.{table}: ");
+            for value in row.columns.iter().flatten() {
+                flatten(value, &mut text);
+            }
+            rows.push(text);
+        }
+    }
+    Ok(rows)
+}
+
+/// Every sensitive text of `session`'s events, opened as recovery opens them, by event kind.
+async fn opened_texts(recovery: &Recovery, session: SessionId) -> Result<Vec<(String, Text)>> {
+    let opener = recovery.opener(session, false).await?;
+    let mut texts = Vec::new();
+    for event in accepted_events(recovery, session).await? {
+        let mut sealed = event.envelope.clone();
+        sessionlog_keys::sensitive_fields(&mut sealed.event, |field, content| {
+            texts.push((
+                format!("{} {field}", event.envelope.event.kind()),
+                opener.text(content),
+            ));
+        });
+    }
+    Ok(texts)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_erased_sessions_canaries_are_nowhere_and_the_others_still_open() -> Result<()> {
+    let stack = TestStack::new("privacy", 2).await?;
+    let _projector = stack.spawn_projector()?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let log = event_log(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+
+    let erased_lib = library_session(&log, &recovery, "A").await?;
+    let erased_http = http_session(&ingest, "B").await?;
+    let kept = library_session(&log, &recovery, "C").await?;
+    let kept_http = http_session(&ingest, "D").await?;
+
+    // A harness may not bring its own ciphertext: only the service's seals open.
+    let http = client()?;
+    let created: Value = http
+        .post(format!("{}/v1/sessions", ingest.base))
+        .json(&json!({"agent": "a"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let refused = http
+        .post(format!(
+            "{}/v1/sessions/{}/events",
+            ingest.base,
+            created["session_id"].as_str().context("id")?
+        ))
+        .json(
+            &json!({"epoch": 1, "events": [{"seq": 2, "kind": "UserRequest", "data": {"content":
+            {"Sealed": {"key_id": "dk1:2:content", "nonce": [1], "ciphertext": [2]}}}}]}),
+        )
+        .send()
+        .await?;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused.json::<Value>().await?["code"], "sealed_content");
+
+    // Erase one through the library, one through the HTTP endpoint.
+    let receipt = recovery.erase(erased_lib, "dpo", "request 42").await?;
+    assert_eq!(receipt.requested_by, "dpo");
+    assert!(receipt.destroyed_kek_id.is_some(), "{receipt:?}");
+    let answered: Value = http
+        .post(format!(
+            "{}/v1/sessions/{erased_http}/erase",
+            recovery_service.base
+        ))
+        .json(&json!({"reason": "request 43"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(answered["reason"], "request 43");
+    assert_eq!(answered["requested_by"], "test");
+    // Erasing again answers the same receipt and appends nothing.
+    let again = recovery.erase(erased_lib, "someone else", "again").await?;
+    assert_eq!(again, receipt);
+
+    // A sealed record the projector cannot decode: dead-lettered as it arrived.
+    let kept_record = every_record(&stack, &stack.settings.kafka.topic)
+        .await?
+        .into_iter()
+        .count();
+    assert!(kept_record > 0);
+    let (partition, offset) = {
+        let events = accepted_events(&recovery, kept).await?;
+        let request = events
+            .iter()
+            .find(|e| matches!(e.envelope.event, SessionEvent::UserRequest { .. }))
+            .context("a request")?;
+        (recovery.partition_of(kept), request.offset)
+    };
+    let reader =
+        sessionlog_log::PartitionReader::new(&stack.settings.kafka, &stack.settings.kafka.topic)?;
+    let mut payload = None;
+    reader
+        .read_range(partition, offset, offset + 1, &mut |r| payload = r.payload)
+        .await?;
+    let payload = payload.context("the record")?;
+    let (_, body) = unframe(&payload)?;
+    send_raw(&stack, &kept.to_string(), &frame(987_654_321, body)).await?;
+
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(90)).await?;
+    wait_for("both erasures projected", Duration::from_secs(60), || {
+        let store = store.clone();
+        async move {
+            let a = store.session_status(erased_lib).await?;
+            let b = store.session_status(erased_http).await?;
+            Ok((a.as_deref() == Some("erased") && b.as_deref() == Some("erased")).then_some(()))
+        }
+    })
+    .await?;
+    assert!(
+        !dead_letters(&stack).await?.is_empty(),
+        "the re-framed record is dead-lettered"
+    );
+
+    // No byte of the topic, the dead letters or any table holds a canary in plain text: not the
+    // erased sessions' (their keys are gone), and not the others' either (sealed at rest).
+    for topic in [
+        &stack.settings.kafka.topic,
+        &stack.settings.kafka.dead_letter_topic,
+    ] {
+        let records = every_record(&stack, topic).await?;
+        assert!(!records.is_empty(), "{topic} has records");
+        let hits = records
+            .iter()
+            .filter(|r| r.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()))
+            .count();
+        assert_eq!(
+            hits, 0,
+            "{hits} record(s) of {topic} hold a canary in plain text"
+        );
+    }
+    let keys = sessionlog_store::KeyTable::open(&stack.settings).await?;
+    let rows = every_row(keys.cql()).await?;
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with(&format!("{}.", stack.settings.cql.keyspace)))
+    );
+    let hits: Vec<&String> = rows.iter().filter(|r| r.contains(CANARY)).collect();
+    assert!(hits.is_empty(), "rows hold canaries: {hits:?}");
+
+    // The erased sessions' texts read as erased; the others' open, every field of them.
+    for session in [erased_lib, erased_http] {
+        let texts = opened_texts(&recovery, session).await?;
+        assert!(texts.len() >= 9, "{texts:?}");
+        assert!(texts.iter().all(|(_, t)| *t == Text::Erased), "{texts:?}");
+        let status = recovery.erasure_status(session).await?;
+        assert!(
+            status.erased_in_log && status.data_key == "destroyed",
+            "{status:?}"
+        );
+        assert_eq!(status.projected_status.as_deref(), Some("erased"));
+    }
+    for (session, tag, fields) in [
+        (
+            kept,
+            "C",
+            &[
+                "title",
+                "request",
+                "response",
+                "arguments",
+                "output",
+                "note",
+                "steering",
+                "plan",
+                "pause",
+                "action",
+                "decision",
+                "end",
+            ][..],
+        ),
+        (
+            kept_http,
+            "D",
+            &[
+                "title",
+                "request",
+                "response",
+                "arguments",
+                "output",
+                "note",
+                "steering",
+                "plan",
+                "pause",
+                "action",
+                "end",
+            ][..],
+        ),
+    ] {
+        let texts = opened_texts(&recovery, session).await?;
+        let readable: Vec<&str> = texts.iter().filter_map(|(_, t)| t.readable()).collect();
+        for field in fields {
+            assert!(
+                readable.contains(&canary(tag, field).as_str()),
+                "{field} of {tag}: {texts:?}"
+            );
+        }
+        assert_eq!(readable.len(), texts.len(), "every text opens: {texts:?}");
+    }
+    // And the service answers them opened.
+    let view: Value = http
+        .get(format!("{}/v1/sessions/{kept_http}", recovery_service.base))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(view["rebuilt"]["state"]["title"], canary("D", "title"));
+    let status: Value = http
+        .get(format!(
+            "{}/v1/sessions/{erased_http}/erasure",
+            recovery_service.base
+        ))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(status["data_key"], "destroyed");
+    assert_eq!(status["receipt"]["reason"], "request 43");
+    Ok(())
+}
+
+/// Each session has its own key: erasing a fork leaves its parent readable; erasing a parent
+/// makes the prefix its forks inherit read as erased while their own events stay readable.
+#[tokio::test(flavor = "multi_thread")]
+async fn erasing_a_parent_or_a_fork_reaches_exactly_its_own_events() -> Result<()> {
+    let stack = TestStack::new("privacy_forks", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (mut parent, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let prefix = parent.user_request("parent before the fork").await?;
+    let parent_id = parent.session_id();
+    let at = ForkAt::Seq(prefix.envelope.seq);
+    let kept_fork = recovery
+        .fork(parent_id, at, "branch")
+        .await?
+        .envelope
+        .session_id;
+    let erased_fork = recovery
+        .fork(parent_id, at, "branch")
+        .await?
+        .envelope
+        .session_id;
+    for child in [kept_fork, erased_fork] {
+        let (mut writer, _) =
+            SessionWriter::claim(Arc::clone(&log), child, "branch-harness").await?;
+        writer.user_request(&format!("own text of {child}")).await?;
+    }
+    parent.user_request("parent after the fork").await?;
+
+    let readable = |texts: Vec<(String, Text)>| -> Vec<String> {
+        texts
+            .into_iter()
+            .filter_map(|(_, t)| t.readable().map(String::from))
+            .collect()
+    };
+    recovery.erase(erased_fork, "dpo", "fork only").await?;
+    assert_eq!(
+        readable(opened_texts(&recovery, parent_id).await?),
+        ["parent before the fork", "parent after the fork"],
+        "erasing a fork leaves its parent"
+    );
+    assert_eq!(
+        readable(opened_texts(&recovery, erased_fork).await?),
+        Vec::<String>::new()
+    );
+
+    recovery.erase(parent_id, "dpo", "parent").await?;
+    // The prefix the kept fork inherits is the parent's events: erased with the parent.
+    assert!(
+        opened_texts(&recovery, parent_id)
+            .await?
+            .iter()
+            .all(|(_, t)| *t == Text::Erased)
+    );
+    assert_eq!(
+        readable(opened_texts(&recovery, kept_fork).await?),
+        [format!("own text of {kept_fork}")],
+        "the fork's own events stay readable"
+    );
+    let diff = recovery.diff(kept_fork).await?;
+    assert!(diff.child_only.iter().any(|e| matches!(&e.envelope.event,
+        SessionEvent::UserRequest { content } if content.as_plain() == Some(&format!("own text of {kept_fork}")))));
+    assert!(diff.parent_only.iter().all(|e| !matches!(&e.envelope.event,
+        SessionEvent::UserRequest { content } if content.as_plain().is_some_and(|t| !t.is_empty()))));
+    Ok(())
+}
