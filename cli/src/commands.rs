@@ -343,7 +343,7 @@ async fn run_example(settings: &Settings, json: bool) -> Result<()> {
                 state.session_id,
                 state.last_seq,
                 position.map(|p| p.partition),
-                describe(&state)
+                describe(&state, &state.digest())
             )
         },
     )
@@ -392,7 +392,7 @@ async fn inspect(
                 "projected session (partition {}, applied offset {})\n{}",
                 projected.partition,
                 projected.applied_offset,
-                describe(&projected.state)
+                describe(&projected.state, &projected.state.digest())
             )
         },
     )
@@ -400,12 +400,16 @@ async fn inspect(
 
 async fn recover(settings: &Settings, session: &SessionId, json: bool) -> Result<()> {
     let recovery = Recovery::connect(settings).await?;
-    let rebuilt = recovery.rebuild(*session).await?;
+    let mut rebuilt = recovery.rebuild(*session).await?;
+    // The digest covers the sealed form; what is printed has the texts opened.
+    let digest = rebuilt.state.digest();
+    let opener = recovery.opener(*session, rebuilt.state.erased).await?;
+    rebuilt.state = sessionlog_recovery::reveal::opened_state(&opener, &rebuilt.state);
     print(
         json,
         &serde_json::json!({
             "rebuilt": rebuilt,
-            "digest": rebuilt.state.digest(),
+            "digest": digest,
         }),
         || {
             format!(
@@ -415,14 +419,14 @@ async fn recover(settings: &Settings, session: &SessionId, json: bool) -> Result
                 rebuilt.start,
                 rebuilt.records_read,
                 rebuilt.events_folded,
-                describe(&rebuilt.state)
+                describe(&rebuilt.state, &digest)
             )
         },
     )
 }
 
 /// A short human description of a session's state.
-fn describe(state: &SessionState) -> String {
+fn describe(state: &SessionState, digest: &str) -> String {
     let checkpoint = state
         .last_checkpoint
         .as_ref()
@@ -453,7 +457,7 @@ fn describe(state: &SessionState) -> String {
         state.tool_calls,
         state.pending_calls.len(),
         checkpoint,
-        state.digest(),
+        digest,
     )
 }
 
