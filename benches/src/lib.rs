@@ -125,3 +125,61 @@ mod tests {
         assert!(peak_rss_bytes().is_some_and(|b| b > 0));
     }
 }
+
+/// The median of a benchmark's per-round ratios and their range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    /// The median.
+    pub median: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (zeros when there are none).
+    pub fn of(values: &[f64]) -> Self {
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => sorted[n / 2],
+            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        Self {
+            median,
+            min: sorted.first().copied().unwrap_or_default(),
+            max: sorted.last().copied().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3} (range {:.3}-{:.3})", self.median, self.min, self.max)
+    }
+}
+
+/// A key-encryption key for a benchmark run that compares sealed with plain: the one the
+/// settings name, else a fresh one in a temporary directory (dropped with the returned guard).
+pub fn bench_kek(settings: &Settings) -> anyhow::Result<(String, Option<TempKek>)> {
+    if let Some(file) = &settings.privacy.kek_file {
+        return Ok((file.clone(), None));
+    }
+    let dir = std::env::temp_dir().join(format!("sessionlog-bench-kek-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("kek.key");
+    std::fs::write(&file, sessionlog_keys::Kek::generate().to_base64().as_str())?;
+    Ok((file.display().to_string(), Some(TempKek(dir))))
+}
+
+/// Removes a benchmark's temporary KEK when dropped.
+pub struct TempKek(std::path::PathBuf);
+
+impl Drop for TempKek {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

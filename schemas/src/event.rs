@@ -116,13 +116,18 @@ fn default_tenant() -> String {
 pub enum Content {
     /// Readable text.
     Plain(String),
-    /// Text encrypted under the session's data key.
+    /// Text encrypted under the session's data key. In JSON the bytes are base64 strings
+    /// (stored states and context turns keep them: an array of numbers would triple them).
     Sealed {
         /// Which data key (and version) sealed it.
         key_id: String,
         /// The AEAD nonce.
+        #[serde(with = "base64_bytes")]
+        #[cfg_attr(feature = "openapi", schema(value_type = String, format = Byte))]
         nonce: Vec<u8>,
         /// Ciphertext with its authentication tag.
+        #[serde(with = "base64_bytes")]
+        #[cfg_attr(feature = "openapi", schema(value_type = String, format = Byte))]
         ciphertext: Vec<u8>,
     },
 }
@@ -156,6 +161,22 @@ impl From<&str> for Content {
 impl From<String> for Content {
     fn from(text: String) -> Self {
         Self::Plain(text)
+    }
+}
+
+/// Bytes as a base64 string in JSON (standard alphabet, padded).
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
     }
 }
 

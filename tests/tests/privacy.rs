@@ -292,7 +292,7 @@ async fn an_erased_sessions_canaries_are_nowhere_and_the_others_still_open() -> 
         ))
         .json(
             &json!({"epoch": 1, "events": [{"seq": 2, "kind": "UserRequest", "data": {"content":
-            {"Sealed": {"key_id": "dk1:2:content", "nonce": [1], "ciphertext": [2]}}}}]}),
+            {"Sealed": {"key_id": "dk1:2:content", "nonce": "AQ==", "ciphertext": "Ag=="}}}}]}),
         )
         .send()
         .await?;

@@ -6,6 +6,10 @@
 //! set -a; . .stack/stack.env; set +a
 //! cargo run --release -p sessionlog-benches --bin producer_bench -- --sessions 10000 --events 20 --writers 8
 //! ```
+//!
+//! With `--encryption-rounds N` it measures what sealing costs instead: N rounds, each running
+//! the same load with `[privacy] encrypt` off and on (alternating which goes first), printing
+//! every round, the median ratio (sealed / plain) and its spread.
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -36,6 +40,9 @@ struct Args {
     /// Partitions of each benchmark topic.
     #[arg(long, default_value_t = 6)]
     partitions: i32,
+    /// Compare sealed with plain over this many rounds instead of comparing with Kafka.
+    #[arg(long, default_value_t = 0)]
+    encryption_rounds: usize,
 }
 
 /// One producer's figures.
@@ -62,6 +69,11 @@ async fn main() -> Result<()> {
     settings.kafka.dead_letter_topic = format!("bench-producer-{tag}-dlq");
     settings.kafka.partitions = args.partitions;
     topic::ensure_topics(&settings.kafka).await?;
+    if args.encryption_rounds > 0 {
+        let result = compare_encryption(&settings, &args).await;
+        topic::delete_topics(&settings.kafka).await?;
+        return result;
+    }
     let mut reference = settings.kafka.clone();
     reference.topic = format!("bench-kafka-{tag}");
     reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
@@ -120,6 +132,72 @@ async fn main() -> Result<()> {
     // The run's topics go: runs must not pile data up on the stack.
     topic::delete_topics(&settings.kafka).await?;
     topic::delete_topics(&reference).await?;
+    Ok(())
+}
+
+/// Rounds of the same load with encryption off and on, alternating which runs first.
+async fn compare_encryption(settings: &Settings, args: &Args) -> Result<()> {
+    let mut plain = settings.clone();
+    plain.privacy.encrypt = false;
+    let mut sealed = settings.clone();
+    sealed.privacy.encrypt = true;
+    let (kek_file, _kek_dir) = sessionlog_benches::bench_kek(settings)?;
+    sealed.privacy.kek_file = Some(kek_file);
+    sessionlog_store::KeyTable::create(&sealed).await?;
+    let mut rows = Vec::new();
+    let (mut throughput, mut p99) = (Vec::new(), Vec::new());
+    for round in 1..=args.encryption_rounds {
+        let plain_first = round % 2 == 1;
+        let mut figures = [None, None];
+        for sealing in if plain_first { [false, true] } else { [true, false] } {
+            eprintln!("round {round}: {}", if sealing { "sealed" } else { "plain" });
+            let run = run_ours(if sealing { &sealed } else { &plain }, args).await?;
+            figures[usize::from(sealing)] = Some(run);
+        }
+        let [Some(off), Some(on)] = figures else {
+            bail!("round {round} did not run both");
+        };
+        let (t, p) = (
+            on.throughput() / off.throughput(),
+            on.p99_ms / off.p99_ms.max(f64::EPSILON),
+        );
+        throughput.push(t);
+        p99.push(p);
+        rows.push(vec![
+            round.to_string(),
+            if plain_first { "plain, sealed" } else { "sealed, plain" }.into(),
+            format!("{:.0}", off.throughput()),
+            format!("{:.0}", on.throughput()),
+            format!("{t:.3}"),
+            format!("{:.1}", off.p99_ms),
+            format!("{:.1}", on.p99_ms),
+            format!("{p:.3}"),
+        ]);
+    }
+    println!(
+        "
+{} sessions × {} events of {} bytes, {} writer tasks, {} partitions: sealed vs plain",
+        args.sessions, args.events, args.record_size, args.writers, args.partitions
+    );
+    print_table(
+        &[
+            "round",
+            "order",
+            "plain rec/s",
+            "sealed rec/s",
+            "ratio",
+            "plain p99 ms",
+            "sealed p99 ms",
+            "ratio",
+        ],
+        &rows,
+    );
+    let (t, p) = (
+        sessionlog_benches::Spread::of(&throughput),
+        sessionlog_benches::Spread::of(&p99),
+    );
+    println!("throughput sealed/plain: median {t}");
+    println!("ack p99 sealed/plain:    median {p}");
     Ok(())
 }
 
