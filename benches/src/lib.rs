@@ -158,7 +158,11 @@ impl Spread {
 
 impl std::fmt::Display for Spread {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.3} (range {:.3}-{:.3})", self.median, self.min, self.max)
+        write!(
+            f,
+            "{:.3} (range {:.3}-{:.3})",
+            self.median, self.min, self.max
+        )
     }
 }
 
@@ -182,4 +186,20 @@ impl Drop for TempKek {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Makes `settings` usable by a benchmark's writers: with encryption on and no KEK configured,
+/// a temporary one (kept while the returned guard lives), and the key store created.
+pub async fn prepare_privacy(settings: &mut Settings) -> anyhow::Result<Option<TempKek>> {
+    if !settings.privacy.encrypt {
+        return Ok(None);
+    }
+    let mut guard = None;
+    if settings.privacy.kek_file.is_none() && settings.privacy.kek.is_empty() {
+        let (file, temp) = bench_kek(settings)?;
+        settings.privacy.kek_file = Some(file);
+        guard = temp;
+    }
+    sessionlog_store::KeyTable::create(settings).await?;
+    Ok(guard)
 }

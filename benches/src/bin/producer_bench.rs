@@ -74,6 +74,7 @@ async fn main() -> Result<()> {
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
+    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
     let mut reference = settings.kafka.clone();
     reference.topic = format!("bench-kafka-{tag}");
     reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
@@ -149,8 +150,15 @@ async fn compare_encryption(settings: &Settings, args: &Args) -> Result<()> {
     for round in 1..=args.encryption_rounds {
         let plain_first = round % 2 == 1;
         let mut figures = [None, None];
-        for sealing in if plain_first { [false, true] } else { [true, false] } {
-            eprintln!("round {round}: {}", if sealing { "sealed" } else { "plain" });
+        for sealing in if plain_first {
+            [false, true]
+        } else {
+            [true, false]
+        } {
+            eprintln!(
+                "round {round}: {}",
+                if sealing { "sealed" } else { "plain" }
+            );
             let run = run_ours(if sealing { &sealed } else { &plain }, args).await?;
             figures[usize::from(sealing)] = Some(run);
         }
@@ -165,7 +173,12 @@ async fn compare_encryption(settings: &Settings, args: &Args) -> Result<()> {
         p99.push(p);
         rows.push(vec![
             round.to_string(),
-            if plain_first { "plain, sealed" } else { "sealed, plain" }.into(),
+            if plain_first {
+                "plain, sealed"
+            } else {
+                "sealed, plain"
+            }
+            .into(),
             format!("{:.0}", off.throughput()),
             format!("{:.0}", on.throughput()),
             format!("{t:.3}"),

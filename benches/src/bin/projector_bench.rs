@@ -11,6 +11,10 @@
 //!
 //! The projector's peak resident memory (VmHWM of the child process) is printed for both runs.
 //!
+//! With `--encryption-rounds N` it measures what sealing costs instead: N rounds of the lag run
+//! (1.) with `[privacy] encrypt` off and on, each on its own topic and keyspace, alternating
+//! which goes first; every round, the median ratios (sealed / plain) and their spread.
+//!
 //! `cargo run --release -p sessionlog-benches --bin projector_bench -- --duration 120`
 
 use anyhow::{Context, Result, bail};
@@ -54,6 +58,9 @@ struct Args {
     /// Keep the run's keyspaces and topics (by default they are dropped at the end).
     #[arg(long)]
     keep: bool,
+    /// Compare sealed with plain over this many rounds of the lag run (no replay).
+    #[arg(long, default_value_t = 0)]
+    encryption_rounds: usize,
 }
 
 /// The `sessionlog` binary next to this one.
@@ -90,6 +97,14 @@ fn env_of(settings: &Settings) -> Vec<(&'static str, String)> {
         ("SESSIONLOG_CQL__NODES", settings.cql.nodes.clone()),
         ("SESSIONLOG_CQL__KEYSPACE", settings.cql.keyspace.clone()),
         ("SESSIONLOG_CONFIG", "/dev/null".into()),
+        (
+            "SESSIONLOG_PRIVACY__ENCRYPT",
+            settings.privacy.encrypt.to_string(),
+        ),
+        (
+            "SESSIONLOG_PRIVACY__KEK_FILE",
+            settings.privacy.kek_file.clone().unwrap_or_default(),
+        ),
     ]
 }
 
@@ -137,10 +152,120 @@ impl Drop for Watched {
     }
 }
 
+/// One lag run's figures, for the encryption comparison.
+struct LagRun {
+    appended: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
+async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> {
+    let mut settings = base.clone();
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = &run[run.len() - 8..];
+    settings.kafka.topic = format!("bench-projector-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
+    settings.kafka.partitions = args.partitions;
+    settings.cql.keyspace = format!("bench_projector_{tag}");
+    topic::ensure_topics(&settings.kafka).await?;
+    settings
+        .registry
+        .client()?
+        .register_all_versions(&value_subject(&settings.kafka.topic))
+        .await?;
+    let store = ProjectionStore::migrate(&settings.cql).await?;
+    let mut project = Command::new(bin);
+    project.arg("project").envs(env_of(&settings));
+    let projector = Watched::spawn(project)?;
+    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
+    let (appended, Lag { mut all, .. }) = load(args, &log, &store, &settings.kafka.topic).await?;
+    drop(projector);
+    drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Ok(LagRun {
+        appended,
+        p50_ms: ms(all.percentile(50.0)),
+        p99_ms: ms(all.percentile(99.0)),
+    })
+}
+
+/// Rounds of the lag run with encryption off and on, alternating which runs first.
+async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> Result<()> {
+    let mut plain = settings.clone();
+    plain.privacy.encrypt = false;
+    let mut sealed = settings.clone();
+    sealed.privacy.encrypt = true;
+    let (kek_file, _kek_dir) = sessionlog_benches::bench_kek(settings)?;
+    sealed.privacy.kek_file = Some(kek_file);
+    sessionlog_store::KeyTable::create(&sealed).await?;
+    let (mut rows, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=args.encryption_rounds {
+        let plain_first = round % 2 == 1;
+        let mut runs = [None, None];
+        for sealing in if plain_first {
+            [false, true]
+        } else {
+            [true, false]
+        } {
+            eprintln!(
+                "round {round}: {}",
+                if sealing { "sealed" } else { "plain" }
+            );
+            runs[usize::from(sealing)] =
+                Some(lag_run(args, if sealing { &sealed } else { &plain }, bin).await?);
+        }
+        let [Some(off), Some(on)] = runs else {
+            bail!("round {round} did not run both");
+        };
+        let (p50, p99) = (on.p50_ms / off.p50_ms, on.p99_ms / off.p99_ms);
+        p50s.push(p50);
+        p99s.push(p99);
+        rows.push(vec![
+            round.to_string(),
+            if plain_first {
+                "plain, sealed"
+            } else {
+                "sealed, plain"
+            }
+            .into(),
+            format!("{} / {}", off.appended, on.appended),
+            format!("{:.1} / {:.1}", off.p50_ms, on.p50_ms),
+            format!("{p50:.3}"),
+            format!("{:.1} / {:.1}", off.p99_ms, on.p99_ms),
+            format!("{p99:.3}"),
+        ]);
+    }
+    println!(
+        "
+{} events/s over {} sessions for {}+{} s per run: lag (append → visible), plain / sealed",
+        args.rate, args.sessions, args.warmup, args.duration
+    );
+    print_table(
+        &[
+            "round", "order", "appended", "p50 ms", "ratio", "p99 ms", "ratio",
+        ],
+        &rows,
+    );
+    println!(
+        "lag p50 sealed/plain: median {}",
+        sessionlog_benches::Spread::of(&p50s)
+    );
+    println!(
+        "lag p99 sealed/plain: median {}",
+        sessionlog_benches::Spread::of(&p99s)
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
     let mut settings = Settings::load(None)?;
+    if args.encryption_rounds > 0 {
+        let bin = sessionlog_bin()?;
+        return compare_encryption(&args, &settings, &bin).await;
+    }
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = &run[run.len() - 8..];
     settings.kafka.topic = format!("bench-projector-{tag}");
@@ -155,6 +280,7 @@ async fn main() -> Result<()> {
         .await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let bin = sessionlog_bin()?;
+    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
 
     // Run 1: live projection under load.
     let mut project = Command::new(&bin);

@@ -58,6 +58,8 @@ struct Row {
     rebuild_rss: Option<u64>,
     /// Peak RSS while replaying from the first event (reset just before).
     replay_rss: Option<u64>,
+    /// How long erasing the session took (once: a session is erased once).
+    erase: Duration,
 }
 
 #[tokio::main]
@@ -73,7 +75,8 @@ async fn main() -> Result<()> {
     if !lengths.contains(&args.max_events) {
         lengths.push(args.max_events);
     }
-    let base = Settings::load(None).context("loading settings")?;
+    let mut base = Settings::load(None).context("loading settings")?;
+    let _kek = sessionlog_benches::prepare_privacy(&mut base).await?;
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = &run[run.len() - 8..];
 
@@ -112,6 +115,7 @@ async fn main() -> Result<()> {
                 ),
                 mib(r.rebuild_rss),
                 mib(r.replay_rss),
+                ms(r.erase),
             ]
         })
         .collect();
@@ -128,6 +132,7 @@ async fn main() -> Result<()> {
             "replay folded/read",
             "rebuild peak RSS MiB",
             "replay peak RSS MiB",
+            "erase ms",
         ],
         &table,
     );
@@ -244,6 +249,10 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     if checkpoint_rebuild.state.digest() != full_replay.state.digest() {
         bail!("the checkpoint rebuild and the full replay disagree on the state");
     }
+    // Erasure rewrites nothing: a rebuild from the checkpoint, a claim, one event, the key.
+    let started = Instant::now();
+    recovery.erase(session, "bench", "benchmark").await?;
+    let erase = started.elapsed();
     drop_run(
         &store,
         &settings,
@@ -258,6 +267,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
         full_replay,
         rebuild_rss,
         replay_rss,
+        erase,
     };
     eprintln!(
         "{length}: rebuild {:.1} ms, full replay {:.1} ms",
