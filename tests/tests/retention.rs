@@ -124,12 +124,11 @@ async fn a_session_older_than_retention_is_recovered_from_its_checkpoint_and_res
     assert_eq!(bundle.epoch, before.epoch + 1);
     let mut writer = bundle.writer.context("resume hands back a writer")?;
     let appended = writer.user_request("after retention").await?;
-    assert_eq!(
-        appended.envelope.seq,
-        before.last_seq + 2,
-        "after the claim"
-    );
-    assert_eq!(writer.state().last_seq, before.last_seq + 2);
+    // A claim takes no seq of its own: the new event follows the last one before deletion,
+    // in the new epoch.
+    assert_eq!(appended.envelope.seq, before.last_seq + 1);
+    assert_eq!(appended.envelope.writer_epoch, before.epoch + 1);
+    assert_eq!(writer.state().last_seq, before.last_seq + 1);
 
     // The projector folds the claim and the new event onto the state it holds.
     wait_caught_up(&stack, &store, Duration::from_secs(120)).await?;
