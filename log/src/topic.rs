@@ -76,24 +76,45 @@ impl std::fmt::Display for ConfigDifference {
     }
 }
 
+/// One configuration value `init` wants on a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedConfig {
+    /// The configuration key, e.g. `retention.ms`.
+    pub key: &'static str,
+    /// The value the settings want.
+    pub value: String,
+    /// The setting it comes from, e.g. `retention.retention_ms`.
+    pub setting: &'static str,
+}
+
+impl WantedConfig {
+    fn new(key: &'static str, value: i64, setting: &'static str) -> Self {
+        Self {
+            key,
+            value: value.to_string(),
+            setting,
+        }
+    }
+}
+
 /// The configuration `init` wants on each topic, from the settings: the retention keys the
 /// existing topics are compared on, by topic, with the setting each comes from.
 pub fn wanted_configs(
     kafka: &KafkaSettings,
     retention: &RetentionSettings,
-) -> Vec<(String, Vec<(&'static str, String, &'static str)>)> {
+) -> Vec<(String, Vec<WantedConfig>)> {
     vec![
         (
             kafka.topic.clone(),
             vec![
-                (
+                WantedConfig::new(
                     "retention.ms",
-                    retention.retention_ms.to_string(),
+                    retention.retention_ms,
                     "retention.retention_ms",
                 ),
-                (
+                WantedConfig::new(
                     "retention.bytes",
-                    retention.retention_bytes.to_string(),
+                    retention.retention_bytes,
                     "retention.retention_bytes",
                 ),
             ],
@@ -101,14 +122,14 @@ pub fn wanted_configs(
         (
             kafka.dead_letter_topic.clone(),
             vec![
-                (
+                WantedConfig::new(
                     "retention.ms",
-                    retention.dead_letter_retention_ms.to_string(),
+                    retention.dead_letter_retention_ms,
                     "retention.dead_letter_retention_ms",
                 ),
-                (
+                WantedConfig::new(
                     "retention.bytes",
-                    UNLIMITED.to_string(),
+                    UNLIMITED,
                     "(not a setting: dead letters are bounded by time only)",
                 ),
             ],
@@ -130,18 +151,18 @@ fn same_value(actual: Option<&str>, wanted: &str) -> bool {
 pub fn differences(
     topic: &str,
     configs: &BTreeMap<String, Option<String>>,
-    wanted: &[(&'static str, String, &'static str)],
+    wanted: &[WantedConfig],
 ) -> Vec<ConfigDifference> {
     wanted
         .iter()
-        .filter_map(|(key, want, setting)| {
-            let actual = configs.get(*key).cloned().flatten();
-            (!same_value(actual.as_deref(), want)).then(|| ConfigDifference {
+        .filter_map(|want| {
+            let actual = configs.get(want.key).cloned().flatten();
+            (!same_value(actual.as_deref(), &want.value)).then(|| ConfigDifference {
                 topic: topic.to_string(),
-                key: key.to_string(),
+                key: want.key.to_string(),
                 actual,
-                wanted: want.clone(),
-                setting,
+                wanted: want.value.clone(),
+                setting: want.setting,
             })
         })
         .collect()
@@ -173,19 +194,17 @@ pub async fn init_topics(
             .set("min.insync.replicas", &min_isr);
             configs
                 .iter()
-                .fold(topic, |topic, (key, value, _)| topic.set(key, value))
+                .fold(topic, |topic, want| topic.set(want.key, &want.value))
         })
         .collect();
     let results = admin
         .create_topics(&topics, &admin_options())
         .await
         .map_err(Error::kafka("create topics"))?;
-    let mut report = TopicReport::default();
-    for result in &results {
-        if let Ok(name) = result {
-            report.created.push(name.clone());
-        }
-    }
+    let mut report = TopicReport {
+        created: results.iter().flatten().cloned().collect(),
+        ..TopicReport::default()
+    };
     check_each(results, RDKafkaErrorCode::TopicAlreadyExists, "created")?;
     for (name, _) in &wanted {
         wait_for_leaders(settings, name, Duration::from_secs(60)).await?;
@@ -506,7 +525,11 @@ mod tests {
 
     #[test]
     fn equal_numbers_are_not_differences_and_a_missing_key_is() {
-        let wanted = [("retention.ms", "-1".to_string(), "retention.retention_ms")];
+        let wanted = [WantedConfig::new(
+            "retention.ms",
+            -1,
+            "retention.retention_ms",
+        )];
         assert!(differences("t", &described(&[("retention.ms", " -1")]), &wanted).is_empty());
         let missing = differences("t", &BTreeMap::new(), &wanted);
         assert_eq!(missing.len(), 1);
