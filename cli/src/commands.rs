@@ -63,7 +63,13 @@ pub fn init_logging(format: LogFormat) {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create the topics, register the schemas (BACKWARD_TRANSITIVE) and migrate the CQL keyspace.
-    Init,
+    /// On topics that exist, report each retention value that differs from `[retention]`.
+    Init {
+        /// Change the retention of existing topics to what `[retention]` says (without it,
+        /// `init` only reports the differences and the commands that fix them).
+        #[arg(long)]
+        apply: bool,
+    },
     /// Run a projector instance until interrupted.
     Project {
         /// Consumer group; instances in one group share the partitions (default: `[projector] group_id`).
@@ -189,7 +195,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
     let settings = Settings::load(cli.config.as_deref()).context("loading settings")?;
     match cli.command {
-        Command::Init => init(&settings, cli.json).await,
+        Command::Init { apply } => init(&settings, apply, cli.json).await,
         Command::Project { group, listen } => project(&settings, group, listen).await,
         Command::Replay(request) => crate::replay::replay(&settings, request, cli.json).await,
         Command::Verify { left, right } => {
@@ -256,8 +262,8 @@ fn emit(json: bool, output: crate::recovery::Output) -> Result<()> {
     print(json, &output.json, || output.human)
 }
 
-async fn init(settings: &Settings, json: bool) -> Result<()> {
-    topic::ensure_topics(&settings.kafka)
+async fn init(settings: &Settings, apply: bool, json: bool) -> Result<()> {
+    let topics = topic::init_topics(&settings.kafka, &settings.retention, apply)
         .await
         .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
     let registry = settings.registry.client()?;
@@ -280,14 +286,49 @@ async fn init(settings: &Settings, json: bool) -> Result<()> {
             "partitions": settings.kafka.partitions,
             "schema_id": schema_id,
             "keyspace": settings.cql.keyspace,
+            "topics_created": topics.created,
+            "config_differences": topics.differences,
+            "config_changed": topics.changed,
         }),
         || {
-            format!(
+            let mut text = format!(
                 "topics {} and {} ready; schema id {schema_id}; keyspace {} migrated",
                 settings.kafka.topic, settings.kafka.dead_letter_topic, settings.cql.keyspace
-            )
+            );
+            text.push_str(&topic_report_text(&topics, &settings.kafka.bootstrap));
+            text
         },
     )
+}
+
+/// The lines `init` adds about the topics' configuration: what it changed, or what differs
+/// and the command that fixes each difference.
+fn topic_report_text(report: &topic::TopicReport, bootstrap: &str) -> String {
+    let mut text = String::new();
+    for changed in &report.changed {
+        text.push_str(&format!(
+            "\nchanged topic {}: {} from {} to {} ({})",
+            changed.topic,
+            changed.key,
+            changed.actual.as_deref().unwrap_or("unset"),
+            changed.wanted,
+            changed.setting
+        ));
+    }
+    if !report.differences.is_empty() {
+        text.push_str(&format!(
+            "\n{} topic setting(s) differ from [retention] and were left as they are; \
+             `sessionlog init --apply` changes them, or run the command after each:",
+            report.differences.len()
+        ));
+        for difference in &report.differences {
+            text.push_str(&format!(
+                "\n  {difference}\n    fix: {}",
+                difference.fix_command(bootstrap)
+            ));
+        }
+    }
+    text
 }
 
 async fn project(settings: &Settings, group: Option<String>, listen: Option<String>) -> Result<()> {

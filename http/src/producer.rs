@@ -31,6 +31,7 @@ impl From<Error> for Problem {
                     .with("events", events)
                     .with("limit", limit)
             }
+            Error::StartDeleted { .. } => Self::new(StatusCode::CONFLICT, "start_deleted", message),
             Error::UnknownSession(_) => {
                 Self::new(StatusCode::NOT_FOUND, "unknown_session", message)
             }

@@ -437,7 +437,7 @@ async fn create(
     responses(
         (status = 200, description = "claimed", body = Opened),
         (status = 404, description = "`unknown_session`: not in the log", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`lost_claim`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`lost_claim`, `session_ended`, `start_deleted` (retention deleted the session's start: resume it through the recovery service)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,

@@ -8,6 +8,14 @@ pub enum Error {
     // anyhow's chain prints it after this line, so it is not repeated here.
     #[error("invalid settings (fix the key in the file or the SESSIONLOG_* variable named here)")]
     Config(#[from] Box<figment::Error>),
+    /// A setting has a value the servers would refuse.
+    #[error("invalid setting {key}: {problem} (fix it in the file or its SESSIONLOG_* variable)")]
+    BadSetting {
+        /// The setting, as `section.key`.
+        key: String,
+        /// What is wrong with its value.
+        problem: String,
+    },
     /// Kafka refused or failed an operation.
     #[error("kafka {action}: {source}{hint}", hint = kafka_hint(source))]
     Kafka {

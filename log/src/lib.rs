@@ -17,6 +17,6 @@ pub use error::{Error, Result};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, PrivacySettings,
-    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Role, Secret,
-    Settings,
+    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, RetentionSettings,
+    Role, Secret, Settings,
 };

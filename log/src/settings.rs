@@ -37,6 +37,9 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Encryption of sensitive fields under per-session data keys, on by default.
     pub privacy: PrivacySettings,
+    /// How long the log keeps events and the projections keep ended sessions; by default,
+    /// forever.
+    pub retention: RetentionSettings,
 }
 
 /// Envelope encryption (`[privacy]`). On unless `encrypt = false`: every sensitive field (texts,
@@ -77,6 +80,82 @@ impl Default for PrivacySettings {
             keyspace: "sessionlog_keys".into(),
             key_cache_secs: 60,
         }
+    }
+}
+
+/// Kafka's value for "no limit" in `retention.ms` and `retention.bytes`.
+pub const UNLIMITED: i64 = -1;
+
+/// The longest TTL CQL accepts: 20 years, in seconds (Cassandra and ScyllaDB alike).
+pub const MAX_CQL_TTL_SECS: u32 = 630_720_000;
+
+/// Retention (`[retention]`): how long the brokers keep the session-events topic's records
+/// and the dead-letter topic's, and whether the projections of ended sessions expire.
+///
+/// The defaults keep everything forever, as sessionlog always did. `sessionlog init` creates
+/// the topics with these values and, on topics that already exist, reports every value that
+/// differs (`sessionlog init --apply` changes them). Recovery of a session whose early events
+/// retention deleted starts from its last verified checkpoint, so keep checkpointing sessions
+/// that live longer than `retention_ms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// `retention.ms` of the session-events topic: the brokers delete a segment once its
+    /// newest record is older than this. `-1` (the default) keeps records forever.
+    pub retention_ms: i64,
+    /// `retention.bytes` of the session-events topic, per partition: the brokers delete the
+    /// oldest segments beyond this size. `-1` (the default) sets no limit.
+    pub retention_bytes: i64,
+    /// `retention.ms` of the dead-letter topic, which has its own because its records are only
+    /// kept for someone to look at why they failed. It holds copies of session events, so it
+    /// should not be longer than `retention_ms`. `-1` (the default) keeps them forever.
+    pub dead_letter_retention_ms: i64,
+    /// When set, the projector writes every row of a session that has ended (completed,
+    /// failed, cancelled or erased) `USING TTL` this many seconds, so its projection expires;
+    /// unset (the default), projections stay until a keyspace is dropped. At most
+    /// 630,720,000 (20 years), CQL's limit.
+    pub ended_session_ttl_secs: Option<u32>,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            retention_ms: UNLIMITED,
+            retention_bytes: UNLIMITED,
+            dead_letter_retention_ms: UNLIMITED,
+            ended_session_ttl_secs: None,
+        }
+    }
+}
+
+impl RetentionSettings {
+    /// Checks the values are ones Kafka and CQL accept: each limit `-1` or positive, the TTL
+    /// positive and at most CQL's 20 years.
+    pub fn validate(&self) -> crate::Result<()> {
+        let limits = [
+            ("retention_ms", self.retention_ms),
+            ("retention_bytes", self.retention_bytes),
+            ("dead_letter_retention_ms", self.dead_letter_retention_ms),
+        ];
+        for (key, value) in limits {
+            if value != UNLIMITED && value <= 0 {
+                return Err(crate::Error::BadSetting {
+                    key: format!("retention.{key}"),
+                    problem: format!("{value} is neither -1 (no limit) nor a positive number"),
+                });
+            }
+        }
+        if let Some(ttl) = self.ended_session_ttl_secs
+            && (ttl == 0 || ttl > MAX_CQL_TTL_SECS)
+        {
+            return Err(crate::Error::BadSetting {
+                key: "retention.ended_session_ttl_secs".into(),
+                problem: format!(
+                    "{ttl} is not between 1 and {MAX_CQL_TTL_SECS} seconds (leave it unset for no TTL)"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -538,6 +617,7 @@ impl Settings {
             )
             .extract()
             .map_err(|e| crate::Error::Config(Box::new(e)))?;
+        settings.retention.validate()?;
         settings
             .kafka
             .librdkafka
@@ -703,6 +783,48 @@ mod tests {
         }
         let created: Result<rdkafka::producer::BaseProducer, _> = kafka.producer_config().create();
         assert!(created.is_ok(), "{:?}", created.err());
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn retention_defaults_to_forever_and_comes_from_the_file_and_the_environment() {
+        let defaults = RetentionSettings::default();
+        assert_eq!(defaults.retention_ms, UNLIMITED);
+        assert_eq!(defaults.retention_bytes, UNLIMITED);
+        assert_eq!(defaults.dead_letter_retention_ms, UNLIMITED);
+        assert_eq!(defaults.ended_session_ttl_secs, None);
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "s.toml",
+                "[retention]\nretention_ms = 86400000\nended_session_ttl_secs = 3600\n",
+            )?;
+            jail.set_env(
+                "SESSIONLOG_RETENTION__DEAD_LETTER_RETENTION_MS",
+                "604800000",
+            );
+            jail.set_env("SESSIONLOG_RETENTION__RETENTION_MS", "172800000");
+            let s = Settings::load(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(s.retention.retention_ms, 172_800_000);
+            assert_eq!(s.retention.retention_bytes, UNLIMITED);
+            assert_eq!(s.retention.dead_letter_retention_ms, 604_800_000);
+            assert_eq!(s.retention.ended_session_ttl_secs, Some(3600));
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn a_retention_kafka_or_cql_would_refuse_is_an_error_naming_the_key() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SESSIONLOG_RETENTION__RETENTION_BYTES", "0");
+            let error = chain(&Settings::load(None).expect_err("0 bytes keeps nothing"));
+            assert!(error.contains("retention.retention_bytes"), "{error}");
+            jail.set_env("SESSIONLOG_RETENTION__RETENTION_BYTES", "-1");
+            jail.set_env("SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS", "630720001");
+            let error = chain(&Settings::load(None).expect_err("beyond CQL's TTL limit"));
+            assert!(error.contains("ended_session_ttl_secs"), "{error}");
+            Ok(())
+        });
     }
 
     #[test]

@@ -1,39 +1,332 @@
-//! Creating the session-events topic and its dead-letter topic.
+//! Creating the session-events topic and its dead-letter topic, and keeping their retention
+//! as the settings say.
 
+use crate::settings::{RetentionSettings, UNLIMITED};
 use crate::{Error, KafkaSettings, Result};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewTopic, OwnedResourceSpecifier,
+    ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Creates the session-events and dead-letter topics if they do not exist, and waits until every
-/// partition has a leader. History is append-only: `cleanup.policy=delete` with infinite
-/// retention, never compaction.
+/// Creates the session-events and dead-letter topics if they do not exist, with unlimited
+/// retention, and waits until every partition has a leader: for tests and benchmarks, which
+/// own their topics. `sessionlog init` uses [`init_topics`], which also applies `[retention]`.
 pub async fn ensure_topics(settings: &KafkaSettings) -> Result<()> {
+    init_topics(settings, &RetentionSettings::default(), false)
+        .await
+        .map(drop)
+}
+
+/// What [`init_topics`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TopicReport {
+    /// Topics it created, with the wanted configuration.
+    pub created: Vec<String>,
+    /// Configuration of existing topics that differs from the settings and was left as it is
+    /// (without `apply`).
+    pub differences: Vec<ConfigDifference>,
+    /// Configuration it changed to what the settings want (with `apply`).
+    pub changed: Vec<ConfigDifference>,
+}
+
+/// One topic configuration value that differs from what the settings want.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConfigDifference {
+    /// The topic.
+    pub topic: String,
+    /// The configuration key, e.g. `retention.ms`.
+    pub key: String,
+    /// Its value on the cluster (`None`: the broker did not report it).
+    pub actual: Option<String>,
+    /// The value the settings want.
+    pub wanted: String,
+    /// The setting that wants it, e.g. `retention.retention_ms`.
+    pub setting: &'static str,
+}
+
+impl ConfigDifference {
+    /// The Kafka command that changes this value and nothing else (an incremental change);
+    /// `sessionlog init --apply` does the same.
+    pub fn fix_command(&self, bootstrap: &str) -> String {
+        format!(
+            "kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics \
+             --entity-name {} --add-config {}={}",
+            self.topic, self.key, self.wanted
+        )
+    }
+}
+
+impl std::fmt::Display for ConfigDifference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "topic {}: {} is {}, the settings want {} ({})",
+            self.topic,
+            self.key,
+            self.actual.as_deref().unwrap_or("not reported"),
+            self.wanted,
+            self.setting
+        )
+    }
+}
+
+/// One configuration value `init` wants on a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedConfig {
+    /// The configuration key, e.g. `retention.ms`.
+    pub key: &'static str,
+    /// The value the settings want.
+    pub value: String,
+    /// The setting it comes from, e.g. `retention.retention_ms`.
+    pub setting: &'static str,
+}
+
+impl WantedConfig {
+    fn new(key: &'static str, value: i64, setting: &'static str) -> Self {
+        Self {
+            key,
+            value: value.to_string(),
+            setting,
+        }
+    }
+}
+
+/// The configuration `init` wants on each topic, from the settings: the retention keys the
+/// existing topics are compared on, by topic, with the setting each comes from.
+pub fn wanted_configs(
+    kafka: &KafkaSettings,
+    retention: &RetentionSettings,
+) -> Vec<(String, Vec<WantedConfig>)> {
+    vec![
+        (
+            kafka.topic.clone(),
+            vec![
+                WantedConfig::new(
+                    "retention.ms",
+                    retention.retention_ms,
+                    "retention.retention_ms",
+                ),
+                WantedConfig::new(
+                    "retention.bytes",
+                    retention.retention_bytes,
+                    "retention.retention_bytes",
+                ),
+            ],
+        ),
+        (
+            kafka.dead_letter_topic.clone(),
+            vec![
+                WantedConfig::new(
+                    "retention.ms",
+                    retention.dead_letter_retention_ms,
+                    "retention.dead_letter_retention_ms",
+                ),
+                WantedConfig::new(
+                    "retention.bytes",
+                    UNLIMITED,
+                    "(not a setting: dead letters are bounded by time only)",
+                ),
+            ],
+        ),
+    ]
+}
+
+/// Whether a reported value equals the wanted one: numbers are compared as numbers.
+fn same_value(actual: Option<&str>, wanted: &str) -> bool {
+    match (actual.map(str::trim), wanted) {
+        (Some(a), w) if a == w => true,
+        (Some(a), w) => matches!((a.parse::<i64>(), w.parse::<i64>()), (Ok(a), Ok(w)) if a == w),
+        (None, _) => false,
+    }
+}
+
+/// The differences between `configs` (key to value, as a topic's description reports them)
+/// and what `wanted` asks of `topic`.
+pub fn differences(
+    topic: &str,
+    configs: &BTreeMap<String, Option<String>>,
+    wanted: &[WantedConfig],
+) -> Vec<ConfigDifference> {
+    wanted
+        .iter()
+        .filter_map(|want| {
+            let actual = configs.get(want.key).cloned().flatten();
+            (!same_value(actual.as_deref(), &want.value)).then(|| ConfigDifference {
+                topic: topic.to_string(),
+                key: want.key.to_string(),
+                actual,
+                wanted: want.value.clone(),
+                setting: want.setting,
+            })
+        })
+        .collect()
+}
+
+/// Creates the session-events and dead-letter topics if they do not exist, with
+/// `cleanup.policy=delete` (never compaction: history is append-only) and the retention of
+/// `retention`, and waits until every partition has a leader. For a topic that already
+/// exists, it reads the topic's configuration and reports each retention value that differs
+/// from the settings; with `apply`, it changes those values (and only those) and reports them
+/// as changed.
+pub async fn init_topics(
+    settings: &KafkaSettings,
+    retention: &RetentionSettings,
+    apply: bool,
+) -> Result<TopicReport> {
     let admin = admin_client(settings)?;
     let min_isr = settings.min_insync_replicas.to_string();
-    let topics: Vec<NewTopic<'_>> = [&settings.topic, &settings.dead_letter_topic]
-        .into_iter()
-        .map(|name| {
-            NewTopic::new(
+    let wanted = wanted_configs(settings, retention);
+    let topics: Vec<NewTopic<'_>> = wanted
+        .iter()
+        .map(|(name, configs)| {
+            let topic = NewTopic::new(
                 name,
                 settings.partitions,
                 TopicReplication::Fixed(settings.replication_factor),
             )
             .set("cleanup.policy", "delete")
-            .set("retention.ms", "-1")
-            .set("retention.bytes", "-1")
-            .set("min.insync.replicas", &min_isr)
+            .set("min.insync.replicas", &min_isr);
+            configs
+                .iter()
+                .fold(topic, |topic, want| topic.set(want.key, &want.value))
         })
         .collect();
     let results = admin
         .create_topics(&topics, &admin_options())
         .await
         .map_err(Error::kafka("create topics"))?;
+    let mut report = TopicReport {
+        created: results.iter().flatten().cloned().collect(),
+        ..TopicReport::default()
+    };
     check_each(results, RDKafkaErrorCode::TopicAlreadyExists, "created")?;
-    for name in [&settings.topic, &settings.dead_letter_topic] {
+    for (name, _) in &wanted {
         wait_for_leaders(settings, name, Duration::from_secs(60)).await?;
+    }
+    for (name, configs) in &wanted {
+        if report.created.contains(name) {
+            continue;
+        }
+        let current = describe_topic(&admin, name).await?;
+        let values = current
+            .iter()
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect();
+        let found = differences(name, &values, configs);
+        if found.is_empty() {
+            continue;
+        }
+        if apply {
+            alter_topic(&admin, name, &current, &found).await?;
+            report.changed.extend(found);
+        } else {
+            report.differences.extend(found);
+        }
+    }
+    Ok(report)
+}
+
+/// A topic's configuration: every key with its value and whether it is set on the topic
+/// itself (not inherited from the broker or the defaults).
+async fn describe_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Result<BTreeMap<String, (Option<String>, bool)>> {
+    let results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &admin_options())
+        .await
+        .map_err(Error::kafka("describe topic configs"))?;
+    let resource = results
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::TopicMismatch {
+            topic: topic.to_string(),
+            problem: "the brokers returned no configuration for it".into(),
+        })?
+        .map_err(|code| Error::TopicMismatch {
+            topic: topic.to_string(),
+            problem: format!(
+                "its configuration could not be read: {code} (the principal needs \
+                 DescribeConfigs on the topic)"
+            ),
+        })?;
+    Ok(resource
+        .entries
+        .into_iter()
+        .map(|e| {
+            let own = e.source == ConfigSource::DynamicTopic;
+            (e.name, (e.value, own))
+        })
+        .collect())
+}
+
+/// Sets the values of `changes` on `topic`, keeping every other value set on the topic.
+///
+/// rdkafka 0.39 wraps only Kafka's non-incremental AlterConfigs, which resets each key it is
+/// not given to its default; so the request carries every key set on the topic itself, as just
+/// described, with the changed ones replaced. A topic value that changes between the describe
+/// and this call is lost; `init` is an operator's command, not something run concurrently with
+/// other configuration changes. A sensitive key's value is never described, so it could not be
+/// kept: then this changes nothing and says which command does it incrementally.
+async fn alter_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    current: &BTreeMap<String, (Option<String>, bool)>,
+    changes: &[ConfigDifference],
+) -> Result<()> {
+    let mut values: BTreeMap<&str, &str> = BTreeMap::new();
+    for (key, (value, own)) in current {
+        if !own {
+            continue;
+        }
+        match value {
+            Some(value) => {
+                values.insert(key, value);
+            }
+            None if changes.iter().any(|c| &c.key == key) => {}
+            None => {
+                return Err(Error::TopicMismatch {
+                    topic: topic.to_string(),
+                    problem: format!(
+                        "its key {key} is set but not readable, so `init --apply` cannot keep it \
+                         while changing retention; run the kafka-configs.sh commands `init` \
+                         prints instead"
+                    ),
+                });
+            }
+        }
+    }
+    for change in changes {
+        values.insert(&change.key, &change.wanted);
+    }
+    let alter = values.into_iter().fold(
+        AlterConfig::new(ResourceSpecifier::Topic(topic)),
+        |a, (k, v)| a.set(k, v),
+    );
+    let results = admin
+        .alter_configs(&[alter], &admin_options())
+        .await
+        .map_err(Error::kafka("alter topic configs"))?;
+    for result in results {
+        if let Err((resource, code)) = result {
+            let topic = match resource {
+                OwnedResourceSpecifier::Topic(name) => name,
+                other => format!("{other:?}"),
+            };
+            return Err(Error::TopicMismatch {
+                topic,
+                problem: format!(
+                    "its configuration could not be changed: {code} (the principal needs \
+                     AlterConfigs on the topic)"
+                ),
+            });
+        }
     }
     Ok(())
 }
@@ -169,4 +462,77 @@ fn metadata_client(settings: &KafkaSettings) -> Result<BaseConsumer> {
 
 fn join_error(e: tokio::task::JoinError) -> Error {
     Error::Task(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn described(pairs: &[(&str, &str)]) -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn every_retention_value_that_differs_is_reported_with_its_fix() {
+        let kafka = KafkaSettings::default();
+        let retention = RetentionSettings {
+            retention_ms: 86_400_000,
+            dead_letter_retention_ms: 604_800_000,
+            ..RetentionSettings::default()
+        };
+        let wanted = wanted_configs(&kafka, &retention);
+        let (topic, configs) = &wanted[0];
+        assert_eq!(topic, "session-events");
+        let found = differences(
+            topic,
+            &described(&[("retention.ms", "-1"), ("retention.bytes", "-1")]),
+            configs,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        let diff = &found[0];
+        assert_eq!(
+            (
+                diff.key.as_str(),
+                diff.actual.as_deref(),
+                diff.wanted.as_str()
+            ),
+            ("retention.ms", Some("-1"), "86400000")
+        );
+        assert_eq!(
+            diff.to_string(),
+            "topic session-events: retention.ms is -1, the settings want 86400000 \
+             (retention.retention_ms)"
+        );
+        assert_eq!(
+            diff.fix_command("broker:9092"),
+            "kafka-configs.sh --bootstrap-server broker:9092 --alter --entity-type topics \
+             --entity-name session-events --add-config retention.ms=86400000"
+        );
+
+        let (dlq, configs) = &wanted[1];
+        let found = differences(
+            dlq,
+            &described(&[("retention.ms", "-1"), ("retention.bytes", "1000")]),
+            configs,
+        );
+        let keys: Vec<&str> = found.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(keys, ["retention.ms", "retention.bytes"]);
+        assert!(found.iter().all(|d| &d.topic == dlq));
+    }
+
+    #[test]
+    fn equal_numbers_are_not_differences_and_a_missing_key_is() {
+        let wanted = [WantedConfig::new(
+            "retention.ms",
+            -1,
+            "retention.retention_ms",
+        )];
+        assert!(differences("t", &described(&[("retention.ms", " -1")]), &wanted).is_empty());
+        let missing = differences("t", &BTreeMap::new(), &wanted);
+        assert_eq!(missing.len(), 1);
+        assert!(missing[0].to_string().contains("not reported"));
+    }
 }

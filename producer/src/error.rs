@@ -72,6 +72,23 @@ pub enum Error {
     /// The session has no accepted start event in its partition.
     #[error("session {0} is not in the log (no accepted start event on its partition)")]
     UnknownSession(SessionId),
+    /// The session's events are in its partition but its start is not: retention deleted the
+    /// partition's early records, so the session cannot be folded from the log alone.
+    #[error(
+        "session {session}: the log no longer holds its start (partition {partition} now begins \
+         at offset {low_watermark}: retention deleted the session's first events), so it cannot \
+         be claimed by folding it from the log; recover it through the recovery service, which \
+         starts from its last checkpoint (`sessionlog resume {session}`, or POST \
+         /v1/sessions/{session}/resume on `sessionlog serve-recovery`)"
+    )]
+    StartDeleted {
+        /// The session.
+        session: SessionId,
+        /// Its partition.
+        partition: i32,
+        /// The partition's first offset now.
+        low_watermark: i64,
+    },
     /// A read-back did not find an event the log had acknowledged at that position.
     #[error(
         "read-back of partition {partition} did not find the event acknowledged at offset {offset}"

@@ -360,6 +360,12 @@ impl EventLog {
         Ok((events, next))
     }
 
+    /// The first offset `partition` still holds: above 0 once retention deleted records.
+    pub async fn low_watermark(&self, partition: i32) -> Result<i64> {
+        let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
+        Ok(reader.watermarks(partition).await?.0)
+    }
+
     /// The raw records of `partition` in `[from, until)` (with `key`, when given).
     ///
     /// `PartitionReader` gives up at the first consumer error, and librdkafka reports a broker

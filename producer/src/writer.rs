@@ -187,6 +187,7 @@ impl SessionWriter {
         let (events, caught_up) = log
             .read_events(partition, next_offset, None, Some(session))
             .await?;
+        let found = !events.is_empty();
         let mut caught = Vec::new();
         for event in events {
             if state.apply(&event.envelope).is_accepted() {
@@ -194,6 +195,16 @@ impl SessionWriter {
             }
         }
         if !state.is_started() {
+            // Events of the session but no start: retention deleted it. Say so, and where to
+            // go, rather than calling a session with a history unknown.
+            let low_watermark = log.low_watermark(partition).await?;
+            if found && low_watermark > next_offset {
+                return Err(Error::StartDeleted {
+                    session,
+                    partition,
+                    low_watermark,
+                });
+            }
             return Err(Error::UnknownSession(session));
         }
         Ok(PendingClaim {

@@ -78,6 +78,11 @@ pub struct Folded {
     topic: String,
     /// The next offset to read, by partition, once the batch is durable.
     pub next_offsets: BTreeMap<i32, i64>,
+    /// Sessions that ended in this batch, with their applied offset at its end: with an
+    /// ended-session TTL their earlier rows are written again with it (see [`persist`]).
+    ended: Vec<(SessionId, i64)>,
+    /// Sessions whose status changed to ended while folding this batch.
+    ending: std::collections::HashSet<SessionId>,
     /// Records for the dead-letter topic.
     pub dead_letters: Vec<DeadLetter>,
     /// What the batch did.
@@ -146,6 +151,8 @@ impl Applier {
             lists: Vec::new(),
             topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
+            ended: Vec::new(),
+            ending: Default::default(),
             dead_letters: Vec::new(),
             stats: BatchStats {
                 consumed: records.len(),
@@ -170,11 +177,26 @@ impl Applier {
                 }
             }
         }
+        let expires = self
+            .store
+            .as_ref()
+            .is_some_and(ProjectionStore::expires_ended_sessions);
         // Snapshot each touched session's views after the whole batch: one write each.
         for (session, rows) in &mut folded.sessions {
             if let Some(p) = self.cache.get_mut(session) {
+                let ended = expires && p.row.state.status().has_ended();
+                if ended {
+                    // Every column is sent, so that none keeps a cell without the TTL.
+                    p.written = LastWritten::default();
+                }
                 rows.push(CqlRow::context(&p.context, &p.row.state, &mut p.written));
                 rows.push(CqlRow::session(&p.row, &mut p.written));
+                if ended {
+                    rows.iter_mut().for_each(CqlRow::set_expiring);
+                    if folded.ending.contains(session) {
+                        folded.ended.push((*session, p.row.applied_offset));
+                    }
+                }
             }
         }
         observe::count_batch(&folded.stats);
@@ -200,8 +222,12 @@ impl Applier {
             return Ok(());
         }
         let span = span_of(&event, &entry.row.state);
-        let waited = Wait::of(entry.row.state.status());
+        let status = entry.row.state.status();
+        let waited = Wait::of(status);
         let verdict = entry.row.state.apply(&event);
+        if !status.has_ended() && entry.row.state.status().has_ended() {
+            folded.ending.insert(session);
+        }
         // Whom the session waits for changes only with an event the fold accepted; the rows
         // follow each change, so any split of the log into batches writes the same ones.
         let waits = Wait::of(entry.row.state.status());
@@ -360,11 +386,44 @@ pub async fn persist(
     })
     .await;
     let days_done = started.elapsed();
-    let sessions: Vec<&[CqlRow]> = folded.sessions.iter().map(|(_, rows)| &rows[..]).collect();
-    let requests = with_retry("write sessions", health, || {
+    // A session that ended in this batch has its session row, the commit point, held back
+    // until its earlier rows are written again with the TTL: if the projector dies in between,
+    // the stored session row is still the one before the batch, so the batch is folded and
+    // this is done again.
+    let held_back = |session: &SessionId| folded.ended.iter().any(|(s, _)| s == session);
+    let sessions: Vec<&[CqlRow]> = folded
+        .sessions
+        .iter()
+        .map(|(session, rows)| {
+            if held_back(session) {
+                &rows[..rows.len().saturating_sub(1)]
+            } else {
+                &rows[..]
+            }
+        })
+        .collect();
+    let mut requests = with_retry("write sessions", health, || {
         store.write_sessions(&sessions, concurrency)
     })
     .await;
+    if !folded.ended.is_empty() {
+        for (session, applied_offset) in &folded.ended {
+            with_retry("expire ended session", health, || {
+                store.expire_session(*session, *applied_offset)
+            })
+            .await;
+        }
+        let commits: Vec<&[CqlRow]> = folded
+            .sessions
+            .iter()
+            .filter(|(session, _)| held_back(session))
+            .map(|(_, rows)| &rows[rows.len().saturating_sub(1)..])
+            .collect();
+        requests += with_retry("write ended sessions", health, || {
+            store.write_sessions(&commits, concurrency)
+        })
+        .await;
+    }
     let sessions_done = started.elapsed();
     let progress: Vec<CqlRow> = folded
         .next_offsets

@@ -113,7 +113,12 @@ impl Replay {
         let store = if options.dry_run {
             None
         } else {
-            Some(ProjectionStore::migrate(&settings.cql).await?)
+            Some(
+                ProjectionStore::migrate(&settings.cql)
+                    .await?
+                    .with_ended_session_ttl(settings.retention.ended_session_ttl_secs)
+                    .await?,
+            )
         };
         let topic = settings.kafka.topic.clone();
         let stored = match &store {

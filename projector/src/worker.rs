@@ -165,7 +165,10 @@ pub struct Projector {
 impl Projector {
     /// Connects to Kafka, the registry and CQL (applying migrations) and joins the group.
     pub async fn new(settings: &Settings, options: ProjectorOptions) -> Result<Self> {
-        let store = ProjectionStore::migrate(&settings.cql).await?;
+        let store = ProjectionStore::migrate(&settings.cql)
+            .await?
+            .with_ended_session_ttl(settings.retention.ended_session_ttl_secs)
+            .await?;
         let decoder = EventDecoder::new(settings.registry.client()?);
         let shared = Arc::new(Shared {
             topic: settings.kafka.topic.clone(),

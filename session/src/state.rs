@@ -50,6 +50,15 @@ impl SessionStatus {
             Self::Erased => "erased",
         }
     }
+
+    /// Whether the session has ended (completed, failed, cancelled or erased): it accepts no
+    /// more events but an erasure, and never runs again.
+    pub fn has_ended(self) -> bool {
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Cancelled | Self::Erased
+        )
+    }
 }
 
 /// A tool call requested but without a recorded result: in doubt if the harness died.

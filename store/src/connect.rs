@@ -91,7 +91,7 @@ impl ProjectionStore {
         migrations::migrate(&session, &keyspace, settings.replication_factor).await?;
         let (reads, writes) = futures::try_join!(
             Reads::prepare(&session, &keyspace),
-            Writes::prepare(&session, &keyspace)
+            Writes::prepare(&session, &keyspace, None)
         )?;
         Ok(Self {
             session: Arc::new(session),
@@ -118,6 +118,22 @@ impl ProjectionStore {
             reads: Arc::new(reads),
             writes: None,
         })
+    }
+
+    /// This store, writing the rows of ended sessions `USING TTL ttl` seconds (`[retention]
+    /// ended_session_ttl_secs`; `None`: they never expire). Prepares the writes again.
+    pub async fn with_ended_session_ttl(mut self, ttl: Option<u32>) -> Result<Self> {
+        if self.writes()?.ttl != ttl {
+            let writes = Writes::prepare(&self.session, &self.keyspace, ttl).await?;
+            self.writes = Some(Arc::new(writes));
+        }
+        Ok(self)
+    }
+
+    /// Whether rows of ended sessions are written with a TTL (see
+    /// [`ProjectionStore::with_ended_session_ttl`]).
+    pub fn expires_ended_sessions(&self) -> bool {
+        self.writes.as_ref().is_some_and(|w| w.ttl.is_some())
     }
 
     /// The keyspace read and written.

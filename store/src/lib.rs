@@ -10,7 +10,9 @@
 //! - [`read`]: every typed read: the rows the projector reloads, the checkpoints and index
 //!   recovery starts from, the lists operators ask for (a session's children, sessions
 //!   awaiting someone) and the rows tests check;
-//! - [`verify`]: comparing two keyspaces table by table.
+//! - [`verify`]: comparing two keyspaces table by table;
+//! - `expire`: with `[retention] ended_session_ttl_secs`, giving an ended session's rows a TTL
+//!   ([`ProjectionStore::expire_session`]).
 //!
 //! Every write is keyed by `(session_id, seq)`, by log position or by what it lists, and the
 //! rows that change are written `USING TIMESTAMP` a log offset, so a crash, a rebalance or a
@@ -20,6 +22,7 @@
 
 mod connect;
 mod error;
+mod expire;
 pub mod keys;
 pub mod migrations;
 pub mod read;

@@ -162,6 +162,9 @@ pub(crate) fn changes<R: Rewritten>(row: R, written: &mut Option<R>) -> R {
     sent
 }
 
+/// Rows written again with a TTL per request when a session ends (all in its partition).
+pub(crate) const ROWS_PER_REWRITE: usize = crate::ROWS_PER_BATCH;
+
 /// Which table (and prepared statement) a [`CqlRow`] goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Table {
@@ -183,10 +186,55 @@ pub(crate) enum Table {
     AwaitingDelete,
 }
 
+impl Table {
+    /// Every table, in the order of the prepared writes.
+    pub(crate) const ALL: [Table; 15] = [
+        Table::Sessions,
+        Table::EventIndex,
+        Table::WriterClaims,
+        Table::Checkpoints,
+        Table::RejectedEvents,
+        Table::SpansBySession,
+        Table::SpansByDay,
+        Table::ContextView,
+        Table::ContextTurns,
+        Table::ErasedTurns,
+        Table::ErasedCheckpoints,
+        Table::PartitionProgress,
+        Table::SessionChildren,
+        Table::AwaitingInsert,
+        Table::AwaitingDelete,
+    ];
+
+    /// Whether an ended session's rows in this table are written with the ended-session TTL
+    /// (`[retention] ended_session_ttl_secs`): the tables whose partition is the session,
+    /// which hold what it said and did. Not the lists keyed by something else: spans by day
+    /// (an operator's view of load, partitioned by day: rewriting it would mean a read of
+    /// another partition per span, and it holds span names, timings and token counts, no
+    /// content), a parent's children (the parent's lineage, which outlives a child), sessions
+    /// awaiting someone (an ended session awaits no one: its row is already deleted) and the
+    /// partitions' progress. A deletion (`ErasedTurns`) cannot carry a TTL.
+    pub(crate) fn expires(self) -> bool {
+        matches!(
+            self,
+            Table::Sessions
+                | Table::EventIndex
+                | Table::WriterClaims
+                | Table::Checkpoints
+                | Table::RejectedEvents
+                | Table::SpansBySession
+                | Table::ContextView
+                | Table::ContextTurns
+        )
+    }
+}
+
 /// One row to write, with its values bound: built while folding, written later in a batch.
 pub struct CqlRow {
     pub(crate) table: Table,
     pub(crate) values: Box<dyn SerializeRow + Send + Sync>,
+    /// Written with the ended-session TTL, if the store has one and the table expires.
+    pub(crate) expires: bool,
 }
 
 impl CqlRow {
@@ -194,7 +242,14 @@ impl CqlRow {
         Self {
             table,
             values: Box::new(values),
+            expires: false,
         }
+    }
+
+    /// Marks this row as one of an ended session: a store with an ended-session TTL writes
+    /// it `USING TTL` when its table's rows expire; others write it as any row.
+    pub fn set_expiring(&mut self) {
+        self.expires = true;
     }
 
     /// A session's row: the commit point of everything folded into it.

@@ -1,7 +1,7 @@
 //! The prepared statements: reads, prepared by every store, and writes, prepared only by a
 //! store that migrated (a read-only CQL role can open the store for reading).
 
-use crate::rows::Table;
+use crate::rows::{CqlRow, Table};
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -80,8 +80,8 @@ impl Reads {
             ))
             .await?,
             load_turns: p(format!(
-                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us,
-                 sealed_text FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
+                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us
+                 FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
             ))
             .await?,
             load_progress: p(format!(
@@ -102,130 +102,158 @@ impl Reads {
     }
 }
 
-/// The projector's writes, one per [`Table`].
-pub(crate) struct Writes {
-    save_session: PreparedStatement,
-    put_index: PreparedStatement,
-    put_claim: PreparedStatement,
-    put_checkpoint: PreparedStatement,
-    put_rejected: PreparedStatement,
-    put_span_by_session: PreparedStatement,
-    put_span_by_day: PreparedStatement,
-    save_context: PreparedStatement,
-    put_turn: PreparedStatement,
-    erase_turns: PreparedStatement,
-    erase_checkpoints: PreparedStatement,
-    save_progress: PreparedStatement,
-    put_child: PreparedStatement,
-    put_awaiting: PreparedStatement,
-    delete_awaiting: PreparedStatement,
-}
-
-impl Writes {
-    pub fn of(&self, table: Table) -> &PreparedStatement {
-        match table {
-            Table::Sessions => &self.save_session,
-            Table::EventIndex => &self.put_index,
-            Table::WriterClaims => &self.put_claim,
-            Table::Checkpoints => &self.put_checkpoint,
-            Table::RejectedEvents => &self.put_rejected,
-            Table::SpansBySession => &self.put_span_by_session,
-            Table::SpansByDay => &self.put_span_by_day,
-            Table::ContextView => &self.save_context,
-            Table::ContextTurns => &self.put_turn,
-            Table::ErasedTurns => &self.erase_turns,
-            Table::ErasedCheckpoints => &self.erase_checkpoints,
-            Table::PartitionProgress => &self.save_progress,
-            Table::SessionChildren => &self.put_child,
-            Table::AwaitingInsert => &self.put_awaiting,
-            Table::AwaitingDelete => &self.delete_awaiting,
-        }
-    }
-
-    pub async fn prepare(session: &Session, ks: &str) -> Result<Self> {
-        let p = |cql: String| prepare(session, cql);
-        Ok(Self {
-            save_session: p(format!(
-                "INSERT INTO {ks}.sessions (session_id, status, agent, title, epoch, writer, last_seq,
+/// The CQL of each [`Table`]'s write.
+fn write_cql(table: Table, ks: &str) -> String {
+    match table {
+        Table::Sessions => format!(
+            "INSERT INTO {ks}.sessions (session_id, status, agent, title, epoch, writer, last_seq,
                  parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
                  cost_micros, pending_calls, pending_approvals, log_partition, applied_offset,
                  state_digest, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                  USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_index: p(format!(
-                "INSERT INTO {ks}.event_index (session_id, seq, log_partition, log_offset, kind,
+        ),
+        Table::EventIndex => format!(
+            "INSERT INTO {ks}.event_index (session_id, seq, log_partition, log_offset, kind,
                  event_id, epoch, occurred_at_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            put_claim: p(format!(
-                "INSERT INTO {ks}.writer_claims (session_id, epoch, writer, log_partition, log_offset,
+        ),
+        Table::WriterClaims => format!(
+            "INSERT INTO {ks}.writer_claims (session_id, epoch, writer, log_partition, log_offset,
                  event_id, occurred_at_us, claim_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            put_checkpoint: p(format!(
-                "INSERT INTO {ks}.checkpoints (session_id, seq, log_partition, log_offset,
+        ),
+        Table::Checkpoints => format!(
+            "INSERT INTO {ks}.checkpoints (session_id, seq, log_partition, log_offset,
                  declared_digest, computed_digest, verified, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                  USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_rejected: p(format!(
-                "INSERT INTO {ks}.rejected_events (session_id, log_partition, log_offset, seq, epoch,
+        ),
+        Table::RejectedEvents => format!(
+            "INSERT INTO {ks}.rejected_events (session_id, log_partition, log_offset, seq, epoch,
                  event_id, kind, label, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ))
-            .await?,
-            put_span_by_session: p(format!(
-                "INSERT INTO {ks}.trace_spans_by_session (session_id, span_seq, span_kind, name,
+        ),
+        Table::SpansBySession => format!(
+            "INSERT INTO {ks}.trace_spans_by_session (session_id, span_seq, span_kind, name,
                  start_us, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_span_by_day: p(format!(
-                "INSERT INTO {ks}.trace_spans_by_day (day, start_us, session_id, span_seq, span_kind,
+        ),
+        Table::SpansByDay => format!(
+            "INSERT INTO {ks}.trace_spans_by_day (day, start_us, session_id, span_seq, span_kind,
                  name, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            save_context: p(format!(
-                "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
+        ),
+        Table::ContextView => format!(
+            "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
                  recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_turn: p(format!(
-                "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,
+        ),
+        Table::ContextTurns => format!(
+            "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,
                  truncated, sealed, occurred_at_us, sealed_text)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            erase_turns: p(format!(
-                "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ?"
-            ))
-            .await?,
-            erase_checkpoints: p(format!(
-                "DELETE FROM {ks}.checkpoints WHERE session_id = ?"
-            ))
-            .await?,
-            save_progress: p(format!(
-                "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset)
+        ),
+        Table::ErasedTurns => format!(
+            "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ?"
+        ),
+        Table::ErasedCheckpoints => format!("DELETE FROM {ks}.checkpoints WHERE session_id = ?"),
+        Table::PartitionProgress => format!(
+            "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset)
                  VALUES (?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_child: p(format!(
-                "INSERT INTO {ks}.session_children (parent_session_id, child_session_id, parent_seq)
+        ),
+        Table::SessionChildren => format!(
+            "INSERT INTO {ks}.session_children (parent_session_id, child_session_id, parent_seq)
                  VALUES (?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            put_awaiting: p(format!(
-                "INSERT INTO {ks}.sessions_awaiting (waiting_for, session_id, since_seq, since_us)
+        ),
+        Table::AwaitingInsert => format!(
+            "INSERT INTO {ks}.sessions_awaiting (waiting_for, session_id, since_seq, since_us)
                  VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
-            ))
-            .await?,
-            delete_awaiting: p(format!(
-                "DELETE FROM {ks}.sessions_awaiting USING TIMESTAMP ?
+        ),
+        Table::AwaitingDelete => format!(
+            "DELETE FROM {ks}.sessions_awaiting USING TIMESTAMP ?
                  WHERE waiting_for = ? AND session_id = ?"
-            ))
-            .await?,
+        ),
+    }
+}
+
+/// `cql` (an insert) with its values written `USING TTL ttl` as well: after its write
+/// timestamp when it has one. The TTL is a deployment constant, so it is part of the text.
+fn with_ttl(cql: &str, ttl: u32) -> String {
+    const TIMESTAMP: &str = "USING TIMESTAMP ?";
+    if cql.contains(TIMESTAMP) {
+        cql.replace(TIMESTAMP, &format!("{TIMESTAMP} AND TTL {ttl}"))
+    } else {
+        format!("{cql} USING TTL {ttl}")
+    }
+}
+
+/// The projector's writes, one per [`Table`], and, with an ended-session TTL, the same
+/// inserts with the TTL for the tables whose rows expire ([`Table::expires`]).
+pub(crate) struct Writes {
+    /// Indexed by `Table as usize`.
+    statements: Vec<PreparedStatement>,
+    /// Indexed the same; `None` for a table whose rows never expire, or without a TTL.
+    expiring: Vec<Option<PreparedStatement>>,
+    /// The TTL of an ended session's rows, in seconds, if any.
+    pub ttl: Option<u32>,
+    /// With a TTL: how an ended session's earlier rows are written again with it.
+    pub rewrites: Vec<crate::expire::Rewrite>,
+}
+
+impl Writes {
+    pub fn of(&self, table: Table) -> &PreparedStatement {
+        &self.statements[table as usize]
+    }
+
+    /// The statement that writes `row`: with the TTL when the row is an ended session's and
+    /// its table expires.
+    pub fn for_row(&self, row: &CqlRow) -> &PreparedStatement {
+        match (&self.expiring[row.table as usize], row.expires) {
+            (Some(statement), true) => statement,
+            _ => self.of(row.table),
+        }
+    }
+
+    pub async fn prepare(session: &Session, ks: &str, ttl: Option<u32>) -> Result<Self> {
+        let statements = futures::future::try_join_all(
+            Table::ALL.map(|table| prepare(session, write_cql(table, ks))),
+        )
+        .await?;
+        let expiring = futures::future::try_join_all(Table::ALL.map(|table| async move {
+            match ttl {
+                Some(ttl) if table.expires() => Ok(Some(
+                    prepare(session, with_ttl(&write_cql(table, ks), ttl)).await?,
+                )),
+                _ => Ok::<_, Error>(None),
+            }
+        }))
+        .await?;
+        let rewrites = match ttl {
+            Some(ttl) => crate::expire::prepare_rewrites(session, ks, ttl).await?,
+            None => Vec::new(),
+        };
+        Ok(Self {
+            statements,
+            expiring,
+            ttl,
+            rewrites,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_follows_the_write_timestamp_or_ends_the_insert() {
+        let ks = "k";
+        assert!(
+            with_ttl(&write_cql(Table::Sessions, ks), 60).ends_with("USING TIMESTAMP ? AND TTL 60")
+        );
+        assert!(with_ttl(&write_cql(Table::EventIndex, ks), 60).ends_with(") USING TTL 60"));
+        // Every table that expires is written with an insert (a delete cannot carry a TTL).
+        for table in Table::ALL.into_iter().filter(|t| t.expires()) {
+            assert!(
+                write_cql(table, ks).trim_start().starts_with("INSERT"),
+                "{table:?}"
+            );
+        }
     }
 }

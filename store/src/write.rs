@@ -97,7 +97,7 @@ impl ProjectionStore {
         let writes = self.writes()?;
         let statements: Vec<BatchStatement> = rows
             .clone()
-            .map(|row| BatchStatement::from(writes.of(row.table).clone()))
+            .map(|row| BatchStatement::from(writes.for_row(row).clone()))
             .collect();
         if statements.is_empty() {
             return Ok(());
