@@ -129,6 +129,20 @@ fn routes(s: SessionId) -> Vec<Route> {
         ),
         r(
             Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/erase"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
+            format!("/v1/sessions/{s}/erasure"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
             Method::GET,
             "/v1/resolutions".into(),
             Role::Operator,
@@ -443,6 +457,13 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             "approvals/a1",
             json!({ "approved": true }),
         ),
+        (
+            recovery_base,
+            Method::POST,
+            "erase",
+            json!({ "reason": "r" }),
+        ),
+        (recovery_base, Method::GET, "erasure", Value::Null),
     ];
     for (base, method, tail, body) in &routes {
         let path = match *tail {
