@@ -60,11 +60,12 @@ impl Keyring {
         self.keks.current().id()
     }
 
-    fn cached(&self, session: SessionId) -> Option<KeyState> {
+    /// What the cache holds for `session`: only if fetched within the TTL, unless `any_age`.
+    fn cached(&self, session: SessionId, any_age: bool) -> Option<KeyState> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         cache
             .get(&session)
-            .filter(|(_, at)| at.elapsed() < self.ttl)
+            .filter(|(_, at)| any_age || at.elapsed() < self.ttl)
             .map(|(state, _)| state.clone())
     }
 
@@ -105,12 +106,24 @@ impl Keyring {
         })
     }
 
-    /// The session's key as the store has it (cached for the configured time).
+    /// The session's key as the store has it (cached for the configured time). While the key
+    /// store cannot be reached, a key this process already held is used however old: a writer
+    /// of a running session goes on through a store outage (an erasure made meanwhile reaches
+    /// it when the store is back); a key it never held fails with the store's error.
     pub async fn key(&self, session: SessionId) -> Result<KeyState> {
-        if let Some(state) = self.cached(session) {
+        if let Some(state) = self.cached(session, false) {
             return Ok(state);
         }
-        let stored = self.store.get(session).await?;
+        let stored = match self.store.get(session).await {
+            Ok(stored) => stored,
+            Err(error) => match self.cached(session, true) {
+                Some(state) if error.is_store() => {
+                    tracing::warn!(%session, %error, "key store unreachable; using the key held");
+                    return Ok(state);
+                }
+                _ => return Err(error),
+            },
+        };
         let state = self.unwrap_stored(session, stored)?;
         self.remember(session, state.clone());
         Ok(state)
@@ -431,7 +444,10 @@ mod tests {
     /// The store as a map: enough to test the keyring's rules (the CQL one is tested against
     /// Cassandra in the integration tests).
     #[derive(Default)]
-    struct MapStore(Mutex<HashMap<SessionId, StoredKey>>);
+    struct MapStore(
+        Mutex<HashMap<SessionId, StoredKey>>,
+        std::sync::atomic::AtomicBool,
+    );
 
     impl DataKeyStore for MapStore {
         fn create(
@@ -448,7 +464,14 @@ mod tests {
             session: SessionId,
         ) -> futures::future::BoxFuture<'_, Result<Option<StoredKey>>> {
             let stored = self.0.lock().unwrap().get(&session).cloned();
-            async move { Ok(stored) }.boxed()
+            let down = self.1.load(std::sync::atomic::Ordering::Relaxed);
+            async move {
+                if down {
+                    return Err(Error::Store("the store is down".into()));
+                }
+                Ok(stored)
+            }
+            .boxed()
         }
         fn destroy(&self, receipt: ErasureReceipt) -> futures::future::BoxFuture<'_, Result<()>> {
             self.0.lock().unwrap().insert(
@@ -578,6 +601,28 @@ mod tests {
         );
         let mut more = vec![envelope(session, 2, "after")];
         assert!(matches!(ring.seal(&mut more).await, Err(Error::Erased(_))));
+    }
+
+    #[tokio::test]
+    async fn a_key_held_outlives_a_store_outage_and_a_new_one_does_not() {
+        let store = Arc::new(MapStore::default());
+        // A TTL of zero: every lookup goes to the store first.
+        let ring = keyring(&store, Keks::new(Kek::generate(), vec![]));
+        let (running, new) = (SessionId::new(), SessionId::new());
+        ring.seal(&mut [envelope(running, 1, "before")])
+            .await
+            .unwrap();
+        store.1.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut during = [envelope(running, 2, "during")];
+        ring.seal(&mut during).await.unwrap();
+        assert_eq!(
+            ring.opener(running).await.unwrap().open_event(&during[0]).1,
+            vec![]
+        );
+        assert!(matches!(
+            ring.seal(&mut [envelope(new, 1, "x")]).await,
+            Err(Error::Store(_))
+        ));
     }
 
     #[tokio::test]

@@ -80,8 +80,8 @@ impl Reads {
             ))
             .await?,
             load_turns: p(format!(
-                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us
-                 FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
+                "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us,
+                 sealed_text FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
             ))
             .await?,
             load_progress: p(format!(

@@ -141,6 +141,9 @@ async fn acknowledged_events_survive_a_killed_and_a_restarted_broker_exactly_onc
         bail!("needs the 3-broker stack (`scripts/stack up --brokers 3`), found {brokers:?}");
     }
     topic::ensure_topics(&settings.kafka).await?;
+    // Sealed, as every test writes (the key store is not what this test breaks).
+    settings.privacy.kek_file = Some(sessionlog_tests::auth::kek_file()?);
+    sessionlog_store::KeyTable::create(&settings).await?;
     let log = Arc::new(EventLog::from_settings(&settings).await?);
 
     // Round 1: kill a broker once a fifth of the events are acknowledged.

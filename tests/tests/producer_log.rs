@@ -230,7 +230,11 @@ async fn a_full_in_flight_window_refuses_the_non_waiting_append() -> Result<()> 
     let mut stack = TestStack::new("pbackp", 1).await?;
     stack.settings.producer.max_in_flight = 1;
     let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (writer, _) = SessionWriter::create(Arc::clone(&log), "backpressure-test", None).await?;
+    let (mut writer, _) =
+        SessionWriter::create(Arc::clone(&log), "backpressure-test", None).await?;
+    // The session's data key is made and cached by a first sealed event, so sealing the next
+    // ones needs no round trip and an append reaches the in-flight window on its first poll.
+    writer.append(request("warm-up".into())).await?;
     let envelopes = writer.envelopes(vec![request("a".into()), request("b".into())]);
 
     // Polled once, the first append has taken the only slot and waits for its ack.
