@@ -156,28 +156,44 @@ impl Keyring {
     }
 
     /// Seals the sensitive fields of `envelopes` (of any sessions) before they are written.
-    /// Content a caller sealed itself is refused: only this keyring's seals open.
+    /// A field already sealed is kept only if it opens with the session's key as that event's
+    /// field (an exact retry of an envelope this library sealed and returned); any other sealed
+    /// content is refused: every sealed field in the log must open with its session's key.
     pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {
-        refuse_sealed(envelopes)?;
         let mut keys: HashMap<SessionId, Arc<DataKey>> = HashMap::new();
         for envelope in envelopes.iter_mut() {
             // A claim, a checkpoint, a resume carry nothing to seal: no key is needed (nor
             // made) for them, and an erased session's claim is judged by the fold, not here.
-            let mut plain = false;
-            sensitive_fields(&mut envelope.event, |_, content| {
-                plain |= !content.is_sealed()
-            });
-            if !plain {
+            let mut texts = false;
+            sensitive_fields(&mut envelope.event, |_, _| texts = true);
+            if !texts {
                 continue;
             }
-            let key = match keys.get(&envelope.session_id) {
+            let (session, seq) = (envelope.session_id, envelope.seq);
+            let key = match keys.get(&session) {
                 Some(key) => Arc::clone(key),
                 None => {
-                    let key = self.sealing_key(envelope.session_id).await?;
-                    keys.insert(envelope.session_id, Arc::clone(&key));
+                    let key = self.sealing_key(session).await?;
+                    keys.insert(session, Arc::clone(&key));
                     key
                 }
             };
+            let mut foreign = None;
+            sensitive_fields(&mut envelope.event, |field, content| {
+                if let Content::Sealed {
+                    key_id,
+                    nonce,
+                    ciphertext,
+                } = content
+                    && !(sealed_as(key_id, seq, field)
+                        && key.open(session, key_id, nonce, ciphertext).is_some())
+                {
+                    foreign.get_or_insert(field);
+                }
+            });
+            if let Some(field) = foreign {
+                return Err(Error::AlreadySealed { seq, field });
+            }
             seal_envelope(&key, envelope);
         }
         Ok(())

@@ -340,7 +340,6 @@ impl SessionWriter {
             });
         }
         let mut envelopes = envelopes;
-        self.unseal_retries(&mut envelopes);
         // Judged before sealing, as sealing an erased session's event fails for the key's
         // sake while the fold's reason (after the end) is the one to report.
         self.judge_all(&envelopes)?;
@@ -358,26 +357,6 @@ impl SessionWriter {
             tracing::Span::current().record("last_offset", last.offset);
         }
         Ok(appended)
-    }
-
-    /// A retried envelope (same seq and event id as one this writer appended) may come back
-    /// as the caller kept it, in plain text, or as [`Appended`] returned it, sealed: either
-    /// way it is a duplicate, and sealing must not refuse the sealed one.
-    fn unseal_retries(&self, envelopes: &mut [EventEnvelope]) {
-        for envelope in envelopes.iter_mut() {
-            if envelope.seq <= self.state.last_seq
-                && self
-                    .state
-                    .recent
-                    .contains(&(envelope.seq, envelope.event_id))
-            {
-                sessionlog_keys::sensitive_fields(&mut envelope.event, |_, content| {
-                    if content.is_sealed() {
-                        *content = sessionlog_schemas::Content::plain("");
-                    }
-                });
-            }
-        }
     }
 
     /// Judges a batch in order, as the fold will, without touching the writer's state.

@@ -255,7 +255,7 @@ async fn a_full_in_flight_window_refuses_the_non_waiting_append() -> Result<()> 
     let histories = fold_topic(&log).await?;
     let history = &histories[&writer.session_id()];
     assert_eq!(
-        history.state.last_seq, 3,
+        history.state.last_seq, 4,
         "the refused event was not sent twice"
     );
     assert!(
