@@ -683,6 +683,26 @@ impl BodyDecoder {
         .resolve(value, self.writer_schema, current.schema)
     }
 
+    /// Decode one raw body into a `Value` of kept version `reader_version`'s schema, resolved
+    /// as this crate resolves into its current one: what a release whose current version was
+    /// `reader_version` reads (its resolution is unchanged since v1). For upgrade tests, e.g.
+    /// what a projector of the previous release makes of a record written by this one.
+    pub fn decode_value_as(&self, body: &[u8], reader_version: u32) -> Result<Value> {
+        let reader = schema_version(reader_version).ok_or_else(|| {
+            Error::malformed(
+                "reader_version",
+                format!("version {reader_version} is not kept"),
+            )
+        })?;
+        let names = ResolvedSchema::new(&reader.schema).map_err(schema_error("reader"))?;
+        let written = self.read_written(body)?;
+        Resolver {
+            writer: self.writer_names.get_names(),
+            reader: names.get_names(),
+        }
+        .resolve(written, self.writer_schema, &reader.schema)
+    }
+
     /// The datum of the writer schema, before any resolution.
     fn read_written(&self, body: &[u8]) -> Result<Value> {
         let mut input = EofTracking {
