@@ -177,6 +177,137 @@ pub fn encode_body(envelope: &EventEnvelope) -> Result<Vec<u8>> {
         .map_err(Error::Encode)
 }
 
+/// Encode an envelope as a raw Avro datum of kept version `version`, as a writer of that
+/// version would have: for tests and tools that need records an older release wrote (a topic
+/// holding v1 and v2 records), not for the hot path (it resolves the schema's names per call).
+///
+/// The envelope is mapped onto the current schema first and then onto `version`'s, field by
+/// field and union branch by name. What the older version cannot carry is refused with
+/// [`Error::Unrepresentable`], never dropped: a sealed text in a field that was a plain
+/// string, or a field the older version lacks holding anything but its default (a tenant
+/// other than `default`, an attestation, cache tokens, a provider, `forked_by`). The
+/// envelope's `schema_version` must be `version`: a record says which schema wrote it.
+pub fn encode_body_for_version(version: u32, envelope: &EventEnvelope) -> Result<Vec<u8>> {
+    if version == CURRENT_SCHEMA_VERSION {
+        return encode_body(envelope);
+    }
+    let target = schema_version(version).ok_or_else(|| {
+        Error::malformed("schema_version", format!("version {version} is not kept"))
+    })?;
+    if envelope.schema_version != version {
+        return Err(Error::Unrepresentable {
+            version,
+            what: format!(
+                "an envelope whose schema_version is {} (set it to {version})",
+                envelope.schema_version
+            ),
+        });
+    }
+    let current = &*CURRENT;
+    let value = envelope_to_value(envelope, current)?;
+    let names = ResolvedSchema::new(&target.schema).map_err(schema_error("target"))?;
+    let value = Downgrade {
+        version,
+        from: current.names.get_names(),
+        to: names.get_names(),
+    }
+    .map(value, current.schema, &target.schema, "envelope")?;
+    GenericDatumWriter::builder(&target.schema)
+        .build()
+        .map_err(schema_error("target"))?
+        .write_value_to_vec(value)
+        .map_err(Error::Encode)
+}
+
+/// Maps a value of the current schema onto an older one (see [`encode_body_for_version`]).
+struct Downgrade<'f, 't> {
+    version: u32,
+    from: &'f NamesRef<'f>,
+    to: &'t NamesRef<'t>,
+}
+
+impl Downgrade<'_, '_> {
+    fn refuse(&self, what: String) -> Error {
+        Error::Unrepresentable {
+            version: self.version,
+            what,
+        }
+    }
+
+    fn map(&self, value: Value, from: &Schema, to: &Schema, path: &str) -> Result<Value> {
+        let from = deref(from, self.from)?;
+        let to = deref(to, self.to)?;
+        match (from, to, value) {
+            // Only the branch written matters; find the older schema's branch of that name
+            // (or kind), or the older schema's plain type where it had no union.
+            (Schema::Union(fu), _, Value::Union(i, inner)) => {
+                let branch = fu.variants().get(i as usize).ok_or_else(|| {
+                    Error::malformed(path, format!("branch {i} beyond the schema"))
+                })?;
+                let branch = deref(branch, self.from)?;
+                let what = || match branch.name() {
+                    Some(name) => format!("a {} in `{path}`", name.name()),
+                    None => format!("a {:?} in `{path}`", SchemaKind::from(branch)),
+                };
+                // Name the kind in paths below the event union: `envelope.event.SessionStarted.title`.
+                let inner_path = match branch {
+                    Schema::Record(r) => format!("{path}.{}", r.name.name()),
+                    _ => path.to_owned(),
+                };
+                match to {
+                    Schema::Union(tu) => {
+                        let j =
+                            pick_branch(branch, tu, self.to)?.ok_or_else(|| self.refuse(what()))?;
+                        let inner = self.map(*inner, branch, &tu.variants()[j], &inner_path)?;
+                        Ok(Value::Union(j as u32, Box::new(inner)))
+                    }
+                    _ if same_kind(branch, to) => self.map(*inner, branch, to, &inner_path),
+                    _ => Err(self.refuse(what())),
+                }
+            }
+            (Schema::Record(fr), Schema::Record(tr), Value::Record(fields)) => {
+                let mut fields: HashMap<String, Value> = fields.into_iter().collect();
+                let mut out = Vec::with_capacity(tr.fields.len());
+                for tf in &tr.fields {
+                    let ff = fr.fields.iter().find(|f| f.name == tf.name);
+                    let (ff, value) = ff
+                        .and_then(|ff| fields.remove(&ff.name).map(|v| (ff, v)))
+                        .ok_or_else(|| {
+                            Error::malformed(format!("{path}.{}", tf.name), "missing")
+                        })?;
+                    let path = format!("{path}.{}", tf.name);
+                    out.push((
+                        tf.name.clone(),
+                        self.map(value, &ff.schema, &tf.schema, &path)?,
+                    ));
+                }
+                // A field the older version lacks may only be dropped if it says nothing.
+                for ff in &fr.fields {
+                    if let Some(value) = fields.remove(&ff.name) {
+                        let default = match &ff.default {
+                            Some(default) => Some(default_value(default, &ff.schema, self.from)?),
+                            None => None,
+                        };
+                        if default.as_ref() != Some(&value) {
+                            return Err(self.refuse(format!(
+                                "`{path}.{}` set to {value:?} (it has no such field)",
+                                ff.name
+                            )));
+                        }
+                    }
+                }
+                Ok(Value::Record(out))
+            }
+            (_, _, value) if same_kind(from, to) => Ok(value),
+            (_, _, value) => Err(self.refuse(format!("{value:?} in `{path}`"))),
+        }
+    }
+}
+
+fn same_kind(a: &Schema, b: &Schema) -> bool {
+    SchemaKind::from(a) == SchemaKind::from(b)
+}
+
 fn envelope_to_value(e: &EventEnvelope, c: &Current) -> Result<Value> {
     let kind = e.event.kind();
     let index = c
@@ -540,6 +671,40 @@ impl BodyDecoder {
 
     /// Decode one raw Avro body into a `Value` of the current reader schema.
     pub fn decode_value(&self, body: &[u8]) -> Result<Value> {
+        let value = self.read_written(body)?;
+        if self.is_current {
+            return Ok(value);
+        }
+        let current = &*CURRENT;
+        Resolver {
+            writer: self.writer_names.get_names(),
+            reader: current.names.get_names(),
+        }
+        .resolve(value, self.writer_schema, current.schema)
+    }
+
+    /// Decode one raw body into a `Value` of kept version `reader_version`'s schema, resolved
+    /// as this crate resolves into its current one: what a release whose current version was
+    /// `reader_version` reads (its resolution is unchanged since v1). For upgrade tests, e.g.
+    /// what a projector of the previous release makes of a record written by this one.
+    pub fn decode_value_as(&self, body: &[u8], reader_version: u32) -> Result<Value> {
+        let reader = schema_version(reader_version).ok_or_else(|| {
+            Error::malformed(
+                "reader_version",
+                format!("version {reader_version} is not kept"),
+            )
+        })?;
+        let names = ResolvedSchema::new(&reader.schema).map_err(schema_error("reader"))?;
+        let written = self.read_written(body)?;
+        Resolver {
+            writer: self.writer_names.get_names(),
+            reader: names.get_names(),
+        }
+        .resolve(written, self.writer_schema, &reader.schema)
+    }
+
+    /// The datum of the writer schema, before any resolution.
+    fn read_written(&self, body: &[u8]) -> Result<Value> {
         let mut input = EofTracking {
             rest: body,
             hit_eof: false,
@@ -556,15 +721,7 @@ impl BodyDecoder {
         if !input.rest.is_empty() {
             return Err(Error::TrailingBytes(input.rest.len()));
         }
-        if self.is_current {
-            return Ok(value);
-        }
-        let current = &*CURRENT;
-        Resolver {
-            writer: self.writer_names.get_names(),
-            reader: current.names.get_names(),
-        }
-        .resolve(value, self.writer_schema, current.schema)
+        Ok(value)
     }
 }
 
@@ -611,7 +768,7 @@ impl Resolver<'_, '_> {
                 })?;
                 self.resolve(*inner, branch, reader)
             }
-            (_, Schema::Union(ru), value) => match self.pick_branch(writer, ru)? {
+            (_, Schema::Union(ru), value) => match pick_branch(writer, ru, self.reader)? {
                 Some(j) => {
                     let inner = self.resolve(value, writer, &ru.variants()[j])?;
                     Ok(Value::Union(j as u32, Box::new(inner)))
@@ -631,24 +788,6 @@ impl Resolver<'_, '_> {
         }
     }
 
-    /// The reader branch for a writer branch: same full name or an alias for named types,
-    /// same kind otherwise.
-    fn pick_branch(&self, writer: &Schema, reader: &UnionSchema) -> Result<Option<usize>> {
-        let writer_name = writer.name().map(|n| n.fullname(None));
-        for (j, branch) in reader.variants().iter().enumerate() {
-            let branch = deref(branch, self.reader)?;
-            let found = match (&writer_name, branch.name()) {
-                (Some(w), Some(r)) => same_name(w, r, branch),
-                (None, None) => SchemaKind::from(writer) == SchemaKind::from(branch),
-                _ => false,
-            };
-            if found {
-                return Ok(Some(j));
-            }
-        }
-        Ok(None)
-    }
-
     fn resolve_record(
         &self,
         writer: &RecordSchema,
@@ -665,7 +804,7 @@ impl Resolver<'_, '_> {
             let value = match wf.and_then(|wf| written.remove(&wf.name).map(|v| (wf, v))) {
                 Some((wf, v)) => self.resolve(v, &wf.schema, &rf.schema)?,
                 None => match &rf.default {
-                    Some(default) => self.default_value(default, &rf.schema)?,
+                    Some(default) => default_value(default, &rf.schema, self.reader)?,
                     None => {
                         return Err(Error::malformed(
                             &rf.name,
@@ -681,26 +820,53 @@ impl Resolver<'_, '_> {
         }
         Ok(Value::Record(out))
     }
+}
 
-    fn default_value(&self, default: &serde_json::Value, schema: &Schema) -> Result<Value> {
-        let schema = deref(schema, self.reader)?;
-        let value = Value::try_from(default.clone()).map_err(Error::Decode)?;
-        match schema {
-            // A union's default belongs to its first branch (Avro spec).
-            Schema::Union(u) => {
-                let first = u
-                    .variants()
-                    .first()
-                    .ok_or_else(|| Error::malformed("default", "empty union"))?;
-                let inner = value
-                    .resolve_with_names(first, self.reader)
-                    .map_err(Error::Decode)?;
-                Ok(Value::Union(0, Box::new(inner)))
-            }
-            _ => value
-                .resolve_with_names(schema, self.reader)
-                .map_err(Error::Decode),
+/// The branch of `union` (whose names are `names`) for a value of schema `branch`: same full
+/// name or an alias for named types, same kind otherwise.
+fn pick_branch(
+    branch: &Schema,
+    union: &UnionSchema,
+    names: &NamesRef<'_>,
+) -> Result<Option<usize>> {
+    let name = branch.name().map(|n| n.fullname(None));
+    for (j, candidate) in union.variants().iter().enumerate() {
+        let candidate = deref(candidate, names)?;
+        let found = match (&name, candidate.name()) {
+            (Some(w), Some(r)) => same_name(w, r, candidate),
+            (None, None) => SchemaKind::from(branch) == SchemaKind::from(candidate),
+            _ => false,
+        };
+        if found {
+            return Ok(Some(j));
         }
+    }
+    Ok(None)
+}
+
+/// A field's default as a value of its schema (whose names are `names`).
+fn default_value(
+    default: &serde_json::Value,
+    schema: &Schema,
+    names: &NamesRef<'_>,
+) -> Result<Value> {
+    let schema = deref(schema, names)?;
+    let value = Value::try_from(default.clone()).map_err(Error::Decode)?;
+    match schema {
+        // A union's default belongs to its first branch (Avro spec).
+        Schema::Union(u) => {
+            let first = u
+                .variants()
+                .first()
+                .ok_or_else(|| Error::malformed("default", "empty union"))?;
+            let inner = value
+                .resolve_with_names(first, names)
+                .map_err(Error::Decode)?;
+            Ok(Value::Union(0, Box::new(inner)))
+        }
+        _ => value
+            .resolve_with_names(schema, names)
+            .map_err(Error::Decode),
     }
 }
 

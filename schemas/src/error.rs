@@ -22,6 +22,18 @@ pub enum Error {
     /// The bytes are not a datum of the writer schema, or cannot be resolved into the reader schema.
     #[error("Avro decoding failed: {0}")]
     Decode(#[source] apache_avro::Error),
+    /// An envelope holds something an older schema version cannot carry (a sealed text where
+    /// it had a plain string, a field it lacks set to anything but its default): write it with
+    /// the current version instead.
+    #[error(
+        "schema v{version} cannot carry {what}: write this event with the current schema version"
+    )]
+    Unrepresentable {
+        /// The older version asked for.
+        version: u32,
+        /// What it cannot carry, and where.
+        what: String,
+    },
     /// The body ended in the middle of the datum.
     #[error("malformed Avro body: truncated")]
     Truncated,

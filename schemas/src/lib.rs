@@ -5,7 +5,8 @@
 //! - `avro/session-event.vN.avsc`: one self-contained schema per version. Every version is
 //!   kept; the highest is the one this build writes ([`avro::CURRENT_SCHEMA_VERSION`]).
 //! - [`avro`]: the kept versions, and a hand-written mapping between the model and Avro
-//!   values. [`avro::encode_body`] writes a raw datum with the current schema;
+//!   values. [`avro::encode_body`] writes a raw datum with the current schema
+//!   ([`avro::encode_body_for_version`] with an older one, as its writers did);
 //!   [`avro::BodyDecoder`] reads a datum of any writer schema into the current model.
 //! - [`wire`]: the Confluent framing (magic byte 0, 4-byte big-endian schema id, body).
 //! - [`registry`]: a Confluent-compatible schema registry client (Apicurio's ccompat API or
@@ -24,7 +25,7 @@ pub mod wire;
 
 pub use avro::{
     BodyDecoder, CURRENT_SCHEMA_VERSION, SchemaVersion, current_schema, decode_body, encode_body,
-    schema_versions,
+    encode_body_for_version, schema_versions,
 };
 pub use error::{Error, Result};
 pub use event::{

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use sessionlog_schemas::{
     BodyDecoder, CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, Error, EventEncoder,
     EventEnvelope, ForkPoint, ResultSource, SessionEvent, SessionId, TerminalOutcome,
-    current_schema, decode_body, encode_body, schema_versions, unframe,
+    current_schema, decode_body, encode_body, encode_body_for_version, schema_versions, unframe,
 };
 use uuid::Uuid;
 
@@ -268,6 +268,30 @@ proptest! {
         prop_assert_eq!(&decode_body(body).expect("decodes"), &e);
     }
 
+    /// An envelope v1 can carry survives a v1 writer and today's reader unchanged; one it
+    /// cannot is refused, never written with the difference dropped.
+    #[test]
+    fn what_v1_can_carry_round_trips_through_a_v1_body(mut e in envelope(), fit: bool) {
+        static V1: std::sync::LazyLock<BodyDecoder> =
+            std::sync::LazyLock::new(|| BodyDecoder::for_version(1).expect("v1 decoder"));
+        e.schema_version = 1;
+        // Half the cases are made to fit, or random tenants would leave starts always refused.
+        if fit {
+            fit_v1(&mut e);
+            prop_assert!(v1_can_carry(&e));
+        }
+        match encode_body_for_version(1, &e) {
+            Ok(body) => {
+                prop_assert!(v1_can_carry(&e), "v1 wrote what it cannot carry: {:?}", e);
+                prop_assert_eq!(&V1.decode(&body).expect("decodes"), &e);
+            }
+            Err(Error::Unrepresentable { version: 1, .. }) => {
+                prop_assert!(!v1_can_carry(&e), "refused what v1 can carry: {:?}", e);
+            }
+            Err(other) => prop_assert!(false, "unexpected error {}", other),
+        }
+    }
+
     #[test]
     fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
         let _ = decode_body(&bytes);
@@ -348,6 +372,88 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
             ..
         })
     ));
+}
+
+/// What schema v1 has room for, stated per field (the oracle for the v1 writer): no
+/// attestation, no sealed text outside `Content`, and v2's new fields at their defaults.
+fn v1_can_carry(e: &EventEnvelope) -> bool {
+    use SessionEvent as E;
+    let plain = |c: &Content| !c.is_sealed();
+    let opt_plain = |c: &Option<Content>| c.as_ref().is_none_or(plain);
+    e.attestation.is_none()
+        && match &e.event {
+            E::SessionStarted { title, tenant, .. } => {
+                opt_plain(title) && tenant == sessionlog_schemas::DEFAULT_TENANT
+            }
+            E::SessionForked {
+                tenant, forked_by, ..
+            } => tenant == sessionlog_schemas::DEFAULT_TENANT && forked_by.is_none(),
+            E::ModelResponse {
+                cache_read_tokens,
+                cache_creation_tokens,
+                provider,
+                ..
+            } => *cache_read_tokens == 0 && *cache_creation_tokens == 0 && provider.is_none(),
+            E::ToolCallResult { note, .. } => opt_plain(note),
+            E::ApprovalRequested { action, .. } => plain(action),
+            E::ApprovalDecided { reason, .. }
+            | E::SessionPaused { reason }
+            | E::SessionEnded { reason, .. } => opt_plain(reason),
+            E::ResolutionRequired { reason, .. } => plain(reason),
+            E::UserRequest { .. }
+            | E::ToolCallRequested { .. }
+            | E::SteeringMessage { .. }
+            | E::PlanUpdated { .. }
+            | E::Checkpoint { .. }
+            | E::WriterClaimed { .. }
+            | E::SessionResumed {}
+            | E::SessionErased { .. } => true,
+        }
+}
+
+/// `e` with everything v1 cannot carry replaced by what v1 reads back in its place.
+fn fit_v1(e: &mut EventEnvelope) {
+    use SessionEvent as E;
+    let unseal = |c: &mut Content| {
+        if c.is_sealed() {
+            *c = Content::plain("was sealed");
+        }
+    };
+    e.attestation = None;
+    match &mut e.event {
+        E::SessionStarted { title, tenant, .. } => {
+            if let Some(title) = title {
+                unseal(title);
+            }
+            *tenant = sessionlog_schemas::DEFAULT_TENANT.into();
+        }
+        E::SessionForked {
+            tenant, forked_by, ..
+        } => {
+            *tenant = sessionlog_schemas::DEFAULT_TENANT.into();
+            *forked_by = None;
+        }
+        E::ModelResponse {
+            cache_read_tokens,
+            cache_creation_tokens,
+            provider,
+            ..
+        } => {
+            (*cache_read_tokens, *cache_creation_tokens, *provider) = (0, 0, None);
+        }
+        E::ToolCallResult { note: reason, .. }
+        | E::ApprovalDecided { reason, .. }
+        | E::SessionPaused { reason }
+        | E::SessionEnded { reason, .. } => {
+            if let Some(reason) = reason {
+                unseal(reason);
+            }
+        }
+        E::ApprovalRequested { action: text, .. } | E::ResolutionRequired { reason: text, .. } => {
+            unseal(text)
+        }
+        _ => {}
+    }
 }
 
 fn sample() -> EventEnvelope {

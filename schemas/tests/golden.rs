@@ -2,7 +2,8 @@
 //! envelopes recorded beside them. This is the test that keeps old data in the topic readable.
 
 use sessionlog_schemas::{
-    BodyDecoder, CURRENT_SCHEMA_VERSION, EventEnvelope, SessionEvent, encode_body, schema_versions,
+    BodyDecoder, CURRENT_SCHEMA_VERSION, EventEnvelope, SessionEvent, encode_body,
+    encode_body_for_version, schema_versions,
 };
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -117,5 +118,19 @@ fn current_golden_files_cover_every_event_kind() {
 fn current_encoder_reproduces_current_golden_bytes() {
     for (name, body, expected) in golden_files(CURRENT_SCHEMA_VERSION) {
         assert_eq!(encode_body(&expected).expect("encodes"), body, "{name}");
+    }
+}
+
+/// Every kept version's writer, as [`encode_body_for_version`] emulates it, reproduces that
+/// version's golden bytes: the records tests write "as an older release" are the bytes that
+/// release wrote, not an approximation.
+#[test]
+fn each_version_encoder_reproduces_its_golden_bytes() {
+    for v in schema_versions() {
+        for (name, body, expected) in golden_files(v.version) {
+            let encoded = encode_body_for_version(v.version, &expected)
+                .unwrap_or_else(|e| panic!("v{}/{name}: {e}", v.version));
+            assert_eq!(encoded, body, "v{}/{name}", v.version);
+        }
     }
 }
