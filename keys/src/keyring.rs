@@ -591,9 +591,15 @@ mod tests {
             vec![("content", Text::Unreadable)]
         );
 
-        // A writer may not bring its own seals.
+        // Sealing again what this keyring sealed (a retry) changes nothing; content sealed
+        // with another key is refused.
+        let again = events.clone();
+        ring.seal(&mut events).await.unwrap();
+        assert_eq!(events, again);
+        let mut foreign = vec![envelope(session, 1, "x")];
+        seal_envelope(&DataKey::generate(), &mut foreign[0]);
         assert!(matches!(
-            ring.seal(&mut events).await,
+            ring.seal(&mut foreign).await,
             Err(Error::AlreadySealed { seq: 1, .. })
         ));
 
