@@ -131,8 +131,18 @@ impl Keyring {
 
     /// The key to seal the session's events with, made and stored if the session has none yet
     /// (a new session, or one written before encryption was on). [`Error::Erased`] once the
-    /// key was destroyed.
+    /// key was destroyed. A key store that fails (a timeout of its conditional write under a
+    /// burst of new sessions, a node restarting) is tried again a few times before the
+    /// append fails with its error.
     pub async fn sealing_key(&self, session: SessionId) -> Result<Arc<DataKey>> {
+        use sessionlog_log::retry::{self, Retryable};
+        (|| self.sealing_key_once(session))
+            .retry(retry::tries(5))
+            .when(Error::is_store)
+            .await
+    }
+
+    async fn sealing_key_once(&self, session: SessionId) -> Result<Arc<DataKey>> {
         match self.key(session).await? {
             KeyState::Live(key) => return Ok(key),
             KeyState::Destroyed => return Err(Error::Erased(session)),

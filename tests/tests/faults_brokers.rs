@@ -170,8 +170,9 @@ async fn acknowledged_events_survive_a_killed_and_a_restarted_broker_exactly_onc
     };
     let (round_one, killed) = tokio::join!(append_round(&log, &acked), killer);
     restart.needed = true;
-    killed?;
+    // An append that failed explains a kill that never came: report it first.
     let round_one = round_one?;
+    killed?;
     let total: usize = round_one.values().map(Vec::len).sum();
     assert!(total >= 100_000, "{total} events acknowledged");
     eprintln!(
