@@ -200,6 +200,10 @@ impl Recovery {
         // The new harness gets the session's texts opened (it is the session's writer now).
         let opener = self.opener(session, false).await?;
         let context = within_budget(&window, writer.state(), context_budget_tokens, &opener);
+        // The outcomes recovery recorded, as the harness will read them: opened.
+        for appended in &mut resolved {
+            appended.envelope = opener.open_event(&appended.envelope).0;
+        }
         metrics::counter!(crate::observe::RESUMES).increment(1);
         Ok(ResumeBundle {
             context,
