@@ -203,3 +203,17 @@ pub async fn prepare_privacy(settings: &mut Settings) -> anyhow::Result<Option<T
     sessionlog_store::KeyTable::create(settings).await?;
     Ok(guard)
 }
+
+/// The same settings with encryption off and on (with a temporary KEK when none is configured,
+/// kept while the guard lives, and the key store created): the two sides of an encryption
+/// comparison.
+pub async fn plain_and_sealed(
+    settings: &Settings,
+) -> anyhow::Result<(Settings, Settings, Option<TempKek>)> {
+    let mut plain = settings.clone();
+    plain.privacy.encrypt = false;
+    let mut sealed = settings.clone();
+    sealed.privacy.encrypt = true;
+    let guard = prepare_privacy(&mut sealed).await?;
+    Ok((plain, sealed, guard))
+}

@@ -138,13 +138,7 @@ async fn main() -> Result<()> {
 
 /// Rounds of the same load with encryption off and on, alternating which runs first.
 async fn compare_encryption(settings: &Settings, args: &Args) -> Result<()> {
-    let mut plain = settings.clone();
-    plain.privacy.encrypt = false;
-    let mut sealed = settings.clone();
-    sealed.privacy.encrypt = true;
-    let (kek_file, _kek_dir) = sessionlog_benches::bench_kek(settings)?;
-    sealed.privacy.kek_file = Some(kek_file);
-    sessionlog_store::KeyTable::create(&sealed).await?;
+    let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(settings).await?;
     let mut rows = Vec::new();
     let (mut throughput, mut p99) = (Vec::new(), Vec::new());
     for round in 1..=args.encryption_rounds {

@@ -192,13 +192,7 @@ async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> 
 
 /// Rounds of the lag run with encryption off and on, alternating which runs first.
 async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> Result<()> {
-    let mut plain = settings.clone();
-    plain.privacy.encrypt = false;
-    let mut sealed = settings.clone();
-    sealed.privacy.encrypt = true;
-    let (kek_file, _kek_dir) = sessionlog_benches::bench_kek(settings)?;
-    sealed.privacy.kek_file = Some(kek_file);
-    sessionlog_store::KeyTable::create(&sealed).await?;
+    let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(settings).await?;
     let (mut rows, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=args.encryption_rounds {
         let plain_first = round % 2 == 1;
