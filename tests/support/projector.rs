@@ -88,53 +88,62 @@ pub type DeadLetterHeaders = BTreeMap<String, String>;
 
 /// Every record of `stack`'s dead-letter topic, as its headers.
 pub async fn dead_letters(stack: &TestStack) -> Result<Vec<DeadLetterHeaders>> {
+    let topic = stack.settings.kafka.dead_letter_topic.clone();
+    every_record(stack, &topic, |message| {
+        let mut headers = BTreeMap::new();
+        if let Some(hs) = message.headers() {
+            for h in hs.iter() {
+                let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                headers.insert(h.key.to_string(), value.into_owned());
+            }
+        }
+        headers
+    })
+    .await
+}
+
+/// Every record of `topic` (all partitions, from the start to the end it had when the read
+/// began), as `map` makes of it, read with its own consumer that commits nothing.
+pub async fn every_record<T: Send + 'static>(
+    stack: &TestStack,
+    topic: &str,
+    map: impl Fn(&rdkafka::message::BorrowedMessage<'_>) -> T + Send + 'static,
+) -> Result<Vec<T>> {
     let kafka = stack.settings.kafka.clone();
+    let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = kafka
             .client_config()
-            .set("group.id", "sessionlog-test-dlq-reader")
+            .set("group.id", "sessionlog-test-topic-reader")
             .set("enable.auto.commit", "false")
             .create()?;
-        let topic = &kafka.dead_letter_topic;
-        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-        let partitions: Vec<i32> = metadata
-            .topics()
-            .iter()
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect();
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
         let mut ends = BTreeMap::new();
         let mut assignment = TopicPartitionList::new();
-        for p in partitions {
-            let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
             if high > low {
-                ends.insert(p, high);
-                assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
+                ends.insert(p.id(), high);
+                assignment.add_partition_offset(&topic, p.id(), Offset::Offset(low))?;
             }
         }
         consumer.assign(&assignment)?;
         let mut out = Vec::new();
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while ends
             .iter()
             .any(|(p, end)| next.get(p).copied().unwrap_or(0) < *end)
         {
             if std::time::Instant::now() > deadline {
-                bail!("timed out reading the dead-letter topic");
+                bail!("timed out reading {topic}");
             }
             let Some(message) = consumer.poll(Duration::from_millis(200)) else {
                 continue;
             };
             let message = message?;
             next.insert(message.partition(), message.offset() + 1);
-            let mut headers = BTreeMap::new();
-            if let Some(hs) = message.headers() {
-                for h in hs.iter() {
-                    let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
-                    headers.insert(h.key.to_string(), value.into_owned());
-                }
-            }
-            out.push(headers);
+            out.push(map(&message));
         }
         Ok(out)
     })

@@ -2,11 +2,9 @@
 //! destroys its data key, so its texts are gone from every byte of the topic, the dead letters
 //! and every table, while other sessions still open theirs.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::TryStreamExt;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{Offset, TopicPartitionList};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_keys::Text;
@@ -149,55 +147,20 @@ async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
     Ok(session)
 }
 
-/// Every record (key and value) of `topic`, as bytes.
+/// Every record of `topic` as its bytes: key, value and header values.
 async fn every_record(stack: &TestStack, topic: &str) -> Result<Vec<Vec<u8>>> {
-    let kafka = stack.settings.kafka.clone();
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = kafka
-            .client_config()
-            .set("group.id", "sessionlog-test-raw-reader")
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
-        let mut ends = std::collections::BTreeMap::new();
-        let mut assignment = TopicPartitionList::new();
-        for p in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
-            if high > low {
-                ends.insert(p.id(), high);
-                assignment.add_partition_offset(&topic, p.id(), Offset::Offset(low))?;
+    sessionlog_tests::projector::every_record(stack, topic, |message| {
+        let mut bytes = message.key().unwrap_or_default().to_vec();
+        bytes.extend_from_slice(message.payload().unwrap_or_default());
+        if let Some(headers) = message.headers() {
+            use rdkafka::message::Headers;
+            for h in headers.iter() {
+                bytes.extend_from_slice(h.value.unwrap_or_default());
             }
         }
-        consumer.assign(&assignment)?;
-        let mut records = Vec::new();
-        let mut next = std::collections::BTreeMap::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while ends
-            .iter()
-            .any(|(p, end)| next.get(p).copied().unwrap_or(0) < *end)
-        {
-            if std::time::Instant::now() > deadline {
-                bail!("timed out reading {topic}");
-            }
-            let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-                continue;
-            };
-            let message = message?;
-            next.insert(message.partition(), message.offset() + 1);
-            let mut bytes = message.key().unwrap_or_default().to_vec();
-            bytes.extend_from_slice(message.payload().unwrap_or_default());
-            if let Some(headers) = rdkafka::message::Message::headers(&message) {
-                use rdkafka::message::Headers;
-                for h in headers.iter() {
-                    bytes.extend_from_slice(h.value.unwrap_or_default());
-                }
-            }
-            records.push(bytes);
-        }
-        Ok(records)
+        bytes
     })
-    .await?
+    .await
 }
 
 /// Every value of every row of every table of every keyspace but the system ones, as text
