@@ -4,7 +4,6 @@ use anyhow::{Context, Result};
 use sessionlog_http::Access;
 use sessionlog_ingest::Ingest;
 use sessionlog_log::Settings;
-use sessionlog_producer::EventLog;
 use std::sync::Arc;
 
 /// Connects to the log and serves until `shutdown` completes, then flushes what is in flight.
@@ -14,16 +13,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let listen = listen.unwrap_or_else(|| settings.ingest.listen.clone());
-    let log = EventLog::from_settings(settings)
+    let access = Arc::new(Access::from_settings(&settings.auth).await?);
+    let ingest = Ingest::connect(settings, access)
         .await
-        .context("connecting to the log (did you run `sessionlog init`?)")?;
+        .context("connecting to the log and the projection (did you run `sessionlog init`?)")?;
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
     tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
-    let access = Arc::new(Access::from_settings(&settings.auth).await?);
-    Ingest::new(Arc::new(log), settings.ingest.clone(), access)
-        .serve(listener, shutdown)
-        .await?;
+    ingest.serve(listener, shutdown).await?;
     Ok(())
 }

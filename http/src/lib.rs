@@ -23,6 +23,6 @@ pub use auth::{Access, Approver, Authorized, Caller, Harness, Operator, Reader};
 pub use error::Error;
 pub use extract::{JsonBody, PathParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
-pub use producer::{from_keys, log_error_status};
+pub use producer::{from_keys, log_error_status, store_error_status};
 pub use responses::{BodyProblems, ServerProblems};
 pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};

@@ -20,7 +20,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub struct Problem {
     /// The HTTP status.
     pub status: StatusCode,
-    /// A stable, machine-readable code (`wrong_seq`, `stale_epoch`, ...).
+    /// A stable, machine-readable code (`wrong_seq`, `fenced`, ...).
     pub code: &'static str,
     /// What is wrong with this request, for a human.
     pub detail: String,

@@ -11,10 +11,19 @@ impl From<Error> for Problem {
         let message = error.to_string();
         match error {
             Error::Refused(rejection) => from_rejection(rejection, message),
-            Error::Fenced { epoch, current } => {
-                Self::new(StatusCode::CONFLICT, "stale_epoch", message)
-                    .with("epoch", epoch)
-                    .with("current_epoch", current)
+            Error::Fenced { epoch, current } => Self::new(StatusCode::CONFLICT, "fenced", message)
+                .with("epoch", epoch)
+                .with("current_epoch", current),
+            Error::Rejected {
+                seq,
+                offset,
+                rejection,
+            } => from_rejection(rejection, message)
+                .with("seq", seq)
+                .with("offset", offset),
+            Error::Projection(e) => {
+                let (status, code) = store_error_status(&e);
+                Self::new(status, code, message)
             }
             Error::LostClaim { epoch, current } => {
                 Self::new(StatusCode::CONFLICT, "lost_claim", message)
@@ -80,6 +89,18 @@ pub fn log_error_status(error: &sessionlog_log::Error) -> (StatusCode, &'static 
     }
 }
 
+/// How an error of the store answers: CQL down or failing is an outage a retry may outlive
+/// (503 `unavailable`); a missing or old keyspace, a bad name or a corrupt row is fixed by a
+/// setting or a command, not by a retry (500 `internal`).
+pub fn store_error_status(error: &sessionlog_store::Error) -> (StatusCode, &'static str) {
+    match error {
+        sessionlog_store::Error::Connect { .. } | sessionlog_store::Error::Cql { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        }
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
 /// How a sealing error answers: the caller's content (sealed by someone else), the session's
 /// state (erased), the key store being away (retry), or a setting (the operator's to fix).
 pub fn from_keys(error: &sessionlog_keys::Error, message: String) -> Problem {
@@ -110,9 +131,13 @@ fn from_rejection(rejection: Rejection, message: String) -> Problem {
             .with("expected_seq", expected)
             .with("seq", got),
         Rejection::SeqConflict { seq } => conflict("seq_conflict").with("seq", seq),
-        Rejection::Zombie { epoch, current }
-        | Rejection::UnclaimedEpoch { epoch, current }
-        | Rejection::StaleClaim { epoch, current } => conflict("stale_epoch")
+        Rejection::Zombie { epoch, current } => conflict("fenced")
+            .with("epoch", epoch)
+            .with("current_epoch", current),
+        Rejection::UnclaimedEpoch { epoch, current } => conflict("unknown_epoch")
+            .with("epoch", epoch)
+            .with("current_epoch", current),
+        Rejection::StaleClaim { epoch, current } => conflict("lost_claim")
             .with("epoch", epoch)
             .with("current_epoch", current),
         Rejection::AfterTerminal => conflict("session_ended"),

@@ -1,9 +1,15 @@
 //! HTTP ingest: the producer library over HTTP, for harnesses not written in Rust.
 //!
-//! The service holds a [`SessionWriter`] for every session created or claimed through it; a
-//! harness appends with the epoch it was given and the seq it expects, so a retry of the same
-//! request (same seq and event id) is answered from the recorded positions instead of being
-//! written twice. A restarted service holds no writers: the harness claims its session again.
+//! The service is stateless: any instance serves any session. An append names the session,
+//! the writer epoch create or claim answered, and each event's seq; the instance finds where
+//! the session stands in a bounded cache of writers, else from the projection's row plus the
+//! log after it ([`SessionWriter::current`]), never by folding the partition from its start.
+//! Fencing stays the log's and the fold's: every append is confirmed by reading the session's
+//! partition back to its events, so a 2xx means the fold accepted them, and a writer fenced by
+//! a claim anywhere gets 409 `fenced`. A retried request (same seqs and event ids) is answered
+//! with each event's first position, `duplicate: true`, whichever instance wrote it, and a
+//! batch part of which reached the log before a failure is completed by its retry.
+//!
 //! Every answer for an event carries its durable position (partition, offset). Bad input gets
 //! a 4xx problem (`application/problem+json`); only the servers behind the service cause a
 //! 503, and a bug a 500. Routes and the OpenAPI document come from [`service`].
@@ -16,6 +22,7 @@ use axum::Json;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use lru::LruCache;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -23,12 +30,12 @@ use sessionlog_http::{
     Authenticator, Authorized, BodyProblems, Harness, JsonBody, PathParams, Problem,
     ProblemDocument, ServerProblems, Service, ServiceInfo,
 };
-use sessionlog_log::IngestSettings;
-use sessionlog_producer::{Appended, EventLog, Position, SessionWriter};
+use sessionlog_log::{IngestSettings, Settings};
+use sessionlog_producer::{Appended, Confirmed, EventLog, Position, SessionWriter};
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, Epoch, EventEnvelope, Seq, SessionEvent, SessionId, TerminalOutcome,
 };
-use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -39,8 +46,8 @@ use uuid::Uuid;
 pub const REQUESTS_TOTAL: &str = "sessionlog_ingest_requests_total";
 /// Events appended through the append route.
 pub const EVENTS_TOTAL: &str = "sessionlog_ingest_events_total";
-/// Sessions this service holds a writer for.
-pub const OPEN_SESSIONS: &str = "sessionlog_ingest_open_sessions";
+/// Sessions whose writer this instance holds in its cache.
+pub const CACHED_SESSIONS: &str = "sessionlog_ingest_cached_sessions";
 /// Events sent to Kafka and not yet acknowledged, in this process.
 pub const IN_FLIGHT: &str = "sessionlog_producer_in_flight";
 
@@ -55,8 +62,8 @@ pub fn describe_metrics() {
         "Events appended to the log through POST /v1/sessions/{session_id}/events."
     );
     metrics::describe_gauge!(
-        OPEN_SESSIONS,
-        "Sessions the ingest service holds a writer for (created or claimed here, not closed)."
+        CACHED_SESSIONS,
+        "Sessions whose writer this ingest instance holds in its cache (bounded by [ingest] cached_sessions)."
     );
     metrics::describe_gauge!(
         IN_FLIGHT,
@@ -85,50 +92,18 @@ const RESERVED_KINDS: &[&str] = &[
     "Checkpoint",
 ];
 
-/// How many recent events' positions a session keeps to answer retries: the fold's duplicate
-/// window, as an older retry is a conflict in the fold anyway.
-const RECENT_POSITIONS: usize = sessionlog_session::DUPLICATE_WINDOW;
+/// One session's writer, shared by the requests for that session on this instance.
+type SharedWriter = Arc<tokio::sync::Mutex<SessionWriter>>;
 
-/// The service's state: the shared log and the sessions open here.
+/// The service's state: the shared log and a cache of recently served sessions' writers.
 pub struct Ingest {
     log: Arc<EventLog>,
     access: Arc<dyn Authenticator>,
     settings: IngestSettings,
-    sessions: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<OpenSession>>>>,
-}
-
-/// A session this service writes, with the positions of its recent events so that a retried
-/// request is answered with the offsets of the first write.
-struct OpenSession {
-    writer: SessionWriter,
-    recent: VecDeque<(Seq, Uuid, Position)>,
-}
-
-impl OpenSession {
-    fn new(writer: SessionWriter) -> Self {
-        Self {
-            writer,
-            recent: VecDeque::new(),
-        }
-    }
-
-    fn remember(&mut self, appended: &Appended) {
-        let e = &appended.envelope;
-        self.recent
-            .push_back((e.seq, e.event_id, appended.position));
-        // The fold recognises retries within the same window; older ones are conflicts anyway.
-        if self.recent.len() > RECENT_POSITIONS {
-            self.recent.pop_front();
-        }
-    }
-
-    fn recorded(&self, seq: Seq) -> Option<(Uuid, Position)> {
-        self.recent
-            .iter()
-            .rev()
-            .find(|(s, _, _)| *s == seq)
-            .map(|(_, id, p)| (*id, *p))
-    }
+    /// A cache, not a registry: a writer missing here is rebuilt from the projection and the
+    /// log, and one that is behind the log (another instance wrote since) catches up when an
+    /// append does not fit it.
+    writers: Mutex<LruCache<SessionId, SharedWriter>>,
 }
 
 /// The routes and their OpenAPI paths; needs no running service.
@@ -146,18 +121,35 @@ pub fn service() -> Service<Arc<Ingest>> {
 }
 
 impl Ingest {
-    /// A service writing through `log`, letting through whom `access` lets through.
+    /// Connects to the log with the projection attached (read-only: the keyspace must exist,
+    /// `sessionlog init` creates it), letting through whom `access` lets through.
+    pub async fn connect(settings: &Settings, access: Arc<dyn Authenticator>) -> Result<Arc<Self>> {
+        let projection = sessionlog_store::ProjectionStore::open(&settings.cql).await?;
+        let log = EventLog::from_settings(settings)
+            .await?
+            .with_projection(projection);
+        Ok(Self::new(Arc::new(log), settings.ingest.clone(), access))
+    }
+
+    /// A service writing through `log` (attach the projection to it, see
+    /// [`EventLog::with_projection`], or every cache miss folds a partition from its start).
     pub fn new(
         log: Arc<EventLog>,
         settings: IngestSettings,
         access: Arc<dyn Authenticator>,
     ) -> Arc<Self> {
+        let capacity = NonZeroUsize::new(settings.cached_sessions).unwrap_or(NonZeroUsize::MIN);
         Arc::new(Self {
             log,
             access,
             settings,
-            sessions: Mutex::new(HashMap::new()),
+            writers: Mutex::new(LruCache::new(capacity)),
         })
+    }
+
+    /// The log the service appends to.
+    pub fn log(&self) -> &Arc<EventLog> {
+        &self.log
     }
 
     /// The routes, with the body limit of the settings, rendering `metrics` at `/metrics`.
@@ -165,7 +157,7 @@ impl Ingest {
         let gauges = Arc::clone(self);
         service()
             .before_scrape(move || {
-                metrics::gauge!(OPEN_SESSIONS).set(gauges.sessions().len() as f64);
+                metrics::gauge!(CACHED_SESSIONS).set(gauges.writers().len() as f64);
                 metrics::gauge!(IN_FLIGHT).set(gauges.log.in_flight() as f64);
             })
             .router(Arc::clone(self), metrics, Arc::clone(&self.access))
@@ -190,15 +182,44 @@ impl Ingest {
         Ok(self.log.flush(std::time::Duration::from_secs(30)).await?)
     }
 
-    fn open(&self, session: SessionId) -> Option<Arc<tokio::sync::Mutex<OpenSession>>> {
-        self.sessions().get(&session).cloned()
+    /// The writer of `session`: cached, or caught up from the projection and the log.
+    async fn writer(&self, session: SessionId) -> Result<SharedWriter, Problem> {
+        if let Some(writer) = self.writers().get(&session) {
+            return Ok(Arc::clone(writer));
+        }
+        let writer = SessionWriter::current(Arc::clone(&self.log), session).await?;
+        Ok(self.keep(writer))
     }
 
-    fn sessions(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<tokio::sync::Mutex<OpenSession>>>> {
-        // Inserts and removals are single operations: a panic cannot leave the map torn.
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Caches `writer`, unless a concurrent request cached one for its session first: then
+    /// that one is returned, so requests for a session on this instance take turns.
+    fn keep(&self, writer: SessionWriter) -> SharedWriter {
+        let session = writer.session_id();
+        let mut writers = self.writers();
+        if let Some(cached) = writers.get(&session) {
+            return Arc::clone(cached);
+        }
+        let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        writers.put(session, Arc::clone(&writer));
+        writer
+    }
+
+    /// Replaces the cached writer of its session (a claim's new writer).
+    fn replace(&self, writer: SessionWriter) {
+        let session = writer.session_id();
+        let writer = Arc::new(tokio::sync::Mutex::new(writer));
+        self.writers().put(session, writer);
+    }
+
+    /// Drops `session`'s cached writer after a failure that may leave it unlike the log: the
+    /// next request catches up afresh.
+    fn forget(&self, session: SessionId) {
+        self.writers().pop(&session);
+    }
+
+    fn writers(&self) -> std::sync::MutexGuard<'_, LruCache<SessionId, SharedWriter>> {
+        // Every operation on the cache is a single call: a panic cannot leave it torn.
+        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -216,13 +237,28 @@ struct EventAck {
 
 impl EventAck {
     fn new(appended: &Appended, duplicate: bool) -> Self {
+        Self::at(
+            appended.envelope.seq,
+            appended.envelope.event_id,
+            appended.position,
+            duplicate,
+        )
+    }
+
+    fn at(seq: Seq, event_id: Uuid, position: Position, duplicate: bool) -> Self {
         Self {
-            seq: appended.envelope.seq,
-            event_id: appended.envelope.event_id,
-            partition: appended.position.partition,
-            offset: appended.position.offset,
+            seq,
+            event_id,
+            partition: position.partition,
+            offset: position.offset,
             duplicate,
         }
+    }
+}
+
+impl From<&Confirmed> for EventAck {
+    fn from(confirmed: &Confirmed) -> Self {
+        Self::new(&confirmed.appended, confirmed.duplicate)
     }
 }
 
@@ -244,7 +280,7 @@ impl Opened {
     fn new(writer: &SessionWriter, event: &Appended) -> Self {
         Self {
             session_id: writer.session_id(),
-            epoch: writer.state().epoch,
+            epoch: writer.epoch(),
             next_seq: writer.next_seq(),
             event: EventAck::new(event, false),
         }
@@ -270,8 +306,8 @@ struct HealthReport {
     topic: String,
     /// The registry's id of the schema events are encoded with.
     schema_id: u32,
-    /// Sessions this service holds a writer for.
-    open_sessions: usize,
+    /// Sessions whose writer this instance holds in its cache.
+    cached_sessions: usize,
     /// Events sent and not yet acknowledged.
     in_flight: usize,
 }
@@ -354,31 +390,37 @@ struct CloseRequest {
 
 type Answer<T> = std::result::Result<(StatusCode, Json<T>), Problem>;
 
-fn not_open(session: SessionId) -> Problem {
-    Problem::new(
-        StatusCode::NOT_FOUND,
-        "session_not_open",
-        format!(
-            "session {session} is not open on this ingest service: create it, or claim it \
-             (POST /v1/sessions/{session}/claim) to take it over"
-        ),
-    )
+/// Checks the request's epoch against the session's, catching the writer up first when they
+/// differ (another instance's claim may be newer than this instance's memory), and writes with
+/// it: an older epoch was fenced by a claim (409 `fenced`), a newer one never claimed (409
+/// `unknown_epoch`).
+async fn check_epoch(writer: &mut SessionWriter, epoch: Epoch) -> Result<(), Problem> {
+    if epoch != writer.state().epoch {
+        writer.refresh().await?;
+    }
+    Ok(writer.write_as(epoch)?)
 }
 
-fn check_epoch(open: &OpenSession, epoch: Epoch) -> Result<(), Problem> {
-    let current = open.writer.state().epoch;
-    if epoch != current {
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "stale_epoch",
-            format!(
-                "epoch {epoch} is not the writer's epoch {current} (claim again to get a new one)"
-            ),
-        )
-        .with("epoch", epoch)
-        .with("current_epoch", current));
+/// Runs `serve` on `session`'s writer, holding it for the request; a failure that may leave
+/// the cached writer unlike the log (an outage, a conflict with another writer) drops it from
+/// the cache.
+async fn with_writer<T>(
+    ingest: &Ingest,
+    caller: &sessionlog_http::Caller,
+    session: SessionId,
+    serve: impl AsyncFnOnce(&mut SessionWriter) -> Result<T, Problem>,
+) -> Result<T, Problem> {
+    let shared = ingest.writer(session).await?;
+    let mut writer = shared.lock().await;
+    caller.require_tenant(session, &writer.state().tenant)?;
+    let outcome = serve(&mut writer).await;
+    if let Err(problem) = &outcome
+        && (problem.status == StatusCode::CONFLICT || problem.status.is_server_error())
+    {
+        drop(writer);
+        ingest.forget(session);
     }
-    Ok(())
+    outcome
 }
 
 /// Starts a new session (seq 1, epoch 1).
@@ -403,13 +445,8 @@ async fn create(
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Answer<Opened> {
     let session = request.session_id.unwrap_or_default();
-    if ingest.open(session).is_some() {
-        return Err(Problem::new(
-            StatusCode::CONFLICT,
-            "already_started",
-            format!("session {session} is already open here"),
-        ));
-    }
+    // Refused when the session exists, whichever instance created it; of two creates racing,
+    // the one whose start the log put second is refused.
     let (writer, start) = SessionWriter::create_in(
         Arc::clone(&ingest.log),
         session,
@@ -419,11 +456,7 @@ async fn create(
     )
     .await?;
     let opened = Opened::new(&writer, &start);
-    let mut open = OpenSession::new(writer);
-    open.remember(&start);
-    ingest
-        .sessions()
-        .insert(session, Arc::new(tokio::sync::Mutex::new(open)));
+    ingest.replace(writer);
     Ok((StatusCode::CREATED, Json(opened)))
 }
 
@@ -461,11 +494,8 @@ async fn claim(
     let (writer, claimed) = pending.commit().await?;
     caller.audit("claim", session);
     let opened = Opened::new(&writer, &claimed);
-    // A writer this service held for the session is fenced by the claim; drop it.
-    ingest.sessions().insert(
-        session,
-        Arc::new(tokio::sync::Mutex::new(OpenSession::new(writer))),
-    );
+    // A writer this instance held for the session is fenced by the claim; replace it.
+    ingest.replace(writer);
     Ok((StatusCode::OK, Json(opened)))
 }
 
@@ -478,9 +508,9 @@ async fn claim(
     params(("session_id" = Uuid, Path, description = "the session")),
     request_body = AppendRequest,
     responses(
-        (status = 200, description = "every event is durable", body = AppendedEvents),
-        (status = 404, description = "`session_not_open`: create or claim it here first", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`wrong_seq`, `seq_conflict`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 200, description = "every event is durable and accepted by the session's fold (read back from the log)", body = AppendedEvents),
+        (status = 404, description = "`unknown_session`: not in the log", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`wrong_seq`, `seq_conflict`, `fenced` (a claim superseded the epoch), `unknown_epoch`, `session_ended`, `start_deleted`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 413, description = "`too_large`, `too_many_events`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
@@ -509,18 +539,59 @@ async fn append(
             ),
         ));
     }
-    let open = ingest.open(session).ok_or_else(|| not_open(session))?;
-    let mut open = open.lock().await;
-    caller.require_tenant(session, &open.writer.state().tenant)?;
-    check_epoch(&open, request.epoch)?;
-    let mut acks = Vec::with_capacity(request.events.len());
-    let mut fresh = Vec::new();
-    for incoming in request.events {
-        let last = open.writer.state().last_seq;
-        let expected = open.writer.next_seq() + fresh.len() as u64;
-        if incoming.seq <= last && fresh.is_empty() {
-            acks.push(retried(&open, incoming)?);
-        } else if incoming.seq != expected {
+    let projection = ingest.log.projection();
+    let (next_seq, acks, fresh) = with_writer(&ingest, &caller, session, async |writer| {
+        check_epoch(writer, request.epoch).await?;
+        let plan = match plan_append(writer, &request.events) {
+            Ok(plan) => plan,
+            Err(_) => {
+                // This instance's memory of the session may be behind the log: catch up once.
+                writer.refresh().await?;
+                plan_append(writer, &request.events)?
+            }
+        };
+        let mut acks = Vec::with_capacity(request.events.len());
+        for retry in plan.retries {
+            acks.push(first_position(writer, projection, retry).await?);
+        }
+        let fresh = request.events[plan.fresh_from..]
+            .iter()
+            .map(|incoming| envelope(writer, incoming))
+            .collect::<Result<Vec<_>, Problem>>()?;
+        let confirmed = writer.append_confirmed(fresh).await?;
+        let fresh = confirmed.iter().filter(|c| !c.duplicate).count();
+        acks.extend(confirmed.iter().map(EventAck::from));
+        Ok((writer.next_seq(), acks, fresh))
+    })
+    .await?;
+    metrics::counter!(EVENTS_TOTAL).increment(fresh as u64);
+    Ok((
+        StatusCode::OK,
+        Json(AppendedEvents {
+            session_id: session,
+            next_seq,
+            events: acks,
+        }),
+    ))
+}
+
+/// How an append request splits: events the session already accepted (a retry), then new
+/// ones from `fresh_from` on.
+struct AppendPlan {
+    retries: Vec<(Seq, Option<Uuid>)>,
+    fresh_from: usize,
+}
+
+/// Splits `events` into retried and new ones by seq, refusing a gap or a retry in the middle.
+fn plan_append(writer: &SessionWriter, events: &[IncomingEvent]) -> Result<AppendPlan, Problem> {
+    let last = writer.state().last_seq;
+    let fresh_from = events.iter().take_while(|e| e.seq <= last).count();
+    let retries = events[..fresh_from]
+        .iter()
+        .map(|e| (e.seq, e.event_id))
+        .collect();
+    for (incoming, expected) in events[fresh_from..].iter().zip(writer.next_seq()..) {
+        if incoming.seq != expected {
             return Err(Problem::new(
                 StatusCode::CONFLICT,
                 "wrong_seq",
@@ -528,60 +599,67 @@ async fn append(
             )
             .with("expected_seq", expected)
             .with("seq", incoming.seq));
-        } else {
-            fresh.push(envelope(&open.writer, incoming)?);
         }
     }
-    let appended = open.writer.append_envelopes(fresh).await?;
-    for a in &appended {
-        open.remember(a);
-        acks.push(EventAck::new(a, false));
-    }
-    metrics::counter!(EVENTS_TOTAL).increment(appended.len() as u64);
-    Ok((
-        StatusCode::OK,
-        Json(AppendedEvents {
-            session_id: session,
-            next_seq: open.writer.next_seq(),
-            events: acks,
-        }),
-    ))
+    Ok(AppendPlan {
+        retries,
+        fresh_from,
+    })
 }
 
-/// Answers a retried event (seq already accepted) from the recorded positions.
-fn retried(open: &OpenSession, incoming: IncomingEvent) -> Result<EventAck, Problem> {
-    match open.recorded(incoming.seq) {
-        Some((id, position)) if Some(id) == incoming.event_id => Ok(EventAck {
-            seq: incoming.seq,
-            event_id: id,
-            partition: position.partition,
-            offset: position.offset,
-            duplicate: true,
-        }),
-        Some((id, _)) => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "seq_conflict",
-            format!(
-                "seq {} is already taken by event {id}; a retry must repeat its event_id",
-                incoming.seq
-            ),
-        )
-        .with("seq", incoming.seq)
-        .with("event_id", id.to_string())),
-        None => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "seq_conflict",
-            format!(
-                "seq {} was accepted before this service's memory of the session",
-                incoming.seq
-            ),
-        )
-        .with("seq", incoming.seq)),
-    }
+/// Answers a retried event (seq already accepted) with its first position, from the writer's
+/// memory or the projection's event index: whichever instance wrote it.
+async fn first_position(
+    writer: &SessionWriter,
+    projection: Option<&sessionlog_store::ProjectionStore>,
+    (seq, event_id): (Seq, Option<Uuid>),
+) -> Result<EventAck, Problem> {
+    let conflict = |message: String| {
+        Problem::new(StatusCode::CONFLICT, "seq_conflict", message).with("seq", seq)
+    };
+    let accepted = writer.state().recent.iter().find(|(s, _)| *s == seq);
+    let first_id = match (accepted, event_id) {
+        (Some((_, id)), Some(retried)) if *id == retried => *id,
+        (Some((_, id)), _) => {
+            return Err(conflict(format!(
+                "seq {seq} is already taken by event {id}; a retry must repeat its event_id"
+            ))
+            .with("event_id", id.to_string()));
+        }
+        (None, _) => {
+            return Err(conflict(format!(
+                "seq {seq} was accepted more than {} events ago: not a retry this service can \
+                 recognise",
+                sessionlog_session::DUPLICATE_WINDOW
+            )));
+        }
+    };
+    let position = match writer.position_of(seq, first_id) {
+        Some(position) => Some(position),
+        None => match projection {
+            Some(store) => store
+                .locate(writer.session_id(), seq)
+                .await
+                .map_err(|e| {
+                    let (status, code) = sessionlog_http::store_error_status(&e);
+                    Problem::new(status, code, e.to_string())
+                })?
+                .map(|(partition, offset)| Position { partition, offset }),
+            None => None,
+        },
+    };
+    let position = position.ok_or_else(|| {
+        Problem::internal(format!(
+            "seq {seq} of session {} is accepted but neither this instance nor the event index \
+             knows its position",
+            writer.session_id()
+        ))
+    })?;
+    Ok(EventAck::at(seq, first_id, position, true))
 }
 
 /// Builds the envelope of a new event, refusing kinds this route does not take.
-fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnvelope, Problem> {
+fn envelope(writer: &SessionWriter, incoming: &IncomingEvent) -> Result<EventEnvelope, Problem> {
     if RESERVED_KINDS.contains(&incoming.kind.as_str()) {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -592,9 +670,9 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
             ),
         ));
     }
-    let data = match incoming.data {
+    let data = match &incoming.data {
         Value::Null => json!({}),
-        data => data,
+        data => data.clone(),
     };
     let event: SessionEvent = serde_json::from_value(json!({ incoming.kind.clone(): data }))
         .map_err(|e| {
@@ -634,12 +712,12 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
         event_id: incoming.event_id.unwrap_or_else(Uuid::now_v7),
         session_id: writer.session_id(),
         seq: incoming.seq,
-        writer_epoch: writer.state().epoch,
+        writer_epoch: writer.epoch(),
         occurred_at: incoming
             .occurred_at
             .unwrap_or_else(sessionlog_schemas::now_micros),
         causation_id: incoming.causation_id,
-        idempotency_key: incoming.idempotency_key,
+        idempotency_key: incoming.idempotency_key.clone(),
         schema_version: CURRENT_SCHEMA_VERSION,
         event,
         attestation: None,
@@ -661,8 +739,8 @@ fn envelope(writer: &SessionWriter, incoming: IncomingEvent) -> Result<EventEnve
     request_body = CheckpointRequest,
     responses(
         (status = 200, description = "the checkpoint is durable", body = EventAck),
-        (status = 404, description = "`session_not_open`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -675,16 +753,15 @@ async fn checkpoint(
     JsonBody(request): JsonBody<CheckpointRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
-    let open = ingest.open(session).ok_or_else(|| not_open(session))?;
-    let mut open = open.lock().await;
-    caller.require_tenant(session, &open.writer.state().tenant)?;
-    check_epoch(&open, request.epoch)?;
-    let appended = open.writer.checkpoint(request.workspace_revision).await?;
-    open.remember(&appended);
+    let appended = with_writer(&ingest, &caller, session, async |writer| {
+        check_epoch(writer, request.epoch).await?;
+        Ok(writer.checkpoint(request.workspace_revision).await?)
+    })
+    .await?;
     Ok((StatusCode::OK, Json(EventAck::new(&appended, false))))
 }
 
-/// Ends the session with its outcome; the service lets go of its writer.
+/// Ends the session with its outcome.
 #[utoipa::path(
     post,
     path = "/sessions/{session_id}/close",
@@ -693,8 +770,8 @@ async fn checkpoint(
     request_body = CloseRequest,
     responses(
         (status = 200, description = "the end is durable", body = EventAck),
-        (status = 404, description = "`session_not_open`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -707,12 +784,11 @@ async fn close(
     JsonBody(request): JsonBody<CloseRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
-    let open = ingest.open(session).ok_or_else(|| not_open(session))?;
-    let mut open = open.lock().await;
-    caller.require_tenant(session, &open.writer.state().tenant)?;
-    check_epoch(&open, request.epoch)?;
-    let appended = open.writer.close(request.outcome, request.reason).await?;
-    ingest.sessions().remove(&session);
+    let appended = with_writer(&ingest, &caller, session, async |writer| {
+        check_epoch(writer, request.epoch).await?;
+        Ok(writer.close(request.outcome, request.reason).await?)
+    })
+    .await?;
     Ok((StatusCode::OK, Json(EventAck::new(&appended, false))))
 }
 
@@ -728,7 +804,7 @@ async fn health(State(ingest): State<Arc<Ingest>>) -> Json<HealthReport> {
         status: "ok",
         topic: ingest.log.topic().to_string(),
         schema_id: ingest.log.schema_id(),
-        open_sessions: ingest.sessions().len(),
+        cached_sessions: ingest.writers().len(),
         in_flight: ingest.log.in_flight(),
     })
 }

@@ -349,6 +349,10 @@ pub struct IngestSettings {
     /// Most events accepted in one append request (at most the fold's duplicate window, 128,
     /// so that a retried request is recognised as a retry).
     pub max_batch_events: usize,
+    /// Sessions whose writer an instance keeps between requests. A session not among them is
+    /// caught up from the projection and the log on its next request: a cache, so any number
+    /// of sessions can be served, by any instance.
+    pub cached_sessions: usize,
 }
 
 impl Default for IngestSettings {
@@ -357,6 +361,7 @@ impl Default for IngestSettings {
             listen: "127.0.0.1:8090".into(),
             max_body_bytes: 16 * 1024 * 1024,
             max_batch_events: 128,
+            cached_sessions: 10_000,
         }
     }
 }

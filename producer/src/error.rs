@@ -52,6 +52,20 @@ pub enum Error {
     /// The event breaks the session's rules and was not sent.
     #[error("event refused before sending: {0}")]
     Refused(Rejection),
+    /// The event was written, and the fold rejected it (read back by a confirmed append): it is
+    /// not part of the session. Another writer of the same epoch took its seq, say.
+    #[error("the log rejected event seq {seq} (offset {offset}): {rejection}")]
+    Rejected {
+        /// The event's seq.
+        seq: u64,
+        /// Where the rejected record sits.
+        offset: i64,
+        /// The fold's reason.
+        rejection: Rejection,
+    },
+    /// The projection could not be read to catch a session up.
+    #[error("reading the projection to catch the session up: {0}")]
+    Projection(#[from] sessionlog_store::Error),
     /// Another harness claimed the session with a later epoch: this writer must stop.
     #[error("fenced: epoch {epoch} was superseded by epoch {current}")]
     Fenced {

@@ -9,6 +9,7 @@ use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
+use sessionlog_store::ProjectionStore;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -54,6 +55,7 @@ pub struct EventLog {
     in_flight: Arc<Semaphore>,
     epochs: Mutex<HashMap<SessionId, Epoch>>,
     keyring: Option<Arc<Keyring>>,
+    projection: Option<ProjectionStore>,
 }
 
 impl EventLog {
@@ -113,7 +115,23 @@ impl EventLog {
             options,
             epochs: Mutex::new(HashMap::new()),
             keyring,
+            projection: None,
         })
+    }
+
+    /// Lets writers find where a session stands from the projection (its row and the
+    /// partition's progress) plus the log after it, instead of folding the session's partition
+    /// from its first offset: a claim, a create with a given id and
+    /// [`crate::SessionWriter::current`] then cost the projector's lag, not the partition's
+    /// length. The projection is a hint about where to start reading; the log still decides.
+    pub fn with_projection(mut self, store: ProjectionStore) -> Self {
+        self.projection = Some(store);
+        self
+    }
+
+    /// The projection writers catch up from, if one is attached.
+    pub fn projection(&self) -> Option<&ProjectionStore> {
+        self.projection.as_ref()
     }
 
     /// The data keys events are sealed with; `None` when `[privacy] encrypt` is off.

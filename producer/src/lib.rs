@@ -9,10 +9,11 @@
 //!
 //! The same over HTTP, for harnesses not written in Rust, is the `sessionlog-ingest` crate.
 
+mod catch_up;
 mod error;
 mod event_log;
 mod writer;
 
 pub use error::{Error, Result};
 pub use event_log::{EventLog, Position, ProducerOptions, WhenFull};
-pub use writer::{Appended, PendingClaim, SessionWriter};
+pub use writer::{Appended, Confirmed, PendingClaim, SessionWriter, is_intent};

@@ -1,15 +1,27 @@
 //! Appending one session's events: creating, claiming and forking sessions, fencing.
 
+use crate::catch_up::{CaughtUp, catch_up, catch_up_from};
 use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::now_micros;
 use sessionlog_schemas::{
-    CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, EventEnvelope, ForkPoint, Seq, SessionEvent,
-    SessionId, TerminalOutcome,
+    CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, Epoch, EventEnvelope, ForkPoint, Seq,
+    SessionEvent, SessionId, TerminalOutcome,
 };
 use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState, Verdict};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// An appended event the fold accepted, learnt by reading the partition back to it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Confirmed {
+    /// The event, at its first position in the log: where this append wrote it, or, for a
+    /// retry of an event already accepted, where the first write sits.
+    pub appended: Appended,
+    /// True when the event had been accepted before (a retry).
+    pub duplicate: bool,
+}
 
 /// An event in the log: acknowledged by an append, or found by a read-back.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -31,20 +43,34 @@ pub struct Appended {
 /// - at [`Self::claim`], by reading its own claim back;
 /// - at every append, from the [`EventLog`]'s per-session epoch map, which every claim made
 ///   through the same `EventLog` updates: immediate, no round trip, but blind to other processes;
-/// - at every [`Self::checkpoint`], by reading the session's partition back from the last
-///   offset it confirmed up to the checkpoint and folding it: authoritative, for any process.
+/// - at every *confirmed* append, by reading the session's partition back from the last offset
+///   it confirmed up to its own events and folding it: authoritative, for any process.
 ///
-/// Between a takeover by another process and the next checkpoint a fenced writer's appends
-/// are acknowledged by Kafka but rejected by the fold as zombie writes; they never enter the
-/// accepted history.
+/// Confirmed appends: [`Self::append_confirmed`], every [`Self::checkpoint`] and
+/// [`Self::close`], and every batch holding an intent a harness acts on once it is told the
+/// event is appended (a `ToolCallRequested`: the harness runs the tool). They answer only once
+/// the fold accepted the events, at the cost of one read of the partition's tail. Other
+/// appends answer at Kafka's ack: between a takeover by another process and the writer's next
+/// confirmed append, its events are acknowledged but rejected by the fold as zombie writes, and
+/// nothing was done on the strength of them that the session fails to record.
 pub struct SessionWriter {
     log: Arc<EventLog>,
+    /// The epoch this writer writes with. The state's epoch is the session's, which a claim
+    /// elsewhere raises: a read-back never makes a fenced writer the new epoch's.
+    epoch: Epoch,
+    /// The fold of what the log holds and this writer appended since (acknowledged, perhaps
+    /// not confirmed).
     state: SessionState,
+    /// The fold of the partition up to `confirmed`: what a read-back starts from.
+    verified: SessionState,
     partition: i32,
     /// The first offset of the session's partition not yet read back.
     confirmed: i64,
     first: Option<Position>,
     last: Option<Position>,
+    /// Where the session's latest accepted events sit (at most the fold's duplicate window):
+    /// a retry of one is answered with its first position.
+    positions: VecDeque<(Seq, Uuid, Position)>,
 }
 
 impl SessionWriter {
@@ -55,7 +81,12 @@ impl SessionWriter {
         agent: &str,
         title: Option<&str>,
     ) -> Result<(Self, Appended)> {
-        Self::create_with_id(log, SessionId::new(), agent, title).await
+        let started = SessionEvent::SessionStarted {
+            agent: agent.to_string(),
+            title: title.map(Content::from),
+            tenant: DEFAULT_TENANT.to_string(),
+        };
+        Self::start(log, SessionId::new(), started, true).await
     }
 
     /// Starts a new session with a given id, in the default tenant.
@@ -69,6 +100,11 @@ impl SessionWriter {
     }
 
     /// Starts a new session with a given id in `tenant`, which the session keeps for life.
+    ///
+    /// The id is the caller's, so it may be taken: the session is caught up first (cheaply
+    /// with a projection, see [`EventLog::with_projection`]) and an existing one refused with
+    /// [`Rejection::AlreadyStarted`]; the start is then read back, so of two creates of one id
+    /// racing on different processes exactly one succeeds.
     pub async fn create_in(
         log: Arc<EventLog>,
         session: SessionId,
@@ -81,7 +117,7 @@ impl SessionWriter {
             title: title.map(Content::from),
             tenant: tenant.to_string(),
         };
-        Self::start(log, session, started).await
+        Self::start(log, session, started, false).await
     }
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
@@ -101,54 +137,167 @@ impl SessionWriter {
             tenant: tenant.to_string(),
             forked_by: forked_by.map(String::from),
         };
-        Self::start(log, SessionId::new(), forked).await
+        Self::start(log, SessionId::new(), forked, true).await
     }
 
+    /// Writes the first event of `session`. A `fresh` id (a new UUIDv7) cannot be taken, so
+    /// nothing before the start concerns the session; any other id is caught up and the start
+    /// confirmed.
     async fn start(
         log: Arc<EventLog>,
         session: SessionId,
         first_event: SessionEvent,
+        fresh: bool,
     ) -> Result<(Self, Appended)> {
-        let partition = log.partition_of(session);
-        let mut state = SessionState::empty(session);
-        // The first event carries epoch 1: the creator is the first writer.
-        state.epoch = 1;
-        let mut writer = Self {
-            log,
-            state,
-            partition,
-            confirmed: 0,
-            first: None,
-            last: None,
-        };
-        let start = writer.append(first_event).await?;
-        // Nothing before its own start event can concern the session.
-        writer.confirmed = start.position.offset + 1;
-        Ok((writer, start))
+        if fresh {
+            let partition = log.partition_of(session);
+            let mut writer = Self::at(log, SessionState::empty(session), partition, 0);
+            // The first event carries epoch 1: the creator is the first writer.
+            writer.state.epoch = 1;
+            writer.epoch = 1;
+            let start = writer.append(first_event).await?;
+            writer.verified = writer.state.clone();
+            writer.confirmed = start.position.offset + 1;
+            return Ok((writer, start));
+        }
+        let caught = catch_up(&log, session).await?;
+        if caught.state.is_started() {
+            return Err(Error::Refused(Rejection::AlreadyStarted));
+        }
+        let mut writer = Self::caught_up(log, caught);
+        writer.state.epoch = 1;
+        writer.epoch = 1;
+        let envelope = writer.envelope(writer.next_seq(), first_event, None, None);
+        let mut confirmed = writer.append_confirmed(vec![envelope]).await?;
+        let start = confirmed.pop().ok_or(Error::Unconfirmed {
+            partition: writer.partition,
+            offset: -1,
+        })?;
+        Ok((writer, start.appended))
     }
 
-    /// The first half of [`Self::claim`]: folds `session` from the log and decides the epoch,
-    /// writing nothing, so the caller can look at the session (its tenant, its gates) before
-    /// [`PendingClaim::commit`] appends the claim.
+    /// A writer whose state and verified state are `state`, as of `confirmed` in `partition`.
+    fn at(log: Arc<EventLog>, state: SessionState, partition: i32, confirmed: i64) -> Self {
+        Self {
+            log,
+            epoch: state.epoch,
+            verified: state.clone(),
+            state,
+            partition,
+            confirmed,
+            first: None,
+            last: None,
+            positions: VecDeque::new(),
+        }
+    }
+
+    fn caught_up(log: Arc<EventLog>, caught: CaughtUp) -> Self {
+        let mut writer = Self::at(
+            log,
+            caught.state.clone(),
+            caught.partition,
+            caught.next_offset,
+        );
+        for position in caught.positions() {
+            writer.remember(position);
+        }
+        writer
+    }
+
+    /// A writer for `session` as it stands in the log now, at its current epoch: what a
+    /// stateless service builds to append for whichever harness holds that epoch. Reads the
+    /// projection's row and the log after it (see [`EventLog::with_projection`]).
+    pub async fn current(log: Arc<EventLog>, session: SessionId) -> Result<Self> {
+        let caught = catch_up(&log, session).await?;
+        if !caught.state.is_started() {
+            return Err(caught.not_started(&log).await);
+        }
+        Ok(Self::caught_up(log, caught))
+    }
+
+    /// Folds whatever reached the session's partition since the last read-back (another
+    /// process's appends or claims): the writer's state becomes the log's.
+    pub async fn refresh(&mut self) -> Result<()> {
+        let caught = catch_up_from(
+            &self.log,
+            self.verified.clone(),
+            self.partition,
+            self.confirmed,
+        )
+        .await?;
+        for position in caught.positions() {
+            self.remember(position);
+        }
+        self.log.note_epoch(self.session_id(), caught.state.epoch);
+        self.verified = caught.state.clone();
+        self.state = caught.state;
+        self.confirmed = caught.next_offset;
+        Ok(())
+    }
+
+    /// The epoch this writer writes with.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// Writes from now on with `epoch`, which must be the session's current one (after a
+    /// [`Self::refresh`]): for a stateless service writing on behalf of whichever harness holds
+    /// the current epoch. [`Error::Fenced`] or [`Error::Refused`] otherwise.
+    pub fn write_as(&mut self, epoch: Epoch) -> Result<()> {
+        let current = self.state.epoch;
+        match epoch.cmp(&current) {
+            std::cmp::Ordering::Equal => {
+                self.epoch = epoch;
+                Ok(())
+            }
+            std::cmp::Ordering::Less => Err(Error::Fenced { epoch, current }),
+            std::cmp::Ordering::Greater => {
+                Err(Error::Refused(Rejection::UnclaimedEpoch { epoch, current }))
+            }
+        }
+    }
+
+    /// Where the accepted event `(seq, event_id)` sits, if this writer saw it accepted.
+    pub fn position_of(&self, seq: Seq, event_id: Uuid) -> Option<Position> {
+        self.positions
+            .iter()
+            .rev()
+            .find(|(s, id, _)| *s == seq && *id == event_id)
+            .map(|(_, _, p)| *p)
+    }
+
+    fn remember(&mut self, position: (Seq, Uuid, Position)) {
+        self.positions.push_back(position);
+        if self.positions.len() > DUPLICATE_WINDOW {
+            self.positions.pop_front();
+        }
+    }
+
+    /// The first half of [`Self::claim`]: catches `session` up (see [`Self::current`]) and
+    /// decides the epoch, writing nothing, so the caller can look at the session (its tenant,
+    /// its gates) before [`PendingClaim::commit`] appends the claim.
     pub async fn prepare_takeover(
         log: Arc<EventLog>,
         session: SessionId,
         writer: &str,
     ) -> Result<PendingClaim> {
-        let partition = log.partition_of(session);
-        Self::prepare_claim(log, SessionState::empty(session), partition, 0, writer).await
+        let caught = catch_up(&log, session).await?;
+        PendingClaim::after(log, caught, writer).await
     }
 
-    /// Takes over `session`: folds it from the log (its partition, from the low watermark),
-    /// appends `WriterClaimed{epoch = current + 1}`, reads the log back up to its own claim,
-    /// and returns [`Error::LostClaim`] if another claim won.
+    /// Takes over `session`: catches it up (from the projection's row when the log has one,
+    /// else from its partition's first offset), appends `WriterClaimed{epoch = current + 1}`,
+    /// reads the log back up to its own claim, and returns [`Error::LostClaim`] if another
+    /// claim won.
     pub async fn claim(
         log: Arc<EventLog>,
         session: SessionId,
         writer: &str,
     ) -> Result<(Self, Appended)> {
-        let partition = log.partition_of(session);
-        Self::claim_from(log, SessionState::empty(session), partition, 0, writer).await
+        Self::prepare_takeover(log, session, writer)
+            .await?
+            .commit()
+            .await
     }
 
     /// The same, for a caller that already folded the session up to and including
@@ -167,8 +316,9 @@ impl SessionWriter {
             .await
     }
 
-    /// The first half of a takeover: catch up with the log and decide the epoch to claim,
-    /// without writing anything yet. [`PendingClaim::commit`] writes the claim.
+    /// The first half of a takeover from a state the caller folded: catch up with the log and
+    /// decide the epoch to claim, without writing anything yet. [`PendingClaim::commit`]
+    /// writes the claim.
     #[tracing::instrument(
         name = "claim",
         level = "debug",
@@ -182,39 +332,8 @@ impl SessionWriter {
         next_offset: i64,
         writer: &str,
     ) -> Result<PendingClaim> {
-        let session = state.session_id;
-        let mut state = state;
-        let (events, caught_up) = log
-            .read_events(partition, next_offset, None, Some(session))
-            .await?;
-        let found = !events.is_empty();
-        let mut caught = Vec::new();
-        for event in events {
-            if state.apply(&event.envelope).is_accepted() {
-                caught.push(event.envelope);
-            }
-        }
-        if !state.is_started() {
-            // Events of the session but no start: retention deleted it. Say so, and where to
-            // go, rather than calling a session with a history unknown.
-            let low_watermark = log.low_watermark(partition).await?;
-            if found && low_watermark > next_offset {
-                return Err(Error::StartDeleted {
-                    session,
-                    partition,
-                    low_watermark,
-                });
-            }
-            return Err(Error::UnknownSession(session));
-        }
-        Ok(PendingClaim {
-            log,
-            state,
-            partition,
-            caught_up,
-            writer: writer.to_string(),
-            caught,
-        })
+        let caught = catch_up_from(&log, state, partition, next_offset).await?;
+        PendingClaim::after(log, caught, writer).await
     }
 
     /// The session written to.
@@ -267,7 +386,12 @@ impl SessionWriter {
     /// the process already has its maximum of events in flight.
     pub async fn try_append(&mut self, event: SessionEvent) -> Result<Appended> {
         let envelope = self.envelope(self.next_seq(), event, None, None);
-        let mut appended = self.send(vec![envelope], WhenFull::Fail).await?;
+        let mut appended = if is_intent(&envelope.event) {
+            let confirmed = self.send_confirmed(vec![envelope], WhenFull::Fail).await?;
+            confirmed.into_iter().map(|c| c.appended).collect()
+        } else {
+            self.send(vec![envelope], WhenFull::Fail).await?
+        };
         appended.pop().ok_or(Error::Unconfirmed {
             partition: self.partition,
             offset: -1,
@@ -307,12 +431,83 @@ impl SessionWriter {
     /// none is sent. A repeat of an acknowledged envelope (same seq and event id) is sent
     /// again and is a harmless duplicate in the log. If an ack fails, the events acknowledged
     /// before it are applied and the error returned: retry from [`Self::next_seq`] with the
-    /// same envelopes.
+    /// same envelopes. A batch holding an intent is confirmed (see the type's documentation).
     pub async fn append_envelopes(
         &mut self,
         envelopes: Vec<EventEnvelope>,
     ) -> Result<Vec<Appended>> {
+        if envelopes.iter().any(|e| is_intent(&e.event)) {
+            let confirmed = self.append_confirmed(envelopes).await?;
+            return Ok(confirmed.into_iter().map(|c| c.appended).collect());
+        }
         self.send(envelopes, WhenFull::Wait).await
+    }
+
+    /// Sends prepared envelopes like [`Self::append_envelopes`], then reads the session's
+    /// partition back up to the last of them and folds it from the last confirmed point:
+    /// answers only once the fold accepted every one, with each event's first position.
+    ///
+    /// [`Error::Fenced`] when a later epoch's claim, from any process, reached the log first;
+    /// [`Error::Rejected`] when the fold rejected an event for another reason (another
+    /// writer of the same epoch took its seq). Either way the writer's state is the log's
+    /// afterwards, and events of the batch before the rejected one stay accepted: a retry of
+    /// the batch is answered for them as duplicates.
+    pub async fn append_confirmed(
+        &mut self,
+        envelopes: Vec<EventEnvelope>,
+    ) -> Result<Vec<Confirmed>> {
+        self.send_confirmed(envelopes, WhenFull::Wait).await
+    }
+
+    async fn send_confirmed(
+        &mut self,
+        envelopes: Vec<EventEnvelope>,
+        when_full: WhenFull,
+    ) -> Result<Vec<Confirmed>> {
+        let appended = self.send(envelopes, when_full).await?;
+        let Some(upto) = appended.iter().map(|a| a.position.offset).max() else {
+            return Ok(Vec::new());
+        };
+        let verdicts = self.read_back(upto).await?;
+        appended
+            .into_iter()
+            .map(|appended| {
+                let (envelope, position) = (&appended.envelope, appended.position);
+                match verdicts.get(&position.offset) {
+                    Some(Verdict::Accepted) => Ok(Confirmed {
+                        appended,
+                        duplicate: false,
+                    }),
+                    Some(Verdict::Duplicate) => {
+                        let first = self
+                            .position_of(envelope.seq, envelope.event_id)
+                            .unwrap_or(position);
+                        Ok(Confirmed {
+                            appended: Appended {
+                                position: first,
+                                ..appended
+                            },
+                            duplicate: true,
+                        })
+                    }
+                    Some(Verdict::Rejected(Rejection::Zombie { epoch, current })) => {
+                        Err(Error::Fenced {
+                            epoch: *epoch,
+                            current: *current,
+                        })
+                    }
+                    Some(Verdict::Rejected(rejection)) => Err(Error::Rejected {
+                        seq: envelope.seq,
+                        offset: position.offset,
+                        rejection: rejection.clone(),
+                    }),
+                    None => Err(Error::Unconfirmed {
+                        partition: position.partition,
+                        offset: position.offset,
+                    }),
+                }
+            })
+            .collect()
     }
 
     #[tracing::instrument(
@@ -348,7 +543,9 @@ impl SessionWriter {
         let mut appended = Vec::with_capacity(envelopes.len());
         for (envelope, outcome) in envelopes.into_iter().zip(outcomes) {
             let position = outcome?;
-            self.state.apply(&envelope);
+            if self.state.apply(&envelope).is_accepted() {
+                self.remember((envelope.seq, envelope.event_id, position));
+            }
             self.first.get_or_insert(position);
             self.last = Some(position);
             appended.push(Appended { envelope, position });
@@ -357,6 +554,38 @@ impl SessionWriter {
             tracing::Span::current().record("last_offset", last.offset);
         }
         Ok(appended)
+    }
+
+    /// Reads the session's partition from the last confirmed offset through `upto` and folds
+    /// it from the verified state, in log order: other writers' events and claims, and this
+    /// writer's. The writer's state becomes the log's; returns the verdict on every record
+    /// read, by offset.
+    async fn read_back(&mut self, upto: i64) -> Result<HashMap<i64, Verdict>> {
+        let session = self.session_id();
+        let (events, next) = self
+            .log
+            .read_events(
+                self.partition,
+                self.confirmed,
+                Some(upto + 1),
+                Some(session),
+            )
+            .await?;
+        let mut replay = self.verified.clone();
+        let mut verdicts = HashMap::with_capacity(events.len());
+        for event in events {
+            let verdict = replay.apply(&event.envelope);
+            if verdict.is_accepted() {
+                let e = &event.envelope;
+                self.remember((e.seq, e.event_id, event.position));
+            }
+            verdicts.insert(event.position.offset, verdict);
+        }
+        self.log.note_epoch(session, replay.epoch);
+        self.verified = replay.clone();
+        self.state = replay;
+        self.confirmed = next;
+        Ok(verdicts)
     }
 
     /// Judges a batch in order, as the fold will, without touching the writer's state.
@@ -382,70 +611,50 @@ impl SessionWriter {
     /// Fails if a claim made or seen through this process's [`EventLog`] superseded this writer.
     fn check_not_fenced(&self) -> Result<()> {
         match self.log.highest_epoch_seen(self.session_id()) {
-            Some(current) if current > self.state.epoch => Err(Error::Fenced {
-                epoch: self.state.epoch,
+            Some(current) if current > self.epoch => Err(Error::Fenced {
+                epoch: self.epoch,
                 current,
             }),
             _ => Ok(()),
         }
     }
 
-    /// Appends a checkpoint declaring the digest of everything before it, then reads the
-    /// session's partition back up to it: [`Error::Fenced`] if another writer's claim of a
-    /// later epoch is in the log, whichever process made it.
+    /// Appends a checkpoint declaring the digest of everything before it, confirmed (read
+    /// back): [`Error::Fenced`] if another writer's claim of a later epoch is in the log,
+    /// whichever process made it.
     pub async fn checkpoint(&mut self, workspace_revision: Option<String>) -> Result<Appended> {
         let state_digest = self.state.digest();
-        let appended = self
-            .append(SessionEvent::Checkpoint {
-                state_digest,
-                workspace_revision,
-            })
-            .await?;
-        self.confirm(appended.position.offset).await?;
-        Ok(appended)
+        let event = SessionEvent::Checkpoint {
+            state_digest,
+            workspace_revision,
+        };
+        self.append_one_confirmed(event).await
     }
 
-    /// Reads the session's events from the last confirmed offset up to `upto` and folds them
-    /// into a copy of the writer's state. The writer's own events fold as duplicates; a claim
-    /// of a later epoch, by anyone, raises the copy's epoch, which means this writer is fenced
-    /// (its events after that claim are zombie writes in the accepted history).
-    async fn confirm(&mut self, upto: i64) -> Result<()> {
-        let session = self.session_id();
-        let (events, next) = self
-            .log
-            .read_events(
-                self.partition,
-                self.confirmed,
-                Some(upto + 1),
-                Some(session),
-            )
-            .await?;
-        let mut replay = self.state.clone();
-        for event in &events {
-            replay.apply(&event.envelope);
-        }
-        if replay.epoch > self.state.epoch {
-            self.log.note_epoch(session, replay.epoch);
-            return Err(Error::Fenced {
-                epoch: self.state.epoch,
-                current: replay.epoch,
-            });
-        }
-        self.confirmed = next;
-        Ok(())
-    }
-
-    /// Appends the terminal outcome.
+    /// Appends the terminal outcome, confirmed: a harness that stops on the strength of it
+    /// knows the session recorded the end.
     pub async fn close(
         &mut self,
         outcome: TerminalOutcome,
         reason: Option<String>,
     ) -> Result<Appended> {
-        self.append(SessionEvent::SessionEnded {
+        self.append_one_confirmed(SessionEvent::SessionEnded {
             outcome,
             reason: reason.map(Content::Plain),
         })
         .await
+    }
+
+    async fn append_one_confirmed(&mut self, event: SessionEvent) -> Result<Appended> {
+        let envelope = self.envelope(self.next_seq(), event, None, None);
+        let mut confirmed = self.append_confirmed(vec![envelope]).await?;
+        confirmed
+            .pop()
+            .map(|c| c.appended)
+            .ok_or(Error::Unconfirmed {
+                partition: self.partition,
+                offset: -1,
+            })
     }
 
     /// Appends a user request (a convenience for the commonest event).
@@ -467,7 +676,7 @@ impl SessionWriter {
             event_id: Uuid::now_v7(),
             session_id: self.state.session_id,
             seq,
-            writer_epoch: self.state.epoch,
+            writer_epoch: self.epoch,
             occurred_at: now_micros(),
             causation_id,
             idempotency_key,
@@ -478,26 +687,42 @@ impl SessionWriter {
     }
 }
 
+/// Whether a harness acts on `event` once told it is appended, so that it must be confirmed
+/// accepted first: a tool call runs the tool. (Other events only record what happened; a
+/// rejected one is learnt of at the next confirmed append, before anything acts on it.)
+pub fn is_intent(event: &SessionEvent) -> bool {
+    matches!(event, SessionEvent::ToolCallRequested { .. })
+}
+
 /// A takeover caught up with the log but not yet written: it will claim [`Self::epoch`].
 pub struct PendingClaim {
     log: Arc<EventLog>,
-    state: SessionState,
-    partition: i32,
-    caught_up: i64,
     writer: String,
-    /// Events of the session the catch-up accepted, in log order.
-    caught: Vec<EventEnvelope>,
+    caught: CaughtUp,
 }
 
 impl PendingClaim {
+    async fn after(log: Arc<EventLog>, caught: CaughtUp, writer: &str) -> Result<Self> {
+        if !caught.state.is_started() {
+            // Events of the session but no start: retention deleted it. Say so, and where to
+            // go, rather than calling a session with a history unknown.
+            return Err(caught.not_started(&log).await);
+        }
+        Ok(Self {
+            log,
+            writer: writer.to_string(),
+            caught,
+        })
+    }
+
     /// The session as the catch-up left it, before the claim.
     pub fn state(&self) -> &SessionState {
-        &self.state
+        &self.caught.state
     }
 
     /// The epoch this claim will ask for: one above the latest the log showed.
     pub fn epoch(&self) -> u64 {
-        self.state.epoch + 1
+        self.caught.state.epoch + 1
     }
 
     /// Appends `WriterClaimed`, reads the log back up to it, and returns the new writer if the
@@ -508,17 +733,22 @@ impl PendingClaim {
     }
 
     /// [`Self::commit`], also returning every event of the session accepted after the state
-    /// the claim was prepared from (before the claim, in log order): what a caller keeping
-    /// its own view of the session (a context window) must fold, without reading it again.
+    /// the claim was prepared from and read from the log (before the claim, in log order):
+    /// what a caller keeping its own view of the session (a context window) must fold, without
+    /// reading it again. (A claim prepared by [`SessionWriter::prepare_takeover`] starts from
+    /// the projection's row; events the projection held are not among them.)
     pub async fn commit_caught_up(self) -> Result<(SessionWriter, Appended, Vec<EventEnvelope>)> {
         let Self {
             log,
-            mut state,
-            partition,
-            caught_up,
             writer,
-            mut caught,
+            caught,
         } = self;
+        let partition = caught.partition;
+        let caught_up = caught.next_offset;
+        let mut positions: Vec<_> = caught.positions().collect();
+        let mut caught_events: Vec<EventEnvelope> =
+            caught.accepted.into_iter().map(|a| a.envelope).collect();
+        let mut state = caught.state;
         let session = state.session_id;
         let claim = EventEnvelope {
             event_id: Uuid::now_v7(),
@@ -550,7 +780,9 @@ impl PendingClaim {
             if event.envelope.event_id == claim.event_id && event.position == position {
                 verdict = Some(v);
             } else if v.is_accepted() {
-                caught.push(event.envelope);
+                let e = &event.envelope;
+                positions.push((e.seq, e.event_id, event.position));
+                caught_events.push(event.envelope);
             }
         }
         log.note_epoch(session, state.epoch);
@@ -569,21 +801,18 @@ impl PendingClaim {
                 });
             }
         }
-        let writer = SessionWriter {
-            log,
-            state,
-            partition,
-            confirmed: position.offset + 1,
-            first: Some(position),
-            last: Some(position),
-        };
+        positions.push((claim.seq, claim.event_id, position));
+        let mut writer_of = SessionWriter::at(log, state, partition, position.offset + 1);
+        positions.into_iter().for_each(|p| writer_of.remember(p));
+        writer_of.first = Some(position);
+        writer_of.last = Some(position);
         Ok((
-            writer,
+            writer_of,
             Appended {
                 envelope: claim,
                 position,
             },
-            caught,
+            caught_events,
         ))
     }
 }

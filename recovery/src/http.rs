@@ -91,19 +91,11 @@ impl From<Error> for Problem {
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),
             Error::Attestation { .. } => INTERNAL,
-            Error::Producer(sessionlog_producer::Error::Fenced { .. }) => {
-                (StatusCode::CONFLICT, "fenced")
-            }
             Error::Producer(e) => return e.into(),
             Error::Keys(e) => return sessionlog_http::from_keys(&e, detail),
             Error::Log(e) => sessionlog_http::log_error_status(&e),
             Error::Schema(e) => schema_status(&e),
-            Error::Store(
-                sessionlog_store::Error::Connect { .. } | sessionlog_store::Error::Cql { .. },
-            ) => UNAVAILABLE,
-            // A missing or old keyspace, a bad name, a corrupt row: a setting or a command
-            // fixes these, a retry does not.
-            Error::Store(_) => INTERNAL,
+            Error::Store(e) => sessionlog_http::store_error_status(&e),
         };
         Problem::new(status, code, detail)
     }
@@ -430,7 +422,7 @@ async fn diff(
     responses(
         (status = 200, description = "recorded", body = RecordedEvent),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `not_in_doubt`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -473,7 +465,7 @@ async fn resolve(
     responses(
         (status = 200, description = "recorded", body = RecordedEvent),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fenced`, `stale_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `no_such_approval`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,

@@ -100,7 +100,12 @@ impl Recovery {
         let decoder = EventDecoder::new(settings.registry.client()?);
         let store = ProjectionStore::open(&settings.cql).await?;
         let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
-        let log = Arc::new(EventLog::from_settings(settings).await?);
+        // Claims made through this log catch up from the projection, not the partition's start.
+        let log = Arc::new(
+            EventLog::from_settings(settings)
+                .await?
+                .with_projection(store.clone()),
+        );
         // Erasure receipts live in the key store, with encryption on or off.
         let keys = Arc::new(KeyTable::open(settings).await?);
         Ok(Self {

@@ -6,6 +6,8 @@
 
 pub mod auth;
 
+pub mod ingest;
+
 pub mod producer;
 
 pub mod projector;

@@ -4,84 +4,22 @@
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sessionlog_ingest::Ingest;
-use sessionlog_producer::EventLog;
 use sessionlog_tests::TestStack;
+use sessionlog_tests::ingest::{IngestInstance as Service, user_request};
 use sessionlog_tests::producer::fold_topic;
-use std::sync::Arc;
-use tokio::sync::oneshot;
 
-/// The service on an ephemeral port of this test, stopped when dropped.
-struct Service {
-    base: String,
-    log: Arc<EventLog>,
-    http: reqwest::Client,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Service {
-    async fn start(stack: &mut TestStack) -> Result<Self> {
-        stack.settings.producer.max_event_bytes = 32 * 1024;
-        stack.settings.ingest.max_body_bytes = 256 * 1024;
-        let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let access = Arc::new(sessionlog_http::Access::from_settings(&stack.settings.auth).await?);
-        let ingest = Ingest::new(Arc::clone(&log), stack.settings.ingest.clone(), access);
-        tokio::spawn(async move {
-            let _ = ingest
-                .serve(listener, async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
-        Ok(Self {
-            base,
-            log,
-            http: sessionlog_tests::auth::client()?,
-            _stop: stop,
-        })
-    }
-
-    async fn post(&self, path: &str, body: Value) -> Result<(StatusCode, Value)> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await?;
-        let status = response.status();
-        Ok((status, response.json().await.context("a JSON body")?))
-    }
-
-    async fn post_raw(&self, path: &str, body: String) -> Result<(StatusCode, Value)> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await?;
-        let status = response.status();
-        Ok((status, response.json().await.context("a JSON body")?))
-    }
-
-    async fn get(&self, path: &str) -> Result<(StatusCode, String)> {
-        let response = self.http.get(format!("{}{path}", self.base)).send().await?;
-        Ok((response.status(), response.text().await?))
-    }
-}
-
-fn user_request(seq: u64, id: &uuid::Uuid, text: &str) -> Value {
-    json!({ "seq": seq, "event_id": id, "kind": "UserRequest", "data": { "content": { "Plain": text } } })
+/// Limits small enough for the size tests to reach.
+fn limit_sizes(stack: &mut TestStack) {
+    stack.settings.producer.max_event_bytes = 32 * 1024;
+    stack.settings.ingest.max_body_bytes = 256 * 1024;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempotent_retries()
 -> Result<()> {
     let mut stack = TestStack::new("pingest", 2).await?;
-    let service = Service::start(&mut stack).await?;
+    limit_sizes(&mut stack);
+    let service = Service::start(&stack).await?;
 
     let (status, opened) = service
         .post(
@@ -200,7 +138,7 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
     for name in [
         sessionlog_ingest::REQUESTS_TOTAL,
         sessionlog_ingest::EVENTS_TOTAL,
-        sessionlog_ingest::OPEN_SESSIONS,
+        sessionlog_ingest::CACHED_SESSIONS,
         sessionlog_ingest::IN_FLIGHT,
     ] {
         assert!(
@@ -214,7 +152,8 @@ async fn a_plain_http_client_appends_a_session_with_durable_offsets_and_idempote
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Result<()> {
     let mut stack = TestStack::new("pingbad", 1).await?;
-    let service = Service::start(&mut stack).await?;
+    limit_sizes(&mut stack);
+    let service = Service::start(&stack).await?;
     let (_, opened) = service
         .post("/v1/sessions", json!({ "agent": "bad-input" }))
         .await?;
@@ -245,7 +184,7 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
                 "recorded_by": "me", "note": null } }] }).to_string()),
         ("wrong seq", StatusCode::CONFLICT, "wrong_seq",
             json!({ "epoch": 1, "events": [user_request(5, &id, "skips ahead")] }).to_string()),
-        ("stale epoch", StatusCode::CONFLICT, "stale_epoch",
+        ("an epoch never claimed", StatusCode::CONFLICT, "unknown_epoch",
             json!({ "epoch": 7, "events": [user_request(2, &id, "wrong epoch")] }).to_string()),
         ("event too large", StatusCode::PAYLOAD_TOO_LARGE, "too_large",
             json!({ "epoch": 1, "events": [user_request(2, &id, &large)] }).to_string()),
@@ -289,7 +228,7 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
         .await?;
     assert_eq!(
         (got, answer["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("session_not_open"))
+        (StatusCode::NOT_FOUND, Some("unknown_session"))
     );
     let (got, answer) = service
         .post(
@@ -319,7 +258,7 @@ async fn bad_input_gets_a_4xx_with_a_json_body_that_says_what_is_wrong() -> Resu
         .await?;
     assert_eq!(
         (got, answer["code"].as_str()),
-        (StatusCode::CONFLICT, Some("stale_epoch")),
+        (StatusCode::CONFLICT, Some("fenced")),
         "{answer}"
     );
     assert_eq!(answer["current_epoch"], 2);
