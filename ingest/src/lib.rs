@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sessionlog_http::{
     Authenticator, Authorized, BodyProblems, Harness, JsonBody, PathParams, Problem,
-    ProblemDocument, ServerProblems, Service, ServiceInfo,
+    ProblemDocument, Readiness, ReadinessReport, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_log::{IngestSettings, Settings};
 use sessionlog_producer::{Appended, Confirmed, EventLog, Position, SessionWriter};
@@ -104,6 +104,8 @@ pub struct Ingest {
     /// log, and one that is behind the log (another instance wrote since) catches up when an
     /// append does not fit it.
     writers: Mutex<LruCache<SessionId, SharedWriter>>,
+    /// What `/health/ready` asks.
+    readiness: Readiness,
 }
 
 /// The routes and their OpenAPI paths; needs no running service.
@@ -116,7 +118,10 @@ pub fn service() -> Service<Arc<Ingest>> {
             .routes(routes!(append))
             .routes(routes!(checkpoint))
             .routes(routes!(close)),
-        OpenApiRouter::new().routes(routes!(health)),
+        OpenApiRouter::new()
+            .routes(routes!(health))
+            .routes(routes!(live))
+            .routes(routes!(ready)),
     )
 }
 
@@ -127,24 +132,47 @@ impl Ingest {
         let projection = sessionlog_store::ProjectionStore::open(&settings.cql).await?;
         let log = EventLog::from_settings(settings)
             .await?
-            .with_projection(projection);
-        Ok(Self::new(Arc::new(log), settings.ingest.clone(), access))
+            .with_projection(projection.clone());
+        // Ready while the servers every append needs answer: Kafka (the write and its
+        // read-back), the registry (encoding and decoding), the store (the projection writers
+        // catch up from, and the data keys, which live in the same cluster).
+        let readiness = Readiness::new()
+            .kafka(&settings.kafka)
+            .registry(log.registry().clone(), log.schema_id())
+            .store(projection);
+        Ok(Arc::new(Self::build(
+            Arc::new(log),
+            settings.ingest.clone(),
+            access,
+            readiness,
+        )))
     }
 
     /// A service writing through `log` (attach the projection to it, see
     /// [`EventLog::with_projection`], or every cache miss folds a partition from its start).
+    /// It checks nothing for `/health/ready` ([`Self::connect`] checks the servers).
     pub fn new(
         log: Arc<EventLog>,
         settings: IngestSettings,
         access: Arc<dyn Authenticator>,
     ) -> Arc<Self> {
+        Arc::new(Self::build(log, settings, access, Readiness::new()))
+    }
+
+    fn build(
+        log: Arc<EventLog>,
+        settings: IngestSettings,
+        access: Arc<dyn Authenticator>,
+        readiness: Readiness,
+    ) -> Self {
         let capacity = NonZeroUsize::new(settings.cached_sessions).unwrap_or(NonZeroUsize::MIN);
-        Arc::new(Self {
+        Self {
             log,
             access,
             settings,
             writers: Mutex::new(LruCache::new(capacity)),
-        })
+            readiness,
+        }
     }
 
     /// The log the service appends to.
@@ -297,21 +325,6 @@ struct AppendedEvents {
     events: Vec<EventAck>,
 }
 
-/// The service's liveness and what it writes to.
-#[derive(Debug, Serialize, ToSchema)]
-struct HealthReport {
-    #[schema(example = "ok")]
-    status: &'static str,
-    /// The Kafka topic events are appended to.
-    topic: String,
-    /// The registry's id of the schema events are encoded with.
-    schema_id: u32,
-    /// Sessions whose writer this instance holds in its cache.
-    cached_sessions: usize,
-    /// Events sent and not yet acknowledged.
-    in_flight: usize,
-}
-
 /// Starts a session.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -444,17 +457,18 @@ async fn create(
     Authorized(caller, _): Authorized<Harness>,
     JsonBody(request): JsonBody<CreateRequest>,
 ) -> Answer<Opened> {
-    let session = request.session_id.unwrap_or_default();
-    // Refused when the session exists, whichever instance created it; of two creates racing,
-    // the one whose start the log put second is refused.
-    let (writer, start) = SessionWriter::create_in(
-        Arc::clone(&ingest.log),
-        session,
+    let log = Arc::clone(&ingest.log);
+    let (agent, title, tenant) = (
         &request.agent,
         request.title.as_deref(),
         caller.home_tenant(),
-    )
-    .await?;
+    );
+    let (writer, start) = match request.session_id {
+        // Refused when the session exists, whichever instance created it; of two creates
+        // racing, the one whose start the log put second is refused.
+        Some(session) => SessionWriter::create_in(log, session, agent, title, tenant).await?,
+        None => SessionWriter::create_new_in(log, agent, title, tenant).await?,
+    };
     let opened = Opened::new(&writer, &start);
     ingest.replace(writer);
     Ok((StatusCode::CREATED, Json(opened)))
@@ -617,16 +631,17 @@ async fn first_position(
     let conflict = |message: String| {
         Problem::new(StatusCode::CONFLICT, "seq_conflict", message).with("seq", seq)
     };
-    let accepted = writer.state().recent.iter().find(|(s, _)| *s == seq);
-    let first_id = match (accepted, event_id) {
-        (Some((_, id)), Some(retried)) if *id == retried => *id,
-        (Some((_, id)), _) => {
+    // As the fold judges it: a retry repeats an accepted (seq, event id) pair. (A claim's
+    // pair shares the seq the claimant wrote next, so a seq alone names no event.)
+    let recent = &writer.state().recent;
+    let first_id = match event_id {
+        Some(id) if recent.contains(&(seq, id)) => id,
+        Some(_) | None if recent.front().is_some_and(|(oldest, _)| seq >= *oldest) => {
             return Err(conflict(format!(
-                "seq {seq} is already taken by event {id}; a retry must repeat its event_id"
-            ))
-            .with("event_id", id.to_string()));
+                "seq {seq} is already taken by another event; a retry must repeat its event_id"
+            )));
         }
-        (None, _) => {
+        _ => {
             return Err(conflict(format!(
                 "seq {seq} was accepted more than {} events ago: not a retry this service can \
                  recognise",
@@ -754,6 +769,9 @@ async fn checkpoint(
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
+        // The service picks this event's seq (and a checkpoint's digest): from the log as it
+        // is now, not from what this instance last saw of the session.
+        writer.refresh().await?;
         check_epoch(writer, request.epoch).await?;
         Ok(writer.checkpoint(request.workspace_revision).await?)
     })
@@ -785,6 +803,9 @@ async fn close(
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
+        // The service picks this event's seq (and a checkpoint's digest): from the log as it
+        // is now, not from what this instance last saw of the session.
+        writer.refresh().await?;
         check_epoch(writer, request.epoch).await?;
         Ok(writer.close(request.outcome, request.reason).await?)
     })
@@ -792,19 +813,41 @@ async fn close(
     Ok((StatusCode::OK, Json(EventAck::new(&appended, false))))
 }
 
-/// Liveness, and what the service writes to.
+/// Readiness (as `/health/ready`): whether the servers every append needs answer.
 #[utoipa::path(
     get,
     path = "/health",
     tag = "infrastructure",
-    responses((status = 200, description = "serving", body = HealthReport))
+    responses(
+        (status = 200, description = "ready", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+    )
 )]
-async fn health(State(ingest): State<Arc<Ingest>>) -> Json<HealthReport> {
-    Json(HealthReport {
-        status: "ok",
-        topic: ingest.log.topic().to_string(),
-        schema_id: ingest.log.schema_id(),
-        cached_sessions: ingest.writers().len(),
-        in_flight: ingest.log.in_flight(),
-    })
+async fn health(State(ingest): State<Arc<Ingest>>) -> (StatusCode, Json<ReadinessReport>) {
+    ingest.readiness.answer().await
+}
+
+/// Readiness: Kafka, the registry and the store answer; 503 names those that do not.
+#[utoipa::path(
+    get,
+    path = "/health/ready",
+    tag = "infrastructure",
+    responses(
+        (status = 200, description = "ready", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+    )
+)]
+async fn ready(State(ingest): State<Arc<Ingest>>) -> (StatusCode, Json<ReadinessReport>) {
+    ingest.readiness.answer().await
+}
+
+/// Liveness: the process serves requests (whatever the servers behind it do).
+#[utoipa::path(
+    get,
+    path = "/health/live",
+    tag = "infrastructure",
+    responses((status = 200, description = "serving", body = sessionlog_http::Liveness))
+)]
+async fn live() -> Json<sessionlog_http::Liveness> {
+    Json(sessionlog_http::Liveness::LIVE)
 }

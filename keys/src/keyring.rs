@@ -148,13 +148,7 @@ impl Keyring {
             KeyState::Destroyed => return Err(Error::Erased(session)),
             KeyState::Absent => {}
         }
-        let key = DataKey::generate();
-        let wrapped = WrappedKey {
-            version: KEY_VERSION,
-            kek_id: self.kek_id().to_string(),
-            wrapped: self.keks.current().wrap(session, &key),
-            created_at: now_micros(),
-        };
+        let (_, wrapped) = self.generate(session);
         // Another process may have made one first: the store keeps one, and everyone uses it.
         let stored = self.store.create(session, wrapped).await?;
         let state = self.unwrap_stored(session, Some(stored))?;
@@ -163,6 +157,34 @@ impl Keyring {
             KeyState::Live(key) => Ok(key),
             _ => Err(Error::Erased(session)),
         }
+    }
+
+    /// Makes and stores the key of a session about to start under a fresh id (a UUIDv7 this
+    /// process just made, which no other process can know before the start is written): one
+    /// plain write, where a session created under a caller's id, or keyed on its first text,
+    /// needs the store's conditional insert so that two processes agree on one key.
+    pub async fn key_fresh_session(&self, session: SessionId) -> Result<()> {
+        use sessionlog_log::retry::{self, Retryable};
+        let (key, wrapped) = self.generate(session);
+        // The write is idempotent (the same key each try), so an outage is worth a few tries.
+        (|| self.store.insert_fresh(session, wrapped.clone()))
+            .retry(retry::tries(5))
+            .when(Error::is_store)
+            .await?;
+        self.remember(session, KeyState::Live(Arc::new(key)));
+        Ok(())
+    }
+
+    /// A new data key for `session`, and the same wrapped by the current KEK.
+    fn generate(&self, session: SessionId) -> (DataKey, WrappedKey) {
+        let key = DataKey::generate();
+        let wrapped = WrappedKey {
+            version: KEY_VERSION,
+            kek_id: self.kek_id().to_string(),
+            wrapped: self.keks.current().wrap(session, &key),
+            created_at: now_micros(),
+        };
+        (key, wrapped)
     }
 
     /// Seals the sensitive fields of `envelopes` (of any sessions) before they are written.
@@ -484,6 +506,14 @@ mod tests {
             let mut map = self.0.lock().unwrap();
             let stored = map.entry(session).or_insert(StoredKey::Live(key)).clone();
             async move { Ok(stored) }.boxed()
+        }
+        fn insert_fresh(
+            &self,
+            session: SessionId,
+            key: WrappedKey,
+        ) -> futures::future::BoxFuture<'_, Result<()>> {
+            self.0.lock().unwrap().insert(session, StoredKey::Live(key));
+            async { Ok(()) }.boxed()
         }
         fn get(
             &self,

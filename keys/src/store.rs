@@ -61,6 +61,11 @@ pub trait DataKeyStore: Send + Sync {
     /// creating the same session's key agree on one.
     fn create(&self, session: SessionId, key: WrappedKey) -> BoxFuture<'_, Result<StoredKey>>;
 
+    /// Stores the key of a session nobody else can know of yet (a fresh UUIDv7 whose start
+    /// is not written): an unconditional write, without the round trips of [`Self::create`]'s
+    /// condition, which only a session two processes may key at once needs.
+    fn insert_fresh(&self, session: SessionId, key: WrappedKey) -> BoxFuture<'_, Result<()>>;
+
     /// The session's key, if it has a row.
     fn get(&self, session: SessionId) -> BoxFuture<'_, Result<Option<StoredKey>>>;
 

@@ -64,7 +64,8 @@ impl EventLog {
         Self::connect(settings, settings.producer.clone()).await
     }
 
-    /// Registers the schemas (once per process), learns the topic's partition count, opens
+    /// Registers the schemas (once per process), checks the topic's partition count against
+    /// `[kafka] partitions` (see [`topic::pinned_partitions`]), opens
     /// the key store when `[privacy] encrypt` is on, and creates the producer.
     ///
     /// Fails with [`Error::RegistryUnavailable`] when the registry is unreachable: without a
@@ -81,7 +82,7 @@ impl EventLog {
                 other => other.into(),
             })?;
         let keyring = sessionlog_store::keyring(settings).await?;
-        let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
+        let partitions = topic::pinned_partitions(&settings.kafka).await?;
         let mut config = settings.kafka.producer_config();
         config
             .set("compression.type", &options.compression)
@@ -139,6 +140,16 @@ impl EventLog {
         self.keyring.as_ref()
     }
 
+    /// Makes the data key of a session about to start under a fresh id (nothing when
+    /// encryption is off): one plain write at creation instead of a conditional one on the
+    /// session's first text (see [`Keyring::key_fresh_session`]).
+    pub async fn key_fresh_session(&self, session: SessionId) -> Result<()> {
+        match &self.keyring {
+            Some(keyring) => Ok(keyring.key_fresh_session(session).await?),
+            None => Ok(()),
+        }
+    }
+
     /// Seals the sensitive fields of envelopes about to be written (nothing when encryption
     /// is off). A writer folds what this returns, so its state and digests are the readers'.
     pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {
@@ -146,6 +157,11 @@ impl EventLog {
             Some(keyring) => Ok(keyring.seal(envelopes).await?),
             None => Ok(()),
         }
+    }
+
+    /// The registry events are encoded and decoded with.
+    pub fn registry(&self) -> &sessionlog_schemas::SchemaRegistry {
+        self.decoder.registry()
     }
 
     /// The schema id written into every record.
@@ -158,7 +174,8 @@ impl EventLog {
         &self.kafka.topic
     }
 
-    /// The topic's partition count, as learnt at connect.
+    /// The partition count sessions are placed by (`[kafka] partitions`, checked against the
+    /// topic at connect).
     pub fn partitions(&self) -> i32 {
         self.partitions
     }
@@ -253,7 +270,8 @@ impl EventLog {
                 WhenFull::Fail => None,
             };
             let key = partitioner::session_key(envelope.session_id);
-            let delivery = self.enqueue(&key, payload).await;
+            let partition = self.partition_of(envelope.session_id);
+            let delivery = self.enqueue(partition, &key, payload).await;
             pending.push((envelope, key, delivery, permit));
         }
         let mut outcomes = Vec::with_capacity(pending.len());
@@ -302,16 +320,21 @@ impl EventLog {
             .map_err(|_: TryAcquireError| full())
     }
 
-    /// Hands one record to librdkafka. Enqueueing is synchronous, so events enqueued one after
-    /// another keep their order; librdkafka refuses only when its own byte budget is full,
-    /// and then we wait for acks to free it rather than drop the event.
+    /// Hands one record to librdkafka, for `partition`: named explicitly, so that the
+    /// session's partition comes from the pinned count and never from the live one (which
+    /// librdkafka's partitioner would use, moving sessions if partitions were added).
+    /// Enqueueing is synchronous, so events enqueued one after another keep their order;
+    /// librdkafka refuses only when its own byte budget is full, and then we wait for acks to
+    /// free it rather than drop the event.
     async fn enqueue(
         &self,
+        partition: i32,
         key: &str,
         payload: &[u8],
     ) -> std::result::Result<DeliveryFuture, KafkaError> {
         loop {
             let record = FutureRecord::to(&self.kafka.topic)
+                .partition(partition)
                 .key(key)
                 .payload(payload);
             match self.producer.send_result(record) {

@@ -81,10 +81,21 @@ impl SessionWriter {
         agent: &str,
         title: Option<&str>,
     ) -> Result<(Self, Appended)> {
+        Self::create_new_in(log, agent, title, DEFAULT_TENANT).await
+    }
+
+    /// Starts a new session with a fresh UUIDv7 id in `tenant`. A fresh id cannot be taken, so
+    /// nothing is read before the start is written.
+    pub async fn create_new_in(
+        log: Arc<EventLog>,
+        agent: &str,
+        title: Option<&str>,
+        tenant: &str,
+    ) -> Result<(Self, Appended)> {
         let started = SessionEvent::SessionStarted {
             agent: agent.to_string(),
             title: title.map(Content::from),
-            tenant: DEFAULT_TENANT.to_string(),
+            tenant: tenant.to_string(),
         };
         Self::start(log, SessionId::new(), started, true).await
     }
@@ -150,6 +161,7 @@ impl SessionWriter {
         fresh: bool,
     ) -> Result<(Self, Appended)> {
         if fresh {
+            log.key_fresh_session(session).await?;
             let partition = log.partition_of(session);
             let mut writer = Self::at(log, SessionState::empty(session), partition, 0);
             // The first event carries epoch 1: the creator is the first writer.

@@ -60,6 +60,7 @@ pub struct KeyTable {
     session: Arc<Session>,
     keyspace: String,
     create: PreparedStatement,
+    insert_fresh: PreparedStatement,
     get: PreparedStatement,
     destroy_existing: PreparedStatement,
     destroy_absent: PreparedStatement,
@@ -125,6 +126,14 @@ impl KeyTable {
                      created_at_us) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
                 ),
                 true,
+            )
+            .await?,
+            insert_fresh: prepare(
+                format!(
+                    "INSERT INTO {ks}.data_keys (session_id, key_version, kek_id, wrapped, \
+                     created_at_us) VALUES (?, ?, ?, ?, ?)"
+                ),
+                false,
             )
             .await?,
             get: prepare(
@@ -284,6 +293,18 @@ fn to_stored(
     }
 }
 
+/// The bound values of a data key's insert.
+fn key_values(session: SessionId, key: &WrappedKey) -> (uuid::Uuid, i32, &str, &[u8], i64) {
+    let version = i32::try_from(key.version).unwrap_or(i32::MAX);
+    (
+        session.0,
+        version,
+        key.kek_id.as_str(),
+        key.wrapped.as_slice(),
+        key.created_at,
+    )
+}
+
 fn keys_error(error: Error) -> sessionlog_keys::Error {
     sessionlog_keys::Error::Store(Box::new(error))
 }
@@ -295,14 +316,7 @@ impl DataKeyStore for KeyTable {
         key: WrappedKey,
     ) -> BoxFuture<'_, sessionlog_keys::Result<StoredKey>> {
         async move {
-            let version = i32::try_from(key.version).unwrap_or(i32::MAX);
-            let values = (
-                session.0,
-                version,
-                key.kek_id.as_str(),
-                key.wrapped.as_slice(),
-                key.created_at,
-            );
+            let values = key_values(session, &key);
             if self.applied(&self.create, values, "store data key").await? {
                 return Ok(StoredKey::Live(key));
             }
@@ -314,6 +328,23 @@ impl DataKeyStore for KeyTable {
                     session: session.to_string(),
                     message: "a conditional insert found a row that a read does not".into(),
                 })
+        }
+        .map(|r| r.map_err(keys_error))
+        .boxed()
+    }
+
+    fn insert_fresh(
+        &self,
+        session: SessionId,
+        key: WrappedKey,
+    ) -> BoxFuture<'_, sessionlog_keys::Result<()>> {
+        async move {
+            let values = key_values(session, &key);
+            self.session
+                .execute_unpaged(&self.insert_fresh, values)
+                .await
+                .map_err(Error::cql("store a new session's data key"))?;
+            Ok(())
         }
         .map(|r| r.map_err(keys_error))
         .boxed()
