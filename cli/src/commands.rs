@@ -341,7 +341,8 @@ async fn project(settings: &Settings, group: Option<String>, listen: Option<Stri
         .context("starting the projector")?;
     let listen = listen.unwrap_or_else(|| settings.projector.listen.clone());
     if !listen.is_empty() {
-        crate::serve::serve_metrics(&listen, projector.health()).await?;
+        let store = projector.store().context("the projector's store")?.clone();
+        crate::serve::serve_metrics(&listen, settings, store, projector.health()).await?;
     }
     tracing::info!(topic = %settings.kafka.topic, "projector running; Ctrl-C or SIGTERM stops it");
     projector.run(shutdown_signal()).await?;

@@ -9,6 +9,7 @@
 //! - [`Access`]: who may call (bearer JWTs against a JWKS, hashed API keys), and the
 //!   [`Caller`] each handler asks for the role its operation needs.
 //! - [`metrics::install`]: the process's Prometheus recorder, installed once.
+//! - [`Readiness`]: the checks behind `/health/ready`: the servers a service needs.
 
 pub mod auth;
 mod error;
@@ -16,6 +17,7 @@ mod extract;
 pub mod metrics;
 mod problem;
 mod producer;
+mod ready;
 mod responses;
 mod service;
 
@@ -24,5 +26,6 @@ pub use error::Error;
 pub use extract::{JsonBody, PathParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
 pub use producer::{from_keys, log_error_status, store_error_status};
+pub use ready::{CHECK_TIMEOUT, CheckOutcome, Liveness, Readiness, ReadinessReport};
 pub use responses::{BodyProblems, ServerProblems};
 pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};

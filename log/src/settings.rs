@@ -383,6 +383,9 @@ pub struct ProjectorSettings {
     pub cache_sessions: usize,
     /// Where `/metrics` and `/health` are served (`host:port`); empty means not served.
     pub listen: String,
+    /// `/health/ready` answers 503 when the projector has lag and made no batch durable for
+    /// this many seconds: a loop that is stuck, not one that is idle.
+    pub stall_secs: u64,
 }
 
 impl Default for ProjectorSettings {
@@ -394,6 +397,7 @@ impl Default for ProjectorSettings {
             write_concurrency: 64,
             cache_sessions: 10_000,
             listen: String::new(),
+            stall_secs: 60,
         }
     }
 }

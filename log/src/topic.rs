@@ -403,6 +403,39 @@ pub async fn partition_count(settings: &KafkaSettings, topic: &str) -> Result<i3
     .unwrap_or_else(|e| Err(join_error(e)))
 }
 
+/// The partition count sessions are placed by: `[kafka] partitions`, which must be the count
+/// the topic has (the one `sessionlog init` created it with).
+///
+/// A session's partition is `murmur2(id) % count` and producers name it explicitly, so a
+/// session never moves while a process runs, whatever happens to the topic. A topic whose
+/// live count differs from the setting is refused at start: either the setting is wrong (and
+/// every session would be looked for on the wrong partition), or partitions were added to the
+/// topic (and sessions placed by the old count would move). Partitions cannot be added to a
+/// topic in use.
+pub async fn pinned_partitions(settings: &KafkaSettings) -> Result<i32> {
+    let live = partition_count(settings, &settings.topic).await?;
+    let pinned = settings.partitions;
+    if live == pinned {
+        return Ok(pinned);
+    }
+    let why = if live > pinned {
+        "if partitions were added to the topic, sessions written before were placed by the \
+         old count and would move: partitions cannot be added to a topic in use (create a new \
+         topic and move sessions to it by replay)"
+    } else {
+        "sessions would be looked for on partitions the topic does not have"
+    };
+    Err(Error::TopicMismatch {
+        topic: settings.topic.clone(),
+        problem: format!(
+            "has {live} partitions but [kafka] partitions (SESSIONLOG_KAFKA__PARTITIONS) pins \
+             {pinned}: every component places sessions by the pinned count, which must be the \
+             count the topic was created with; if the topic was created with {live}, set it to \
+             {live}; {why}"
+        ),
+    })
+}
+
 /// The ids of the brokers the cluster reports as live.
 pub async fn live_brokers(settings: &KafkaSettings) -> Result<Vec<i32>> {
     let settings = settings.clone();

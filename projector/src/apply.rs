@@ -120,6 +120,12 @@ impl Applier {
         }
     }
 
+    /// Reports to `health` (the projector's, which the consumer's statistics also update).
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        self.health = health;
+        self
+    }
+
     /// The health handle this applier updates.
     pub fn health(&self) -> Arc<Health> {
         Arc::clone(&self.health)

@@ -120,6 +120,8 @@ pub struct Health {
     store_failing: AtomicBool,
     batches: AtomicU64,
     last_batch_ms: AtomicI64,
+    /// Records behind each owned partition's end, from the consumer's statistics.
+    lag: std::sync::Mutex<std::collections::BTreeMap<i32, i64>>,
 }
 
 /// A snapshot of [`Health`].
@@ -133,6 +135,9 @@ pub struct HealthReport {
     pub batches: u64,
     /// Milliseconds since the worker last made a batch durable or found nothing to read.
     pub since_last_batch_ms: i64,
+    /// Records behind the ends of the partitions this instance owns (as of the consumer's last
+    /// statistics, every 5 s).
+    pub lag_records: i64,
 }
 
 impl Health {
@@ -149,6 +154,37 @@ impl Health {
         self.last_batch_ms.store(now_ms(), Ordering::Relaxed);
     }
 
+    pub(crate) fn set_lags(&self, lags: std::collections::BTreeMap<i32, i64>) {
+        *self.lags() = lags;
+    }
+
+    fn lags(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, i64>> {
+        // One insert or read at a time: a panic cannot leave the map torn.
+        self.lag
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `Ok` while the projector does its job: the store answers, and a projector with lag made
+    /// a batch durable within `stall` (one with no lag may be idle). Why not, otherwise.
+    pub fn ready(&self, stall: std::time::Duration) -> Result<(), String> {
+        let report = self.report();
+        if report.store_failing {
+            return Err("the store does not answer: the projector is backing off".into());
+        }
+        let stalled_for = u128::try_from(report.since_last_batch_ms.max(0)).unwrap_or(0);
+        if report.lag_records > 0 && stalled_for > stall.as_millis() {
+            return Err(format!(
+                "{} records behind and no batch made durable for {} s (limit {} s: [projector] \
+                 stall_secs)",
+                report.lag_records,
+                stalled_for / 1_000,
+                stall.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn batch_done(&self) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.last_batch_ms.store(now_ms(), Ordering::Relaxed);
@@ -162,6 +198,10 @@ impl Health {
             store_failing: failing,
             batches: self.batches.load(Ordering::Relaxed),
             since_last_batch_ms: now_ms() - self.last_batch_ms.load(Ordering::Relaxed),
+            lag_records: self
+                .lags()
+                .values()
+                .fold(0i64, |sum, lag| sum.saturating_add(*lag)),
         }
     }
 }

@@ -66,6 +66,8 @@ struct Shared {
     /// Partitions this instance owns, as the rebalance callbacks report them (asking the
     /// consumer instead can block while a rebalance is under way).
     owned: Mutex<HashSet<i32>>,
+    /// What `/health` reports, lag included.
+    health: Arc<Health>,
 }
 
 impl Shared {
@@ -92,12 +94,16 @@ impl ClientContext for ProjectorContext {
         let Some(topic) = statistics.topics.get(&self.shared.topic) else {
             return;
         };
+        let mut lags = std::collections::BTreeMap::new();
         for (partition, stats) in &topic.partitions {
             // Partition -1 is librdkafka's internal "unassigned" queue; -1 lag means unknown.
             if *partition >= 0 && stats.consumer_lag >= 0 {
                 observe::record_lag(*partition, stats.consumer_lag);
+                lags.insert(*partition, stats.consumer_lag);
             }
         }
+        // Each snapshot names the partitions owned now: revoked ones drop out.
+        self.shared.health.set_lags(lags);
     }
 }
 
@@ -205,7 +211,8 @@ impl Projector {
             &settings.kafka.topic,
             options.write_concurrency,
             options.cache_sessions,
-        );
+        )
+        .with_health(Arc::clone(&shared.health));
         Ok(Self {
             consumer,
             shared,

@@ -5,7 +5,7 @@ use crate::observe;
 use crate::resolver::Resolvers;
 use crate::{Error, Result};
 use serde::Serialize;
-use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner, topic};
+use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
 use sessionlog_session::SessionState;
@@ -89,17 +89,18 @@ pub struct Recovery {
     resolvers: Resolvers,
     notary: crate::notary::Notary,
     keys: Arc<KeyTable>,
+    readiness: sessionlog_http::Readiness,
 }
 
 impl Recovery {
-    /// Connects to the registry, the store and the cluster (to learn the partition count), with
+    /// Connects to the registry, the store and the cluster (checking the partition count, see
+    /// `sessionlog_log::topic::pinned_partitions`), with
     /// the HTTP resolvers the settings name. The store is opened read-only
     /// ([`ProjectionStore::open`]): recovery never creates or migrates a keyspace, and fails
     /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         let decoder = EventDecoder::new(settings.registry.client()?);
         let store = ProjectionStore::open(&settings.cql).await?;
-        let partitions = topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
         // Claims made through this log catch up from the projection, not the partition's start.
         let log = Arc::new(
             EventLog::from_settings(settings)
@@ -108,15 +109,22 @@ impl Recovery {
         );
         // Erasure receipts live in the key store, with encryption on or off.
         let keys = Arc::new(KeyTable::open(settings).await?);
+        // Ready while the servers every operation needs answer: Kafka (rebuilds and the claims,
+        // outcomes and forks recovery appends), the registry, the store.
+        let readiness = sessionlog_http::Readiness::new()
+            .kafka(&settings.kafka)
+            .registry(decoder.registry().clone(), log.schema_id())
+            .store(store.clone());
         Ok(Self {
             settings: settings.clone(),
             decoder,
             store,
-            partitions,
+            partitions: log.partitions(),
             log,
             resolvers: Resolvers::http(&settings.recovery.resolvers),
             notary: crate::notary::Notary::from_settings(&settings.recovery)?,
             keys,
+            readiness,
         })
     }
 
@@ -139,6 +147,11 @@ impl Recovery {
     /// The resolvers recovery asks about in-doubt idempotent calls.
     pub fn resolvers(&self) -> &Resolvers {
         &self.resolvers
+    }
+
+    /// What `/health/ready` asks: Kafka, the registry, the store.
+    pub fn readiness(&self) -> &sessionlog_http::Readiness {
+        &self.readiness
     }
 
     /// The settings recovery runs with.

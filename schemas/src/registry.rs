@@ -202,16 +202,8 @@ impl SchemaRegistry {
         level: CompatibilityLevel,
     ) -> Result<()> {
         let url = format!("{}/config/{}", self.inner.url, escape(subject));
-        let request = match &self.inner.credentials {
-            RegistryCredentials::None => self.inner.http.put(&url),
-            RegistryCredentials::Basic { username, password } => self
-                .inner
-                .http
-                .put(&url)
-                .basic_auth(username, Some(password)),
-            RegistryCredentials::Bearer(token) => self.inner.http.put(&url).bearer_auth(token),
-        };
-        let response = request
+        let response = self
+            .authed(self.inner.http.put(&url))
             .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
             .header(reqwest::header::ACCEPT, CONTENT_TYPE)
             .body(serde_json::json!({ "compatibility": level.as_str() }).to_string())
@@ -234,6 +226,38 @@ impl SchemaRegistry {
                 url: self.inner.url.clone(),
                 message,
             })
+        }
+    }
+
+    /// Asks the registry for schema `id`, past the cache: whether it serves the schema events
+    /// are written with, for a readiness check.
+    pub async fn ping(&self, id: u32) -> Result<()> {
+        let url = format!("{}/schemas/ids/{id}", self.inner.url);
+        let response = self
+            .authed(self.inner.http.get(&url))
+            .header(reqwest::header::ACCEPT, CONTENT_TYPE)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let message = format!("GET {url} answered {status}");
+        if matches!(status.as_u16(), 401 | 403) {
+            return Err(self.auth_refused(&message));
+        }
+        Err(self.unreachable(message))
+    }
+
+    /// `request` with the registry's credentials.
+    fn authed(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.inner.credentials {
+            RegistryCredentials::None => request,
+            RegistryCredentials::Basic { username, password } => {
+                request.basic_auth(username, Some(password))
+            }
+            RegistryCredentials::Bearer(token) => request.bearer_auth(token),
         }
     }
 

@@ -157,6 +157,15 @@ impl ProjectionStore {
         migrations::keyspace_exists(&self.session, keyspace).await
     }
 
+    /// Asks a CQL node a trivial question: whether the store answers, for a readiness check.
+    pub async fn ping(&self) -> Result<()> {
+        self.session
+            .query_unpaged("SELECT release_version FROM system.local", ())
+            .await
+            .map_err(Error::cql("ping"))?;
+        Ok(())
+    }
+
     /// Checks, changing nothing, that `keyspace` exists and has every migration of this build.
     pub async fn check_keyspace(&self, keyspace: &str) -> Result<()> {
         migrations::check(&self.session, keyspace).await

@@ -44,6 +44,7 @@ pub async fn opened_texts(
 use std::time::{Duration, Instant};
 
 /// One test's private corner of the stack.
+#[derive(Clone)]
 pub struct TestStack {
     /// Settings naming the test's own topic, dead-letter topic and keyspace.
     pub settings: Settings,
@@ -103,6 +104,10 @@ impl TestStack {
                 s.kafka.bootstrap.clone(),
             ),
             ("SESSIONLOG_KAFKA__TOPIC".into(), s.kafka.topic.clone()),
+            (
+                "SESSIONLOG_KAFKA__PARTITIONS".into(),
+                s.kafka.partitions.to_string(),
+            ),
             (
                 "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC".into(),
                 s.kafka.dead_letter_topic.clone(),
@@ -222,6 +227,14 @@ pub fn python_env() -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
+/// `127.0.0.1:<port>` with a port free now: bind :0, read it, release it for a service.
+pub fn free_address() -> Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
+}
+
 /// A `sessionlog` HTTP service running as its own process on a free port of this test.
 pub struct ServedProcess {
     /// `http://127.0.0.1:<port>`.
@@ -240,14 +253,20 @@ impl ServedProcess {
     /// [`Self::start`] with the variables `unset` removed from the service's environment
     /// (e.g. `SESSIONLOG_AUTH__JWKS_FILE`, to run it with default access settings).
     pub async fn start_without(stack: &TestStack, command: &str, unset: &[&str]) -> Result<Self> {
-        // A free port: bind :0, read it, release it for the service.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        Self::start_at(stack, command, &free_address()?, unset).await
+    }
+
+    /// [`Self::start_without`] listening on `listen` (`host:port`): to restart a service where
+    /// its clients expect it.
+    pub async fn start_at(
+        stack: &TestStack,
+        command: &str,
+        listen: &str,
+        unset: &[&str],
+    ) -> Result<Self> {
         let mut spawn = std::process::Command::new(sessionlog_bin()?);
         spawn
-            .args([command, "--listen", &listen])
+            .args([command, "--listen", listen])
             .envs(stack.env())
             .env("SESSIONLOG_CONFIG", "/dev/null")
             .stdin(std::process::Stdio::null())

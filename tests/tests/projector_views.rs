@@ -252,9 +252,14 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         metrics.contains("sessionlog_projector_apply_seconds_bucket"),
         "{metrics}"
     );
-    let (status, health) = http_get(&listen, "/health").await?;
-    assert_eq!(status, 200, "{health}");
-    assert!(health.contains("\"status\":\"ok\""), "{health}");
+    for path in ["/health", "/health/ready"] {
+        let (status, health) = http_get(&listen, path).await?;
+        assert_eq!(status, 200, "{path}: {health}");
+        assert!(health.contains("\"status\":\"ready\""), "{health}");
+        assert!(health.contains("\"lag_records\""), "{health}");
+    }
+    let (status, live) = http_get(&listen, "/health/live").await?;
+    assert_eq!(status, 200, "{live}");
     Ok(())
 }
 

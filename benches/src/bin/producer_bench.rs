@@ -9,7 +9,10 @@
 //!
 //! With `--encryption-rounds N` it measures what sealing costs instead: N rounds, each running
 //! the same load with `[privacy] encrypt` off and on (alternating which goes first), printing
-//! every round, the median ratio (sealed / plain) and its spread.
+//! every round, the median ratio (sealed / plain) and its spread. With `--confirm-rounds N`,
+//! what confirmation costs: each append read back until the fold accepts it
+//! (`SessionWriter::append_confirmed`, what every HTTP append does) against appends answered at
+//! Kafka's ack.
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -43,6 +46,11 @@ struct Args {
     /// Compare sealed with plain over this many rounds instead of comparing with Kafka.
     #[arg(long, default_value_t = 0)]
     encryption_rounds: usize,
+    /// Compare confirmed appends (read back until the fold accepts them, as the ingest service
+    /// and the library's intents do) with appends answered at Kafka's ack, over this many
+    /// rounds, instead of comparing with Kafka.
+    #[arg(long, default_value_t = 0)]
+    confirm_rounds: usize,
 }
 
 /// One producer's figures.
@@ -70,17 +78,47 @@ async fn main() -> Result<()> {
     settings.kafka.partitions = args.partitions;
     topic::ensure_topics(&settings.kafka).await?;
     if args.encryption_rounds > 0 {
-        let result = compare_encryption(&settings, &args).await;
+        let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(&settings).await?;
+        let sides = [
+            Side {
+                name: "plain",
+                settings: &plain,
+                confirm: false,
+            },
+            Side {
+                name: "sealed",
+                settings: &sealed,
+                confirm: false,
+            },
+        ];
+        let result = compare(sides, args.encryption_rounds, &args).await;
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
+    if args.confirm_rounds > 0 {
+        let sides = [
+            Side {
+                name: "acked",
+                settings: &settings,
+                confirm: false,
+            },
+            Side {
+                name: "confirmed",
+                settings: &settings,
+                confirm: true,
+            },
+        ];
+        let result = compare(sides, args.confirm_rounds, &args).await;
+        topic::delete_topics(&settings.kafka).await?;
+        return result;
+    }
     let mut reference = settings.kafka.clone();
     reference.topic = format!("bench-kafka-{tag}");
     reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
     topic::ensure_topics(&reference).await?;
 
-    let ours = run_ours(&settings, &args).await?;
+    let ours = run_ours(&settings, &args, false).await?;
     let rss = peak_rss_bytes();
     let kafka = run_kafka(&settings, &reference.topic, &args, ours.records)?;
 
@@ -136,80 +174,78 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// Rounds of the same load with encryption off and on, alternating which runs first.
-async fn compare_encryption(settings: &Settings, args: &Args) -> Result<()> {
-    let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(settings).await?;
+/// One side of a comparison: the settings it runs with and whether each append is confirmed
+/// (read back until the fold accepts it) or answered at Kafka's ack.
+struct Side<'a> {
+    name: &'static str,
+    settings: &'a Settings,
+    confirm: bool,
+}
+
+/// Rounds of the same load on two sides, alternating which runs first; prints every round,
+/// the median ratio (second / first) of throughput and ack p99, and their spread.
+async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()> {
+    let [a, b] = &sides;
     let mut rows = Vec::new();
     let (mut throughput, mut p99) = (Vec::new(), Vec::new());
-    for round in 1..=args.encryption_rounds {
-        let plain_first = round % 2 == 1;
+    for round in 1..=rounds {
+        let a_first = round % 2 == 1;
+        let order = if a_first { [0, 1] } else { [1, 0] };
         let mut figures = [None, None];
-        for sealing in if plain_first {
-            [false, true]
-        } else {
-            [true, false]
-        } {
-            eprintln!(
-                "round {round}: {}",
-                if sealing { "sealed" } else { "plain" }
-            );
-            let run = run_ours(if sealing { &sealed } else { &plain }, args).await?;
-            figures[usize::from(sealing)] = Some(run);
+        for i in order {
+            let side = &sides[i];
+            eprintln!("round {round}: {}", side.name);
+            figures[i] = Some(run_ours(side.settings, args, side.confirm).await?);
         }
-        let [Some(off), Some(on)] = figures else {
+        let [Some(first), Some(second)] = figures else {
             bail!("round {round} did not run both");
         };
         let (t, p) = (
-            on.throughput() / off.throughput(),
-            on.p99_ms / off.p99_ms.max(f64::EPSILON),
+            second.throughput() / first.throughput(),
+            second.p99_ms / first.p99_ms.max(f64::EPSILON),
         );
         throughput.push(t);
         p99.push(p);
         rows.push(vec![
             round.to_string(),
-            if plain_first {
-                "plain, sealed"
-            } else {
-                "sealed, plain"
-            }
-            .into(),
-            format!("{:.0}", off.throughput()),
-            format!("{:.0}", on.throughput()),
+            format!("{}, {}", sides[order[0]].name, sides[order[1]].name),
+            format!("{:.0}", first.throughput()),
+            format!("{:.0}", second.throughput()),
             format!("{t:.3}"),
-            format!("{:.1}", off.p99_ms),
-            format!("{:.1}", on.p99_ms),
+            format!("{:.1}", first.p99_ms),
+            format!("{:.1}", second.p99_ms),
             format!("{p:.3}"),
         ]);
     }
     println!(
-        "
-{} sessions × {} events of {} bytes, {} writer tasks, {} partitions: sealed vs plain",
-        args.sessions, args.events, args.record_size, args.writers, args.partitions
+        "\n{} sessions × {} events of {} bytes, {} writer tasks, {} partitions: {} vs {}",
+        args.sessions, args.events, args.record_size, args.writers, args.partitions, b.name, a.name
     );
+    let headers = [
+        "round".to_string(),
+        "order".to_string(),
+        format!("{} rec/s", a.name),
+        format!("{} rec/s", b.name),
+        "ratio".to_string(),
+        format!("{} p99 ms", a.name),
+        format!("{} p99 ms", b.name),
+        "ratio".to_string(),
+    ];
     print_table(
-        &[
-            "round",
-            "order",
-            "plain rec/s",
-            "sealed rec/s",
-            "ratio",
-            "plain p99 ms",
-            "sealed p99 ms",
-            "ratio",
-        ],
+        &headers.iter().map(String::as_str).collect::<Vec<_>>(),
         &rows,
     );
     let (t, p) = (
         sessionlog_benches::Spread::of(&throughput),
         sessionlog_benches::Spread::of(&p99),
     );
-    println!("throughput sealed/plain: median {t}");
-    println!("ack p99 sealed/plain:    median {p}");
+    println!("throughput {}/{}: median {t}", b.name, a.name);
+    println!("ack p99 {}/{}:    median {p}", b.name, a.name);
     Ok(())
 }
 
 /// Opens the sessions, then appends `events` to each from `writers` tasks, timing each ack.
-async fn run_ours(settings: &Settings, args: &Args) -> Result<Figures> {
+async fn run_ours(settings: &Settings, args: &Args, confirm: bool) -> Result<Figures> {
     let log = Arc::new(EventLog::from_settings(settings).await?);
     let content = Arc::new(payload(&log, args.record_size)?);
     let writers = args.writers.max(1);
@@ -256,11 +292,15 @@ async fn run_ours(settings: &Settings, args: &Args) -> Result<Figures> {
                     let mut latencies = Vec::with_capacity(events);
                     for _ in 0..events {
                         let sent = Instant::now();
-                        writer
-                            .append(SessionEvent::UserRequest {
-                                content: Content::plain(content.as_str()),
-                            })
-                            .await?;
+                        let event = SessionEvent::UserRequest {
+                            content: Content::plain(content.as_str()),
+                        };
+                        if confirm {
+                            let envelopes = writer.envelopes(vec![event]);
+                            writer.append_confirmed(envelopes).await?;
+                        } else {
+                            writer.append(event).await?;
+                        }
                         latencies.push(sent.elapsed());
                         acked.fetch_add(1, Ordering::Relaxed);
                     }
