@@ -85,6 +85,22 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Creates the run's topics (those of `settings.kafka`) and registers the event schemas for
+/// its topic: what `sessionlog init` does for Kafka and the registry.
+pub async fn prepare_topics(settings: &Settings) -> anyhow::Result<()> {
+    use anyhow::Context;
+    topic::ensure_topics(&settings.kafka)
+        .await
+        .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
+    settings
+        .registry
+        .client()?
+        .register_all_versions(&sessionlog_schemas::value_subject(&settings.kafka.topic))
+        .await
+        .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+    Ok(())
+}
+
 /// Drops a run's keyspaces and its topics (those of `settings.kafka`), so that runs do not
 /// pile data up on the stack: it slows later runs down, as Cassandra keeps memtables and
 /// compacts per table.

@@ -3,8 +3,8 @@
 //! generated from the handlers, problems for unknown routes, wrong methods and panics, a
 //! request counter and a tracing span per request.
 
-use crate::Problem;
 use crate::problem::ProblemCode;
+use crate::{Liveness, Problem, Readiness, ReadinessReport};
 use axum::Router;
 use axum::extract::{Extension, MatchedPath, Request, State};
 use axum::http::{StatusCode, Uri, header};
@@ -67,12 +67,13 @@ impl Authenticator for Unauthenticated {
 }
 
 /// A service's routes before they are served: the API (mounted under [`API_PREFIX`]) and the
-/// unversioned infrastructure (its `/health`), both annotated with `#[utoipa::path]`.
+/// unversioned infrastructure, both annotated with `#[utoipa::path]`.
 pub struct Service<S> {
     info: ServiceInfo,
     api: OpenApiRouter<S>,
     infrastructure: OpenApiRouter<S>,
     before_scrape: Option<ScrapeHook>,
+    readiness: Readiness,
 }
 
 /// Runs before `/metrics` renders, to set gauges read from the service's state.
@@ -80,14 +81,22 @@ type ScrapeHook = Arc<dyn Fn() + Send + Sync>;
 
 impl<S: Clone + Send + Sync + 'static> Service<S> {
     /// A service with `api` routes (paths relative to `/v1`; `/openapi.json` is added) and
-    /// `infrastructure` routes (`/metrics` is added).
+    /// `infrastructure` routes (`/metrics`, `/health`, `/health/live` and `/health/ready` are
+    /// added).
     pub fn new(info: ServiceInfo, api: OpenApiRouter<S>, infrastructure: OpenApiRouter<S>) -> Self {
         Self {
             info,
             api: api.routes(routes!(openapi_document)),
             infrastructure,
             before_scrape: None,
+            readiness: Readiness::new(),
         }
+    }
+
+    /// What `/health/ready` (and `/health`) asks; without it the service is always ready.
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
     }
 
     /// Runs `hook` before each `/metrics` rendering, e.g. to set gauges from the state.
@@ -117,6 +126,9 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
             .nest(API_PREFIX, self.api)
             .merge(self.infrastructure)
             .routes(routes!(render_metrics))
+            .routes(routes!(health))
+            .routes(routes!(ready))
+            .routes(routes!(live))
     }
 
     /// The OpenAPI 3.1 document: what `/v1/openapi.json` serves. Needs no state or servers.
@@ -142,6 +154,7 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
         self.api = self
             .api
             .route_layer(middleware::from_fn_with_state(authenticator, authenticate));
+        let readiness = self.readiness.clone();
         let (router, document) = self.assemble().with_state(state).split_for_parts();
         let document = secured(document);
         let document = Arc::new(serde_json::to_value(&document).unwrap_or_default());
@@ -150,6 +163,7 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
             .method_not_allowed_fallback(method_not_allowed)
             .layer(Extension(OpenApiJson(document)))
             .layer(Extension(scrape))
+            .layer(Extension(readiness))
             // Innermost: a panic becomes a 500 problem that the counter and the span see.
             .layer(CatchPanicLayer::custom(panicked))
             .layer(middleware::from_fn_with_state(counters, count))
@@ -358,6 +372,45 @@ async fn render_metrics(Extension(scrape): Extension<Scrape>) -> Response {
         .into_response()
 }
 
+/// Readiness (as `/health/ready`): whether the servers the service needs answer.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "infrastructure",
+    responses(
+        (status = 200, description = "ready", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+    )
+)]
+async fn health(Extension(readiness): Extension<Readiness>) -> Response {
+    readiness.answer().await.into_response()
+}
+
+/// Readiness: every server the service needs answers; 503 names those that do not.
+#[utoipa::path(
+    get,
+    path = "/health/ready",
+    tag = "infrastructure",
+    responses(
+        (status = 200, description = "ready", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+    )
+)]
+async fn ready(Extension(readiness): Extension<Readiness>) -> Response {
+    readiness.answer().await.into_response()
+}
+
+/// Liveness: the process serves requests, whatever the servers behind it do.
+#[utoipa::path(
+    get,
+    path = "/health/live",
+    tag = "infrastructure",
+    responses((status = 200, description = "serving", body = Liveness))
+)]
+async fn live() -> axum::Json<Liveness> {
+    axum::Json(Liveness::LIVE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,12 +439,6 @@ mod tests {
         panic!("a bug in a handler")
     }
 
-    /// Liveness.
-    #[utoipa::path(get, path = "/health", responses((status = 200, description = "ok")))]
-    async fn health() -> &'static str {
-        "ok"
-    }
-
     const INFO: ServiceInfo = ServiceInfo {
         title: "test",
         description: "a test service",
@@ -405,7 +452,7 @@ mod tests {
             OpenApiRouter::new()
                 .routes(routes!(greet))
                 .routes(routes!(panic_here)),
-            OpenApiRouter::new().routes(routes!(health)),
+            OpenApiRouter::new(),
         )
     }
 
@@ -499,6 +546,8 @@ mod tests {
             paths,
             [
                 "/health",
+                "/health/live",
+                "/health/ready",
                 "/metrics",
                 "/v1/greetings/{count}",
                 "/v1/openapi.json",

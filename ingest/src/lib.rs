@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sessionlog_http::{
     Authenticator, Authorized, BodyProblems, Harness, JsonBody, PathParams, Problem,
-    ProblemDocument, Readiness, ReadinessReport, ServerProblems, Service, ServiceInfo,
+    ProblemDocument, Readiness, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_log::{IngestSettings, Settings};
 use sessionlog_producer::{Appended, Confirmed, EventLog, Position, SessionWriter};
@@ -118,10 +118,7 @@ pub fn service() -> Service<Arc<Ingest>> {
             .routes(routes!(append))
             .routes(routes!(checkpoint))
             .routes(routes!(close)),
-        OpenApiRouter::new()
-            .routes(routes!(health))
-            .routes(routes!(live))
-            .routes(routes!(ready)),
+        OpenApiRouter::new(),
     )
 }
 
@@ -188,6 +185,7 @@ impl Ingest {
                 metrics::gauge!(CACHED_SESSIONS).set(gauges.writers().len() as f64);
                 metrics::gauge!(IN_FLIGHT).set(gauges.log.in_flight() as f64);
             })
+            .readiness(self.readiness.clone())
             .router(Arc::clone(self), metrics, Arc::clone(&self.access))
             .layer(DefaultBodyLimit::max(self.settings.max_body_bytes))
     }
@@ -811,43 +809,4 @@ async fn close(
     })
     .await?;
     Ok((StatusCode::OK, Json(EventAck::new(&appended, false))))
-}
-
-/// Readiness (as `/health/ready`): whether the servers every append needs answer.
-#[utoipa::path(
-    get,
-    path = "/health",
-    tag = "infrastructure",
-    responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
-    )
-)]
-async fn health(State(ingest): State<Arc<Ingest>>) -> (StatusCode, Json<ReadinessReport>) {
-    ingest.readiness.answer().await
-}
-
-/// Readiness: Kafka, the registry and the store answer; 503 names those that do not.
-#[utoipa::path(
-    get,
-    path = "/health/ready",
-    tag = "infrastructure",
-    responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
-    )
-)]
-async fn ready(State(ingest): State<Arc<Ingest>>) -> (StatusCode, Json<ReadinessReport>) {
-    ingest.readiness.answer().await
-}
-
-/// Liveness: the process serves requests (whatever the servers behind it do).
-#[utoipa::path(
-    get,
-    path = "/health/live",
-    tag = "infrastructure",
-    responses((status = 200, description = "serving", body = sessionlog_http::Liveness))
-)]
-async fn live() -> Json<sessionlog_http::Liveness> {
-    Json(sessionlog_http::Liveness::LIVE)
 }

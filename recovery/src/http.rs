@@ -11,9 +11,8 @@ use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use sessionlog_http::{
-    Approver, Authenticator, Authorized, BodyProblems, Caller, Harness, JsonBody, Liveness,
-    Operator, PathParams, Problem, ProblemDocument, Reader, ReadinessReport, ServerProblems,
-    Service, ServiceInfo,
+    Approver, Authenticator, Authorized, BodyProblems, Caller, Harness, JsonBody, Operator,
+    PathParams, Problem, ProblemDocument, Reader, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
@@ -59,10 +58,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(erase))
             .routes(routes!(erasure))
             .routes(routes!(needing_resolution)),
-        OpenApiRouter::new()
-            .routes(routes!(health))
-            .routes(routes!(live))
-            .routes(routes!(ready)),
+        OpenApiRouter::new(),
     )
 }
 
@@ -73,7 +69,10 @@ pub fn router(
     metrics: PrometheusHandle,
     access: Arc<dyn Authenticator>,
 ) -> Router {
-    service().router(Arc::new(recovery), metrics, access)
+    let readiness = recovery.readiness().clone();
+    service()
+        .readiness(readiness)
+        .router(Arc::new(recovery), metrics, access)
 }
 
 /// The service's OpenAPI 3.1 document, as `/v1/openapi.json` serves it.
@@ -631,43 +630,4 @@ async fn projected_tenant(
         .await
         .map_err(Error::from)?
         .map(|row| row.state.tenant))
-}
-
-/// Readiness (as `/health/ready`): whether the servers recovery needs answer.
-#[utoipa::path(
-    get,
-    path = "/health",
-    tag = "infrastructure",
-    responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
-    )
-)]
-async fn health(State(recovery): State<Arc<Recovery>>) -> (StatusCode, Json<ReadinessReport>) {
-    recovery.readiness().answer().await
-}
-
-/// Readiness: Kafka, the registry and the store answer; 503 names those that do not.
-#[utoipa::path(
-    get,
-    path = "/health/ready",
-    tag = "infrastructure",
-    responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
-    )
-)]
-async fn ready(State(recovery): State<Arc<Recovery>>) -> (StatusCode, Json<ReadinessReport>) {
-    recovery.readiness().answer().await
-}
-
-/// Liveness: the process serves requests (whatever the servers behind it do).
-#[utoipa::path(
-    get,
-    path = "/health/live",
-    tag = "infrastructure",
-    responses((status = 200, description = "serving", body = Liveness))
-)]
-async fn live() -> Json<Liveness> {
-    Json(Liveness::LIVE)
 }

@@ -18,11 +18,11 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use sessionlog_benches::{Spread, drop_run, print_table};
-use sessionlog_log::{PartitionReader, Settings, topic};
+use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
-use sessionlog_schemas::{Content, SessionEvent, SessionId, value_subject};
+use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::DUPLICATE_WINDOW;
 use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
@@ -166,15 +166,7 @@ impl Side {
         settings.kafka.dead_letter_topic = format!("bench-claim-{tag}-dlq");
         settings.kafka.partitions = 1;
         settings.cql.keyspace = format!("bench_claim_{tag}");
-        topic::ensure_topics(&settings.kafka)
-            .await
-            .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
-        settings
-            .registry
-            .client()?
-            .register_all_versions(&value_subject(&settings.kafka.topic))
-            .await
-            .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+        sessionlog_benches::prepare_topics(&settings).await?;
         let options = ProjectorOptions {
             group_id: format!("bench-claim-{tag}"),
             ..ProjectorOptions::from(&settings.projector)

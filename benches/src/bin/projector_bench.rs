@@ -21,9 +21,9 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use sessionlog_benches::{Latencies, drop_run, print_table};
-use sessionlog_log::{PartitionReader, Settings, topic};
+use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
-use sessionlog_schemas::{Content, SessionEvent, value_subject};
+use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
 use std::collections::BTreeMap;
@@ -89,6 +89,10 @@ fn env_of(settings: &Settings) -> Vec<(&'static str, String)> {
             settings.kafka.bootstrap.clone(),
         ),
         ("SESSIONLOG_KAFKA__TOPIC", settings.kafka.topic.clone()),
+        (
+            "SESSIONLOG_KAFKA__PARTITIONS",
+            settings.kafka.partitions.to_string(),
+        ),
         (
             "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC",
             settings.kafka.dead_letter_topic.clone(),
@@ -168,12 +172,7 @@ async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> 
     settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
     settings.kafka.partitions = args.partitions;
     settings.cql.keyspace = format!("bench_projector_{tag}");
-    topic::ensure_topics(&settings.kafka).await?;
-    settings
-        .registry
-        .client()?
-        .register_all_versions(&value_subject(&settings.kafka.topic))
-        .await?;
+    sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let mut project = Command::new(bin);
     project.arg("project").envs(env_of(&settings));
@@ -266,12 +265,7 @@ async fn main() -> Result<()> {
     settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
     settings.kafka.partitions = args.partitions;
     settings.cql.keyspace = format!("bench_projector_{tag}");
-    topic::ensure_topics(&settings.kafka).await?;
-    settings
-        .registry
-        .client()?
-        .register_all_versions(&value_subject(&settings.kafka.topic))
-        .await?;
+    sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let bin = sessionlog_bin()?;
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;

@@ -18,12 +18,12 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use sessionlog_benches::{drop_run, peak_rss_bytes, print_table};
-use sessionlog_log::{Settings, topic};
+use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
-use sessionlog_schemas::{Content, SessionEvent, SessionId, value_subject};
+use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::DUPLICATE_WINDOW;
 use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
@@ -159,15 +159,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     settings.kafka.dead_letter_topic = format!("bench-recovery-{tag}-dlq");
     settings.kafka.partitions = 1;
     settings.cql.keyspace = format!("bench_recovery_{tag}");
-    topic::ensure_topics(&settings.kafka)
-        .await
-        .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
-    settings
-        .registry
-        .client()?
-        .register_all_versions(&value_subject(&settings.kafka.topic))
-        .await
-        .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
+    sessionlog_benches::prepare_topics(&settings).await?;
 
     // The projector runs alongside the appends, as it would in production.
     let options = ProjectorOptions {
