@@ -92,12 +92,7 @@ impl SessionWriter {
         title: Option<&str>,
         tenant: &str,
     ) -> Result<(Self, Appended)> {
-        let started = SessionEvent::SessionStarted {
-            agent: agent.to_string(),
-            title: title.map(Content::from),
-            tenant: tenant.to_string(),
-        };
-        Self::start(log, SessionId::new(), started, true).await
+        Self::start(log, SessionId::new(), started(agent, title, tenant), true).await
     }
 
     /// Starts a new session with a given id, in the default tenant.
@@ -123,12 +118,7 @@ impl SessionWriter {
         title: Option<&str>,
         tenant: &str,
     ) -> Result<(Self, Appended)> {
-        let started = SessionEvent::SessionStarted {
-            agent: agent.to_string(),
-            title: title.map(Content::from),
-            tenant: tenant.to_string(),
-        };
-        Self::start(log, session, started, false).await
+        Self::start(log, session, started(agent, title, tenant), false).await
     }
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
@@ -696,6 +686,15 @@ impl SessionWriter {
             event,
             attestation: None,
         }
+    }
+}
+
+/// The first event of a session a harness starts.
+fn started(agent: &str, title: Option<&str>, tenant: &str) -> SessionEvent {
+    SessionEvent::SessionStarted {
+        agent: agent.to_string(),
+        title: title.map(Content::from),
+        tenant: tenant.to_string(),
     }
 }
 

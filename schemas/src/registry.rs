@@ -210,12 +210,18 @@ impl SchemaRegistry {
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
+        self.succeeded(response, &format!("PUT {url}")).await
+    }
+
+    /// `Ok` for a 2xx answer; otherwise the error it means: credentials refused (401, 403),
+    /// the registry failing (5xx, worth a retry), or our request refused.
+    async fn succeeded(&self, response: reqwest::Response, request: &str) -> Result<()> {
         let status = response.status();
         if status.is_success() {
             return Ok(());
         }
         let body = response.text().await.unwrap_or_default();
-        let message = format!("PUT {url} answered {status}: {body}");
+        let message = format!("{request} answered {status}: {body}");
         if matches!(status.as_u16(), 401 | 403) {
             return Err(self.auth_refused(&message));
         }
@@ -239,15 +245,7 @@ impl SchemaRegistry {
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let message = format!("GET {url} answered {status}");
-        if matches!(status.as_u16(), 401 | 403) {
-            return Err(self.auth_refused(&message));
-        }
-        Err(self.unreachable(message))
+        self.succeeded(response, &format!("GET {url}")).await
     }
 
     /// `request` with the registry's credentials.
