@@ -453,11 +453,10 @@ pub async fn persist(
 
 /// Retries a store operation with capped exponential backoff until it succeeds, reporting
 /// the outage on `health` meanwhile.
-pub(crate) async fn with_retry<T, E, F, Fut>(what: &'static str, health: &Health, mut op: F) -> T
+pub(crate) async fn with_retry<T, F, Fut>(what: &'static str, health: &Health, mut op: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    E: std::fmt::Display,
+    Fut: Future<Output = Result<T, sessionlog_store::Error>>,
 {
     // A projector cannot skip a write, so this waits as long as the outage lasts: the policy's
     // waits drive a loop that only success ends.
@@ -467,6 +466,14 @@ where
             Ok(value) => {
                 health.store_answered();
                 return value;
+            }
+            Err(sessionlog_store::Error::CorruptRow { session, message }) => {
+                // Counted and reported by /health/ready, not mistaken for an outage; the fold
+                // cannot go on without the row, so the partition waits for its repair.
+                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                tracing::error!(%session, %message, what, ?wait, "a stored row cannot be read; retrying");
+                health.corrupt_row_found(format!("session {session}: {message}"));
+                tokio::time::sleep(wait).await;
             }
             Err(e) => {
                 health.store_failed();

@@ -23,6 +23,8 @@ pub const LAG: &str = "sessionlog_projector_lag_records";
 pub const APPLY_SECONDS: &str = "sessionlog_projector_apply_seconds";
 /// Seconds from an event's append (its log timestamp) to its row being durable.
 pub const VISIBLE_SECONDS: &str = "sessionlog_projector_append_to_visible_seconds";
+/// Reads of a session's stored row that could not be parsed (each retry counts).
+pub const CORRUPT_ROWS: &str = "sessionlog_projector_corrupt_rows_total";
 /// Registers a help text for every metric above with the installed recorder (call it once,
 /// after installing the recorder; without one it does nothing).
 pub fn describe_metrics() {
@@ -57,6 +59,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Records that cannot be projected, sent to the dead-letter topic."
     );
+    describe_counter!(
+        CORRUPT_ROWS,
+        Unit::Count,
+        "Reads of a stored session row that could not be parsed: the session's partition stalls until the row is repaired (each retry counts)."
+    );
     describe_gauge!(
         LAG,
         Unit::Count,
@@ -82,6 +89,7 @@ pub const METRICS: &[&str] = &[
     DUPLICATES,
     SKIPPED,
     DEAD_LETTERED,
+    CORRUPT_ROWS,
     LAG,
     APPLY_SECONDS,
     VISIBLE_SECONDS,
@@ -122,6 +130,8 @@ pub struct Health {
     last_batch_ms: AtomicI64,
     /// Records behind each owned partition's end, from the consumer's statistics.
     lag: std::sync::Mutex<std::collections::BTreeMap<i32, i64>>,
+    /// The stored row the projector is stuck on, if it is: which session, and why.
+    corrupt_row: std::sync::Mutex<Option<String>>,
 }
 
 /// A snapshot of [`Health`].
@@ -138,6 +148,9 @@ pub struct HealthReport {
     /// Records behind the ends of the partitions this instance owns (as of the consumer's last
     /// statistics, every 5 s).
     pub lag_records: i64,
+    /// The stored session row the projector cannot read, which stalls its partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt_row: Option<String>,
 }
 
 impl Health {
@@ -147,6 +160,20 @@ impl Health {
 
     pub(crate) fn store_answered(&self) {
         self.store_failing.store(false, Ordering::Relaxed);
+        *self.corrupt() = None;
+    }
+
+    /// The store answered with a row that cannot be parsed: not an outage, a row to repair.
+    pub(crate) fn corrupt_row_found(&self, what: String) {
+        metrics::counter!(CORRUPT_ROWS).increment(1);
+        *self.corrupt() = Some(what);
+    }
+
+    fn corrupt(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        // One assignment at a time: a panic cannot leave it torn.
+        self.corrupt_row
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A poll that found nothing still shows the loop is alive.
@@ -169,6 +196,12 @@ impl Health {
     /// a batch durable within `stall` (one with no lag may be idle). Why not, otherwise.
     pub fn ready(&self, stall: std::time::Duration) -> Result<(), String> {
         let report = self.report();
+        if let Some(row) = report.corrupt_row {
+            return Err(format!(
+                "stuck on a stored row it cannot read ({row}): its partition makes no progress \
+                 until the row is repaired; rebuild the projection with `sessionlog replay`"
+            ));
+        }
         if report.store_failing {
             return Err("the store does not answer: the projector is backing off".into());
         }
@@ -198,6 +231,7 @@ impl Health {
             store_failing: failing,
             batches: self.batches.load(Ordering::Relaxed),
             since_last_batch_ms: now_ms() - self.last_batch_ms.load(Ordering::Relaxed),
+            corrupt_row: self.corrupt().clone(),
             lag_records: self
                 .lags()
                 .values()
