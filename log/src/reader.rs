@@ -48,6 +48,40 @@ pub struct RawRecord {
     pub payload: Option<Vec<u8>>,
     /// The broker's or producer's timestamp, in milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// The record's headers with a value, in order (a dead letter's origin, say).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl RawRecord {
+    /// The record as a consumer received it.
+    pub fn of(message: &impl Message) -> Self {
+        use rdkafka::message::Headers;
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .filter_map(|h| h.value.map(|v| (h.key.to_string(), v.to_vec())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec),
+            timestamp_ms: message.timestamp().to_millis(),
+            headers,
+        }
+    }
+
+    /// The value of header `key`, as text, if the record has it.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
 }
 
 /// Reads a partition from an offset to the end it had when the read began.
@@ -191,13 +225,7 @@ impl PartitionReader {
             if message.offset() >= until {
                 break;
             }
-            visit(RawRecord {
-                partition,
-                offset: message.offset(),
-                key: message.key().map(<[u8]>::to_vec),
-                payload: message.payload().map(<[u8]>::to_vec),
-                timestamp_ms: message.timestamp().to_millis(),
-            });
+            visit(RawRecord::of(&message));
         }
         Ok(next)
     }

@@ -85,6 +85,9 @@ pub struct Folded {
     ending: std::collections::HashSet<SessionId>,
     /// Records for the dead-letter topic.
     pub dead_letters: Vec<DeadLetter>,
+    /// By partition, the dead-letter topic offset from which the dead letters of records after
+    /// this batch will be found (stored with the progress; see the worker).
+    pub dead_letter_marks: BTreeMap<i32, i64>,
     /// What the batch did.
     pub stats: BatchStats,
 }
@@ -160,6 +163,7 @@ impl Applier {
             ended: Vec::new(),
             ending: Default::default(),
             dead_letters: Vec::new(),
+            dead_letter_marks: BTreeMap::new(),
             stats: BatchStats {
                 consumed: records.len(),
                 ..BatchStats::default()
@@ -434,7 +438,10 @@ pub async fn persist(
     let progress: Vec<CqlRow> = folded
         .next_offsets
         .iter()
-        .map(|(p, next)| CqlRow::progress(&folded.topic, *p, *next))
+        .map(|(p, next)| {
+            let mark = folded.dead_letter_marks.get(p).copied();
+            CqlRow::progress(&folded.topic, *p, *next, mark)
+        })
         .collect();
     with_retry("write partition progress", health, || {
         store.write_rows(&progress)

@@ -23,6 +23,9 @@ pub const LAG: &str = "sessionlog_projector_lag_records";
 pub const APPLY_SECONDS: &str = "sessionlog_projector_apply_seconds";
 /// Seconds from an event's append (its log timestamp) to its row being durable.
 pub const VISIBLE_SECONDS: &str = "sessionlog_projector_append_to_visible_seconds";
+/// Dead letters found already sent (before a crash) and not sent again.
+pub const DEAD_LETTERS_RESENT_SKIPPED: &str =
+    "sessionlog_projector_dead_letters_already_sent_total";
 /// Reads of a session's stored row that could not be parsed (each retry counts).
 pub const CORRUPT_ROWS: &str = "sessionlog_projector_corrupt_rows_total";
 /// Registers a help text for every metric above with the installed recorder (call it once,
@@ -60,6 +63,11 @@ pub fn describe_metrics() {
         "Records that cannot be projected, sent to the dead-letter topic."
     );
     describe_counter!(
+        DEAD_LETTERS_RESENT_SKIPPED,
+        Unit::Count,
+        "Dead letters a restarted projector found already in the dead-letter topic (sent before a crash) and did not send again."
+    );
+    describe_counter!(
         CORRUPT_ROWS,
         Unit::Count,
         "Reads of a stored session row that could not be parsed: the session's partition stalls until the row is repaired (each retry counts)."
@@ -89,6 +97,7 @@ pub const METRICS: &[&str] = &[
     DUPLICATES,
     SKIPPED,
     DEAD_LETTERED,
+    DEAD_LETTERS_RESENT_SKIPPED,
     CORRUPT_ROWS,
     LAG,
     APPLY_SECONDS,

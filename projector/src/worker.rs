@@ -6,12 +6,12 @@ use crate::{ProjectionStore, Result};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::statistics::Statistics;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use sessionlog_log::{ProjectorSettings, RawRecord, Settings};
+use sessionlog_log::{KafkaSettings, PartitionReader, ProjectorSettings, RawRecord, Settings};
 use sessionlog_schemas::EventDecoder;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -159,6 +159,7 @@ pub struct Projector {
     store: ProjectionStore,
     applier: Applier,
     dead_letters: FutureProducer,
+    kafka: KafkaSettings,
     topic: String,
     dead_letter_topic: String,
     options: ProjectorOptions,
@@ -166,6 +167,42 @@ pub struct Projector {
     floors: HashMap<i32, i64>,
     /// Partitions already moved forward to their floor since their assignment.
     sought: HashSet<i32>,
+    /// Dead letters: see [`DeadLetters`].
+    dead: DeadLetters,
+}
+
+/// Dead letters are sent exactly once across crashes. The dead letters of a partition's records
+/// go to one partition of the dead-letter topic (`partition % its partition count`), and each
+/// progress write stores, beside the next offset to apply, the dead-letter partition's end as
+/// this instance knew it (`dead_letter_mark`): every dead letter of a record after the progress
+/// is at or after the mark. On assignment the worker reads the dead-letter partition from the
+/// mark to its end; the records it finds there, sent by an instance that stopped before storing
+/// their batch's progress, are not sent again.
+#[derive(Default)]
+struct DeadLetters {
+    /// Partitions of the dead-letter topic.
+    partitions: i32,
+    /// By dead-letter partition, the offset after the last dead letter known to be there.
+    next: HashMap<i32, i64>,
+    /// By partition of the session topic, offsets whose dead letter is already there.
+    sent: HashMap<i32, HashSet<i64>>,
+}
+
+impl DeadLetters {
+    /// The dead-letter partition of `partition`'s records.
+    fn partition_of(&self, partition: i32) -> i32 {
+        partition.rem_euclid(self.partitions.max(1))
+    }
+
+    /// The mark to store with `partition`'s progress, if this instance knows one.
+    fn mark(&self, partition: i32) -> Option<i64> {
+        self.next.get(&self.partition_of(partition)).copied()
+    }
+
+    fn delivered(&mut self, dead_letter_partition: i32, offset: i64) {
+        let next = self.next.entry(dead_letter_partition).or_insert(0);
+        *next = (*next).max(offset + 1);
+    }
 }
 
 impl Projector {
@@ -219,11 +256,20 @@ impl Projector {
             store,
             applier,
             dead_letters,
+            kafka: settings.kafka.clone(),
             topic: settings.kafka.topic.clone(),
             dead_letter_topic: settings.kafka.dead_letter_topic.clone(),
             options,
             floors: HashMap::new(),
             sought: HashSet::new(),
+            dead: DeadLetters {
+                partitions: sessionlog_log::topic::partition_count(
+                    &settings.kafka,
+                    &settings.kafka.dead_letter_topic,
+                )
+                .await?,
+                ..DeadLetters::default()
+            },
         })
     }
 
@@ -279,12 +325,19 @@ impl Projector {
             return Ok(());
         }
         let started = Instant::now();
-        let folded = self.applier.fold(&records).await?;
+        let mut folded = self.applier.fold(&records).await?;
         for DeadLetter { index, reason } in &folded.dead_letters {
             if let Some(record) = records.get(*index) {
                 self.dead_letter(record, reason).await?;
             }
         }
+        // Every dead letter of this batch is acknowledged: those of later records will be
+        // after the marks stored with this batch's progress.
+        folded.dead_letter_marks = folded
+            .next_offsets
+            .keys()
+            .filter_map(|p| Some((*p, self.dead.mark(*p)?)))
+            .collect();
         if folded.stats.consumed > 0 {
             tracing::debug!(stats = ?folded.stats, fold = ?started.elapsed(), "batch folded");
         }
@@ -338,7 +391,7 @@ impl Projector {
         let first = tokio::time::timeout(Duration::from_millis(500), self.consumer.recv()).await;
         match first {
             Err(_) => {}
-            Ok(Ok(message)) => records.push(raw(&message)),
+            Ok(Ok(message)) => records.push(RawRecord::of(&message)),
             // Consumer errors (a broker down, a leader moving) are reports: librdkafka keeps
             // reconnecting and fetching, so the worker keeps going rather than exiting.
             Ok(Err(e)) => tracing::warn!(error = %e, "kafka consumer error; continuing"),
@@ -363,7 +416,7 @@ impl Projector {
                 }
             };
             match next {
-                Some(Ok(message)) => records.push(raw(&message)),
+                Some(Ok(message)) => records.push(RawRecord::of(&message)),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "kafka consumer error; continuing");
                     break;
@@ -387,12 +440,64 @@ impl Projector {
             store.load_progress(topic)
         })
         .await;
+        let marks = with_retry("load dead-letter marks", &health, || {
+            store.load_dead_letter_marks(topic)
+        })
+        .await;
         for partition in assigned {
             self.sought.remove(&partition);
             match progress.get(&partition) {
                 Some(next) => self.floors.insert(partition, *next),
                 None => self.floors.remove(&partition),
             };
+            let floor = progress.get(&partition).copied().unwrap_or(0);
+            let mark = marks.get(&partition).copied().unwrap_or(0);
+            self.find_sent_dead_letters(partition, floor, mark).await;
+        }
+    }
+
+    /// Reads `partition`'s dead-letter partition from `mark` to its end, and remembers which
+    /// of its records at or after `floor` already have their dead letter there.
+    async fn find_sent_dead_letters(&mut self, partition: i32, floor: i64, mark: i64) {
+        use sessionlog_log::retry::{self, Retryable};
+        let dead_partition = self.dead.partition_of(partition);
+        let (origin_topic, origin_partition) = (self.topic.clone(), partition.to_string());
+        let read = || async {
+            let reader = PartitionReader::new(&self.kafka, &self.dead_letter_topic)?;
+            let mut sent = HashSet::new();
+            let next = reader
+                .read_to_end(dead_partition, mark, &mut |r: RawRecord| {
+                    let origin = r.header("sessionlog.origin.offset");
+                    if r.header("sessionlog.origin.topic") == Some(origin_topic.as_str())
+                        && r.header("sessionlog.origin.partition") == Some(&origin_partition)
+                        && let Some(offset) = origin.and_then(|o| o.parse::<i64>().ok())
+                        && offset >= floor
+                    {
+                        sent.insert(offset);
+                    }
+                })
+                .await?;
+            Ok::<_, sessionlog_log::Error>((sent, next))
+        };
+        match read.retry(retry::tries(5)).await {
+            Ok((sent, next)) => {
+                if !sent.is_empty() {
+                    tracing::info!(
+                        partition,
+                        dead_letters = sent.len(),
+                        "dead letters already sent before a restart; not sending them again"
+                    );
+                }
+                self.dead.sent.insert(partition, sent);
+                self.dead.delivered(dead_partition, next - 1);
+            }
+            // Without the read, a dead letter sent before a crash may be sent again: a
+            // duplicate in the dead-letter topic, never a lost one.
+            Err(e) => tracing::warn!(
+                partition,
+                error = %e,
+                "reading the dead-letter topic failed; dead letters sent before a crash may repeat"
+            ),
         }
     }
 
@@ -448,7 +553,17 @@ impl Projector {
         }
     }
 
-    async fn dead_letter(&self, record: &RawRecord, reason: &str) -> Result<()> {
+    async fn dead_letter(&mut self, record: &RawRecord, reason: &str) -> Result<()> {
+        if self
+            .dead
+            .sent
+            .get_mut(&record.partition)
+            .is_some_and(|sent| sent.remove(&record.offset))
+        {
+            metrics::counter!(observe::DEAD_LETTERS_RESENT_SKIPPED).increment(1);
+            return Ok(());
+        }
+        let dead_partition = self.dead.partition_of(record.partition);
         let partition = record.partition.to_string();
         let offset = record.offset.to_string();
         let headers = OwnedHeaders::new()
@@ -468,29 +583,22 @@ impl Projector {
                 key: "sessionlog.origin.offset",
                 value: Some(offset.as_str()),
             });
-        let mut out: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&self.dead_letter_topic).headers(headers);
+        let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dead_letter_topic)
+            .partition(dead_partition)
+            .headers(headers);
         if let Some(key) = record.key.as_deref() {
             out = out.key(key);
         }
         if let Some(payload) = record.payload.as_deref() {
             out = out.payload(payload);
         }
-        self.dead_letters
+        let delivery = self
+            .dead_letters
             .send(out, Timeout::Never)
             .await
             .map_err(|(e, _)| sessionlog_log::Error::kafka("dead-letter")(e))?;
+        self.dead.delivered(delivery.partition, delivery.offset);
         Ok(())
-    }
-}
-
-fn raw(message: &impl Message) -> RawRecord {
-    RawRecord {
-        partition: message.partition(),
-        offset: message.offset(),
-        key: message.key().map(<[u8]>::to_vec),
-        payload: message.payload().map(<[u8]>::to_vec),
-        timestamp_ms: message.timestamp().to_millis(),
     }
 }
 

@@ -119,6 +119,8 @@ struct Inner {
     /// Schemas by id. Registry ids are immutable, so entries never go stale; failures are not
     /// cached, so a registry outage heals by itself.
     by_id: Mutex<HashMap<u32, Arc<Schema>>>,
+    /// Held while a schema is fetched: one fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl SchemaRegistry {
@@ -186,6 +188,7 @@ impl SchemaRegistry {
                 http,
                 credentials: access.credentials,
                 by_id: Mutex::new(HashMap::new()),
+                fetching: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -298,6 +301,13 @@ impl SchemaRegistry {
         if let Some(schema) = self.cache().get(&id) {
             return Ok(Arc::clone(schema));
         }
+        // One fetch at a time, and the cache looked at again once it is this one's turn: a
+        // fresh process whose thousand sessions all read back at once would otherwise ask the
+        // registry a thousand times for the same id, and time out together.
+        let _turn = self.inner.fetching.lock().await;
+        if let Some(schema) = self.cache().get(&id) {
+            return Ok(Arc::clone(schema));
+        }
         let registered = get_schema_by_id(id, &self.inner.settings)
             .await
             .map_err(|e| self.classify(e, Some(id)))?;
@@ -312,7 +322,6 @@ impl SchemaRegistry {
             source,
         })?;
         let schema = Arc::new(schema);
-        // Two concurrent first lookups may both fetch; the schemas are identical, keep either.
         Ok(Arc::clone(self.cache().entry(id).or_insert(schema)))
     }
 

@@ -230,6 +230,19 @@ pub const MIGRATIONS: &[Migration] = &[
             cql_type: "text",
         }],
     },
+    Migration {
+        version: 6,
+        description: "where a partition's dead letters not yet covered by its progress begin",
+        statements: &[],
+        // The dead-letter topic's offset (in the dead-letter partition of this partition)
+        // from which a restarted projector looks for dead letters it sent before it crashed,
+        // so that it does not send them again.
+        columns: &[AddedColumn {
+            table: "partition_progress",
+            column: "dead_letter_mark",
+            cql_type: "bigint",
+        }],
+    },
 ];
 
 /// The newest migration this build knows.

@@ -378,6 +378,22 @@ impl ProjectionStore {
         Ok(turns)
     }
 
+    /// Where each partition's dead letters not yet covered by its progress may begin in the
+    /// dead-letter topic, by partition of `topic` (partitions with no mark yet are absent).
+    pub async fn load_dead_letter_marks(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
+        let rows: Vec<(i32, Option<i64>)> = self
+            .select(
+                &self.reads.load_dead_letter_marks,
+                (topic,),
+                "load dead-letter marks",
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(partition, mark)| mark.map(|m| (partition, m)))
+            .collect())
+    }
+
     /// The stored next offset to apply, by partition of `topic`.
     pub async fn load_progress(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
         let rows: Vec<(i32, Option<i64>)> = self

@@ -518,10 +518,23 @@ impl CqlRow {
         rows
     }
 
-    /// Every record of `topic[partition]` before `next_offset` is applied. The write timestamp
-    /// is the offset, so progress never moves back.
-    pub fn progress(topic: &str, partition: i32, next_offset: i64) -> Self {
-        let values = (topic.to_string(), partition, next_offset, next_offset);
+    /// Every record of `topic[partition]` before `next_offset` is applied, and the dead letters
+    /// of the records after it, if any were sent, are at or after `dead_letter_mark` in the
+    /// dead-letter topic (unset: the mark stays as it was). The write timestamp is the offset,
+    /// so progress never moves back.
+    pub fn progress(
+        topic: &str,
+        partition: i32,
+        next_offset: i64,
+        dead_letter_mark: Option<i64>,
+    ) -> Self {
+        let values = (
+            topic.to_string(),
+            partition,
+            next_offset,
+            unset_or(dead_letter_mark),
+            next_offset,
+        );
         Self::new(Table::PartitionProgress, values)
     }
 }

@@ -29,6 +29,7 @@ pub(crate) struct Reads {
     pub load_context: PreparedStatement,
     pub load_turns: PreparedStatement,
     pub load_progress: PreparedStatement,
+    pub load_dead_letter_marks: PreparedStatement,
     pub children: PreparedStatement,
     pub awaiting: PreparedStatement,
 }
@@ -82,6 +83,10 @@ impl Reads {
             load_turns: p(format!(
                 "SELECT seq, role, name, call_seq, text, truncated, sealed, occurred_at_us,
                  sealed_text FROM {ks}.context_turns WHERE session_id = ? AND seq >= ? AND seq <= ?"
+            ))
+            .await?,
+            load_dead_letter_marks: p(format!(
+                "SELECT log_partition, dead_letter_mark FROM {ks}.partition_progress WHERE topic = ?"
             ))
             .await?,
             load_progress: p(format!(
@@ -154,8 +159,8 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::ErasedCheckpoints => format!("DELETE FROM {ks}.checkpoints WHERE session_id = ?"),
         Table::PartitionProgress => format!(
-            "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset)
-                 VALUES (?, ?, ?) USING TIMESTAMP ?"
+            "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset,
+                 dead_letter_mark) VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::SessionChildren => format!(
             "INSERT INTO {ks}.session_children (parent_session_id, child_session_id, parent_seq)

@@ -118,7 +118,7 @@ async fn main() -> Result<()> {
     reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
     topic::ensure_topics(&reference).await?;
 
-    let ours = run_ours(&settings, &args, false).await?;
+    let ours = run_ours(&settings, &args, false, 1).await?;
     let rss = peak_rss_bytes();
     let kafka = run_kafka(&settings, &reference.topic, &args, ours.records)?;
 
@@ -195,7 +195,7 @@ async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()>
         for i in order {
             let side = &sides[i];
             eprintln!("round {round}: {}", side.name);
-            figures[i] = Some(run_ours(side.settings, args, side.confirm).await?);
+            figures[i] = Some(run_ours(side.settings, args, side.confirm, 4096).await?);
         }
         let [Some(first), Some(second)] = figures else {
             bail!("round {round} did not run both");
@@ -245,9 +245,9 @@ async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()>
 }
 
 /// Opens the sessions, then appends `events` to each from `writers` tasks, timing each ack.
-async fn run_ours(settings: &Settings, args: &Args, confirm: bool) -> Result<Figures> {
+async fn run_ours(settings: &Settings, args: &Args, confirm: bool, texts: u64) -> Result<Figures> {
     let log = Arc::new(EventLog::from_settings(settings).await?);
-    let content = Arc::new(payload(&log, args.record_size)?);
+    let content = Arc::new(payloads(&log, args.record_size, texts)?);
     let writers = args.writers.max(1);
     let per_writer = args.sessions.div_ceil(writers);
 
@@ -286,14 +286,16 @@ async fn run_ours(settings: &Settings, args: &Args, confirm: bool) -> Result<Fig
     for mut group in groups {
         let (content, acked, events) = (Arc::clone(&content), Arc::clone(&acked), args.events);
         tasks.spawn(async move {
-            let sessions = group.iter_mut().map(|writer| {
+            let sessions = group.iter_mut().enumerate().map(|(n, writer)| {
                 let (content, acked) = (Arc::clone(&content), Arc::clone(&acked));
                 async move {
                     let mut latencies = Vec::with_capacity(events);
-                    for _ in 0..events {
+                    for i in 0..events {
                         let sent = Instant::now();
+                        // Neighbouring records carry different texts, as real ones do.
+                        let text = &content[(n * 7919 + i) % content.len()];
                         let event = SessionEvent::UserRequest {
-                            content: Content::plain(content.as_str()),
+                            content: Content::plain(text.as_str()),
                         };
                         if confirm {
                             let envelopes = writer.envelopes(vec![event]);
@@ -334,14 +336,32 @@ async fn run_ours(settings: &Settings, args: &Args, confirm: bool) -> Result<Fig
     Ok(figures)
 }
 
-/// Text such that one `UserRequest` envelope encodes to `record_size` bytes: random capital
-/// letters, as ProducerPerformance fills its records.
-fn payload(log: &EventLog, record_size: usize) -> Result<String> {
-    let mut seed = std::time::SystemTime::now()
+/// `count` distinct texts such that one `UserRequest` envelope encodes to `record_size` bytes.
+///
+/// One, like ProducerPerformance's single payload, when comparing with Kafka. Many when
+/// comparing two ways of ours, because a batch of identical texts compresses to almost nothing
+/// while sealed ones (each under its own nonce) do not compress at all: one shared text would
+/// measure lz4, not sealing. With 4,096 no two records within lz4's 64 KiB window are alike.
+fn payloads(log: &EventLog, record_size: usize, count: u64) -> Result<Vec<String>> {
+    let start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x9e37_79b9)
-        | 1;
+        .unwrap_or(0x9e37_79b9);
+    (0..count.max(1))
+        .map(|i| {
+            payload(
+                log,
+                record_size,
+                start.wrapping_add(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            )
+        })
+        .collect()
+}
+
+/// Text such that one `UserRequest` envelope encodes to `record_size` bytes: random capital
+/// letters, as ProducerPerformance fills its records.
+fn payload(log: &EventLog, record_size: usize, seed: u64) -> Result<String> {
+    let mut seed = seed | 1;
     let mut letter = move || {
         // xorshift64: enough to defeat compression the way ProducerPerformance's payload does.
         seed ^= seed << 13;
