@@ -56,7 +56,13 @@ pub struct EventLog {
     epochs: Mutex<HashMap<SessionId, Epoch>>,
     keyring: Option<Arc<Keyring>>,
     projection: Option<ProjectionStore>,
+    /// Idle partition readers, kept between read-backs: a consumer costs a client, its
+    /// threads and a connection to every broker, too much to make for every confirmed append.
+    readers: Mutex<Vec<PartitionReader>>,
 }
+
+/// Idle readers kept at most; more may exist while reads run at once.
+const IDLE_READERS: usize = 16;
 
 impl EventLog {
     /// Connects with the `[producer]` settings.
@@ -117,6 +123,7 @@ impl EventLog {
             epochs: Mutex::new(HashMap::new()),
             keyring,
             projection: None,
+            readers: Mutex::new(Vec::new()),
         })
     }
 
@@ -420,7 +427,7 @@ impl EventLog {
         key: Option<&str>,
     ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
         let read = || async {
-            let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
+            let reader = self.idle_reader()?;
             let mut records = Vec::new();
             let mut keep = |record: sessionlog_log::RawRecord| {
                 if key.is_none_or(|k| record.key.as_deref() == Some(k.as_bytes())) {
@@ -431,6 +438,8 @@ impl EventLog {
                 None => reader.read_to_end(partition, from, &mut keep).await?,
                 Some(until) => reader.read_range(partition, from, until, &mut keep).await?,
             };
+            // Only a reader whose read went through is kept: one that failed starts afresh.
+            self.keep_reader(reader);
             Ok((records, next))
         };
         Ok(read
@@ -445,6 +454,28 @@ impl EventLog {
                 tracing::warn!(partition, error = %e, ?wait, "read-back failed; reading again");
             })
             .await?)
+    }
+
+    /// A reader of the topic: an idle one, or a new one. (Each read assigns its partition and
+    /// offset anew, which makes the consumer drop whatever it had fetched for the last one.)
+    fn idle_reader(&self) -> std::result::Result<PartitionReader, sessionlog_log::Error> {
+        let idle = self
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(reader) => Ok(reader),
+            None => PartitionReader::new(&self.kafka, &self.kafka.topic),
+        }
+    }
+
+    fn keep_reader(&self, reader: PartitionReader) {
+        // A push or a pop at a time: a panic cannot leave the list torn.
+        let mut idle = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_READERS {
+            idle.push(reader);
+        }
     }
 
     /// The highest epoch a claim made or observed through this log established for `session`.
