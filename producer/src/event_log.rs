@@ -59,10 +59,14 @@ pub struct EventLog {
     /// Idle partition readers, kept between read-backs: a consumer costs a client, its
     /// threads and a connection to every broker, too much to make for every confirmed append.
     readers: Mutex<Vec<PartitionReader>>,
+    /// One permit per reader that may exist: read-backs beyond it wait for a reader rather
+    /// than each making one (a thousand sessions confirming at once would make a thousand).
+    reader_permits: Arc<Semaphore>,
 }
 
-/// Idle readers kept at most; more may exist while reads run at once.
-const IDLE_READERS: usize = 16;
+/// Readers a process keeps at most; a read-back takes milliseconds, so a few serve thousands
+/// of confirmed appends a second.
+const READERS: usize = 16;
 
 impl EventLog {
     /// Connects with the `[producer]` settings.
@@ -124,6 +128,7 @@ impl EventLog {
             keyring,
             projection: None,
             readers: Mutex::new(Vec::new()),
+            reader_permits: Arc::new(Semaphore::new(READERS)),
         })
     }
 
@@ -427,6 +432,10 @@ impl EventLog {
         key: Option<&str>,
     ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
         let read = || async {
+            let _permit = Arc::clone(&self.reader_permits)
+                .acquire_owned()
+                .await
+                .map_err(|_| sessionlog_log::Error::Task("reader permits closed".into()))?;
             let reader = self.idle_reader()?;
             let mut records = Vec::new();
             let mut keep = |record: sessionlog_log::RawRecord| {
@@ -472,10 +481,10 @@ impl EventLog {
 
     fn keep_reader(&self, reader: PartitionReader) {
         // A push or a pop at a time: a panic cannot leave the list torn.
-        let mut idle = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < IDLE_READERS {
-            idle.push(reader);
-        }
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(reader);
     }
 
     /// The highest epoch a claim made or observed through this log established for `session`.
