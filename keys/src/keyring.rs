@@ -5,11 +5,13 @@ use crate::data_key::{DataKey, KEY_VERSION, seal_envelope, sealed_as, sensitive_
 use crate::kek::Keks;
 use crate::store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};
 use crate::{Error, Result};
+use dashmap::DashMap;
 use futures::StreamExt;
 use sessionlog_log::PrivacySettings;
 use sessionlog_schemas::{Content, EventEnvelope, SessionId, now_micros};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Cached keys beyond this are dropped (oldest fetch first) so a long-lived reader of many
@@ -32,7 +34,12 @@ pub struct Keyring {
     store: Arc<dyn DataKeyStore>,
     keks: Keks,
     ttl: Duration,
-    cache: Mutex<HashMap<SessionId, (KeyState, Instant)>>,
+    /// Read on every append by every task, written once per session per TTL: sharded, so
+    /// tasks on different cores sealing different sessions do not contend for one lock.
+    cache: DashMap<SessionId, (KeyState, Instant)>,
+    /// Counts keys this process forgot or saw destroyed: a [`HeldKey`] taken before a change
+    /// is no longer used.
+    forgotten: AtomicU64,
 }
 
 impl Keyring {
@@ -42,7 +49,8 @@ impl Keyring {
             store,
             keks,
             ttl,
-            cache: Mutex::new(HashMap::new()),
+            cache: DashMap::new(),
+            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -62,15 +70,14 @@ impl Keyring {
 
     /// What the cache holds for `session`: only if fetched within the TTL, unless `any_age`.
     fn cached(&self, session: SessionId, any_age: bool) -> Option<KeyState> {
-        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache
+        self.cache
             .get(&session)
-            .filter(|(_, at)| any_age || at.elapsed() < self.ttl)
-            .map(|(state, _)| state.clone())
+            .filter(|entry| any_age || entry.1.elapsed() < self.ttl)
+            .map(|entry| entry.0.clone())
     }
 
     fn remember(&self, session: SessionId, state: KeyState) {
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let cache = &self.cache;
         if cache.len() >= CACHE_LIMIT {
             let ttl = self.ttl;
             cache.retain(|_, (_, at)| at.elapsed() < ttl);
@@ -78,15 +85,18 @@ impl Keyring {
                 cache.clear();
             }
         }
+        let destroyed = matches!(state, KeyState::Destroyed);
         cache.insert(session, (state, Instant::now()));
+        // After the insert: a writer that reads the count after this sees the new state.
+        if destroyed {
+            self.forgotten.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Drops what this process remembers of the session's key.
     pub fn forget(&self, session: SessionId) {
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&session);
+        self.cache.remove(&session);
+        self.forgotten.fetch_add(1, Ordering::AcqRel);
     }
 
     fn unwrap_stored(&self, session: SessionId, stored: Option<StoredKey>) -> Result<KeyState> {
@@ -136,6 +146,10 @@ impl Keyring {
     /// append fails with its error.
     pub async fn sealing_key(&self, session: SessionId) -> Result<Arc<DataKey>> {
         use sessionlog_log::retry::{self, Retryable};
+        // The common case, on every append: a key fetched within the TTL.
+        if let Some(KeyState::Live(key)) = self.cached(session, false) {
+            return Ok(key);
+        }
         (|| self.sealing_key_once(session))
             .retry(retry::tries(5))
             .when(Error::is_store)
@@ -194,14 +208,10 @@ impl Keyring {
     pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {
         let mut keys: HashMap<SessionId, Arc<DataKey>> = HashMap::new();
         for envelope in envelopes.iter_mut() {
-            // A claim, a checkpoint, a resume carry nothing to seal: no key is needed (nor
-            // made) for them, and an erased session's claim is judged by the fold, not here.
-            let mut texts = false;
-            sensitive_fields(&mut envelope.event, |_, _| texts = true);
-            if !texts {
+            if !carries_text(envelope) {
                 continue;
             }
-            let (session, seq) = (envelope.session_id, envelope.seq);
+            let session = envelope.session_id;
             let key = match keys.get(&session) {
                 Some(key) => Arc::clone(key),
                 None => {
@@ -210,23 +220,38 @@ impl Keyring {
                     key
                 }
             };
-            let mut foreign = None;
-            sensitive_fields(&mut envelope.event, |field, content| {
-                if let Content::Sealed {
-                    key_id,
-                    nonce,
-                    ciphertext,
-                } = content
-                    && !(sealed_as(key_id, seq, field)
-                        && key.open(session, key_id, nonce, ciphertext).is_some())
-                {
-                    foreign.get_or_insert(field);
-                }
-            });
-            if let Some(field) = foreign {
-                return Err(Error::AlreadySealed { seq, field });
+            seal_checked(&key, envelope)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::seal`] for the envelopes of one session's writer, which holds the key in `held`
+    /// between appends: on every append a writer would otherwise look it up in the cache
+    /// every task of the process shares, which cost more than sealing. The hold lasts the
+    /// cache's TTL and ends at once when this process destroys or forgets any key.
+    pub async fn seal_held(
+        &self,
+        held: &mut HeldKey,
+        envelopes: &mut [EventEnvelope],
+    ) -> Result<()> {
+        for envelope in envelopes.iter_mut() {
+            if !carries_text(envelope) {
+                continue;
             }
-            seal_envelope(&key, envelope);
+            let session = envelope.session_id;
+            let mut fetched = None;
+            let key = match held.valid(session, self) {
+                Some(key) => key,
+                None => {
+                    let generation = self.forgotten.load(Ordering::Acquire);
+                    let key = self.sealing_key(session).await?;
+                    &fetched.insert((session, key, Instant::now(), generation)).1
+                }
+            };
+            seal_checked(key, envelope)?;
+            if fetched.is_some() {
+                held.0 = fetched;
+            }
         }
         Ok(())
     }
@@ -483,11 +508,61 @@ impl Opener {
     }
 }
 
+/// Whether `envelope` has a sensitive field. A claim, a checkpoint, a resume carry nothing to
+/// seal: no key is needed (nor made) for them, and an erased session's claim is judged by the
+/// fold, not here.
+fn carries_text(envelope: &mut EventEnvelope) -> bool {
+    let mut texts = false;
+    sensitive_fields(&mut envelope.event, |_, _| texts = true);
+    texts
+}
+
+/// Seals `envelope`'s plain fields with `key`, refusing sealed ones that are not its own (see
+/// [`Keyring::seal`]).
+fn seal_checked(key: &DataKey, envelope: &mut EventEnvelope) -> Result<()> {
+    let (session, seq) = (envelope.session_id, envelope.seq);
+    let mut foreign = None;
+    sensitive_fields(&mut envelope.event, |field, content| {
+        if let Content::Sealed {
+            key_id,
+            nonce,
+            ciphertext,
+        } = content
+            && !(sealed_as(key_id, seq, field)
+                && key.open(session, key_id, nonce, ciphertext).is_some())
+        {
+            foreign.get_or_insert(field);
+        }
+    });
+    if let Some(field) = foreign {
+        return Err(Error::AlreadySealed { seq, field });
+    }
+    seal_envelope(key, envelope);
+    Ok(())
+}
+
+/// One writer's hold on its session's sealing key (see [`Keyring::seal_held`]).
+#[derive(Default)]
+pub struct HeldKey(Option<(SessionId, Arc<DataKey>, Instant, u64)>);
+
+impl HeldKey {
+    /// The key held for `session`, if still good: fetched within the TTL, and no key forgotten
+    /// or destroyed by this process since.
+    fn valid(&self, session: SessionId, keyring: &Keyring) -> Option<&DataKey> {
+        let (held_for, key, fetched, generation) = self.0.as_ref()?;
+        (*held_for == session
+            && *generation == keyring.forgotten.load(Ordering::Acquire)
+            && fetched.elapsed() < keyring.ttl)
+            .then_some(key.as_ref())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Kek;
     use futures::FutureExt;
+    use std::sync::Mutex;
 
     /// The store as a map: enough to test the keyring's rules (the CQL one is tested against
     /// Cassandra in the integration tests).
@@ -663,6 +738,66 @@ mod tests {
         );
         let mut more = vec![envelope(session, 2, "after")];
         assert!(matches!(ring.seal(&mut more).await, Err(Error::Erased(_))));
+    }
+
+    #[tokio::test]
+    async fn a_writers_held_key_ends_when_this_process_erases_the_session() {
+        let store = Arc::new(MapStore::default());
+        // A TTL long enough that only the erasure can end the hold.
+        let ring = Keyring::new(
+            Arc::clone(&store) as Arc<dyn DataKeyStore>,
+            Keks::new(Kek::generate(), vec![]),
+            Duration::from_secs(3600),
+        );
+        let (session, other) = (SessionId::new(), SessionId::new());
+        let mut held = HeldKey::default();
+        let mut first = vec![envelope(session, 1, "first")];
+        ring.seal_held(&mut held, &mut first).await.unwrap();
+        let opener = ring.opener(session).await.unwrap();
+        assert!(
+            opener.open_event(&first[0]).1.is_empty(),
+            "opens with the stored key"
+        );
+        // Held for the next append, and never lent to another session.
+        assert!(held.valid(session, &ring).is_some());
+        assert!(held.valid(other, &ring).is_none());
+
+        ring.destroy(ErasureReceipt {
+            session_id: session,
+            requested_by: "op".into(),
+            reason: "test".into(),
+            erased_at: 1,
+            erased_seq: 2,
+            log_partition: 0,
+            log_offset: 0,
+            destroyed_kek_id: None,
+        })
+        .await
+        .unwrap();
+        let mut after = vec![envelope(session, 2, "after")];
+        assert!(matches!(
+            ring.seal_held(&mut held, &mut after).await,
+            Err(Error::Erased(_))
+        ));
+        assert!(matches!(
+            &after[0].event,
+            sessionlog_schemas::SessionEvent::UserRequest { content } if !content.is_sealed()
+        ));
+    }
+
+    #[tokio::test]
+    async fn with_no_cache_a_writer_fetches_its_key_on_every_append() {
+        let store = Arc::new(MapStore::default());
+        let ring = keyring(&store, Keks::new(Kek::generate(), vec![]));
+        let session = SessionId::new();
+        let mut held = HeldKey::default();
+        for seq in 1..=3 {
+            let mut events = vec![envelope(session, seq, "text")];
+            ring.seal_held(&mut held, &mut events).await.unwrap();
+            let opener = ring.opener(session).await.unwrap();
+            assert!(opener.open_event(&events[0]).1.is_empty());
+            assert!(held.valid(session, &ring).is_none(), "a TTL of zero holds nothing");
+        }
     }
 
     #[tokio::test]

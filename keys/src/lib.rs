@@ -22,5 +22,5 @@ pub use data_key::{
 };
 pub use error::{Error, Result};
 pub use kek::{Kek, Keks};
-pub use keyring::{KeyState, Keyring, Opener, Rotation, Text, refuse_sealed};
+pub use keyring::{HeldKey, KeyState, Keyring, Opener, Rotation, Text, refuse_sealed};
 pub use store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};

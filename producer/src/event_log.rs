@@ -173,6 +173,19 @@ impl EventLog {
         }
     }
 
+    /// [`Self::seal`] for one session's writer, holding its key in `held` between appends
+    /// (see [`Keyring::seal_held`]).
+    pub async fn seal_held(
+        &self,
+        held: &mut sessionlog_keys::HeldKey,
+        envelopes: &mut [EventEnvelope],
+    ) -> Result<()> {
+        match &self.keyring {
+            Some(keyring) => Ok(keyring.seal_held(held, envelopes).await?),
+            None => Ok(()),
+        }
+    }
+
     /// The registry events are encoded and decoded with.
     pub fn registry(&self) -> &sessionlog_schemas::SchemaRegistry {
         self.decoder.registry()

@@ -71,6 +71,8 @@ pub struct SessionWriter {
     /// Where the session's latest accepted events sit (at most the fold's duplicate window):
     /// a retry of one is answered with its first position.
     positions: VecDeque<(Seq, Uuid, Position)>,
+    /// The session's sealing key between appends (with encryption on).
+    key: sessionlog_keys::HeldKey,
 }
 
 impl SessionWriter {
@@ -190,6 +192,7 @@ impl SessionWriter {
             first: None,
             last: None,
             positions: VecDeque::new(),
+            key: Default::default(),
         }
     }
 
@@ -540,7 +543,7 @@ impl SessionWriter {
         // Judged before sealing, as sealing an erased session's event fails for the key's
         // sake while the fold's reason (after the end) is the one to report.
         self.judge_all(&envelopes)?;
-        self.log.seal(&mut envelopes).await?;
+        self.log.seal_held(&mut self.key, &mut envelopes).await?;
         let outcomes = self.log.send_all(&envelopes, when_full).await?;
         let mut appended = Vec::with_capacity(envelopes.len());
         for (envelope, outcome) in envelopes.into_iter().zip(outcomes) {
