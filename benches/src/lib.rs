@@ -7,6 +7,11 @@ use sessionlog_log::{Settings, topic};
 use sessionlog_store::ProjectionStore;
 use std::time::Duration;
 
+/// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
+/// cli/src/main.rs), so what it measures of our libraries is what the services do.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Latency samples and their percentiles.
 #[derive(Clone, Debug, Default)]
 pub struct Latencies {

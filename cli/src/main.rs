@@ -3,6 +3,12 @@
 use clap::Parser;
 use std::process::ExitCode;
 
+/// mimalloc rather than glibc's malloc: the services allocate on many threads and free on
+/// others (librdkafka's, tokio's workers), where glibc's arenas cost more per appended event
+/// than sealing it (docs/performance.md, "Privacy: what sealing costs").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = sessionlog_cli::Cli::parse();
