@@ -126,7 +126,7 @@ impl Ingest {
     /// Connects to the log with the projection attached (read-only: the keyspace must exist,
     /// `sessionlog init` creates it), letting through whom `access` lets through.
     pub async fn connect(settings: &Settings, access: Arc<dyn Authenticator>) -> Result<Arc<Self>> {
-        let projection = sessionlog_store::ProjectionStore::open(&settings.cql).await?;
+        let projection = sessionlog_store::ProjectionStore::open_checked(settings).await?;
         let log = EventLog::from_settings(settings)
             .await?
             .with_projection(projection.clone());

@@ -796,7 +796,10 @@ mod tests {
             ring.seal_held(&mut held, &mut events).await.unwrap();
             let opener = ring.opener(session).await.unwrap();
             assert!(opener.open_event(&events[0]).1.is_empty());
-            assert!(held.valid(session, &ring).is_none(), "a TTL of zero holds nothing");
+            assert!(
+                held.valid(session, &ring).is_none(),
+                "a TTL of zero holds nothing"
+            );
         }
     }
 

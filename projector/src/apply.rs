@@ -11,7 +11,7 @@ use sessionlog_session::context::{ContextWindow, TurnChange};
 use sessionlog_session::trace::span_of;
 use sessionlog_session::{SessionState, Verdict};
 use sessionlog_store::{
-    CqlRow, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
+    CqlRow, LastRecord, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -78,6 +78,9 @@ pub struct Folded {
     topic: String,
     /// The next offset to read, by partition, once the batch is durable.
     pub next_offsets: BTreeMap<i32, i64>,
+    /// The record before each next offset, noted with the progress (see
+    /// `ProjectionStore::check_topic`).
+    last_records: BTreeMap<i32, LastRecord>,
     /// Sessions that ended in this batch, with their applied offset at its end: with an
     /// ended-session TTL their earlier rows are written again with it (see [`persist`]).
     ended: Vec<(SessionId, i64)>,
@@ -160,6 +163,7 @@ impl Applier {
             lists: Vec::new(),
             topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
+            last_records: BTreeMap::new(),
             ended: Vec::new(),
             ending: Default::default(),
             dead_letters: Vec::new(),
@@ -173,6 +177,9 @@ impl Applier {
             folded
                 .next_offsets
                 .insert(record.partition, record.offset + 1);
+            folded
+                .last_records
+                .insert(record.partition, LastRecord::of(record));
             match self.decode(record).await {
                 Ok(event) => self.fold_event(event, record, &mut folded).await?,
                 Err(reason) => {
@@ -440,7 +447,8 @@ pub async fn persist(
         .iter()
         .map(|(p, next)| {
             let mark = folded.dead_letter_marks.get(p).copied();
-            CqlRow::progress(&folded.topic, *p, *next, mark)
+            let last = folded.last_records.get(p).cloned().unwrap_or_default();
+            CqlRow::progress(&folded.topic, *p, *next, mark, &last)
         })
         .collect();
     with_retry("write partition progress", health, || {

@@ -100,7 +100,7 @@ impl Recovery {
     /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         let decoder = EventDecoder::new(settings.registry.client()?);
-        let store = ProjectionStore::open(&settings.cql).await?;
+        let store = ProjectionStore::open_checked(settings).await?;
         // Claims made through this log catch up from the projection, not the partition's start.
         let log = Arc::new(
             EventLog::from_settings(settings)

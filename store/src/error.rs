@@ -72,6 +72,30 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// The topic's partition holds other records where the stored progress says it applied
+    /// some: the topic was deleted and created again under the same name (or lost records).
+    #[error(
+        "topic {topic} partition {partition} is not the log keyspace {keyspace} was projected          from: {found}. The topic was deleted and created again under the same name (or the          cluster lost records), and this keyspace's rows describe the old log. Project the new          topic into a fresh keyspace: set [cql] keyspace (SESSIONLOG_CQL__KEYSPACE) to a new          name, run `sessionlog init`, start the projector, point every service at it, and drop          the old keyspace once nothing reads it"
+    )]
+    TopicRecreated {
+        /// The topic.
+        topic: String,
+        /// The partition found different.
+        partition: i32,
+        /// The keyspace whose progress does not match.
+        keyspace: String,
+        /// What was found where the last applied record should be.
+        found: String,
+    },
+    /// Reading the log to check it failed.
+    #[error("reading topic {topic} to check it against the stored progress: {source}")]
+    Log {
+        /// The topic.
+        topic: String,
+        /// The log's error (boxed: it is large, and this enum travels in every result).
+        #[source]
+        source: Box<sessionlog_log::Error>,
+    },
     /// A write through a store opened without migrating.
     #[error(
         "the store of keyspace {keyspace} was opened read-only; writers open it with \

@@ -11,6 +11,8 @@
 //!   recovery starts from, the lists operators ask for (a session's children, sessions
 //!   awaiting someone) and the rows tests check;
 //! - [`verify`]: comparing two keyspaces table by table;
+//! - `topic_guard`: telling the topic a keyspace was projected from from another of the same
+//!   name ([`ProjectionStore::check_topic`]);
 //! - `expire`: with `[retention] ended_session_ttl_secs`, giving an ended session's rows a TTL
 //!   ([`ProjectionStore::expire_session`]).
 //!
@@ -28,6 +30,7 @@ pub mod migrations;
 pub mod read;
 pub mod rows;
 mod statements;
+mod topic_guard;
 pub mod verify;
 pub mod write;
 
@@ -39,4 +42,5 @@ pub use read::{
     SpanRow, VerifiedCheckpoint,
 };
 pub use rows::{CqlRow, LastWritten, Wait};
+pub use topic_guard::{LastRecord, ProgressMark};
 pub use write::{REQUEST_BYTES, ROWS_PER_BATCH, SESSIONS_PER_REQUEST};

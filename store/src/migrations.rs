@@ -243,6 +243,25 @@ pub const MIGRATIONS: &[Migration] = &[
             cql_type: "bigint",
         }],
     },
+    Migration {
+        version: 7,
+        description: "the key and timestamp of the last record each partition's progress covers",
+        statements: &[],
+        // Progress is keyed by topic name; these tell the topic it was made on from one
+        // deleted and created again under that name (see `ProjectionStore::check_topic`).
+        columns: &[
+            AddedColumn {
+                table: "partition_progress",
+                column: "last_key",
+                cql_type: "text",
+            },
+            AddedColumn {
+                table: "partition_progress",
+                column: "last_timestamp_ms",
+                cql_type: "bigint",
+            },
+        ],
+    },
 ];
 
 /// The newest migration this build knows.

@@ -162,7 +162,7 @@ pub struct ContextViewRow {
 
 impl ProjectionStore {
     /// Runs a prepared query and decodes all its rows; `action` names it in errors.
-    async fn select<R>(
+    pub(crate) async fn select<R>(
         &self,
         statement: &PreparedStatement,
         values: impl SerializeRow,

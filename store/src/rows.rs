@@ -522,17 +522,23 @@ impl CqlRow {
     /// of the records after it, if any were sent, are at or after `dead_letter_mark` in the
     /// dead-letter topic (unset: the mark stays as it was). The write timestamp is the offset,
     /// so progress never moves back.
+    ///
+    /// `last` is the record just before `next_offset`, which tells the topic this progress was
+    /// made on from another one of the same name (see [`crate::ProjectionStore::check_topic`]).
     pub fn progress(
         topic: &str,
         partition: i32,
         next_offset: i64,
         dead_letter_mark: Option<i64>,
+        last: &crate::LastRecord,
     ) -> Self {
         let values = (
             topic.to_string(),
             partition,
             next_offset,
             unset_or(dead_letter_mark),
+            last.key.clone(),
+            last.timestamp_ms,
             next_offset,
         );
         Self::new(Table::PartitionProgress, values)

@@ -29,6 +29,7 @@ pub(crate) struct Reads {
     pub load_context: PreparedStatement,
     pub load_turns: PreparedStatement,
     pub load_progress: PreparedStatement,
+    pub load_progress_marks: PreparedStatement,
     pub load_dead_letter_marks: PreparedStatement,
     pub children: PreparedStatement,
     pub awaiting: PreparedStatement,
@@ -91,6 +92,11 @@ impl Reads {
             .await?,
             load_progress: p(format!(
                 "SELECT log_partition, next_offset FROM {ks}.partition_progress WHERE topic = ?"
+            ))
+            .await?,
+            load_progress_marks: p(format!(
+                "SELECT log_partition, next_offset, last_key, last_timestamp_ms
+                 FROM {ks}.partition_progress WHERE topic = ?"
             ))
             .await?,
             children: p(format!(
@@ -160,7 +166,8 @@ fn write_cql(table: Table, ks: &str) -> String {
         Table::ErasedCheckpoints => format!("DELETE FROM {ks}.checkpoints WHERE session_id = ?"),
         Table::PartitionProgress => format!(
             "INSERT INTO {ks}.partition_progress (topic, log_partition, next_offset,
-                 dead_letter_mark) VALUES (?, ?, ?, ?) USING TIMESTAMP ?"
+                 dead_letter_mark, last_key, last_timestamp_ms) VALUES (?, ?, ?, ?, ?, ?)
+                 USING TIMESTAMP ?"
         ),
         Table::SessionChildren => format!(
             "INSERT INTO {ks}.session_children (parent_session_id, child_session_id, parent_seq)
