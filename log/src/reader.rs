@@ -224,6 +224,19 @@ impl PartitionReader {
             if message.partition() != partition || message.offset() < next {
                 continue;
             }
+            if message.offset() > next && !self.truly_missing(partition, next).await? {
+                // Our topic's offsets have no holes (no transactions, no compaction), so a
+                // record past the one wanted was fetched for something else (a consumer reused
+                // across reads): read from `next` again rather than skip what lies between.
+                let mut again = TopicPartitionList::new();
+                again
+                    .add_partition_offset(&self.topic, partition, Offset::Offset(next))
+                    .map_err(Error::kafka("build assignment"))?;
+                self.consumer
+                    .assign(&again)
+                    .map_err(Error::kafka("assign partition"))?;
+                continue;
+            }
             progress = Instant::now();
             next = message.offset() + 1;
             if message.offset() >= until {
@@ -234,5 +247,10 @@ impl PartitionReader {
         // Stop fetching ahead: an idle reader (kept for the next read-back) fetches nothing.
         let _ = self.consumer.unassign();
         Ok(next)
+    }
+
+    /// Whether `partition` has no record at `offset` any more: retention removed it.
+    async fn truly_missing(&self, partition: i32, offset: i64) -> Result<bool> {
+        Ok(self.watermarks(partition).await?.0 > offset)
     }
 }

