@@ -238,3 +238,54 @@ pub async fn plain_and_sealed(
     let guard = prepare_privacy(&mut sealed).await?;
     Ok((plain, sealed, guard))
 }
+
+/// The `sessionlog` binary next to the running benchmark (`$SESSIONLOG_BIN` overrides it).
+pub fn sessionlog_bin() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {
+        return Ok(std::path::PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let bin = exe
+        .parent()
+        .map(|dir| dir.join("sessionlog"))
+        .ok_or_else(|| anyhow::anyhow!("locating the target directory"))?;
+    if !bin.exists() {
+        anyhow::bail!(
+            "{} not found: cargo build --release -p sessionlog-cli",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// The environment that points a `sessionlog` process at `settings`' topic, keyspace and
+/// servers (and nothing from a config file).
+pub fn sessionlog_env(settings: &Settings) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "SESSIONLOG_KAFKA__BOOTSTRAP",
+            settings.kafka.bootstrap.clone(),
+        ),
+        ("SESSIONLOG_KAFKA__TOPIC", settings.kafka.topic.clone()),
+        (
+            "SESSIONLOG_KAFKA__PARTITIONS",
+            settings.kafka.partitions.to_string(),
+        ),
+        (
+            "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC",
+            settings.kafka.dead_letter_topic.clone(),
+        ),
+        ("SESSIONLOG_REGISTRY__URL", settings.registry.url.clone()),
+        ("SESSIONLOG_CQL__NODES", settings.cql.nodes.clone()),
+        ("SESSIONLOG_CQL__KEYSPACE", settings.cql.keyspace.clone()),
+        ("SESSIONLOG_CONFIG", "/dev/null".into()),
+        (
+            "SESSIONLOG_PRIVACY__ENCRYPT",
+            settings.privacy.encrypt.to_string(),
+        ),
+        (
+            "SESSIONLOG_PRIVACY__KEK_FILE",
+            settings.privacy.kek_file.clone().unwrap_or_default(),
+        ),
+    ]
+}

@@ -386,6 +386,11 @@ pub struct ProjectorSettings {
     /// `/health/ready` answers 503 when the projector has lag and made no batch durable for
     /// this many seconds: a loop that is stuck, not one that is idle.
     pub stall_secs: u64,
+    /// This instance's stable name in the group (Kafka static membership, `group.instance.id`),
+    /// unique per instance and kept across restarts (a pod or host name). A restarted instance
+    /// then takes its partitions back at once, instead of waiting for the group to drop the
+    /// member it was before (`session.timeout.ms`, 10 s). Empty: dynamic membership.
+    pub instance_id: String,
 }
 
 impl Default for ProjectorSettings {
@@ -398,6 +403,7 @@ impl Default for ProjectorSettings {
             cache_sessions: 10_000,
             listen: String::new(),
             stall_secs: 60,
+            instance_id: String::new(),
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct ProjectorOptions {
     pub write_concurrency: usize,
     /// Sessions kept in memory between batches; beyond it the cache starts over from CQL.
     pub cache_sessions: usize,
+    /// The instance's static-membership name (`group.instance.id`); `None`: dynamic.
+    pub instance_id: Option<String>,
 }
 
 impl Default for ProjectorOptions {
@@ -49,6 +51,7 @@ impl From<&ProjectorSettings> for ProjectorOptions {
             batch_wait: Duration::from_millis(s.batch_wait_ms),
             write_concurrency: s.write_concurrency.max(1),
             cache_sessions: s.cache_sessions,
+            instance_id: Some(s.instance_id.clone()).filter(|id| !id.is_empty()),
         }
     }
 }
@@ -212,6 +215,8 @@ impl Projector {
             .await?
             .with_ended_session_ttl(settings.retention.ended_session_ttl_secs)
             .await?;
+        // Progress made on a topic since deleted and created again must not skip the new one.
+        store.check_topic(&settings.kafka).await?;
         let decoder = EventDecoder::new(settings.registry.client()?);
         let shared = Arc::new(Shared {
             topic: settings.kafka.topic.clone(),
@@ -220,9 +225,11 @@ impl Projector {
         let context = ProjectorContext {
             shared: Arc::clone(&shared),
         };
-        let consumer: StreamConsumer<ProjectorContext> = settings
-            .kafka
-            .client_config()
+        let mut config = settings.kafka.client_config();
+        if let Some(instance) = &options.instance_id {
+            config.set("group.instance.id", instance);
+        }
+        let consumer: StreamConsumer<ProjectorContext> = config
             .set("group.id", &options.group_id)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")

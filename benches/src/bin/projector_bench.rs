@@ -63,55 +63,6 @@ struct Args {
     encryption_rounds: usize,
 }
 
-/// The `sessionlog` binary next to this one.
-fn sessionlog_bin() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join("sessionlog"))
-        .context("locating the target directory")?;
-    if !bin.exists() {
-        bail!(
-            "{} not found: cargo build --release -p sessionlog-cli",
-            bin.display()
-        );
-    }
-    Ok(bin)
-}
-
-fn env_of(settings: &Settings) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            "SESSIONLOG_KAFKA__BOOTSTRAP",
-            settings.kafka.bootstrap.clone(),
-        ),
-        ("SESSIONLOG_KAFKA__TOPIC", settings.kafka.topic.clone()),
-        (
-            "SESSIONLOG_KAFKA__PARTITIONS",
-            settings.kafka.partitions.to_string(),
-        ),
-        (
-            "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC",
-            settings.kafka.dead_letter_topic.clone(),
-        ),
-        ("SESSIONLOG_REGISTRY__URL", settings.registry.url.clone()),
-        ("SESSIONLOG_CQL__NODES", settings.cql.nodes.clone()),
-        ("SESSIONLOG_CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        ("SESSIONLOG_CONFIG", "/dev/null".into()),
-        (
-            "SESSIONLOG_PRIVACY__ENCRYPT",
-            settings.privacy.encrypt.to_string(),
-        ),
-        (
-            "SESSIONLOG_PRIVACY__KEK_FILE",
-            settings.privacy.kek_file.clone().unwrap_or_default(),
-        ),
-    ]
-}
-
 /// A child process whose peak resident memory is sampled until it ends.
 struct Watched {
     child: Child,
@@ -175,7 +126,9 @@ async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> 
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let mut project = Command::new(bin);
-    project.arg("project").envs(env_of(&settings));
+    project
+        .arg("project")
+        .envs(sessionlog_benches::sessionlog_env(&settings));
     let projector = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
     let (appended, Lag { mut all, .. }) = load(args, &log, &store, &settings.kafka.topic).await?;
@@ -256,7 +209,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let mut settings = Settings::load(None)?;
     if args.encryption_rounds > 0 {
-        let bin = sessionlog_bin()?;
+        let bin = sessionlog_benches::sessionlog_bin()?;
         return compare_encryption(&args, &settings, &bin).await;
     }
     let run = uuid::Uuid::now_v7().simple().to_string();
@@ -267,12 +220,14 @@ async fn main() -> Result<()> {
     settings.cql.keyspace = format!("bench_projector_{tag}");
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let bin = sessionlog_bin()?;
+    let bin = sessionlog_benches::sessionlog_bin()?;
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
 
     // Run 1: live projection under load.
     let mut project = Command::new(&bin);
-    project.arg("project").envs(env_of(&settings));
+    project
+        .arg("project")
+        .envs(sessionlog_benches::sessionlog_env(&settings));
     let projector = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
     let (
@@ -311,7 +266,7 @@ async fn main() -> Result<()> {
     let mut replay = Command::new(&bin);
     replay
         .args(["replay", "--keyspace", &replay_ks])
-        .envs(env_of(&settings))
+        .envs(sessionlog_benches::sessionlog_env(&settings))
         .stderr(Stdio::null());
     let started = Instant::now();
     let mut replayer = Watched::spawn(replay)?;

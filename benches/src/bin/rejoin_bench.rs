@@ -1,0 +1,232 @@
+//! Rejoin benchmark: how long a projector killed with -9 and started again takes to apply what
+//! was written before its restart, with dynamic group membership (the group first drops the
+//! member it was, after `session.timeout.ms`) and with static membership (`[projector]
+//! instance_id`: it takes its partitions back at once). A light load keeps appending
+//! throughout. Rounds alternate which goes first; every round is printed, then the median ratio
+//! static ÷ dynamic and its spread.
+//!
+//! ```sh
+//! set -a; . .stack/stack.env; set +a
+//! cargo build --release -p sessionlog-cli -p sessionlog-benches
+//! target/release/rejoin_bench --rounds 6
+//! ```
+
+use anyhow::{Result, bail};
+use clap::Parser;
+use sessionlog_benches::{Spread, print_table, sessionlog_bin, sessionlog_env};
+use sessionlog_log::{PartitionReader, Settings};
+use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
+use sessionlog_schemas::{Content, SessionEvent};
+use sessionlog_store::ProjectionStore;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Args {
+    /// Rounds; each restarts a projector once with each kind of membership.
+    #[arg(long, default_value_t = 6)]
+    rounds: usize,
+    /// Topic partitions.
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// Events appended per second throughout.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
+    /// Keep the run's keyspace and topics (by default they are dropped at the end).
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Kills the projector it holds when dropped, so a failed run leaves nothing behind.
+struct Projector(Child);
+
+impl Projector {
+    fn start(bin: &Path, settings: &Settings, group: &str, instance: &str) -> Result<Self> {
+        let child = Command::new(bin)
+            .args(["project", "--group", group])
+            .envs(sessionlog_env(settings))
+            .env("SESSIONLOG_PROJECTOR__INSTANCE_ID", instance)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Self(child))
+    }
+
+    fn kill_9(mut self) -> Result<()> {
+        self.0.kill()?;
+        self.0.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Projector {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until the stored progress reaches `ends` on every partition; returns how long it took.
+async fn applied_through(
+    store: &ProjectionStore,
+    topic: &str,
+    ends: &BTreeMap<i32, i64>,
+) -> Result<Duration> {
+    let started = Instant::now();
+    loop {
+        let progress = store.load_progress(topic).await?;
+        if ends
+            .iter()
+            .all(|(p, end)| progress.get(p).copied().unwrap_or(0) >= *end)
+        {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            bail!("the projector did not catch up within 3 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The end of every partition now.
+async fn ends(reader: &PartitionReader, partitions: i32) -> Result<BTreeMap<i32, i64>> {
+    let mut ends = BTreeMap::new();
+    for p in 0..partitions {
+        ends.insert(p, reader.watermarks(p).await?.1);
+    }
+    Ok(ends)
+}
+
+/// Starts a projector in a group of its own, lets it catch up, kills it with -9, starts it
+/// again at once, and returns the seconds until it has applied everything written before
+/// the restart.
+async fn rejoin(
+    settings: &Settings,
+    store: &ProjectionStore,
+    group: &str,
+    instance: &str,
+) -> Result<f64> {
+    let (bin, topic) = (sessionlog_bin()?, settings.kafka.topic.as_str());
+    let reader = PartitionReader::new(&settings.kafka, topic)?;
+    let first = Projector::start(&bin, settings, group, instance)?;
+    applied_through(
+        store,
+        topic,
+        &ends(&reader, settings.kafka.partitions).await?,
+    )
+    .await?;
+    first.kill_9()?;
+    // Some record written since its last batch, so that only the restarted one can apply it.
+    let before = loop {
+        let now = ends(&reader, settings.kafka.partitions).await?;
+        let progress = store.load_progress(topic).await?;
+        if now
+            .iter()
+            .any(|(p, end)| progress.get(p).copied().unwrap_or(0) < *end)
+        {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let restarted = Instant::now();
+    let _second = Projector::start(&bin, settings, group, instance)?;
+    applied_through(store, topic, &before).await?;
+    Ok(restarted.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut settings = Settings::load(None)?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = &run[run.len() - 8..];
+    settings.kafka.topic = format!("bench-rejoin-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-rejoin-{tag}-dlq");
+    settings.kafka.partitions = args.partitions;
+    settings.cql.keyspace = format!("bench_rejoin_{tag}");
+    sessionlog_benches::prepare_topics(&settings).await?;
+    let store = ProjectionStore::migrate(&settings.cql).await?;
+    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
+
+    // A light load throughout, so that there is always something to apply after a restart.
+    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn({
+        let (log, stop, rate) = (Arc::clone(&log), Arc::clone(&stop), args.rate.max(1));
+        async move {
+            let (mut writer, _) = SessionWriter::create(log, "bench", None).await?;
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+            let mut appended = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let content = Content::plain(format!("request {appended}"));
+                writer.append(SessionEvent::UserRequest { content }).await?;
+                appended += 1;
+            }
+            Ok::<_, anyhow::Error>(appended)
+        }
+    });
+
+    // A projector that has applied something holds partitions: only then does killing it
+    // leave a member behind in its group.
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    while ends(&reader, args.partitions)
+        .await?
+        .values()
+        .all(|end| *end == 0)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for round in 1..=args.rounds {
+        let static_first = round % 2 == 0;
+        let mut seconds = BTreeMap::new();
+        for is_static in [static_first, !static_first] {
+            let kind = if is_static { "static" } else { "dynamic" };
+            eprintln!("round {round}: {kind}");
+            let group = format!("sessionlog-rejoin-{tag}-{round}-{kind}");
+            let instance = if is_static { "rejoin-bench-1" } else { "" };
+            seconds.insert(kind, rejoin(&settings, &store, &group, instance).await?);
+        }
+        let (dynamic, fixed) = (seconds["dynamic"], seconds["static"]);
+        ratios.push(fixed / dynamic);
+        rows.push(vec![
+            round.to_string(),
+            if static_first {
+                "static, dynamic"
+            } else {
+                "dynamic, static"
+            }
+            .to_string(),
+            format!("{dynamic:.2}"),
+            format!("{fixed:.2}"),
+            format!("{:.3}", fixed / dynamic),
+        ]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let appended = load.await??;
+
+    println!(
+        "\nprojector killed with -9 and restarted at once, {} partitions, {} events/s offered \
+         ({appended} appended): seconds from the restart until everything written before it \
+         is applied",
+        args.partitions, args.rate
+    );
+    print_table(
+        &["round", "order", "dynamic s", "static s", "static/dynamic"],
+        &rows,
+    );
+    println!("static/dynamic: median {}", Spread::of(&ratios));
+    if !args.keep {
+        let keyspace = settings.cql.keyspace.clone();
+        sessionlog_benches::drop_run(&store, &settings, &[keyspace]).await?;
+    }
+    Ok(())
+}
