@@ -667,6 +667,20 @@ mod tests {
         }
     }
 
+    /// An operator's erasure of `session` at its seq 2.
+    fn receipt(session: SessionId) -> ErasureReceipt {
+        ErasureReceipt {
+            session_id: session,
+            requested_by: "op".into(),
+            reason: "test".into(),
+            erased_at: 1,
+            erased_seq: 2,
+            log_partition: 0,
+            log_offset: 0,
+            destroyed_kek_id: None,
+        }
+    }
+
     fn keyring(store: &Arc<MapStore>, keks: Keks) -> Keyring {
         Keyring::new(
             Arc::clone(store) as Arc<dyn DataKeyStore>,
@@ -718,18 +732,7 @@ mod tests {
             Err(Error::AlreadySealed { seq: 1, .. })
         ));
 
-        ring.destroy(ErasureReceipt {
-            session_id: session,
-            requested_by: "op".into(),
-            reason: "test".into(),
-            erased_at: 1,
-            erased_seq: 2,
-            log_partition: 0,
-            log_offset: 0,
-            destroyed_kek_id: None,
-        })
-        .await
-        .unwrap();
+        ring.destroy(receipt(session)).await.unwrap();
         let opener = ring.opener(session).await.unwrap();
         assert!(opener.is_erased());
         assert_eq!(
@@ -762,18 +765,7 @@ mod tests {
         assert!(held.valid(session, &ring).is_some());
         assert!(held.valid(other, &ring).is_none());
 
-        ring.destroy(ErasureReceipt {
-            session_id: session,
-            requested_by: "op".into(),
-            reason: "test".into(),
-            erased_at: 1,
-            erased_seq: 2,
-            log_partition: 0,
-            log_offset: 0,
-            destroyed_kek_id: None,
-        })
-        .await
-        .unwrap();
+        ring.destroy(receipt(session)).await.unwrap();
         let mut after = vec![envelope(session, 2, "after")];
         assert!(matches!(
             ring.seal_held(&mut held, &mut after).await,

@@ -191,13 +191,7 @@ impl PartitionReader {
         if from >= until {
             return Ok(from);
         }
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(&self.topic, partition, Offset::Offset(from))
-            .map_err(Error::kafka("build assignment"))?;
-        self.consumer
-            .assign(&assignment)
-            .map_err(Error::kafka("assign partition"))?;
+        self.assign_at(partition, from)?;
         let mut next = from;
         let mut progress = Instant::now();
         while next < until {
@@ -228,13 +222,7 @@ impl PartitionReader {
                 // Our topic's offsets have no holes (no transactions, no compaction), so a
                 // record past the one wanted was fetched for something else (a consumer reused
                 // across reads): read from `next` again rather than skip what lies between.
-                let mut again = TopicPartitionList::new();
-                again
-                    .add_partition_offset(&self.topic, partition, Offset::Offset(next))
-                    .map_err(Error::kafka("build assignment"))?;
-                self.consumer
-                    .assign(&again)
-                    .map_err(Error::kafka("assign partition"))?;
+                self.assign_at(partition, next)?;
                 continue;
             }
             progress = Instant::now();
@@ -247,6 +235,17 @@ impl PartitionReader {
         // Stop fetching ahead: an idle reader (kept for the next read-back) fetches nothing.
         let _ = self.consumer.unassign();
         Ok(next)
+    }
+
+    /// Points the consumer at `offset` of `partition` (and nothing else).
+    fn assign_at(&self, partition: i32, offset: i64) -> Result<()> {
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, partition, Offset::Offset(offset))
+            .map_err(Error::kafka("build assignment"))?;
+        self.consumer
+            .assign(&assignment)
+            .map_err(Error::kafka("assign partition"))
     }
 
     /// Whether `partition` has no record at `offset` any more: retention removed it.
