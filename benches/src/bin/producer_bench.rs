@@ -19,7 +19,6 @@ use clap::Parser;
 use sessionlog_benches::{Latencies, peak_rss_bytes, print_table};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
-
 use sessionlog_schemas::{Content, EventEncoder, SessionEvent};
 use std::process::Command;
 use std::sync::Arc;
