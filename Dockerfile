@@ -12,7 +12,7 @@ ARG RUST_VERSION=1.88
 FROM rust:${RUST_VERSION}-bookworm AS builder
 # The rust image already has gcc, make, perl, zlib and OpenSSL headers and pkg-config: enough for
 # librdkafka with TLS and SASL/SCRAM (built from source by rdkafka-sys with mklove, linked to the
-# system OpenSSL) and zstd-sys (cc). cmake is the fallback aws-lc-sys (rustls)
+# system OpenSSL), zstd-sys and mimalloc (cc). cmake is the fallback aws-lc-sys (rustls and sealing)
 # uses when its cc build does not cover the target.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends cmake \
