@@ -219,6 +219,7 @@ pub fn sensitive_fields(
             }
         }
         E::PlanUpdated { plan } => visit("plan", plan),
+        E::ContextSummarized { summary, .. } => visit("summary", summary),
         E::ApprovalRequested { action, .. } => visit("action", action),
         E::ApprovalDecided {
             reason: Some(reason),

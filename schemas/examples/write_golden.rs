@@ -213,6 +213,17 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             None,
         ),
         (
+            "context_summarized",
+            SessionEvent::ContextSummarized {
+                first_seq: 2,
+                last_seq: 5,
+                summarized_by: "claude-sonnet-4".into(),
+                summary: Content::plain("The user asked for a fix; the agent ran the tests."),
+            },
+            None,
+            None,
+        ),
+        (
             "session_erased",
             SessionEvent::SessionErased {
                 requested_by: "dpo@example.com".into(),

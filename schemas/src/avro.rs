@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 2;
+pub const CURRENT_SCHEMA_VERSION: u32 = 3;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -34,6 +34,7 @@ pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
 const KEPT: &[(u32, &str)] = &[
     (1, include_str!("../avro/session-event.v1.avsc")),
     (2, include_str!("../avro/session-event.v2.avsc")),
+    (3, include_str!("../avro/session-event.v3.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -477,6 +478,17 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
         E::SessionEnded { outcome, reason } => vec![
             field("outcome", symbol(TERMINAL_OUTCOME, *outcome as usize)),
             field("reason", optional_sealable(reason)),
+        ],
+        E::ContextSummarized {
+            first_seq,
+            last_seq,
+            summarized_by,
+            summary,
+        } => vec![
+            field("first_seq", long("first_seq", *first_seq)?),
+            field("last_seq", long("last_seq", *last_seq)?),
+            field("summarized_by", string(summarized_by)),
+            field("summary", content_to_value(summary, c)?),
         ],
         E::SessionErased {
             requested_by,
@@ -1189,6 +1201,12 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         "SessionErased" => E::SessionErased {
             requested_by: f.string("requested_by")?,
             reason: f.string("reason")?,
+        },
+        "ContextSummarized" => E::ContextSummarized {
+            first_seq: f.unsigned("first_seq")?,
+            last_seq: f.unsigned("last_seq")?,
+            summarized_by: f.string("summarized_by")?,
+            summary: f.content("summary", c)?,
         },
         other => return Err(Error::malformed("event", format!("unknown kind {other}"))),
     })

@@ -472,6 +472,19 @@ pub enum SessionEvent {
         /// readable record of the erasure, so it must not hold personal data.
         reason: String,
     },
+    /// A summary of a range of this session's own history (schema v3), written by the harness
+    /// or a summariser it runs. It hides nothing: the covered events stay readable by range;
+    /// the context view shows the summary, with a reference to the range, in their place.
+    ContextSummarized {
+        /// The first seq covered.
+        first_seq: Seq,
+        /// The last seq covered; before this event's own seq.
+        last_seq: Seq,
+        /// Who wrote the summary: the summariser's model or author.
+        summarized_by: String,
+        /// The summary.
+        summary: Content,
+    },
 }
 
 impl SessionEvent {
@@ -495,6 +508,7 @@ impl SessionEvent {
             Self::SessionResumed { .. } => "SessionResumed",
             Self::SessionEnded { .. } => "SessionEnded",
             Self::SessionErased { .. } => "SessionErased",
+            Self::ContextSummarized { .. } => "ContextSummarized",
         }
     }
 }

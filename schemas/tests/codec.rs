@@ -182,6 +182,14 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             requested_by,
             reason
         }),
+        (small_u64(), small_u64(), text(), content()).prop_map(
+            |(first_seq, last_seq, summarized_by, summary)| E::ContextSummarized {
+                first_seq,
+                last_seq,
+                summarized_by,
+                summary
+            }
+        ),
     ]
 }
 
@@ -339,6 +347,30 @@ fn every_version_can_be_read_by_the_current_one() {
     }
 }
 
+/// A summary is v3's: a v2 writer refuses it rather than drop it, and a reader of the previous
+/// release cannot read one. That is why readers (projector, recovery) upgrade before writers.
+#[test]
+fn a_summary_needs_v3_on_both_sides() {
+    let mut e = sample();
+    e.event = SessionEvent::ContextSummarized {
+        first_seq: 1,
+        last_seq: 3,
+        summarized_by: "summariser".into(),
+        summary: Content::plain("what happened"),
+    };
+    e.schema_version = 2;
+    assert!(matches!(
+        encode_body_for_version(2, &e),
+        Err(Error::Unrepresentable { version: 2, .. })
+    ));
+    e.schema_version = 3;
+    let body = encode_body(&e).expect("encodes");
+    assert_eq!(decode_body(&body).expect("decodes"), e);
+    let current = BodyDecoder::for_version(3).expect("v3 decoder");
+    let old = current.decode_value_as(&body, 2);
+    assert!(old.is_err(), "{old:?}");
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -400,6 +432,8 @@ fn v1_can_carry(e: &EventEnvelope) -> bool {
             | E::SessionPaused { reason }
             | E::SessionEnded { reason, .. } => opt_plain(reason),
             E::ResolutionRequired { reason, .. } => plain(reason),
+            // A kind of v3: no older version has a branch for it.
+            E::ContextSummarized { .. } => false,
             E::UserRequest { .. }
             | E::ToolCallRequested { .. }
             | E::SteeringMessage { .. }
@@ -451,6 +485,11 @@ fn fit_v1(e: &mut EventEnvelope) {
         }
         E::ApprovalRequested { action: text, .. } | E::ResolutionRequired { reason: text, .. } => {
             unseal(text)
+        }
+        E::ContextSummarized { summary, .. } => {
+            let mut plan = summary.clone();
+            unseal(&mut plan);
+            e.event = E::PlanUpdated { plan };
         }
         _ => {}
     }

@@ -88,6 +88,7 @@ fn current_golden_files_cover_every_event_kind() {
         "SessionResumed",
         "SessionEnded",
         "SessionErased",
+        "ContextSummarized",
     ];
     assert_eq!(kinds, all.into_iter().collect::<BTreeSet<_>>());
     // Keep the compiler's exhaustiveness check in the loop too.
@@ -98,6 +99,7 @@ fn current_golden_files_cover_every_event_kind() {
         | SessionEvent::ToolCallRequested { .. }
         | SessionEvent::ToolCallResult { .. }
         | SessionEvent::SteeringMessage { .. }
+        | SessionEvent::ContextSummarized { .. }
         | SessionEvent::PlanUpdated { .. }
         | SessionEvent::ApprovalRequested { .. }
         | SessionEvent::ApprovalDecided { .. }

@@ -461,6 +461,18 @@ impl SessionState {
             E::SessionResumed {} if !self.paused => {
                 reject_invalid("the session is not paused".into())
             }
+            // A summary covers a range of what this session already holds: a reference a
+            // reader can follow, never a hole or a promise about events to come.
+            E::ContextSummarized {
+                first_seq,
+                last_seq,
+                ..
+            } if *first_seq == 0 || first_seq > last_seq || *last_seq > self.last_seq => {
+                reject_invalid(format!(
+                    "a summary covers a range within seqs 1..={}: got {first_seq}..={last_seq}",
+                    self.last_seq
+                ))
+            }
             E::ModelResponse {
                 tokens_in,
                 tokens_out,
@@ -639,6 +651,8 @@ impl SessionState {
                 self.erased = true;
                 self.withdraw_text();
             }
+            // Only the context view keeps summaries (crate::context); the state has no use for them.
+            E::ContextSummarized { .. } => {}
         }
     }
 }
