@@ -785,6 +785,17 @@ impl Resolver<'_, '_> {
                     let inner = self.resolve(value, writer, &ru.variants()[j])?;
                     Ok(Value::Union(j as u32, Box::new(inner)))
                 }
+                // A named type the reader has no branch for (an event kind of a newer schema):
+                // apache-avro would pick the first branch the value fits, e.g. a record whose
+                // fields all have defaults, and the reader would fold an event nobody wrote.
+                None if writer.name().is_some() => Err(Error::malformed(
+                    "union",
+                    format!(
+                        "a {}, which the reader's schema has no branch for: a record of a newer \
+                         schema version; upgrade this reader",
+                        writer.name().map(|n| n.fullname(None)).unwrap_or_default()
+                    ),
+                )),
                 // Unnamed and no same-kind branch (e.g. a promotion into a union): apache-avro's
                 // matching is safe here since no named type is involved.
                 None => value
