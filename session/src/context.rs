@@ -1,26 +1,125 @@
 //! The context view: the bounded working set a harness hands its next model call.
 //!
-//! It is derived from accepted events only, incrementally, so a replay of the same log gives
-//! the same bytes: the most recent conversation turns (content from the events themselves,
-//! cut to a bounded length), the current plan and the unresolved tool calls (from the fold's
-//! state), references to older ranges of turns that no longer fit, and counts of the events
-//! left out of the view.
+//! It is derived from accepted events only, incrementally, so a replay of the same log with the
+//! same [`ContextPolicy`] gives the same bytes: the most recent conversation turns (content
+//! from the events themselves, cut to a bounded length), the summaries the harness wrote
+//! (`ContextSummarized`) in place of the turns they cover, the current plan and the unresolved
+//! tool calls (from the fold's state), references to older ranges of turns that no longer
+//! fit, and counts of the events left out of the view.
+//!
+//! Nothing is hidden: every turn the view leaves out lies in a summary's range or an older
+//! range, and any range reads back from the log by seq.
 //!
 //! Pure: no I/O. The projector stores the window; recovery folds the log's tail into it.
 
 use crate::SessionState;
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{Content, EventEnvelope, Seq, SessionEvent};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// Turns kept verbatim (bounded text) in the view.
+/// Turns kept verbatim (bounded text) in the view, by default.
 pub const RECENT_TURNS: usize = 16;
-/// Characters of a turn's text kept in the view; the rest is cut and flagged.
+/// Characters of a turn's text kept in the view by default; the rest is cut and flagged.
 pub const TURN_TEXT_CHARS: usize = 2_000;
+/// The resume context's token budget when neither the caller nor the policy names one.
+pub const TOKEN_BUDGET: usize = 8_000;
+/// Summaries kept in the view by default; an older one becomes a reference to its range.
+pub const SUMMARIES: usize = 8;
+/// Every role that can count as a turn.
+pub const TURN_ROLES: [&str; 6] = [
+    "user",
+    "assistant",
+    "tool_call",
+    "tool_result",
+    "steering",
+    "approval",
+];
 /// Turns that one older-range reference covers before a new range starts.
 pub const TURNS_PER_RANGE: u64 = 64;
 /// Older-range references kept; beyond it the two oldest merge.
 pub const OLDER_RANGES: usize = 8;
+
+/// How a session's context view is built: chosen by the session's agent name when the view
+/// starts, and recorded in the view, so a replay builds the same view whatever the settings
+/// say by then.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextPolicy {
+    /// Turns kept verbatim.
+    pub recent_turns: usize,
+    /// Characters of a turn's (or a summary's) text kept; the rest is cut and flagged.
+    pub turn_text_chars: usize,
+    /// The resume context's token budget when the caller names none.
+    pub token_budget: usize,
+    /// Summaries kept; beyond it the oldest becomes a reference to its range.
+    pub summaries: usize,
+    /// What counts as a turn, by role (see [`TURN_ROLES`]); other events are counted by kind.
+    pub turn_roles: BTreeSet<String>,
+}
+
+impl Default for ContextPolicy {
+    fn default() -> Self {
+        Self {
+            recent_turns: RECENT_TURNS,
+            turn_text_chars: TURN_TEXT_CHARS,
+            token_budget: TOKEN_BUDGET,
+            summaries: SUMMARIES,
+            turn_roles: TURN_ROLES.into_iter().map(String::from).collect(),
+        }
+    }
+}
+
+impl ContextPolicy {
+    /// Checks the policy's values: what a settings file says, before any view is built.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.recent_turns == 0 || self.turn_text_chars == 0 || self.token_budget == 0 {
+            return Err(
+                "recent_turns, turn_text_chars and token_budget must each be at least 1".into(),
+            );
+        }
+        if let Some(role) = self
+            .turn_roles
+            .iter()
+            .find(|r| !TURN_ROLES.contains(&r.as_str()))
+        {
+            return Err(format!(
+                "turn_roles: unknown role {role:?} (known: {})",
+                TURN_ROLES.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Context policies by agent name, with a default for agents not named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextPolicies {
+    /// The policy of agents not named below.
+    pub default: ContextPolicy,
+    /// Policies by agent name.
+    pub agents: BTreeMap<String, ContextPolicy>,
+}
+
+impl ContextPolicies {
+    /// The policy of `agent`.
+    pub fn for_agent(&self, agent: &str) -> &ContextPolicy {
+        self.agents.get(agent).unwrap_or(&self.default)
+    }
+
+    /// Checks every policy; the error names the one at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        self.default
+            .validate()
+            .map_err(|e| format!("[context.default] {e}"))?;
+        for (agent, policy) in &self.agents {
+            policy
+                .validate()
+                .map_err(|e| format!("[context.agents.{agent}] {e}"))?;
+        }
+        Ok(())
+    }
+}
 
 /// One conversation turn in the view.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +132,7 @@ pub struct Turn {
     pub name: Option<String>,
     /// For a tool result, the seq of the call it answers.
     pub call_seq: Option<Seq>,
-    /// The text, at most [`TURN_TEXT_CHARS`] characters; `None` when sealed or erased. With
+    /// The text, at most the policy's characters; `None` when sealed or erased. With
     /// [`Self::sealed_text`], the readable part that comes before it.
     pub text: Option<String>,
     /// Whether the text was cut to fit.
@@ -41,7 +140,7 @@ pub struct Turn {
     /// Whether the content is encrypted (readable only with the session's data key).
     pub sealed: bool,
     /// The encrypted content, whole (ciphertext cannot be cut): a reader holding the session's
-    /// key opens it and cuts it to [`TURN_TEXT_CHARS`] ([`Self::with_opened`]). `None` when the
+    /// key opens it and cuts it to the policy's characters ([`Self::with_opened`]). `None` when the
     /// content is plain or the session was erased.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_text: Option<Content>,
@@ -75,6 +174,20 @@ impl OlderRange {
     }
 }
 
+/// A summary the harness wrote, shown in place of the turns it covers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The summary itself, as a turn: its seq is the `ContextSummarized` event's, its role
+    /// `summary`, its name the summariser.
+    pub turn: Turn,
+    /// The first seq it covers: the range reads back from the log.
+    pub first_seq: Seq,
+    /// The last seq it covers.
+    pub last_seq: Seq,
+    /// Turns of the view it replaced (recent turns and whole older ranges), by role.
+    pub covered: BTreeMap<String, u64>,
+}
+
 /// What the view does not carry verbatim.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftOut {
@@ -82,6 +195,12 @@ pub struct LeftOut {
     pub by_kind: BTreeMap<String, u64>,
     /// Turns moved out of the recent window into older ranges.
     pub evicted_turns: u64,
+    /// Turns replaced by a summary.
+    #[serde(default)]
+    pub summarized_turns: u64,
+    /// Summaries moved out of the view into older ranges (their ranges stay referenced).
+    #[serde(default)]
+    pub evicted_summaries: u64,
     /// Turns whose text was cut.
     pub truncated_turns: u64,
     /// Whether the session's payloads were erased (texts removed, skeleton kept).
@@ -93,9 +212,15 @@ pub struct LeftOut {
 pub struct ContextWindow {
     /// The offset of the last record folded into this window (accepted or not).
     pub applied_offset: i64,
+    /// The policy the window is built with.
+    #[serde(default)]
+    pub policy: ContextPolicy,
     /// The most recent turns, oldest first.
     pub recent: VecDeque<Turn>,
-    /// References to older turns, oldest first.
+    /// The summaries kept, oldest first.
+    #[serde(default)]
+    pub summaries: Vec<Summary>,
+    /// References to older turns, ordered by first seq.
     pub older: Vec<OlderRange>,
     /// What was left out.
     pub left_out: LeftOut,
@@ -103,12 +228,7 @@ pub struct ContextWindow {
 
 impl Default for ContextWindow {
     fn default() -> Self {
-        Self {
-            applied_offset: -1,
-            recent: VecDeque::new(),
-            older: Vec::new(),
-            left_out: LeftOut::default(),
-        }
+        Self::new(ContextPolicy::default())
     }
 }
 
@@ -135,16 +255,49 @@ pub enum TurnChange {
     Added,
     /// The session was erased: every turn lost its text.
     Erased,
+    /// A summary replaced the turns between these seqs (inclusive).
+    Summarized {
+        /// First seq covered.
+        first_seq: Seq,
+        /// Last seq covered.
+        last_seq: Seq,
+    },
 }
 
 impl ContextWindow {
+    /// An empty window built with `policy`.
+    pub fn new(policy: ContextPolicy) -> Self {
+        Self {
+            applied_offset: -1,
+            policy,
+            recent: VecDeque::new(),
+            summaries: Vec::new(),
+            older: Vec::new(),
+            left_out: LeftOut::default(),
+        }
+    }
+
+    /// Folds one accepted event, as [`Self::apply`]; the event that starts the session starts
+    /// the window over, built with its agent's policy from `policies`.
+    pub fn fold(&mut self, event: &EventEnvelope, policies: &ContextPolicies) -> TurnChange {
+        if let SessionEvent::SessionStarted { agent, .. } | SessionEvent::SessionForked { agent, .. } =
+            &event.event
+        {
+            let applied_offset = self.applied_offset;
+            *self = Self::new(policies.for_agent(agent).clone());
+            self.applied_offset = applied_offset;
+        }
+        self.apply(event)
+    }
+
     /// Folds one accepted event into the window.
     pub fn apply(&mut self, event: &EventEnvelope) -> TurnChange {
         use SessionEvent as E;
+        let chars = self.policy.turn_text_chars;
         let turn = |role: &str, name: Option<&str>, call_seq, prefix: &str, content: &Content| {
             let (text, truncated, sealed_text) = match content {
                 Content::Plain(text) => {
-                    let (cut, truncated) = cut_text(&format!("{prefix}{text}"));
+                    let (cut, truncated) = cut_text(&format!("{prefix}{text}"), chars);
                     (Some(cut), truncated, None)
                 }
                 sealed @ Content::Sealed { .. } => (
@@ -205,9 +358,23 @@ impl ContextWindow {
                     ),
                 }
             }
+            E::ContextSummarized {
+                first_seq,
+                last_seq,
+                summarized_by,
+                summary,
+            } => {
+                let summary = turn("summary", Some(summarized_by), None, "", summary);
+                self.summarize(summary, *first_seq, *last_seq);
+                return TurnChange::Summarized {
+                    first_seq: *first_seq,
+                    last_seq: *last_seq,
+                };
+            }
             E::SessionErased { .. } => {
                 // The data key is gone: the view keeps the skeleton, not the words.
-                for t in &mut self.recent {
+                let summaries = self.summaries.iter_mut().map(|s| &mut s.turn);
+                for t in self.recent.iter_mut().chain(summaries) {
                     t.text = None;
                     t.sealed_text = None;
                 }
@@ -228,33 +395,103 @@ impl ContextWindow {
                 return TurnChange::None;
             }
         };
+        if !self.policy.turn_roles.contains(&new_turn.role) {
+            // Not a turn under this policy: counted like any other event the view leaves out.
+            *self
+                .left_out
+                .by_kind
+                .entry(event.event.kind().into())
+                .or_default() += 1;
+            return TurnChange::None;
+        }
         if new_turn.truncated {
             self.left_out.truncated_turns += 1;
         }
         self.recent.push_back(new_turn);
-        while self.recent.len() > RECENT_TURNS {
+        while self.recent.len() > self.policy.recent_turns {
             if let Some(old) = self.recent.pop_front() {
-                self.evict(&old);
+                self.left_out.evicted_turns += 1;
+                let single = OlderRange {
+                    first_seq: old.seq,
+                    last_seq: old.seq,
+                    turns: BTreeMap::from([(old.role.clone(), 1)]),
+                };
+                match self.older.last_mut() {
+                    Some(last) if last.total() < TURNS_PER_RANGE && last.last_seq < old.seq => {
+                        last.absorb(&single)
+                    }
+                    _ => self.push_older(single),
+                }
             }
         }
         TurnChange::Added
     }
 
-    fn evict(&mut self, turn: &Turn) {
-        self.left_out.evicted_turns += 1;
-        let single = OlderRange {
-            first_seq: turn.seq,
-            last_seq: turn.seq,
-            turns: BTreeMap::from([(turn.role.clone(), 1)]),
-        };
-        match self.older.last_mut() {
-            Some(last) if last.total() < TURNS_PER_RANGE => last.absorb(&single),
-            _ => self.older.push(single),
+    /// Shows `summary` in place of the turns it covers: recent turns and whole older ranges
+    /// in `first_seq..=last_seq` leave the view (the range still reads back from the log).
+    fn summarize(&mut self, summary: Turn, first_seq: Seq, last_seq: Seq) {
+        let inside = |seq: Seq| (first_seq..=last_seq).contains(&seq);
+        let mut covered: BTreeMap<String, u64> = BTreeMap::new();
+        self.recent.retain(|t| {
+            let keep = !inside(t.seq);
+            if !keep {
+                *covered.entry(t.role.clone()).or_default() += 1;
+            }
+            keep
+        });
+        self.left_out.summarized_turns += covered.values().sum::<u64>();
+        self.older.retain(|r| {
+            let keep = !(inside(r.first_seq) && inside(r.last_seq));
+            if !keep {
+                for (role, n) in &r.turns {
+                    *covered.entry(role.clone()).or_default() += n;
+                }
+            }
+            keep
+        });
+        if summary.truncated {
+            self.left_out.truncated_turns += 1;
         }
-        if self.older.len() > OLDER_RANGES {
+        self.summaries.push(Summary {
+            turn: summary,
+            first_seq,
+            last_seq,
+            covered,
+        });
+        while self.summaries.len() > self.policy.summaries {
+            // The oldest summary leaves; what it covered stays referenced by its range.
+            let old = self.summaries.remove(0);
+            self.left_out.evicted_summaries += 1;
+            self.push_older(OlderRange {
+                first_seq: old.first_seq,
+                last_seq: old.last_seq,
+                turns: old.covered,
+            });
+        }
+    }
+
+    /// Adds a reference in first-seq order; beyond [`OLDER_RANGES`] the two oldest merge into
+    /// one that spans both, so no seq a reference covered is ever left uncovered.
+    fn push_older(&mut self, range: OlderRange) {
+        let at = self.older.partition_point(|r| r.first_seq <= range.first_seq);
+        self.older.insert(at, range);
+        while self.older.len() > OLDER_RANGES {
             let first = self.older.remove(0);
             self.older[0].absorb(&first);
         }
+    }
+
+    /// Whether the view shows `seq`'s turn, or references it by a summary's or an older range.
+    pub fn reaches(&self, seq: Seq) -> bool {
+        self.recent.iter().any(|t| t.seq == seq)
+            || self
+                .summaries
+                .iter()
+                .any(|s| (s.first_seq..=s.last_seq).contains(&seq))
+            || self
+                .older
+                .iter()
+                .any(|r| (r.first_seq..=r.last_seq).contains(&seq))
     }
 
     /// The unresolved tool calls of `state`, in seq order.
@@ -275,12 +512,12 @@ impl ContextWindow {
 impl Turn {
     /// The turn as a reader shows it, given the opened text of [`Self::sealed_text`] (`None`
     /// when the reader could not open it: no key, or the key was destroyed): the readable
-    /// prefix and the opened text, cut to [`TURN_TEXT_CHARS`].
-    pub fn with_opened(mut self, opened: Option<&str>) -> Self {
+    /// prefix and the opened text, cut to `chars` characters (the view's policy).
+    pub fn with_opened(mut self, opened: Option<&str>, chars: usize) -> Self {
         if self.sealed_text.take().is_some() {
             if let Some(opened) = opened {
                 let whole = format!("{}{opened}", self.text.as_deref().unwrap_or_default());
-                let (cut, truncated) = cut_text(&whole);
+                let (cut, truncated) = cut_text(&whole, chars);
                 self.text = Some(cut);
                 self.truncated = truncated;
             } else {
@@ -291,9 +528,9 @@ impl Turn {
     }
 }
 
-/// A text cut to [`TURN_TEXT_CHARS`] characters, and whether it was cut.
-fn cut_text(text: &str) -> (String, bool) {
-    let cut: String = text.chars().take(TURN_TEXT_CHARS).collect();
+/// A text cut to `chars` characters, and whether it was cut.
+fn cut_text(text: &str, chars: usize) -> (String, bool) {
+    let cut: String = text.chars().take(chars).collect();
     let truncated = cut.len() < text.len();
     (cut, truncated)
 }
@@ -374,5 +611,157 @@ mod tests {
         assert_eq!(w.recent.len(), 1);
         assert_eq!(w.recent[0].text, None);
         assert!(w.left_out.erased);
+    }
+
+    fn summary(seq: Seq, first_seq: Seq, last_seq: Seq) -> EventEnvelope {
+        event(
+            seq,
+            SessionEvent::ContextSummarized {
+                first_seq,
+                last_seq,
+                summarized_by: "summariser".into(),
+                summary: Content::plain(&format!("what happened in {first_seq}..={last_seq}")),
+            },
+        )
+    }
+
+    #[test]
+    fn a_summary_replaces_the_turns_it_covers_and_keeps_their_range() {
+        let mut w = ContextWindow::default();
+        for seq in 1..=10 {
+            w.apply(&event(
+                seq,
+                SessionEvent::UserRequest {
+                    content: Content::plain("hi"),
+                },
+            ));
+        }
+        let change = w.apply(&summary(11, 3, 7));
+        assert_eq!(
+            change,
+            TurnChange::Summarized {
+                first_seq: 3,
+                last_seq: 7
+            }
+        );
+        let seqs: Vec<Seq> = w.recent.iter().map(|t| t.seq).collect();
+        assert_eq!(seqs, [1, 2, 8, 9, 10]);
+        assert_eq!(w.summaries.len(), 1);
+        assert_eq!(w.summaries[0].covered.get("user"), Some(&5));
+        assert_eq!(w.summaries[0].turn.role, "summary");
+        assert_eq!(w.left_out.summarized_turns, 5);
+        assert!((1..=10).all(|seq| w.reaches(seq)));
+    }
+
+    #[test]
+    fn the_view_records_its_policy_and_the_same_policy_gives_the_same_bytes() {
+        let narrow = ContextPolicy {
+            recent_turns: 3,
+            turn_text_chars: 5,
+            turn_roles: ["user".to_string()].into(),
+            ..ContextPolicy::default()
+        };
+        let policies = ContextPolicies {
+            default: ContextPolicy::default(),
+            agents: BTreeMap::from([("narrow".to_string(), narrow.clone())]),
+        };
+        let start = event(
+            1,
+            SessionEvent::SessionStarted {
+                agent: "narrow".into(),
+                title: None,
+                tenant: "default".into(),
+            },
+        );
+        let fold = |policies: &ContextPolicies| {
+            let mut w = ContextWindow::default();
+            w.fold(&start, policies);
+            for seq in 2..=20 {
+                let content = Content::plain("a longer text than five");
+                w.apply(&event(
+                    seq,
+                    if seq % 2 == 0 {
+                        SessionEvent::UserRequest { content }
+                    } else {
+                        SessionEvent::SteeringMessage {
+                            author: "ops".into(),
+                            content,
+                        }
+                    },
+                ));
+            }
+            w
+        };
+        let (a, b) = (fold(&policies), fold(&policies));
+        assert_eq!(a.policy, narrow);
+        assert_eq!(
+            serde_json::to_string(&a).expect("json"),
+            serde_json::to_string(&b).expect("json")
+        );
+        assert_eq!(a.recent.len(), 3);
+        assert!(a.recent.iter().all(|t| t.role == "user"));
+        assert_eq!(a.recent[0].text.as_deref(), Some("a lon"));
+        assert_eq!(a.left_out.by_kind.get("SteeringMessage"), Some(&9));
+        let other = fold(&ContextPolicies::default());
+        assert_ne!(
+            serde_json::to_string(&a).expect("json"),
+            serde_json::to_string(&other).expect("json")
+        );
+    }
+
+    #[test]
+    fn policies_are_checked() {
+        let mut p = ContextPolicies::default();
+        assert!(p.validate().is_ok());
+        p.agents.insert(
+            "bad".into(),
+            ContextPolicy {
+                turn_roles: ["thought".to_string()].into(),
+                ..ContextPolicy::default()
+            },
+        );
+        let e = p.validate().expect_err("unknown role");
+        assert!(e.contains("context.agents.bad") && e.contains("thought"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Every turn the view leaves out stays reachable from it, by a summary's range or an
+        /// older range, whatever the policy and wherever summaries fall.
+        #[test]
+        fn every_turn_left_out_is_reachable(
+            recent_turns in 1usize..6,
+            summaries in 1usize..4,
+            steps in proptest::collection::vec((0u8..4, 0u64..40, 0u64..40), 1..400),
+        ) {
+            let policy = ContextPolicy { recent_turns, summaries, ..ContextPolicy::default() };
+            let mut w = ContextWindow::new(policy);
+            let mut turns = Vec::new();
+            let mut seq = 0;
+            for (what, a, b) in steps {
+                seq += 1;
+                let e = match what {
+                    0 if seq > 1 => {
+                        // A summary of a range within what the session holds.
+                        let (x, y) = ((seq - 1).min(a + 1), (seq - 1).min(b + 1));
+                        summary(seq, x.min(y), x.max(y))
+                    }
+                    1 => event(seq, SessionEvent::Checkpoint {
+                        state_digest: String::new(),
+                        workspace_revision: None,
+                    }),
+                    _ => {
+                        turns.push(seq);
+                        event(seq, SessionEvent::UserRequest { content: Content::plain("t") })
+                    }
+                };
+                w.apply(&e);
+                proptest::prop_assert!(w.recent.len() <= recent_turns);
+                proptest::prop_assert!(w.summaries.len() <= summaries);
+                proptest::prop_assert!(w.older.len() <= OLDER_RANGES);
+            }
+            for t in turns {
+                proptest::prop_assert!(w.reaches(t), "turn {} unreachable: {:?}", t, w);
+            }
+        }
     }
 }
