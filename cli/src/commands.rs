@@ -125,9 +125,10 @@ enum Command {
         /// Who takes over.
         #[arg(long, default_value = "sessionlog-cli")]
         writer: String,
-        /// Token budget of the context view in the bundle.
-        #[arg(long, default_value_t = 8_000)]
-        context_tokens: usize,
+        /// Token budget of the context view in the bundle (default: the session's context
+        /// policy's, `[context]`).
+        #[arg(long)]
+        context_tokens: Option<usize>,
     },
     /// Fork a session at a seq or a checkpoint into a new session that names its parent.
     Fork(crate::recovery::ForkArgs),

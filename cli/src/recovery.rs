@@ -94,7 +94,7 @@ pub async fn resume(
     settings: &Settings,
     session: &str,
     writer: &str,
-    context_tokens: usize,
+    context_tokens: Option<usize>,
 ) -> Result<Output> {
     let bundle = connect(settings)
         .await?

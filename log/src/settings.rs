@@ -40,6 +40,10 @@ pub struct Settings {
     /// How long the log keeps events and the projections keep ended sessions; by default,
     /// forever.
     pub retention: RetentionSettings,
+    /// How sessions' context views are built (`[context.default]`, `[context.agents.NAME]`):
+    /// turns kept, characters per turn, token budget, what counts as a turn. The projector and
+    /// recovery must be given the same policies.
+    pub context: sessionlog_session::context::ContextPolicies,
 }
 
 /// Envelope encryption (`[privacy]`). On unless `encrypt = false`: every sensitive field (texts,
@@ -633,6 +637,13 @@ impl Settings {
             .extract()
             .map_err(|e| crate::Error::Config(Box::new(e)))?;
         settings.retention.validate()?;
+        settings
+            .context
+            .validate()
+            .map_err(|problem| crate::Error::BadSetting {
+                key: "context".into(),
+                problem,
+            })?;
         settings
             .kafka
             .librdkafka

@@ -7,7 +7,7 @@ use futures::stream::{self, TryStreamExt};
 use sessionlog_log::RawRecord;
 use sessionlog_log::retry::{self, BackoffBuilder};
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
-use sessionlog_session::context::{ContextWindow, TurnChange};
+use sessionlog_session::context::{ContextPolicies, ContextWindow, TurnChange};
 use sessionlog_session::trace::span_of;
 use sessionlog_session::{SessionState, Verdict};
 use sessionlog_store::{
@@ -104,6 +104,7 @@ pub struct Applier {
     cache_sessions: usize,
     cache: HashMap<SessionId, Projection>,
     health: Arc<Health>,
+    policies: Arc<ContextPolicies>,
 }
 
 impl Applier {
@@ -123,7 +124,14 @@ impl Applier {
             cache_sessions,
             cache: HashMap::new(),
             health: Arc::new(Health::default()),
+            policies: Arc::default(),
         }
+    }
+
+    /// Builds sessions' context views with `policies` (`[context]`), chosen by agent name.
+    pub fn with_context_policies(mut self, policies: ContextPolicies) -> Self {
+        self.policies = Arc::new(policies);
+        self
     }
 
     /// Reports to `health` (the projector's, which the consumer's statistics also update).
@@ -233,6 +241,7 @@ impl Applier {
     ) -> Result<()> {
         let (partition, offset) = (record.partition, record.offset);
         let session = event.session_id;
+        let policies = Arc::clone(&self.policies);
         let entry = self.entry(session, partition).await;
         if entry.row.applied_offset >= offset {
             folded.stats.skipped += 1;
@@ -258,7 +267,7 @@ impl Applier {
         let mut turns = TurnChange::None;
         if entry.context.applied_offset < offset {
             if verdict.is_accepted() {
-                turns = entry.context.apply(&event);
+                turns = entry.context.fold(&event, &policies);
             }
             entry.context.applied_offset = offset;
         }

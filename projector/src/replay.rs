@@ -183,7 +183,8 @@ impl Replay {
                 &self.settings.kafka.topic,
                 self.options.write_concurrency,
                 cache_sessions,
-            );
+            )
+            .with_context_policies(self.settings.context.clone());
             replay_partition(
                 &self.settings,
                 *range,

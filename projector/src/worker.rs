@@ -256,6 +256,7 @@ impl Projector {
             options.write_concurrency,
             options.cache_sessions,
         )
+        .with_context_policies(settings.context.clone())
         .with_health(Arc::clone(&shared.health));
         Ok(Self {
             consumer,

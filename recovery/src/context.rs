@@ -8,7 +8,9 @@ use serde::Serialize;
 use sessionlog_keys::Opener;
 use sessionlog_schemas::Seq;
 use sessionlog_session::SessionState;
-use sessionlog_session::context::{ContextWindow, LeftOut, OlderRange, Turn, UnresolvedCall};
+use sessionlog_session::context::{
+    ContextPolicy, ContextWindow, LeftOut, OlderRange, Summary, Turn, UnresolvedCall,
+};
 
 /// A rough token count for text: about four characters a token, plus a little per turn.
 pub fn estimate_tokens(text: &str) -> usize {
@@ -22,10 +24,15 @@ pub struct ResumeContext {
     pub plan: Option<String>,
     /// The most recent turns that fit the budget, oldest first.
     pub turns: Vec<Turn>,
+    /// Summaries of earlier ranges that fit the budget, oldest first: each stands for the
+    /// turns of its range, which read back in full with `GET /v1/sessions/{id}/events`.
+    pub summaries: Vec<Summary>,
     /// Tool calls without a result.
     pub unresolved_calls: Vec<UnresolvedCall>,
-    /// References to older turns, fetchable from the event index by seq.
+    /// References to older turns (and to summaries that did not fit), readable by seq range.
     pub older: Vec<OlderRange>,
+    /// The policy the view was built with.
+    pub policy: ContextPolicy,
     /// What the projector's window left out.
     pub left_out: LeftOut,
     /// Recent turns dropped to fit the budget (their seqs).
@@ -36,16 +43,24 @@ pub struct ResumeContext {
     pub budget_tokens: usize,
 }
 
-/// Cuts `window` (plus the plan and unresolved calls of `state`) to `budget_tokens`: the plan
-/// and the unresolved calls first, then the newest turns that still fit. Sealed texts are
+/// Cuts `window` (plus the plan and unresolved calls of `state`) to `budget_tokens` (`None`:
+/// the window's policy's): the plan, the unresolved calls and the summaries first, then the
+/// newest turns that still fit. Sealed texts are
 /// opened with `opener` first (a sealed text that does not open shows as a marker, `[erased]`
 /// or `[sealed]`, for the plan; as no text, for a turn).
 pub fn within_budget(
     window: &ContextWindow,
     state: &SessionState,
-    budget_tokens: usize,
+    budget_tokens: Option<usize>,
     opener: &Opener,
 ) -> ResumeContext {
+    let budget_tokens = budget_tokens.unwrap_or(window.policy.token_budget);
+    let chars = window.policy.turn_text_chars;
+    let open = |turn: &Turn| {
+        let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
+        let readable = opened.as_ref().and_then(|t| t.readable());
+        turn.clone().with_opened(readable, chars)
+    };
     let plan = state.plan.as_ref().map(|p| opener.text(p).shown());
     let mut unresolved_calls = ContextWindow::unresolved_calls(state);
     for call in &mut unresolved_calls {
@@ -53,20 +68,35 @@ pub fn within_budget(
             opener.open_in_place(reason);
         }
     }
-    let recent: Vec<Turn> = window
-        .recent
-        .iter()
-        .map(|turn| {
-            let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
-            let readable = opened.as_ref().and_then(|t| t.readable());
-            turn.clone().with_opened(readable)
-        })
-        .collect();
+    let recent: Vec<Turn> = window.recent.iter().map(open).collect();
+    // Summaries are the compressed past: they go in before any recent turn, newest first,
+    // while they fit; one that does not fit leaves its range to the references.
     let mut used = plan.as_deref().map_or(0, estimate_tokens)
         + unresolved_calls
             .iter()
             .map(|c| estimate_tokens(&c.tool))
             .sum::<usize>();
+    let mut summaries = Vec::new();
+    let mut older = window.older.clone();
+    for summary in window.summaries.iter().rev() {
+        let turn = open(&summary.turn);
+        let cost = estimate_tokens(turn.text.as_deref().unwrap_or(""));
+        if used + cost <= budget_tokens {
+            used += cost;
+            summaries.push(Summary {
+                turn,
+                ..summary.clone()
+            });
+        } else {
+            older.push(OlderRange {
+                first_seq: summary.first_seq,
+                last_seq: summary.last_seq,
+                turns: summary.covered.clone(),
+            });
+        }
+    }
+    summaries.reverse();
+    older.sort_by_key(|r| r.first_seq);
     let mut kept = Vec::new();
     let mut dropped_for_budget = Vec::new();
     for turn in recent.iter().rev() {
@@ -84,8 +114,10 @@ pub fn within_budget(
     ResumeContext {
         plan,
         turns: kept,
+        summaries,
         unresolved_calls,
-        older: window.older.clone(),
+        older,
+        policy: window.policy.clone(),
         left_out: window.left_out.clone(),
         dropped_for_budget,
         estimated_tokens: used,

@@ -191,14 +191,10 @@ struct Forked {
 struct ResumeRequest {
     /// A name for the writer that takes over (recorded with the caller's subject).
     writer: String,
-    /// Token budget of the context view in the bundle.
-    #[serde(default = "default_context_tokens")]
-    #[schema(default = 8000)]
-    context_tokens: usize,
-}
-
-fn default_context_tokens() -> usize {
-    8_000
+    /// Token budget of the context view in the bundle; by default the session's context
+    /// policy's (`[context]`, 8,000 unless configured).
+    #[serde(default)]
+    context_tokens: Option<usize>,
 }
 
 /// Where to fork: exactly one of `at_seq` and `at_checkpoint`.

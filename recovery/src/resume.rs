@@ -79,7 +79,7 @@ impl Recovery {
         &self,
         session: SessionId,
         writer: &str,
-        context_budget_tokens: usize,
+        context_budget_tokens: Option<usize>,
     ) -> Result<ResumeBundle> {
         let point = self.prepare_resume(session).await?;
         self.resume_at(point, writer, context_budget_tokens).await
@@ -99,7 +99,7 @@ impl Recovery {
         let rebuilt = self
             .rebuild_with(session, None, |e, _| {
                 if e.accepted && e.offset > stored.applied_offset {
-                    window.apply(&e.envelope);
+                    window.fold(&e.envelope, &self.settings().context);
                     window.applied_offset = e.offset;
                 }
             })
@@ -111,7 +111,7 @@ impl Recovery {
             window = ContextWindow::default();
             self.rebuild_with(session, Some(0), |e, _| {
                 if e.accepted {
-                    window.apply(&e.envelope);
+                    window.fold(&e.envelope, &self.settings().context);
                 }
             })
             .await?;
@@ -131,7 +131,7 @@ impl Recovery {
         &self,
         point: ResumePoint,
         writer: &str,
-        context_budget_tokens: usize,
+        context_budget_tokens: Option<usize>,
     ) -> Result<ResumeBundle> {
         let ResumePoint {
             rebuilt,

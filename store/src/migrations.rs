@@ -262,6 +262,23 @@ pub const MIGRATIONS: &[Migration] = &[
             },
         ],
     },
+    Migration {
+        version: 8,
+        description: "the context view's summaries and the policy it is built with",
+        statements: &[],
+        columns: &[
+            AddedColumn {
+                table: "context_view",
+                column: "summaries",
+                cql_type: "text",
+            },
+            AddedColumn {
+                table: "context_view",
+                column: "policy",
+                cql_type: "text",
+            },
+        ],
+    },
 ];
 
 /// The newest migration this build knows.

@@ -158,6 +158,10 @@ pub struct ContextViewRow {
     pub older_ranges: String,
     /// What the view left out, as JSON.
     pub left_out: String,
+    /// The summaries kept, as JSON (none before migration 8).
+    pub summaries: Option<String>,
+    /// The policy the view is built with, as JSON (none before migration 8).
+    pub policy: Option<String>,
 }
 
 impl ProjectionStore {
@@ -304,11 +308,15 @@ impl ProjectionStore {
             Option<i64>,
             Option<String>,
             Option<String>,
+            Option<String>,
+            Option<String>,
         );
         let rows: Vec<Row> = self
             .select(&self.reads.load_context, (session.0,), "load context")
             .await?;
-        let Some((offset, last_seq, first_turn, older, left_out)) = rows.into_iter().next() else {
+        let Some((offset, last_seq, first_turn, older, left_out, summaries, policy)) =
+            rows.into_iter().next()
+        else {
             return Ok(None);
         };
         let corrupt = |e: serde_json::Error| Error::CorruptRow {
@@ -322,8 +330,14 @@ impl ProjectionStore {
             (Some(first), Some(last)) => self.load_turns(session, first, last).await?,
             _ => VecDeque::new(),
         };
+        // A view written before migration 8 has neither: the defaults it was built with.
         Ok(Some(ContextWindow {
             applied_offset: offset.unwrap_or(-1),
+            policy: match policy {
+                Some(policy) => serde_json::from_str(&policy).map_err(corrupt)?,
+                None => Default::default(),
+            },
+            summaries: serde_json::from_str(&parse(summaries, "[]")).map_err(corrupt)?,
             recent,
             older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
             left_out: serde_json::from_str(&parse(left_out, "{}")).map_err(corrupt)?,
@@ -609,7 +623,8 @@ impl ProjectionStore {
             .query_paged(
                 format!(
                     "SELECT applied_offset, last_seq, plan, first_turn_seq, unresolved_calls,
-                     older_ranges, left_out FROM {ks}.context_view WHERE session_id = ?"
+                     older_ranges, left_out, summaries, policy FROM {ks}.context_view
+                     WHERE session_id = ?"
                 ),
                 (session.0,),
                 "read context view",

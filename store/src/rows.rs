@@ -94,6 +94,8 @@ pub(crate) struct ContextRow {
     unresolved_calls: MaybeUnset<String>,
     older_ranges: MaybeUnset<String>,
     left_out: MaybeUnset<String>,
+    summaries: MaybeUnset<String>,
+    policy: MaybeUnset<String>,
     write_timestamp: i64,
 }
 
@@ -132,7 +134,10 @@ impl Rewritten for SessionRow {
 
 impl Rewritten for ContextRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
-        unset_unchanged!(self, written: recent_turns, first_turn_seq, older_ranges, left_out);
+        // Not `older_ranges`: a summary can take a range out again, back to an earlier value.
+        // Summaries only ever gain a newer one (or lose their texts, once); the policy is set
+        // when the session starts.
+        unset_unchanged!(self, written: recent_turns, first_turn_seq, left_out, summaries, policy);
         self
     }
 }
@@ -178,6 +183,8 @@ pub(crate) enum Table {
     ContextView,
     ContextTurns,
     ErasedTurns,
+    /// The turns a summary replaced, by seq range.
+    SummarizedTurns,
     /// Every checkpoint row of an erased session.
     ErasedCheckpoints,
     PartitionProgress,
@@ -188,7 +195,7 @@ pub(crate) enum Table {
 
 impl Table {
     /// Every table, in the order of the prepared writes.
-    pub(crate) const ALL: [Table; 15] = [
+    pub(crate) const ALL: [Table; 16] = [
         Table::Sessions,
         Table::EventIndex,
         Table::WriterClaims,
@@ -199,6 +206,7 @@ impl Table {
         Table::ContextView,
         Table::ContextTurns,
         Table::ErasedTurns,
+        Table::SummarizedTurns,
         Table::ErasedCheckpoints,
         Table::PartitionProgress,
         Table::SessionChildren,
@@ -418,6 +426,8 @@ impl CqlRow {
             unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
             older_ranges: Set(to_json(&window.older)),
             left_out: Set(to_json(&window.left_out)),
+            summaries: Set(to_json(&window.summaries)),
+            policy: Set(to_json(&window.policy)),
             write_timestamp: window.applied_offset,
         };
         Self::new(Table::ContextView, changes(row, &mut written.context))
@@ -460,6 +470,15 @@ impl CqlRow {
                 .map(|t| turn(t, offset))
                 .into_iter()
                 .collect(),
+            // A deletion at the summary's offset: a replay writing the turns again at their
+            // own (lower) offsets leaves them deleted.
+            TurnChange::Summarized {
+                first_seq,
+                last_seq,
+            } => vec![Self::new(
+                Table::SummarizedTurns,
+                (offset, session.0, to_i64(first_seq), to_i64(last_seq)),
+            )],
             TurnChange::Erased => {
                 std::iter::once(Self::new(Table::ErasedTurns, (offset, session.0)))
                     .chain(window.recent.iter().map(|t| turn(t, offset + 1)))

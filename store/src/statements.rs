@@ -77,8 +77,8 @@ impl Reads {
             ))
             .await?,
             load_context: p(format!(
-                "SELECT applied_offset, last_seq, first_turn_seq, older_ranges, left_out
-                 FROM {ks}.context_view WHERE session_id = ?"
+                "SELECT applied_offset, last_seq, first_turn_seq, older_ranges, left_out,
+                 summaries, policy FROM {ks}.context_view WHERE session_id = ?"
             ))
             .await?,
             load_turns: p(format!(
@@ -152,8 +152,8 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::ContextView => format!(
             "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
-                 recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                 recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out,
+                 summaries, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::ContextTurns => format!(
             "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,
@@ -162,6 +162,10 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::ErasedTurns => format!(
             "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ?"
+        ),
+        Table::SummarizedTurns => format!(
+            "DELETE FROM {ks}.context_turns USING TIMESTAMP ? WHERE session_id = ? AND seq >= ?
+                 AND seq <= ?"
         ),
         Table::ErasedCheckpoints => format!("DELETE FROM {ks}.checkpoints WHERE session_id = ?"),
         Table::PartitionProgress => format!(

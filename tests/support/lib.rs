@@ -37,7 +37,7 @@ pub async fn opened_texts(
         .filter_map(|turn| {
             let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
             let readable = opened.as_ref().and_then(|t| t.readable());
-            turn.clone().with_opened(readable).text
+            turn.clone().with_opened(readable, window.policy.turn_text_chars).text
         })
         .collect())
 }

@@ -130,7 +130,7 @@ async fn children_and_waiting_sessions_are_listed_and_replay_the_same() -> Resul
         .await?;
     let paying_id = paying.session_id();
     drop(paying);
-    let refused = recovery.resume(paying_id, "harness-2", 1_000).await;
+    let refused = recovery.resume(paying_id, "harness-2", Some(1_000)).await;
     assert!(
         matches!(refused, Err(Error::NeedsResolution { .. })),
         "{refused:?}"

@@ -16,7 +16,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// Tokens of context a resumed harness asks for (the tests do not look at the context).
-const CONTEXT_BUDGET: usize = 4_000;
+const CONTEXT_BUDGET: Option<usize> = Some(4_000);
 
 /// Event ids of `session`'s accepted history, read from the log.
 async fn accepted_ids(recovery: &Recovery, session: SessionId) -> Result<HashSet<Uuid>> {

@@ -11,7 +11,7 @@ use sessionlog_tests::projector::event_log;
 use sessionlog_tests::recovery::end_offset;
 
 /// Tokens of context a resumed harness asks for.
-const CONTEXT_BUDGET: usize = 4_000;
+const CONTEXT_BUDGET: Option<usize> = Some(4_000);
 
 /// A new session whose harness asked for approval `deploy-1`; its writer is still open.
 async fn awaiting_approval(stack: &TestStack) -> Result<SessionWriter> {

@@ -17,7 +17,7 @@ use sessionlog_tests::recovery::{
 use std::sync::Arc;
 
 /// Tokens of context a resumed harness asks for (the tests do not look at the context).
-const CONTEXT_BUDGET: usize = 4_000;
+const CONTEXT_BUDGET: Option<usize> = Some(4_000);
 
 const HARNESS: &str = env!("CARGO_BIN_EXE_tool_harness");
 

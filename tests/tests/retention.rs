@@ -120,7 +120,7 @@ async fn a_session_older_than_retention_is_recovered_from_its_checkpoint_and_res
     );
     assert_eq!(rebuilt.state.canonical_json(), before.canonical_json());
 
-    let bundle = recovery.resume(session, "harness-2", 4_000).await?;
+    let bundle = recovery.resume(session, "harness-2", Some(4_000)).await?;
     assert_eq!(bundle.epoch, before.epoch + 1);
     let mut writer = bundle.writer.context("resume hands back a writer")?;
     let appended = writer.user_request("after retention").await?;
