@@ -283,12 +283,13 @@ fn event_header(inherited: bool) -> String {
     )
 }
 
-/// One event as a table line: seq, kind, time and a short text (with `inherited`, the first
-/// characters of its session id first).
+/// One event as a table line: seq, kind, time and a short text (with `inherited`, the last
+/// characters of its session id first: a UUIDv7 begins with its creation time, which a fork
+/// made soon after its parent shares).
 fn event_line(event: &HistoryEvent, inherited: bool) -> String {
     let session = if inherited {
         let id = event.session_id.to_string();
-        format!("{:<10}", &id[..8.min(id.len())])
+        format!("{:<10}", &id[id.len().saturating_sub(8)..])
     } else {
         String::new()
     };
