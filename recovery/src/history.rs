@@ -235,7 +235,8 @@ pub struct HistoryEvent {
     /// its sealed form without the ciphertext (or is empty, if it was plain text).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unopened: BTreeMap<String, String>,
-    /// Why `event` is `null`: the index knows the event, the topic no longer holds its record.
+    /// Why `event` is `null`: the index knows the event, and the topic no longer holds its
+    /// record (or it does not decode any more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
 }
@@ -435,7 +436,9 @@ fn history_event(
             event: None,
             unopened: BTreeMap::new(),
             missing: Some(
-                "the topic no longer holds this record (retention deleted it)".to_string(),
+                "the topic no longer holds this record (retention deleted it), or it no longer \
+                 decodes"
+                    .to_string(),
             ),
         });
     };

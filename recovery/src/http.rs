@@ -415,8 +415,10 @@ async fn diff(
 }
 
 /// The query of `GET /sessions/{session_id}/events`. Every member is taken as text and parsed
-/// here, so a value that is not a number says which parameter and what it takes.
+/// here, so a value that is not a number says which parameter and what it takes. A parameter
+/// it does not know is refused: `from=5` for `from_seq=5` would otherwise read from seq 1.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EventsQuery {
     from_seq: Option<String>,
     to_seq: Option<String>,
@@ -513,7 +515,7 @@ fn clip(text: &str) -> &str {
     ),
     responses(
         (status = 200, description = "one page; `next_cursor` when more remain", body = EventPage),
-        (status = 400, description = "`bad_session_id`, `bad_range` (`to_seq` before `from_seq`, `from_seq` 0, not a number), `bad_limit` (not 1 to 1000), `unknown_kind` (the detail lists the kinds), `bad_cursor`, `bad_query`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 400, description = "`bad_session_id`, `bad_range` (`to_seq` before `from_seq`, `from_seq` 0, not a number), `bad_limit` (not 1 to 1000), `unknown_kind` (the detail lists the kinds), `bad_cursor`, `bad_query` (an unknown or repeated parameter, `inherited` not a boolean)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`: not in the event index (unknown, or not projected yet)", body = ProblemDocument, content_type = "application/problem+json"),
         ServerProblems,
     )

@@ -593,6 +593,7 @@ async fn range_reads_over_http_need_the_reader_role_and_bad_input_is_a_400() -> 
         ("kinds=UserRequest,Nope", "unknown_kind"),
         ("inherited=maybe", "bad_query"),
         ("limit=1&limit=2", "bad_query"),
+        ("from=5", "bad_query"),
     ] {
         let (status, problem) = service.get(&format!("{events}?{query}")).await?;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
