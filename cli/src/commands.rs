@@ -142,6 +142,10 @@ enum Command {
         /// The forked (child) session id.
         session: String,
     },
+    /// Print a range of a session's history (located by the event index, read from the log,
+    /// texts opened): a table, or one JSON object per event with --json. Follows the pages
+    /// until the range is done.
+    Events(crate::recovery::EventsArgs),
     /// Record an operator's outcome for an in-doubt tool call.
     Resolve(crate::recovery::ResolveArgs),
     /// Record a decision on a pending approval.
@@ -239,6 +243,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Diff { session } => {
             emit(cli.json, crate::recovery::diff(&settings, &session).await?)
         }
+        Command::Events(args) => crate::recovery::events(&settings, &args, cli.json).await,
         Command::Resolve(args) => emit(cli.json, crate::recovery::resolve(&settings, &args).await?),
         Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,

@@ -1,11 +1,13 @@
-//! Recovery subcommands: resume, fork, lineage, diff, resolve, approve, and the HTTP service.
+//! Recovery subcommands: resume, fork, lineage, diff, events, resolve, approve, and the HTTP
+//! service.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use sessionlog_http::Access;
 use sessionlog_log::Settings;
-use sessionlog_recovery::{ForkAt, Recovery, Resolution};
-use sessionlog_schemas::{CallOutcome, SessionId};
+use sessionlog_recovery::{EventRange, ForkAt, HistoryEvent, Recovery, Resolution};
+use sessionlog_schemas::{CallOutcome, Content, SessionEvent, SessionId};
+use std::io::Write;
 use std::sync::Arc;
 
 /// Where to fork: exactly one of `--at-seq` or `--at-checkpoint`.
@@ -22,6 +24,29 @@ pub struct ForkArgs {
     /// The agent that runs the branch.
     #[arg(long, default_value = "sessionlog-cli")]
     pub agent: String,
+}
+
+/// A range of a session's history.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// The session.
+    pub session: String,
+    /// The first seq of the session's own events (default 1).
+    #[arg(long = "from")]
+    pub from_seq: Option<u64>,
+    /// The last seq of the session's own events (default: its last).
+    #[arg(long = "to")]
+    pub to_seq: Option<u64>,
+    /// Only these kinds, comma-separated (UserRequest,ModelResponse,...).
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<String>,
+    /// Events read per page, 1 to 1000 (default 100); every page is printed.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// A fork's inherited events first: each ancestor's through its fork point, oldest first.
+    /// --from and --to apply to the session's own seqs only.
+    #[arg(long)]
+    pub inherited: bool,
 }
 
 /// An operator's outcome for an in-doubt call.
@@ -197,6 +222,174 @@ pub async fn diff(settings: &Settings, child: &str) -> Result<Output> {
         json: serde_json::to_value(&diff)?,
         human,
     })
+}
+
+/// `sessionlog events`: the range, page after page (following each page's cursor) until it
+/// is done, as a table or, with `--json`, one JSON object per event and line. Stops quietly
+/// when stdout is closed (`| head`).
+pub async fn events(settings: &Settings, args: &EventsArgs, json: bool) -> Result<()> {
+    let session = parse_session(&args.session)?;
+    let recovery = connect(settings).await?;
+    let mut out = std::io::stdout().lock();
+    let mut cursor = None;
+    let mut printed = 0u64;
+    let written = loop {
+        let range = EventRange {
+            from_seq: args.from_seq,
+            to_seq: args.to_seq,
+            kinds: args.kinds.clone(),
+            limit: args.limit,
+            cursor: cursor.take(),
+            inherited: args.inherited,
+        };
+        let page = recovery.events(session, range).await?;
+        let mut lines = String::new();
+        if !json && printed == 0 {
+            lines.push_str(&event_header(args.inherited));
+        }
+        for event in &page.events {
+            if json {
+                lines.push_str(&serde_json::to_string(event)?);
+            } else {
+                lines.push_str(&event_line(event, args.inherited));
+            }
+            lines.push('\n');
+            printed += 1;
+        }
+        if let Err(e) = out.write_all(lines.as_bytes()) {
+            break Err(e);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => {
+                if !json && printed == 0 {
+                    break writeln!(out, "(no events in that range)");
+                }
+                break out.flush();
+            }
+        }
+    };
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn event_header(inherited: bool) -> String {
+    let session = if inherited { "SESSION   " } else { "" };
+    format!(
+        "{session}{:>6}  {:<18}  {:<23}  TEXT\n",
+        "SEQ", "KIND", "TIME (UTC)"
+    )
+}
+
+/// One event as a table line: seq, kind, time and a short text (with `inherited`, the last
+/// characters of its session id first: a UUIDv7 begins with its creation time, which a fork
+/// made soon after its parent shares).
+fn event_line(event: &HistoryEvent, inherited: bool) -> String {
+    let session = if inherited {
+        let id = event.session_id.to_string();
+        format!("{:<10}", &id[id.len().saturating_sub(8)..])
+    } else {
+        String::new()
+    };
+    format!(
+        "{session}{:>6}  {:<18}  {:<23}  {}",
+        event.seq,
+        event.kind,
+        utc(event.occurred_at),
+        short_text(event)
+    )
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) of a time in microseconds since the Unix epoch.
+fn utc(micros: i64) -> String {
+    let of_day = micros.rem_euclid(86_400_000_000);
+    let (seconds, millis) = (of_day / 1_000_000, of_day % 1_000_000 / 1_000);
+    format!(
+        "{} {:02}:{:02}:{:02}.{millis:03}",
+        sessionlog_session::trace::day_of(micros),
+        seconds / 3600,
+        seconds % 3600 / 60,
+        seconds % 60
+    )
+}
+
+/// The gist of an event on one line: its main text (cut to 60 characters) or what it did.
+fn short_text(event: &HistoryEvent) -> String {
+    let Some(body) = &event.event else {
+        return format!("[{}]", event.missing.as_deref().unwrap_or("missing"));
+    };
+    // A text that did not open shows why (erased, sealed, unreadable) instead.
+    let why = event.unopened.values().next().map(String::as_str);
+    let text = |content: &Content| match (content, why) {
+        (Content::Plain(text), _) if !text.is_empty() => text.clone(),
+        (_, Some(why)) => format!("[{why}]"),
+        (Content::Plain(_), None) => String::new(),
+        (Content::Sealed { .. }, None) => "[sealed]".to_string(),
+    };
+    let maybe = |content: &Option<Content>| content.as_ref().map(text).unwrap_or_default();
+    let line = match body {
+        SessionEvent::SessionStarted { agent, title, .. } => {
+            format!("{agent}: {}", maybe(title))
+        }
+        SessionEvent::UserRequest { content } | SessionEvent::SteeringMessage { content, .. } => {
+            text(content)
+        }
+        SessionEvent::ModelResponse { model, content, .. } => format!("{model}: {}", text(content)),
+        SessionEvent::ToolCallRequested {
+            tool, arguments, ..
+        } => format!("{tool}({})", text(arguments)),
+        SessionEvent::ToolCallResult {
+            call_seq,
+            outcome,
+            output,
+            ..
+        } => format!("call {call_seq} {outcome:?}: {}", text(output)),
+        SessionEvent::PlanUpdated { plan } => text(plan),
+        SessionEvent::ApprovalRequested {
+            approval_id,
+            action,
+        } => format!("{approval_id}: {}", text(action)),
+        SessionEvent::ApprovalDecided {
+            approval_id,
+            approved,
+            decided_by,
+            ..
+        } => format!(
+            "{approval_id} {} by {decided_by}",
+            if *approved { "approved" } else { "denied" }
+        ),
+        SessionEvent::Checkpoint { state_digest, .. } => format!("digest {state_digest}"),
+        SessionEvent::WriterClaimed { writer } => format!("epoch {} {writer}", event.writer_epoch),
+        SessionEvent::SessionForked { fork_point, .. } => format!(
+            "from {} at seq {}",
+            fork_point.parent_session_id, fork_point.parent_seq
+        ),
+        SessionEvent::ResolutionRequired { call_seq, reason } => {
+            format!("call {call_seq}: {}", text(reason))
+        }
+        SessionEvent::SessionPaused { reason } => maybe(reason),
+        SessionEvent::SessionResumed {} => String::new(),
+        SessionEvent::SessionEnded { outcome, reason } => {
+            format!("{outcome:?} {}", maybe(reason))
+        }
+        SessionEvent::SessionErased { requested_by, .. } => format!("by {requested_by}"),
+    };
+    one_line(&line, 60)
+}
+
+/// `text` on one line (line breaks as spaces), cut to `max` characters with an ellipsis.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match flat.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &flat[..end]),
+        None => flat,
+    }
 }
 
 /// `sessionlog resolve`.

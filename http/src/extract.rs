@@ -1,4 +1,5 @@
-//! Axum's JSON body and path extractors, refusing with a [`Problem`] instead of plain text.
+//! Axum's JSON body, path and query extractors, refusing with a [`Problem`] instead of plain
+//! text.
 
 use crate::Problem;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -37,6 +38,26 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
         let axum::extract::Path(value) =
             axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// Query parameters; a query that does not fit the type (a repeated parameter, say) is a 400
+/// problem (`bad_query`). Routes whose parameters need their own messages take them as text
+/// and parse them themselves.
+#[derive(Debug, Clone)]
+pub struct QueryParams<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(Self(value))
     }
 }

@@ -1,7 +1,8 @@
 //! The HTTP layer the sessionlog services (ingest, recovery) share, so that they answer alike:
 //!
 //! - [`Problem`]: every error answer, an RFC 9457 `application/problem+json` document with a
-//!   stable `code` member; [`JsonBody`] and [`PathParams`] refuse bad input with one.
+//!   stable `code` member; [`JsonBody`], [`PathParams`] and [`QueryParams`] refuse bad input
+//!   with one.
 //! - [`Service`]: a service's `#[utoipa::path]` handlers become its router and its OpenAPI
 //!   document at once: the API under `/v1` behind the [`Authenticator`] (where access control
 //!   plugs in), `/health` and `/metrics` unversioned, `/v1/openapi.json`, 404/405 problems,
@@ -23,7 +24,7 @@ mod service;
 
 pub use auth::{Access, Approver, Authorized, Caller, Harness, Operator, Reader};
 pub use error::Error;
-pub use extract::{JsonBody, PathParams};
+pub use extract::{JsonBody, PathParams, QueryParams};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
 pub use producer::{from_keys, log_error_status, store_error_status};
 pub use ready::{CHECK_TIMEOUT, CheckOutcome, Liveness, Readiness, ReadinessReport};

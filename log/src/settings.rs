@@ -226,7 +226,7 @@ pub enum Role {
     Approver,
     /// Resolves in-doubt calls, forks, lists stuck sessions.
     Operator,
-    /// Reads state, lineage and diffs.
+    /// Reads state, lineage, diffs and ranges of history.
     Reader,
 }
 

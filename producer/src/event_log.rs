@@ -71,6 +71,11 @@ pub struct EventLog {
 /// asked for, and reads again on any gap (tests/tests/reader_reuse.rs).
 const READERS: usize = 16;
 
+/// How far apart two offsets [`EventLog::read_at`] reads in one range may be: up to this
+/// many records of other sessions are read and dropped rather than paying a new assignment
+/// and fetch (a round trip) for the next wanted record.
+pub const OFFSET_GAP: i64 = 64;
+
 impl EventLog {
     /// Connects with the `[producer]` settings.
     pub async fn from_settings(settings: &Settings) -> Result<Self> {
@@ -427,6 +432,47 @@ impl EventLog {
             }
         }
         Ok((events, next))
+    }
+
+    /// Reads and decodes the records of `partition` at `offsets` (any order, duplicates
+    /// ignored), with this log's kept readers: the way to read exactly the events an index
+    /// points at. Offsets at most [`OFFSET_GAP`] apart are read as one range and the records
+    /// between them dropped, so a session interleaved with others costs a few fetches, not one
+    /// per event. Returns the events by offset; an offset whose record is gone (retention) or
+    /// will never decode is absent. A registry outage is an error.
+    pub async fn read_at(
+        &self,
+        partition: i32,
+        offsets: &[i64],
+    ) -> Result<std::collections::BTreeMap<i64, EventEnvelope>> {
+        let mut wanted = offsets.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut events = std::collections::BTreeMap::new();
+        for span in wanted.chunk_by(|a, b| b.saturating_sub(*a) <= OFFSET_GAP) {
+            let (first, last) = (span[0], span[span.len() - 1]);
+            let (records, _) = self
+                .read_records(partition, first, Some(last.saturating_add(1)), None)
+                .await?;
+            for record in records {
+                if span.binary_search(&record.offset).is_err() {
+                    continue;
+                }
+                let Some(payload) = record.payload.as_deref() else {
+                    continue;
+                };
+                match self.decoder.decode(payload).await {
+                    Ok(envelope) => {
+                        events.insert(record.offset, envelope);
+                    }
+                    Err(e) if e.is_retriable() => return Err(e.into()),
+                    Err(e) => {
+                        tracing::warn!(partition, offset = record.offset, error = %e, "skipping undecodable record");
+                    }
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// The first offset `partition` still holds: above 0 once retention deleted records.

@@ -99,6 +99,39 @@ pub enum Error {
         /// Calls whose operator record does not verify.
         calls: Vec<u64>,
     },
+    /// A range read asked for something it cannot answer: bounds, limit, kinds or cursor.
+    /// `code` names which (`bad_range`, `bad_limit`, `unknown_kind`, `bad_cursor`).
+    #[error("{reason}")]
+    BadRange {
+        /// Which part of the request, as a stable code.
+        code: &'static str,
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+    /// A range read named a session the event index does not have: unknown, or the projector
+    /// has not reached it yet (range reads go by the index; a rebuild reads the log).
+    #[error(
+        "unknown session {0}: the event index has none of its events (unknown, or the projector \
+         has not reached it yet)"
+    )]
+    NotIndexed(String),
+    /// The record at the offset the event index gives for an event is another one: the
+    /// keyspace does not describe this topic (see `sessionlog init`'s topic check).
+    #[error(
+        "the event index puts seq {seq} of session {session} at partition {partition} offset \
+         {offset}, and the record there is another event; the keyspace was not projected from \
+         this topic (replay it: `sessionlog replay`)"
+    )]
+    IndexMismatch {
+        /// The session.
+        session: String,
+        /// The seq the index names.
+        seq: u64,
+        /// The partition it names.
+        partition: i32,
+        /// The offset it names.
+        offset: i64,
+    },
     /// Data keys: the key store is unreachable, or a KEK setting is wrong.
     #[error(transparent)]
     Keys(#[from] sessionlog_keys::Error),
@@ -124,6 +157,8 @@ impl Error {
                 | Self::BadForkPoint { .. }
                 | Self::ForkOfWaitingSession { .. }
                 | Self::Unverified { .. }
+                | Self::BadRange { .. }
+                | Self::NotIndexed(_)
         )
     }
 }

@@ -1,10 +1,11 @@
-//! The recovery service over HTTP: rebuild, resume, fork, lineage, diff, resolutions and
-//! approvals, on the shared layer of `sessionlog-http`. Bad input gets a 4xx problem
-//! (`application/problem+json`); a server recovery depends on (Kafka, the registry, CQL) being
-//! unavailable gets a 503; anything else is a bug and gets a 500.
+//! The recovery service over HTTP: rebuild, resume, fork, lineage, diff, ranges of a session's
+//! history, resolutions and approvals, on the shared layer of `sessionlog-http`. Bad input gets
+//! a 4xx problem (`application/problem+json`); a server recovery depends on (Kafka, the
+//! registry, CQL) being unavailable gets a 503; anything else is a bug and gets a 500.
 
-use crate::{BranchDiff, Error, ForkAt, Lineage, RebuiltSession, Recovery, Resolution};
+use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
 use crate::{ErasureStatus, ResumeBundle, StuckSession};
+use crate::{Recovery, Resolution};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Json, Router};
@@ -12,7 +13,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
 use sessionlog_http::{
     Approver, Authenticator, Authorized, BodyProblems, Caller, Harness, JsonBody, Operator,
-    PathParams, Problem, ProblemDocument, Reader, ServerProblems, Service, ServiceInfo,
+    PathParams, Problem, ProblemDocument, QueryParams, Reader, ServerProblems, Service,
+    ServiceInfo,
 };
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
@@ -53,6 +55,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(fork))
             .routes(routes!(lineage))
             .routes(routes!(diff))
+            .routes(routes!(events))
             .routes(routes!(resolve))
             .routes(routes!(approve))
             .routes(routes!(erase))
@@ -93,6 +96,9 @@ impl From<Error> for Problem {
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),
+            Error::BadRange { code, .. } => (StatusCode::BAD_REQUEST, code),
+            Error::NotIndexed(_) => (StatusCode::NOT_FOUND, "unknown_session"),
+            Error::IndexMismatch { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "index_mismatch"),
             Error::Attestation { .. } => INTERNAL,
             Error::Producer(e) => return e.into(),
             Error::Keys(e) => return sessionlog_http::from_keys(&e, detail),
@@ -402,6 +408,133 @@ async fn diff(
     let session = sessionlog_http::session_id(&session)?;
     visible(&recovery, &caller, session).await?;
     Ok(Json(BranchDiffView(recovery.diff(session).await?)))
+}
+
+/// The query of `GET /sessions/{session_id}/events`. Every member is taken as text and parsed
+/// here, so a value that is not a number says which parameter and what it takes. A parameter
+/// it does not know is refused: `from=5` for `from_seq=5` would otherwise read from seq 1.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    from_seq: Option<String>,
+    to_seq: Option<String>,
+    kinds: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+    inherited: Option<String>,
+}
+
+impl EventsQuery {
+    /// The range asked for (not yet checked: [`EventRange::validate`] does that). An empty
+    /// parameter (`limit=`) is one not given.
+    fn range(self) -> Result<EventRange, Problem> {
+        let given = |value: Option<String>| value.filter(|v| !v.is_empty());
+        let inherited = match given(self.inherited).as_deref() {
+            None | Some("false" | "0") => false,
+            Some("true" | "1") => true,
+            Some(other) => {
+                return Err(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_query",
+                    format!("inherited must be true or false, not {:?}", clip(other)),
+                ));
+            }
+        };
+        Ok(EventRange {
+            from_seq: number("from_seq", "bad_range", SEQS, given(self.from_seq))?,
+            to_seq: number("to_seq", "bad_range", SEQS, given(self.to_seq))?,
+            kinds: self
+                .kinds
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|kind| !kind.is_empty())
+                .map(str::to_string)
+                .collect(),
+            limit: number("limit", "bad_limit", LIMITS, given(self.limit))?,
+            cursor: given(self.cursor),
+            inherited,
+        })
+    }
+}
+
+/// What a seq parameter takes.
+const SEQS: &str = "a whole number from 1 (a session's first event)";
+/// What `limit` takes.
+const LIMITS: &str = "a whole number from 1 to 1000 (default 100)";
+
+/// A query parameter that must be a whole number (a seq, a limit); `takes` says which.
+fn number(
+    name: &'static str,
+    code: &'static str,
+    takes: &str,
+    text: Option<String>,
+) -> Result<Option<u64>, Problem> {
+    text.map(|text| {
+        text.parse::<u64>().map_err(|_| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                code,
+                format!("{name} must be {takes}, not {:?}", clip(&text)),
+            )
+        })
+    })
+    .transpose()
+}
+
+/// At most the first 40 characters of what a client sent, to quote back in a problem.
+fn clip(text: &str) -> &str {
+    text.char_indices()
+        .nth(40)
+        .map_or(text, |(end, _)| &text[..end])
+}
+
+/// A range of a session's history: the events with `from_seq <= seq <= to_seq` (of `kinds`),
+/// a page of at most `limit` at a time, located by the event index and read from the log,
+/// with their texts opened (an erased session's read as erased). With `inherited=true` a
+/// fork's inherited events come first: each ancestor's from seq 1 through the point the next
+/// session forked at, oldest ancestor first, each tagged with its own `session_id`; `from_seq`
+/// and `to_seq` apply to the session's own seqs only. Events the projector has not applied
+/// yet are not in the index, so not in the answer.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/events",
+    tag = "sessions",
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("from_seq" = Option<u64>, Query, minimum = 1, description = "the first seq of the session's own events (default 1)"),
+        ("to_seq" = Option<u64>, Query, description = "the last seq of the session's own events (default: its last); not before `from_seq`"),
+        ("kinds" = Option<String>, Query, description = "only these kinds, comma-separated (`UserRequest,ModelResponse`); default every kind"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "events per page, 1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "the previous page's `next_cursor`, with the same other parameters"),
+        ("inherited" = Option<bool>, Query, description = "a fork's inherited events first (default false)"),
+    ),
+    responses(
+        (status = 200, description = "one page; `next_cursor` when more remain", body = EventPage),
+        (status = 400, description = "`bad_session_id`, `bad_range` (`to_seq` before `from_seq`, `from_seq` 0, not a number), `bad_limit` (not 1 to 1000), `unknown_kind` (the detail lists the kinds), `bad_cursor`, `bad_query` (an unknown or repeated parameter, `inherited` not a boolean)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`: not in the event index (unknown, or not projected yet)", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn events(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Reader>,
+    PathParams(session): PathParams<String>,
+    QueryParams(query): QueryParams<EventsQuery>,
+) -> Answer<EventPage> {
+    let session = sessionlog_http::session_id(&session)?;
+    // The request is checked whole before anything is read.
+    let range = query.range()?;
+    range.validate()?;
+    if caller.tenant.is_some() {
+        // The read goes by the projection, so the tenant does too: a session it does not have
+        // is unknown here whoever asks.
+        let tenant = projected_tenant(&recovery, session)
+            .await?
+            .ok_or_else(|| Error::NotIndexed(session.to_string()))?;
+        caller.require_tenant(session, &tenant)?;
+    }
+    Ok(Json(recovery.events(session, range).await?))
 }
 
 /// Records an operator's outcome for an in-doubt tool call.

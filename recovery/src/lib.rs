@@ -8,12 +8,16 @@
 //! migrates a keyspace. Lists come from tables the projector maintains (a session's children,
 //! sessions awaiting an operator or an approval), never from scans.
 //!
+//! [`history`] reads any range of a session's history (with a fork's inherited prefix) by the
+//! event index, reading exactly the records of the range from the log.
+//!
 //! [`observe`] names the metrics and registers their help texts ([`describe_metrics`]).
 
 pub mod context;
 mod erase;
 mod error;
 mod fork;
+pub mod history;
 pub mod http;
 pub mod index;
 pub mod notary;
@@ -27,6 +31,7 @@ pub mod reveal;
 pub use erase::ErasureStatus;
 pub use error::{Error, Result};
 pub use fork::{BranchDiff, ForkAt, Lineage};
+pub use history::{Cursor, EventPage, EventRange, HistoryEvent};
 pub use observe::describe_metrics;
 pub use operator::{Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};

@@ -8,8 +8,9 @@
 //! - [`rows`]: what the projector's fold becomes in each table ([`CqlRow`]);
 //! - [`write`]: writing a batch's rows, one session's as one atomic mutation;
 //! - [`read`]: every typed read: the rows the projector reloads, the checkpoints and index
-//!   recovery starts from, the lists operators ask for (a session's children, sessions
-//!   awaiting someone) and the rows tests check;
+//!   recovery starts from, a range of a session's index for range reads of its history, the
+//!   lists operators ask for (a session's children, sessions awaiting someone) and the rows
+//!   tests check;
 //! - [`verify`]: comparing two keyspaces table by table;
 //! - `topic_guard`: telling the topic a keyspace was projected from from another of the same
 //!   name ([`ProjectionStore::check_topic`]);
@@ -38,8 +39,8 @@ pub use connect::ProjectionStore;
 pub use error::{DriverError, Error, Result};
 pub use keys::{KeyTable, KeyringError, keyring};
 pub use read::{
-    AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, ProjectedSession, RejectedRow,
-    SpanRow, VerifiedCheckpoint,
+    AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, INDEX_PAGE_ROWS, IndexRow,
+    ProjectedSession, RejectedRow, SpanRow, VerifiedCheckpoint,
 };
 pub use rows::{CqlRow, LastWritten, Wait};
 pub use topic_guard::{LastRecord, ProgressMark};

@@ -23,6 +23,7 @@ pub(crate) struct Reads {
     pub claims: PreparedStatement,
     pub locate: PreparedStatement,
     pub index_offsets_after: PreparedStatement,
+    pub index_range: PreparedStatement,
     pub claim_offsets: PreparedStatement,
     pub checkpoint_marks: PreparedStatement,
     pub checkpoint_state: PreparedStatement,
@@ -62,6 +63,13 @@ impl Reads {
             .await?,
             index_offsets_after: p(format!(
                 "SELECT log_offset FROM {ks}.event_index WHERE session_id = ? AND seq > ?"
+            ))
+            .await?,
+            // A range of a session's index by seq, its size bounded by the bound LIMIT: what a
+            // range read costs follows the range asked for, not the session's length.
+            index_range: p(format!(
+                "SELECT seq, log_partition, log_offset, kind, event_id, epoch, occurred_at_us
+                 FROM {ks}.event_index WHERE session_id = ? AND seq >= ? AND seq <= ? LIMIT ?"
             ))
             .await?,
             claim_offsets: p(format!(

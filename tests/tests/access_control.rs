@@ -115,6 +115,13 @@ fn routes(s: SessionId) -> Vec<Route> {
         ),
         r(
             Recovery,
+            Method::GET,
+            format!("/v1/sessions/{s}/events"),
+            Role::Reader,
+            true,
+        ),
+        r(
+            Recovery,
             Method::POST,
             format!("/v1/sessions/{s}/resolutions"),
             Role::Operator,
@@ -445,6 +452,7 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             json!({ "at_seq": 1, "agent": "a" }),
         ),
         (recovery_base, Method::GET, "lineage", Value::Null),
+        (recovery_base, Method::GET, "events", Value::Null),
         (
             recovery_base,
             Method::POST,
