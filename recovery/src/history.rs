@@ -30,25 +30,7 @@ pub const MAX_LIMIT: u64 = 1000;
 const MAX_ANCESTORS: usize = 1000;
 
 /// Every kind of event, as [`SessionEvent::kind`] names it: what a kinds filter may ask for.
-pub const KINDS: [&str; 17] = [
-    "SessionStarted",
-    "UserRequest",
-    "ModelResponse",
-    "ToolCallRequested",
-    "ToolCallResult",
-    "SteeringMessage",
-    "PlanUpdated",
-    "ApprovalRequested",
-    "ApprovalDecided",
-    "Checkpoint",
-    "WriterClaimed",
-    "SessionForked",
-    "ResolutionRequired",
-    "SessionPaused",
-    "SessionResumed",
-    "SessionEnded",
-    "SessionErased",
-];
+pub const KINDS: [&str; 18] = SessionEvent::KINDS;
 
 /// Which part of a session's history to read, as a caller asks for it: nothing is trusted
 /// until [`EventRange::validate`] (which [`Recovery::events`] runs) accepts it.
@@ -689,6 +671,12 @@ mod tests {
                 requested_by: String::new(),
                 reason: String::new(),
             },
+            SessionEvent::ContextSummarized {
+                first_seq: 1,
+                last_seq: 1,
+                summarized_by: String::new(),
+                summary: text(),
+            },
         ];
         assert_eq!(events.len(), KINDS.len());
         for (i, event) in events.iter().enumerate() {
@@ -718,6 +706,7 @@ mod tests {
             SessionEvent::SessionResumed { .. } => 14,
             SessionEvent::SessionEnded { .. } => 15,
             SessionEvent::SessionErased { .. } => 16,
+            SessionEvent::ContextSummarized { .. } => 17,
         }
     }
 }

@@ -488,6 +488,28 @@ pub enum SessionEvent {
 }
 
 impl SessionEvent {
+    /// Every kind's stable name, in the schema's order (what [`Self::kind`] answers).
+    pub const KINDS: [&'static str; 18] = [
+    "SessionStarted",
+    "UserRequest",
+    "ModelResponse",
+    "ToolCallRequested",
+    "ToolCallResult",
+    "SteeringMessage",
+    "PlanUpdated",
+    "ApprovalRequested",
+    "ApprovalDecided",
+    "Checkpoint",
+    "WriterClaimed",
+    "SessionForked",
+    "ResolutionRequired",
+    "SessionPaused",
+    "SessionResumed",
+    "SessionEnded",
+    "SessionErased",
+        "ContextSummarized",
+    ];
+
     /// The event kind's stable name, as in the Avro schema.
     pub fn kind(&self) -> &'static str {
         match self {
