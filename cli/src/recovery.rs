@@ -375,6 +375,12 @@ fn short_text(event: &HistoryEvent) -> String {
             format!("{outcome:?} {}", maybe(reason))
         }
         SessionEvent::SessionErased { requested_by, .. } => format!("by {requested_by}"),
+        SessionEvent::ContextSummarized {
+            first_seq,
+            last_seq,
+            summary,
+            ..
+        } => format!("seqs {first_seq}..={last_seq}: {}", text(summary)),
     };
     one_line(&line, 60)
 }

@@ -282,7 +282,9 @@ impl Applier {
                 }
                 folded.lists.extend(CqlRow::child(&event, offset));
                 let checkpoint = matches!(event.event, SessionEvent::Checkpoint { .. });
-                let after = checkpoint.then_some(&entry.row.state);
+                // The window goes with the checkpoint only if it stands exactly there.
+                let window = (entry.context.applied_offset == offset).then_some(&entry.context);
+                let after = checkpoint.then_some((&entry.row.state, window));
                 rows.extend(CqlRow::accepted(&event, partition, offset, after));
             }
             Verdict::Duplicate => folded.stats.duplicates += 1,

@@ -41,6 +41,10 @@ pub struct ResumeContext {
     pub estimated_tokens: usize,
     /// The budget asked for.
     pub budget_tokens: usize,
+    /// For a fork: its parent's view at the fork point, marked as inherited, within what this
+    /// view left of the budget. The session's own turns above follow it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inherited: Option<Box<crate::view::InheritedContext>>,
 }
 
 /// Cuts `window` (plus the plan and unresolved calls of `state`) to `budget_tokens` (`None`:
@@ -122,5 +126,6 @@ pub fn within_budget(
         dropped_for_budget,
         estimated_tokens: used,
         budget_tokens,
+        inherited: None,
     }
 }

@@ -27,6 +27,7 @@ mod rebuild;
 pub mod resolver;
 mod resume;
 pub mod reveal;
+mod view;
 
 pub use erase::ErasureStatus;
 pub use error::{Error, Result};
@@ -37,3 +38,4 @@ pub use operator::{Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};
+pub use view::{INHERITED_DEPTH, InheritedContext, WindowAt};

@@ -203,7 +203,9 @@ impl Recovery {
         let checkpoint =
             index::latest_verified_checkpoint(&self.store, session, at_most_seq).await?;
         let (start, mut state, from, after_seq) = match checkpoint {
-            Some(VerifiedCheckpoint { seq, offset, state }) => (
+            Some(VerifiedCheckpoint {
+                seq, offset, state, ..
+            }) => (
                 StartPoint::Checkpoint { seq, offset },
                 state,
                 offset + 1,

@@ -105,16 +105,17 @@ impl Recovery {
             })
             .await?;
         // The read above covers every event after its start point; a stored window that ends
-        // before a checkpoint start misses the events in between: fold the whole session.
-        if matches!(rebuilt.start, StartPoint::Checkpoint { offset, .. } if stored.applied_offset < offset)
+        // before a checkpoint start misses the events in between: start from the window the
+        // projector stored with that checkpoint instead (from the first event only if it
+        // stored none).
+        if let StartPoint::Checkpoint { offset, .. } = rebuilt.start
+            && stored.applied_offset < offset
         {
-            window = ContextWindow::default();
-            self.rebuild_with(session, Some(0), |e, _| {
-                if e.accepted {
-                    window.fold(&e.envelope, &self.settings().context);
-                }
-            })
-            .await?;
+            let last = rebuilt.last_offset.unwrap_or(offset).max(offset);
+            window = self
+                .window_at(session, rebuilt.state.last_seq, last)
+                .await?
+                .window;
         }
         Ok(ResumePoint { rebuilt, window })
     }
@@ -199,7 +200,15 @@ impl Recovery {
         }
         // The new harness gets the session's texts opened (it is the session's writer now).
         let opener = self.opener(session, false).await?;
-        let context = within_budget(&window, writer.state(), context_budget_tokens, &opener);
+        let mut context = within_budget(&window, writer.state(), context_budget_tokens, &opener);
+        if let Some(fork_point) = &writer.state().parent {
+            // The child's own view first; what it leaves of the budget goes to the parent's.
+            let left = context
+                .budget_tokens
+                .saturating_sub(context.estimated_tokens);
+            let inherited = self.inherited_context(fork_point, left, 0).await?;
+            context.inherited = Some(Box::new(inherited));
+        }
         // The outcomes recovery recorded, as the harness will read them: opened.
         for appended in &mut resolved {
             appended.envelope = opener.open_event(&appended.envelope).0;

@@ -280,8 +280,8 @@ impl ContextWindow {
     /// Folds one accepted event, as [`Self::apply`]; the event that starts the session starts
     /// the window over, built with its agent's policy from `policies`.
     pub fn fold(&mut self, event: &EventEnvelope, policies: &ContextPolicies) -> TurnChange {
-        if let SessionEvent::SessionStarted { agent, .. } | SessionEvent::SessionForked { agent, .. } =
-            &event.event
+        if let SessionEvent::SessionStarted { agent, .. }
+        | SessionEvent::SessionForked { agent, .. } = &event.event
         {
             let applied_offset = self.applied_offset;
             *self = Self::new(policies.for_agent(agent).clone());
@@ -473,7 +473,9 @@ impl ContextWindow {
     /// Adds a reference in first-seq order; beyond [`OLDER_RANGES`] the two oldest merge into
     /// one that spans both, so no seq a reference covered is ever left uncovered.
     fn push_older(&mut self, range: OlderRange) {
-        let at = self.older.partition_point(|r| r.first_seq <= range.first_seq);
+        let at = self
+            .older
+            .partition_point(|r| r.first_seq <= range.first_seq);
         self.older.insert(at, range);
         while self.older.len() > OLDER_RANGES {
             let first = self.older.remove(0);
@@ -620,7 +622,7 @@ mod tests {
                 first_seq,
                 last_seq,
                 summarized_by: "summariser".into(),
-                summary: Content::plain(&format!("what happened in {first_seq}..={last_seq}")),
+                summary: Content::plain(format!("what happened in {first_seq}..={last_seq}")),
             },
         )
     }
@@ -721,7 +723,10 @@ mod tests {
             },
         );
         let e = p.validate().expect_err("unknown role");
-        assert!(e.contains("context.agents.bad") && e.contains("thought"), "{e}");
+        assert!(
+            e.contains("context.agents.bad") && e.contains("thought"),
+            "{e}"
+        );
     }
 
     proptest::proptest! {

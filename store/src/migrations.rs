@@ -264,9 +264,16 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 8,
-        description: "the context view's summaries and the policy it is built with",
+        description: "the context view's summaries and policy, and the view at each checkpoint",
         statements: &[],
+        // The view at a checkpoint lets recovery build a view (a resumed session's, a fork's
+        // parent's at the fork point) from the checkpoint on, not from the session's start.
         columns: &[
+            AddedColumn {
+                table: "checkpoints",
+                column: "context_json",
+                cql_type: "text",
+            },
             AddedColumn {
                 table: "context_view",
                 column: "summaries",

@@ -34,6 +34,9 @@ pub struct VerifiedCheckpoint {
     pub offset: i64,
     /// The session's state including the checkpoint.
     pub state: SessionState,
+    /// The session's context window including the checkpoint, if the projector stored one
+    /// (from migration 8 on).
+    pub context: Option<ContextWindow>,
 }
 
 /// A session waiting for someone, as `sessions_awaiting` lists it, with its status and last
@@ -561,22 +564,24 @@ impl ProjectionStore {
         let Some((seq, offset)) = latest else {
             return Ok(None);
         };
-        let state_json: Vec<(Option<String>,)> = self
+        let stored: Vec<(Option<String>, Option<String>)> = self
             .select(&self.reads.checkpoint_state, (session.0, seq), action)
             .await?;
-        let state = state_json
-            .into_iter()
-            .next()
-            .and_then(|(json,)| json)
-            .and_then(|json| serde_json::from_str::<SessionState>(&json).ok());
+        let Some((state_json, context_json)) = stored.into_iter().next() else {
+            return Ok(None);
+        };
+        let state = state_json.and_then(|json| serde_json::from_str::<SessionState>(&json).ok());
         let Some(mut state) = state else {
             return Ok(None);
         };
+        // A window that does not parse is only a lost shortcut: recovery folds it again.
+        let context = context_json.and_then(|json| serde_json::from_str(&json).ok());
         state.remember_recent(self.accepted_through(&state, offset).await?);
         Ok(Some(VerifiedCheckpoint {
             seq: seq as u64,
             offset,
             state,
+            context,
         }))
     }
 

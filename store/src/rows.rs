@@ -278,7 +278,7 @@ impl CqlRow {
         event: &EventEnvelope,
         partition: i32,
         offset: i64,
-        after: Option<&SessionState>,
+        after: Option<(&SessionState, Option<&ContextWindow>)>,
     ) -> Vec<Self> {
         let session = event.session_id.0;
         if let SessionEvent::WriterClaimed { writer } = &event.event {
@@ -313,13 +313,13 @@ impl CqlRow {
             // than any offset, so it also takes rows an older release wrote with server time.
             rows.push(Self::new(Table::ErasedCheckpoints, (session,)));
         }
-        let checkpoint = after.and_then(|s| {
+        let checkpoint = after.and_then(|(s, window)| {
             s.last_checkpoint
                 .as_ref()
                 .filter(|m| m.seq == event.seq)
-                .map(|m| (m, s))
+                .map(|m| (m, s, window))
         });
-        if let Some((mark, after)) = checkpoint {
+        if let Some((mark, after, window)) = checkpoint {
             let values = (
                 session,
                 to_i64(event.seq),
@@ -329,6 +329,7 @@ impl CqlRow {
                 mark.computed_digest.clone(),
                 mark.verified(),
                 after.canonical_json(),
+                window.map(to_json),
                 offset,
             );
             rows.push(Self::new(Table::Checkpoints, values));

@@ -81,7 +81,8 @@ impl Reads {
             ))
             .await?,
             checkpoint_state: p(format!(
-                "SELECT state_json FROM {ks}.checkpoints WHERE session_id = ? AND seq = ?"
+                "SELECT state_json, context_json FROM {ks}.checkpoints WHERE session_id = ?
+                 AND seq = ?"
             ))
             .await?,
             load_context: p(format!(
@@ -141,8 +142,8 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::Checkpoints => format!(
             "INSERT INTO {ks}.checkpoints (session_id, seq, log_partition, log_offset,
-                 declared_digest, computed_digest, verified, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                 USING TIMESTAMP ?"
+                 declared_digest, computed_digest, verified, state_json, context_json)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::RejectedEvents => format!(
             "INSERT INTO {ks}.rejected_events (session_id, log_partition, log_offset, seq, epoch,

@@ -37,7 +37,9 @@ pub async fn opened_texts(
         .filter_map(|turn| {
             let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
             let readable = opened.as_ref().and_then(|t| t.readable());
-            turn.clone().with_opened(readable, window.policy.turn_text_chars).text
+            turn.clone()
+                .with_opened(readable, window.policy.turn_text_chars)
+                .text
         })
         .collect())
 }
@@ -98,7 +100,8 @@ impl TestStack {
     /// Environment variables that point a `sessionlog` process at this test's corner.
     pub fn env(&self) -> Vec<(String, String)> {
         let s = &self.settings;
-        vec![
+        let mut env = context_env(&s.context);
+        env.extend([
             (
                 "SESSIONLOG_KAFKA__BOOTSTRAP".into(),
                 s.kafka.bootstrap.clone(),
@@ -127,7 +130,8 @@ impl TestStack {
                 "SESSIONLOG_PRIVACY__KEK_FILE".into(),
                 s.privacy.kek_file.clone().unwrap_or_default(),
             ),
-        ]
+        ]);
+        env
     }
 
     /// Starts `sessionlog project` as a separate process in this test's consumer group.
@@ -293,4 +297,29 @@ impl ServedProcess {
         .await?;
         Ok(Self { base, process })
     }
+}
+
+/// `[context]` as settings variables (`SESSIONLOG_CONTEXT__AGENTS__NAME__RECENT_TURNS=4`),
+/// every policy field spelled out; agent names are lowercase (figment lowercases keys).
+fn context_env(policies: &sessionlog_session::context::ContextPolicies) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    if *policies == Default::default() {
+        return env;
+    }
+    let named = std::iter::once(("DEFAULT".to_string(), &policies.default)).chain(
+        policies
+            .agents
+            .iter()
+            .map(|(agent, p)| (format!("AGENTS__{}", agent.to_uppercase()), p)),
+    );
+    for (prefix, policy) in named {
+        let fields = serde_json::to_value(policy).unwrap_or_default();
+        for (field, value) in fields.as_object().into_iter().flatten() {
+            env.push((
+                format!("SESSIONLOG_CONTEXT__{prefix}__{}", field.to_uppercase()),
+                value.to_string(),
+            ));
+        }
+    }
+    env
 }

@@ -1,0 +1,151 @@
+//! A session's context window at a point of its history, and what a fork inherits from its
+//! parent: the parent's view at the fork point.
+//!
+//! The projector stores the window with every checkpoint it verifies, so a view at any point
+//! costs the events between the latest verified checkpoint at or before it and the point, not
+//! the session's whole history.
+
+use crate::context::{ResumeContext, within_budget};
+use crate::{Recovery, Result, StartPoint};
+use serde::Serialize;
+use sessionlog_schemas::{ForkPoint, Seq, SessionId};
+use sessionlog_session::SessionState;
+use sessionlog_session::context::ContextWindow;
+
+/// Ancestors whose views a fork's context carries, nearest first; beyond it a fork's context
+/// names the next ancestor without its view (its history still reads by range).
+pub const INHERITED_DEPTH: usize = 4;
+
+/// A parent's view at the point a session was forked from it, as the child's harness gets it.
+#[derive(Clone, Debug, Serialize)]
+pub struct InheritedContext {
+    /// The parent.
+    pub parent: SessionId,
+    /// The parent's seq the child was forked at: the view stands just after it.
+    pub through_seq: Seq,
+    /// The parent's view there, cut to the budget the child's own view left. Its references
+    /// are into the parent's range (`GET /v1/sessions/{parent}/events`). `None` past
+    /// [`INHERITED_DEPTH`].
+    pub context: Option<Box<ResumeContext>>,
+}
+
+/// A session's window at a point, with its state there.
+pub struct WindowAt {
+    /// The window just after the point.
+    pub window: ContextWindow,
+    /// The session's state just after the point.
+    pub state: SessionState,
+}
+
+impl Recovery {
+    /// `session`'s context window and state just after its event at `seq` (at `offset` in its
+    /// partition): the window stored with the latest verified checkpoint at or before `seq`,
+    /// and the accepted events after it up to `offset` folded in; with no such checkpoint (or
+    /// one stored before windows were), from the session's first event.
+    pub async fn window_at(&self, session: SessionId, seq: Seq, offset: i64) -> Result<WindowAt> {
+        let stored = self
+            .store()
+            .latest_verified_checkpoint(session, Some(seq))
+            .await?
+            .and_then(|c| c.context.map(|window| (c.seq, window)));
+        let (from_seq, window) = match stored {
+            Some((cp_seq, window)) => (Some(cp_seq), window),
+            None => (None, ContextWindow::default()),
+        };
+        let mut window = window;
+        let mut state = None;
+        let start_offset = window.applied_offset;
+        let policies = &self.settings().context;
+        let rebuilt = self
+            .rebuild_with(session, Some(from_seq.unwrap_or(0)), |e, s| {
+                if e.offset > start_offset && e.offset <= offset {
+                    if e.accepted {
+                        window.fold(&e.envelope, policies);
+                    }
+                    window.applied_offset = e.offset;
+                }
+                if e.offset == offset {
+                    state = Some(s.clone());
+                }
+            })
+            .await?;
+        // The rebuild starts at the latest verified checkpoint up to `from_seq`; one verified
+        // since the read above would skip events this window needs: fold from the start.
+        let started_at_ours = match (rebuilt.start, from_seq) {
+            (StartPoint::Checkpoint { seq, .. }, Some(ours)) => seq == ours,
+            (StartPoint::Checkpoint { .. }, None) => false,
+            _ => from_seq.is_none(),
+        };
+        if !started_at_ours {
+            return Box::pin(self.window_from_start(session, offset)).await;
+        }
+        let state = match state {
+            Some(state) => state,
+            // Nothing after the checkpoint up to the point: the point is the checkpoint.
+            None => self
+                .store()
+                .latest_verified_checkpoint(session, Some(seq))
+                .await?
+                .map(|c| c.state)
+                .unwrap_or_else(|| SessionState::empty(session)),
+        };
+        Ok(WindowAt { window, state })
+    }
+
+    /// [`Self::window_at`] folded from the session's first event.
+    async fn window_from_start(&self, session: SessionId, offset: i64) -> Result<WindowAt> {
+        let mut window = ContextWindow::default();
+        let mut state = SessionState::empty(session);
+        let policies = &self.settings().context;
+        self.rebuild_with(session, Some(0), |e, s| {
+            if e.offset <= offset {
+                if e.accepted {
+                    window.fold(&e.envelope, policies);
+                }
+                window.applied_offset = e.offset;
+            }
+            if e.offset == offset {
+                state = s.clone();
+            }
+        })
+        .await?;
+        Ok(WindowAt { window, state })
+    }
+
+    /// What a session forked at `fork_point` inherits: the parent's view there (and, within
+    /// [`INHERITED_DEPTH`], the parent's own inheritance), cut to `budget_tokens`.
+    pub async fn inherited_context(
+        &self,
+        fork_point: &ForkPoint,
+        budget_tokens: usize,
+        depth: usize,
+    ) -> Result<InheritedContext> {
+        let parent = fork_point.parent_session_id;
+        let mut inherited = InheritedContext {
+            parent,
+            through_seq: fork_point.parent_seq,
+            context: None,
+        };
+        if depth >= INHERITED_DEPTH {
+            return Ok(inherited);
+        }
+        let at = self
+            .window_at(parent, fork_point.parent_seq, fork_point.parent_offset)
+            .await?;
+        // An erasure after the fork point erases what the child inherits too.
+        let erased = self
+            .store()
+            .load_session(parent)
+            .await?
+            .is_some_and(|row| row.state.erased);
+        let opener = self.opener(parent, erased).await?;
+        let mut context = within_budget(&at.window, &at.state, Some(budget_tokens), &opener);
+        if let Some(grandparent) = &at.state.parent {
+            let left = budget_tokens.saturating_sub(context.estimated_tokens);
+            let further = Box::pin(self.inherited_context(grandparent, left, depth + 1)).await?;
+            context.inherited = Some(Box::new(further));
+        }
+        inherited.context = Some(Box::new(context));
+        Ok(inherited)
+    }
+}
