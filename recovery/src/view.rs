@@ -35,6 +35,8 @@ pub struct WindowAt {
     pub window: ContextWindow,
     /// The session's state just after the point.
     pub state: SessionState,
+    /// Log records read to build it (what the rebuild read; see [`crate::RebuiltSession`]).
+    pub records_read: u64,
 }
 
 impl Recovery {
@@ -89,7 +91,11 @@ impl Recovery {
                 .map(|c| c.state)
                 .unwrap_or_else(|| SessionState::empty(session)),
         };
-        Ok(WindowAt { window, state })
+        Ok(WindowAt {
+            window,
+            state,
+            records_read: rebuilt.records_read,
+        })
     }
 
     /// [`Self::window_at`] folded from the session's first event.
@@ -97,19 +103,24 @@ impl Recovery {
         let mut window = ContextWindow::default();
         let mut state = SessionState::empty(session);
         let policies = &self.settings().context;
-        self.rebuild_with(session, Some(0), |e, s| {
-            if e.offset <= offset {
-                if e.accepted {
-                    window.fold(&e.envelope, policies);
+        let rebuilt = self
+            .rebuild_with(session, Some(0), |e, s| {
+                if e.offset <= offset {
+                    if e.accepted {
+                        window.fold(&e.envelope, policies);
+                    }
+                    window.applied_offset = e.offset;
                 }
-                window.applied_offset = e.offset;
-            }
-            if e.offset == offset {
-                state = s.clone();
-            }
+                if e.offset == offset {
+                    state = s.clone();
+                }
+            })
+            .await?;
+        Ok(WindowAt {
+            window,
+            state,
+            records_read: rebuilt.records_read,
         })
-        .await?;
-        Ok(WindowAt { window, state })
     }
 
     /// What a session forked at `fork_point` inherits: the parent's view there (and, within

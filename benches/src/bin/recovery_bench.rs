@@ -10,6 +10,12 @@
 //! checkpoints); the ratio rebuild ÷ full replay should fall as the session grows while the
 //! rebuild time stays flat.
 //!
+//! It also builds the session's context view as a resume does (`prepare_resume`: the view the
+//! projector stored, plus the log after it) and as a resume does when that view is behind the
+//! last checkpoint (`window_at`: the view stored with the checkpoint, plus the events after
+//! it), and prints the log records each read: bounded by the events since the last verified
+//! checkpoint plus what the projector has not applied, whatever the session's length.
+//!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
 //! cargo run --release -p sessionlog-benches --bin recovery_bench -- --max-events 100000
@@ -60,6 +66,13 @@ struct Row {
     replay_rss: Option<u64>,
     /// How long erasing the session took (once: a session is erased once).
     erase: Duration,
+    /// Building the context view as a resume does: median time, log records read, turns.
+    view: Duration,
+    view_records: u64,
+    view_turns: usize,
+    /// Building it from the last checkpoint's stored view: median time, log records read.
+    view_from_checkpoint: Duration,
+    view_from_checkpoint_records: u64,
 }
 
 #[tokio::main]
@@ -116,6 +129,12 @@ async fn main() -> Result<()> {
                 mib(r.rebuild_rss),
                 mib(r.replay_rss),
                 ms(r.erase),
+                format!("{} / {} / {}", ms(r.view), r.view_records, r.view_turns),
+                format!(
+                    "{} / {}",
+                    ms(r.view_from_checkpoint),
+                    r.view_from_checkpoint_records
+                ),
             ]
         })
         .collect();
@@ -133,6 +152,8 @@ async fn main() -> Result<()> {
             "rebuild peak RSS MiB",
             "replay peak RSS MiB",
             "erase ms",
+            "view ms / records / turns",
+            "view from checkpoint ms / records",
         ],
         &table,
     );
@@ -241,6 +262,33 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     if checkpoint_rebuild.state.digest() != full_replay.state.digest() {
         bail!("the checkpoint rebuild and the full replay disagree on the state");
     }
+    // The context view, as a resume builds it (nothing is appended).
+    let mut views = Vec::with_capacity(args.reps);
+    let mut view_point = None;
+    for _ in 0..args.reps.max(1) {
+        let started = Instant::now();
+        let point = recovery.prepare_resume(session).await?;
+        views.push(started.elapsed());
+        view_point = Some(point);
+    }
+    let view_point = view_point.context("no view was built")?;
+    let last_offset = view_point
+        .rebuilt
+        .last_offset
+        .or(checkpoint_rebuild.last_offset)
+        .context("no offset for the session's last event")?;
+    let mut from_checkpoint = Vec::with_capacity(args.reps);
+    let mut at = None;
+    for _ in 0..args.reps.max(1) {
+        let started = Instant::now();
+        let window = recovery.window_at(session, length, last_offset).await?;
+        from_checkpoint.push(started.elapsed());
+        at = Some(window);
+    }
+    let at = at.context("no view was built")?;
+    if at.window.recent != view_point.window.recent {
+        bail!("the view from the checkpoint differs from the projector's");
+    }
     // Erasure rewrites nothing: a rebuild from the checkpoint, a claim, one event, the key.
     let started = Instant::now();
     recovery.erase(session, "bench", "benchmark").await?;
@@ -260,6 +308,11 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
         rebuild_rss,
         replay_rss,
         erase,
+        view: median(views),
+        view_records: view_point.rebuilt.records_read,
+        view_turns: view_point.window.recent.len(),
+        view_from_checkpoint: median(from_checkpoint),
+        view_from_checkpoint_records: at.records_read,
     };
     eprintln!(
         "{length}: rebuild {:.1} ms, full replay {:.1} ms",
