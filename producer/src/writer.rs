@@ -670,6 +670,25 @@ impl SessionWriter {
         .await
     }
 
+    /// Appends a summary of seqs `first_seq..=last_seq` of this session, written by
+    /// `summarized_by` (a model or author): the context view shows it in place of the turns it
+    /// covers, which stay readable by range. The fold refuses a range beyond the last seq.
+    pub async fn summarize(
+        &mut self,
+        first_seq: Seq,
+        last_seq: Seq,
+        summarized_by: &str,
+        summary: &str,
+    ) -> Result<Appended> {
+        self.append(SessionEvent::ContextSummarized {
+            first_seq,
+            last_seq,
+            summarized_by: summarized_by.into(),
+            summary: Content::plain(summary),
+        })
+        .await
+    }
+
     fn envelope(
         &self,
         seq: Seq,

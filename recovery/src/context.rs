@@ -96,6 +96,7 @@ pub fn within_budget(
                 first_seq: summary.first_seq,
                 last_seq: summary.last_seq,
                 turns: summary.covered.clone(),
+                summary_seq: Some(summary.turn.seq),
             });
         }
     }

@@ -158,6 +158,10 @@ pub struct OlderRange {
     pub last_seq: Seq,
     /// Turns in the range, by role.
     pub turns: BTreeMap<String, u64>,
+    /// When the range is an evicted summary's: that summary's own seq (the event reads back
+    /// too). Such a range takes in no evicted turns, so it keeps standing for its summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_seq: Option<Seq>,
 }
 
 impl OlderRange {
@@ -168,6 +172,8 @@ impl OlderRange {
     fn absorb(&mut self, other: &OlderRange) {
         self.first_seq = self.first_seq.min(other.first_seq);
         self.last_seq = self.last_seq.max(other.last_seq);
+        // A merged range stands for turns, no longer for one summary.
+        self.summary_seq = None;
         for (role, n) in &other.turns {
             *self.turns.entry(role.clone()).or_default() += n;
         }
@@ -415,11 +421,19 @@ impl ContextWindow {
                     first_seq: old.seq,
                     last_seq: old.seq,
                     turns: BTreeMap::from([(old.role.clone(), 1)]),
+                    summary_seq: None,
                 };
+                // Into the newest range if it holds evicted turns, has room and no summary's
+                // range starts in between (a reference then reads as "these seqs, minus what
+                // the summaries cover"); else a new one.
+                let joins = self.older.last().is_some_and(|last| {
+                    last.summary_seq.is_none()
+                        && last.total() < TURNS_PER_RANGE
+                        && last.last_seq < old.seq
+                        && !self.summary_starts_between(last.last_seq, old.seq)
+                });
                 match self.older.last_mut() {
-                    Some(last) if last.total() < TURNS_PER_RANGE && last.last_seq < old.seq => {
-                        last.absorb(&single)
-                    }
+                    Some(last) if joins => last.absorb(&single),
                     _ => self.push_older(single),
                 }
             }
@@ -466,8 +480,20 @@ impl ContextWindow {
                 first_seq: old.first_seq,
                 last_seq: old.last_seq,
                 turns: old.covered,
+                summary_seq: Some(old.turn.seq),
             });
         }
+    }
+
+    /// Whether a summary's range (kept, or evicted to a reference) starts between `a` and `b`.
+    fn summary_starts_between(&self, a: Seq, b: Seq) -> bool {
+        let kept = self.summaries.iter().map(|s| s.first_seq);
+        let evicted = self
+            .older
+            .iter()
+            .filter(|r| r.summary_seq.is_some())
+            .map(|r| r.first_seq);
+        kept.chain(evicted).any(|f| a < f && f < b)
     }
 
     /// Adds a reference in first-seq order; beyond [`OLDER_RANGES`] the two oldest merge into
@@ -726,6 +752,71 @@ mod tests {
         assert!(
             e.contains("context.agents.bad") && e.contains("thought"),
             "{e}"
+        );
+    }
+
+    /// The example in the README's "The context view", exactly.
+    #[test]
+    fn the_readme_example() {
+        let mut w = ContextWindow::new(ContextPolicy {
+            recent_turns: 8,
+            summaries: 2,
+            ..ContextPolicy::default()
+        });
+        let mut seq = 1;
+        for round in 0..5 {
+            for i in 0..8 {
+                seq += 1;
+                let content = Content::plain("t");
+                w.apply(&event(
+                    seq,
+                    if i % 2 == 0 {
+                        SessionEvent::UserRequest { content }
+                    } else {
+                        SessionEvent::SteeringMessage {
+                            author: "a".into(),
+                            content,
+                        }
+                    },
+                ));
+            }
+            if round < 4 {
+                let (first, last) = (w.recent[0].seq, w.recent[5].seq);
+                seq += 1;
+                w.apply(&summary(seq, first, last));
+            }
+        }
+        let kept: Vec<(Seq, Seq, Seq)> = w
+            .summaries
+            .iter()
+            .map(|s| (s.turn.seq, s.first_seq, s.last_seq))
+            .collect();
+        assert_eq!(kept, [(28, 20, 25), (37, 29, 34)]);
+        let recent: Vec<Seq> = w.recent.iter().map(|t| t.seq).collect();
+        assert_eq!(recent, (38..=45).collect::<Vec<_>>());
+        let older: Vec<(Seq, Seq, Option<Seq>)> = w
+            .older
+            .iter()
+            .map(|r| (r.first_seq, r.last_seq, r.summary_seq))
+            .collect();
+        assert_eq!(
+            older,
+            [
+                (2, 7, Some(10)),
+                (8, 9, None),
+                (11, 16, Some(19)),
+                (17, 18, None),
+                (26, 27, None),
+                (35, 36, None)
+            ]
+        );
+        assert_eq!(
+            (
+                w.left_out.summarized_turns,
+                w.left_out.evicted_turns,
+                w.left_out.evicted_summaries
+            ),
+            (24, 8, 2)
         );
     }
 

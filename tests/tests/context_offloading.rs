@@ -52,12 +52,12 @@ async fn turns(writer: &mut SessionWriter, tag: &str, n: u64) -> Result<Vec<Seq>
 
 async fn summarize(writer: &mut SessionWriter, first_seq: Seq, last_seq: Seq) -> Result<()> {
     writer
-        .append(SessionEvent::ContextSummarized {
+        .summarize(
             first_seq,
             last_seq,
-            summarized_by: "summariser".into(),
-            summary: Content::plain(format!("summary of {first_seq}..={last_seq}")),
-        })
+            "summariser",
+            &format!("summary of {first_seq}..={last_seq}"),
+        )
         .await?;
     Ok(())
 }
