@@ -132,6 +132,32 @@ impl Rewritten for SessionRow {
     }
 }
 
+impl ContextRow {
+    /// The row of `window`, with the plan and unresolved calls of `state`, every column set.
+    fn of(window: &ContextWindow, state: &SessionState) -> Self {
+        use MaybeUnset::Set;
+        ContextRow {
+            session_id: state.session_id.0,
+            applied_offset: Set(window.applied_offset),
+            last_seq: Set(to_i64(state.last_seq)),
+            // A sealed plan stays in the session's stored state, for a reader with the key.
+            plan: Set(state
+                .plan
+                .as_ref()
+                .and_then(Content::as_plain)
+                .map(String::from)),
+            recent_turns: Set(None),
+            first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
+            unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
+            older_ranges: Set(to_json(&window.older)),
+            left_out: Set(to_json(&window.left_out)),
+            summaries: Set(to_json(&window.summaries)),
+            policy: Set(to_json(&window.policy)),
+            write_timestamp: window.applied_offset,
+        }
+    }
+}
+
 impl Rewritten for ContextRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
         // Not `older_ranges`: a summary can take a range out again, back to an earlier value.
@@ -411,28 +437,10 @@ impl CqlRow {
         state: &SessionState,
         written: &mut LastWritten,
     ) -> Self {
-        use MaybeUnset::Set;
-        let row = ContextRow {
-            session_id: state.session_id.0,
-            applied_offset: Set(window.applied_offset),
-            last_seq: Set(to_i64(state.last_seq)),
-            // A sealed plan stays in the session's stored state, for a reader with the key.
-            plan: Set(state
-                .plan
-                .as_ref()
-                .and_then(Content::as_plain)
-                .map(String::from)),
-            recent_turns: Set(None),
-            first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
-            unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
-            older_ranges: Set(to_json(&window.older)),
-            left_out: Set(to_json(&window.left_out)),
-            summaries: Set(to_json(&window.summaries)),
-            policy: Set(to_json(&window.policy)),
-            write_timestamp: window.applied_offset,
-        };
+        let row = ContextRow::of(window, state);
         Self::new(Table::ContextView, changes(row, &mut written.context))
     }
+
 
     /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
     /// erased the session, a deletion of every turn (older ones included) and the window's
@@ -616,6 +624,22 @@ mod tests {
 
     fn is_set<T>(column: &MaybeUnset<T>) -> bool {
         matches!(column, MaybeUnset::Set(_))
+    }
+
+    /// A summary can empty the window, so the first turn can go back to an earlier value: a
+    /// stale write from an instance that lost the partition could then outlive an unset cell
+    /// (review of the context-offloading change).
+    #[test]
+    fn a_context_row_always_sends_what_a_summary_can_take_back() {
+        let state = SessionState::empty(SessionId(Uuid::now_v7()));
+        let mut window = ContextWindow::default();
+        let mut written = None;
+        let _ = changes(ContextRow::of(&window, &state), &mut written);
+        window.applied_offset = 7;
+        let again = changes(ContextRow::of(&window, &state), &mut written);
+        assert!(is_set(&again.first_turn_seq), "first_turn_seq left unset");
+        assert!(is_set(&again.older_ranges), "older_ranges left unset");
+        assert!(!is_set(&again.policy), "the policy is set once");
     }
 
     #[test]
