@@ -160,10 +160,10 @@ impl ContextRow {
 
 impl Rewritten for ContextRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
-        // Not `older_ranges`: a summary can take a range out again, back to an earlier value.
-        // Summaries only ever gain a newer one (or lose their texts, once); the policy is set
-        // when the session starts.
-        unset_unchanged!(self, written: recent_turns, first_turn_seq, left_out, summaries, policy);
+        // Not `older_ranges` or `first_turn_seq`: a summary can take a range or every recent
+        // turn out again, back to an earlier value. Summaries only ever gain a newer one (or
+        // lose their texts, once); the policy is set when the session starts.
+        unset_unchanged!(self, written: recent_turns, left_out, summaries, policy);
         self
     }
 }
