@@ -755,6 +755,50 @@ mod tests {
         );
     }
 
+    /// A summary over earlier summaries supersedes them: one wholly inside its range leaves
+    /// the view; one whose range reaches outside it stays as a reference to that range
+    /// (review: rolling summaries otherwise piled up and crowded out the recent turns).
+    #[test]
+    fn a_summary_of_summaries_supersedes_them() {
+        let mut w = ContextWindow::default();
+        for seq in 2..=9 {
+            w.apply(&event(
+                seq,
+                SessionEvent::UserRequest {
+                    content: Content::plain("t"),
+                },
+            ));
+        }
+        w.apply(&summary(10, 2, 7));
+        for seq in 11..=14 {
+            w.apply(&event(
+                seq,
+                SessionEvent::UserRequest {
+                    content: Content::plain("t"),
+                },
+            ));
+        }
+        w.apply(&summary(15, 8, 12));
+        w.apply(&summary(16, 2, 15));
+        let kept: Vec<(Seq, Seq, Seq)> = w
+            .summaries
+            .iter()
+            .map(|s| (s.turn.seq, s.first_seq, s.last_seq))
+            .collect();
+        assert_eq!(kept, [(16, 2, 15)]);
+        assert!(w.older.is_empty(), "{:?}", w.older);
+        w.apply(&summary(17, 14, 16));
+        let kept: Vec<Seq> = w.summaries.iter().map(|s| s.turn.seq).collect();
+        assert_eq!(kept, [17]);
+        let older: Vec<(Seq, Seq, Option<Seq>)> = w
+            .older
+            .iter()
+            .map(|r| (r.first_seq, r.last_seq, r.summary_seq))
+            .collect();
+        assert_eq!(older, [(2, 15, Some(16))]);
+        assert!((2..=14).all(|seq| w.reaches(seq)));
+    }
+
     /// The example in the README's "The context view", exactly.
     #[test]
     fn the_readme_example() {
