@@ -207,6 +207,9 @@ pub struct LeftOut {
     /// Summaries moved out of the view into older ranges (their ranges stay referenced).
     #[serde(default)]
     pub evicted_summaries: u64,
+    /// Summaries a later summary covers, whole: it stands for them and their range.
+    #[serde(default)]
+    pub superseded_summaries: u64,
     /// Turns whose text was cut.
     pub truncated_turns: u64,
     /// Whether the session's payloads were erased (texts removed, skeleton kept).
@@ -463,6 +466,29 @@ impl ContextWindow {
             }
             keep
         });
+        // Earlier summaries this one covers: one wholly inside its range is superseded; one
+        // whose range reaches outside stays a reference to its range.
+        let (inside_kept, outside): (Vec<Summary>, Vec<Summary>) =
+            std::mem::take(&mut self.summaries)
+                .into_iter()
+                .partition(|s| inside(s.turn.seq));
+        self.summaries = outside;
+        for old in inside_kept {
+            if inside(old.first_seq) && inside(old.last_seq) {
+                self.left_out.superseded_summaries += 1;
+                for (role, n) in old.covered {
+                    *covered.entry(role).or_default() += n;
+                }
+            } else {
+                self.left_out.evicted_summaries += 1;
+                self.push_older(OlderRange {
+                    first_seq: old.first_seq,
+                    last_seq: old.last_seq,
+                    turns: old.covered,
+                    summary_seq: Some(old.turn.seq),
+                });
+            }
+        }
         if summary.truncated {
             self.left_out.truncated_turns += 1;
         }
