@@ -255,3 +255,50 @@ async fn a_fork_inherits_its_parents_view_at_the_fork_point() -> Result<()> {
     }
     Ok(())
 }
+
+/// Review: with encryption off, a parent erased after the fork still showed its plain texts
+/// in what the child inherited.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parent_erased_after_the_fork_leaves_its_child_no_text() -> Result<()> {
+    let mut stack = stack("ctx_erased").await?;
+    stack.settings.privacy.encrypt = false;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let (mut parent, _) = SessionWriter::create(Arc::clone(&log), "narrow", None).await?;
+    let parent_id = parent.session_id();
+    let at = *turns(&mut parent, "p", 6)
+        .await?
+        .last()
+        .context("no turns")?;
+    parent
+        .append(SessionEvent::PlanUpdated {
+            plan: Content::plain("the parent's plan"),
+        })
+        .await?;
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let child = recovery
+        .fork(parent_id, ForkAt::Seq(at), "narrow")
+        .await?
+        .envelope
+        .session_id;
+    recovery.erase(parent_id, "dpo", "request").await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+
+    let bundle = recovery.resume(child, "child-harness", None).await?;
+    let inherited = bundle
+        .context
+        .inherited
+        .as_ref()
+        .and_then(|i| i.context.as_ref())
+        .context("the parent's view is missing")?;
+    ensure!(!inherited.turns.is_empty(), "no inherited turns");
+    ensure!(
+        inherited.turns.iter().all(|t| t.text.is_none()),
+        "an erased parent's texts reached its child: {:?}",
+        inherited.turns
+    );
+    ensure!(inherited.plan.as_deref() != Some("the parent's plan"));
+    Ok(())
+}
