@@ -63,7 +63,12 @@ pub fn within_budget(
     let open = |turn: &Turn| {
         let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
         let readable = opened.as_ref().and_then(|t| t.readable());
-        turn.clone().with_opened(readable, chars)
+        let mut turn = turn.clone().with_opened(readable, chars);
+        // An erased session shows no text, plain text written without encryption included.
+        if opener.is_erased() {
+            turn.text = None;
+        }
+        turn
     };
     let plan = state.plan.as_ref().map(|p| opener.text(p).shown());
     let mut unresolved_calls = ContextWindow::unresolved_calls(state);

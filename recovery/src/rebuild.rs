@@ -183,16 +183,29 @@ impl Recovery {
     /// Rebuilds `session` from a checkpoint no later than `at_most_seq` (or the latest), and
     /// calls `visit` with every event of the session read after the start point and the state
     /// just after the fold judged it.
+    pub async fn rebuild_with(
+        &self,
+        session: SessionId,
+        at_most_seq: Option<u64>,
+        visit: impl FnMut(&LoggedEvent, &SessionState),
+    ) -> Result<RebuiltSession> {
+        self.rebuild_through(session, at_most_seq, None, visit)
+            .await
+    }
+
+    /// [`Self::rebuild_with`] that reads no further than `through_offset` (inclusive) when
+    /// given: the session as it stood there, at the cost of the events up to it.
     #[tracing::instrument(name = "rebuild", skip(self, visit), fields(
         %session,
         partition = tracing::field::Empty,
         offset = tracing::field::Empty,
         end_offset = tracing::field::Empty,
     ))]
-    pub async fn rebuild_with(
+    pub async fn rebuild_through(
         &self,
         session: SessionId,
         at_most_seq: Option<u64>,
+        through_offset: Option<i64>,
         mut visit: impl FnMut(&LoggedEvent, &SessionState),
     ) -> Result<RebuiltSession> {
         let started = std::time::Instant::now();
@@ -228,6 +241,10 @@ impl Recovery {
             }
         };
         let (_, end_offset) = reader.watermarks(partition).await?;
+        let end_offset = match through_offset {
+            Some(through) => end_offset.min(through.saturating_add(1)),
+            None => end_offset,
+        };
         span.record("offset", from);
         span.record("end_offset", end_offset);
         let mut fold = StreamingFold {

@@ -206,7 +206,7 @@ impl Recovery {
             let left = context
                 .budget_tokens
                 .saturating_sub(context.estimated_tokens);
-            let inherited = self.inherited_context(fork_point, left, 0).await?;
+            let inherited = self.inherited_context(fork_point, left, 0).await;
             context.inherited = Some(Box::new(inherited));
         }
         // The outcomes recovery recorded, as the harness will read them: opened.

@@ -24,9 +24,13 @@ pub struct InheritedContext {
     /// The parent's seq the child was forked at: the view stands just after it.
     pub through_seq: Seq,
     /// The parent's view there, cut to the budget the child's own view left. Its references
-    /// are into the parent's range (`GET /v1/sessions/{parent}/events`). `None` past
-    /// [`INHERITED_DEPTH`].
+    /// are into the parent's range (`GET /v1/sessions/{parent}/events`). It has no unresolved
+    /// calls: they were the parent's to settle, not the child's. `None` past
+    /// [`INHERITED_DEPTH`], with no budget left, or when it could not be built.
     pub context: Option<Box<ResumeContext>>,
+    /// Why `context` is absent when it was not built for lack of depth or budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// A session's window at a point, with its state there.
@@ -59,7 +63,7 @@ impl Recovery {
         let start_offset = window.applied_offset;
         let policies = &self.settings().context;
         let rebuilt = self
-            .rebuild_with(session, Some(from_seq.unwrap_or(0)), |e, s| {
+            .rebuild_through(session, Some(from_seq.unwrap_or(0)), Some(offset), |e, s| {
                 if e.offset > start_offset && e.offset <= offset {
                     if e.accepted {
                         window.fold(&e.envelope, policies);
@@ -104,7 +108,7 @@ impl Recovery {
         let mut state = SessionState::empty(session);
         let policies = &self.settings().context;
         let rebuilt = self
-            .rebuild_with(session, Some(0), |e, s| {
+            .rebuild_through(session, Some(0), Some(offset), |e, s| {
                 if e.offset <= offset {
                     if e.accepted {
                         window.fold(&e.envelope, policies);
@@ -124,39 +128,65 @@ impl Recovery {
     }
 
     /// What a session forked at `fork_point` inherits: the parent's view there (and, within
-    /// [`INHERITED_DEPTH`], the parent's own inheritance), cut to `budget_tokens`.
+    /// [`INHERITED_DEPTH`], the parent's own inheritance), cut to `budget_tokens`. Best effort:
+    /// a parent that cannot be read (its records gone with retention, a store outage) leaves
+    /// `context` absent with the reason, since a resume has already claimed the child when
+    /// this runs.
     pub async fn inherited_context(
         &self,
         fork_point: &ForkPoint,
         budget_tokens: usize,
         depth: usize,
-    ) -> Result<InheritedContext> {
-        let parent = fork_point.parent_session_id;
+    ) -> InheritedContext {
         let mut inherited = InheritedContext {
-            parent,
+            parent: fork_point.parent_session_id,
             through_seq: fork_point.parent_seq,
             context: None,
+            unavailable: None,
         };
         if depth >= INHERITED_DEPTH {
-            return Ok(inherited);
+            inherited.unavailable = Some(format!("beyond {INHERITED_DEPTH} ancestors"));
+        } else if budget_tokens == 0 {
+            inherited.unavailable = Some("no token budget left".into());
+        } else {
+            match self.parent_view(fork_point, budget_tokens, depth).await {
+                Ok(context) => inherited.context = Some(Box::new(context)),
+                Err(e) => {
+                    tracing::warn!(parent = %fork_point.parent_session_id, error = %e,
+                        "a fork's inherited context could not be built");
+                    inherited.unavailable = Some(e.to_string());
+                }
+            }
         }
+        inherited
+    }
+
+    /// The parent's view at `fork_point`, within `budget_tokens`, with its own inheritance.
+    async fn parent_view(
+        &self,
+        fork_point: &ForkPoint,
+        budget_tokens: usize,
+        depth: usize,
+    ) -> Result<ResumeContext> {
+        let parent = fork_point.parent_session_id;
         let at = self
             .window_at(parent, fork_point.parent_seq, fork_point.parent_offset)
             .await?;
-        // An erasure after the fork point erases what the child inherits too.
-        let erased = self
+        // An erasure after the fork point erases what the child inherits too, wherever it ran.
+        let projected = self
             .store()
             .load_session(parent)
             .await?
             .is_some_and(|row| row.state.erased);
+        let erased = self.erased_for_reading(parent, projected).await?;
         let opener = self.opener(parent, erased).await?;
         let mut context = within_budget(&at.window, &at.state, Some(budget_tokens), &opener);
+        context.unresolved_calls.clear();
         if let Some(grandparent) = &at.state.parent {
             let left = budget_tokens.saturating_sub(context.estimated_tokens);
-            let further = Box::pin(self.inherited_context(grandparent, left, depth + 1)).await?;
+            let further = Box::pin(self.inherited_context(grandparent, left, depth + 1)).await;
             context.inherited = Some(Box::new(further));
         }
-        inherited.context = Some(Box::new(context));
-        Ok(inherited)
+        Ok(context)
     }
 }

@@ -466,27 +466,16 @@ impl ContextWindow {
             }
             keep
         });
-        // Earlier summaries this one covers: one wholly inside its range is superseded; one
-        // whose range reaches outside stays a reference to its range.
-        let (inside_kept, outside): (Vec<Summary>, Vec<Summary>) =
-            std::mem::take(&mut self.summaries)
-                .into_iter()
-                .partition(|s| inside(s.turn.seq));
-        self.summaries = outside;
-        for old in inside_kept {
-            if inside(old.first_seq) && inside(old.last_seq) {
-                self.left_out.superseded_summaries += 1;
-                for (role, n) in old.covered {
-                    *covered.entry(role).or_default() += n;
-                }
-            } else {
-                self.left_out.evicted_summaries += 1;
-                self.push_older(OlderRange {
-                    first_seq: old.first_seq,
-                    last_seq: old.last_seq,
-                    turns: old.covered,
-                    summary_seq: Some(old.turn.seq),
-                });
+        // Earlier summaries this one covers whole (their event and their range, as a rolling
+        // summary does) are superseded: it stands for them. Any other stays as it is.
+        let whole = |s: &Summary| inside(s.turn.seq) && inside(s.first_seq) && inside(s.last_seq);
+        let (superseded, kept): (Vec<Summary>, Vec<Summary>) =
+            std::mem::take(&mut self.summaries).into_iter().partition(whole);
+        self.summaries = kept;
+        for old in superseded {
+            self.left_out.superseded_summaries += 1;
+            for (role, n) in old.covered {
+                *covered.entry(role).or_default() += n;
             }
         }
         if summary.truncated {
@@ -781,9 +770,9 @@ mod tests {
         );
     }
 
-    /// A summary over earlier summaries supersedes them: one wholly inside its range leaves
-    /// the view; one whose range reaches outside it stays as a reference to that range
-    /// (review: rolling summaries otherwise piled up and crowded out the recent turns).
+    /// A summary over earlier summaries supersedes them: one wholly inside its range (event and
+    /// range) leaves the view; any other stays (review: rolling summaries otherwise piled up
+    /// and crowded out the recent turns).
     #[test]
     fn a_summary_of_summaries_supersedes_them() {
         let mut w = ContextWindow::default();
@@ -815,13 +804,8 @@ mod tests {
         assert!(w.older.is_empty(), "{:?}", w.older);
         w.apply(&summary(17, 14, 16));
         let kept: Vec<Seq> = w.summaries.iter().map(|s| s.turn.seq).collect();
-        assert_eq!(kept, [17]);
-        let older: Vec<(Seq, Seq, Option<Seq>)> = w
-            .older
-            .iter()
-            .map(|r| (r.first_seq, r.last_seq, r.summary_seq))
-            .collect();
-        assert_eq!(older, [(2, 15, Some(16))]);
+        assert_eq!(kept, [16, 17]);
+        assert_eq!(w.left_out.superseded_summaries, 2);
         assert!((2..=14).all(|seq| w.reaches(seq)));
     }
 
