@@ -40,8 +40,9 @@ pub const TURNS_PER_RANGE: u64 = 64;
 pub const OLDER_RANGES: usize = 8;
 
 /// How a session's context view is built: chosen by the session's agent name when the view
-/// starts, and recorded in the view, so a replay builds the same view whatever the settings
-/// say by then.
+/// starts, and recorded in the view, so events folded into a stored view keep its policy
+/// whatever the settings say by then (a view built again from the session's first event takes
+/// the settings' policy).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ContextPolicy {

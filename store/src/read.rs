@@ -440,10 +440,12 @@ impl ProjectionStore {
         // A view written before migration 8 has neither: the defaults it was built with.
         Ok(Some(ContextWindow {
             applied_offset: offset.unwrap_or(-1),
-            policy: match policy {
-                Some(policy) => serde_json::from_str(&policy).map_err(corrupt)?,
-                None => Default::default(),
-            },
+            // Lenient, unlike the settings: a policy a newer release wrote (a field this one
+            // does not know, after a rollback) must not stall the partition as a corrupt row.
+            policy: policy
+                .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+                .map(lenient_policy)
+                .unwrap_or_default(),
             summaries: serde_json::from_str(&parse(summaries, "[]")).map_err(corrupt)?,
             recent,
             older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
@@ -747,3 +749,18 @@ impl ProjectionStore {
         self.load_turns(session, i64::MIN, i64::MAX).await
     }
 }
+
+/// A stored policy, its known fields read and any other ignored (see `load_context`).
+fn lenient_policy(stored: serde_json::Value) -> sessionlog_session::context::ContextPolicy {
+    let mut policy = serde_json::to_value(sessionlog_session::context::ContextPolicy::default())
+        .unwrap_or_default();
+    if let (Some(known), Some(stored)) = (policy.as_object_mut(), stored.as_object()) {
+        for (field, value) in known.iter_mut() {
+            if let Some(v) = stored.get(field) {
+                *value = v.clone();
+            }
+        }
+    }
+    serde_json::from_value(policy).unwrap_or_default()
+}
+
