@@ -764,3 +764,19 @@ fn lenient_policy(stored: serde_json::Value) -> sessionlog_session::context::Con
     serde_json::from_value(policy).unwrap_or_default()
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::lenient_policy;
+
+    #[test]
+    fn a_stored_policy_with_a_field_this_release_does_not_know_still_reads() {
+        let stored = serde_json::json!({ "recent_turns": 3, "from_a_newer_release": true });
+        let policy = lenient_policy(stored);
+        assert_eq!(policy.recent_turns, 3);
+        assert_eq!(
+            policy.turn_text_chars,
+            sessionlog_session::context::TURN_TEXT_CHARS
+        );
+    }
+}
