@@ -63,17 +63,22 @@ impl Recovery {
         let start_offset = window.applied_offset;
         let policies = &self.settings().context;
         let rebuilt = self
-            .rebuild_through(session, Some(from_seq.unwrap_or(0)), Some(offset), |e, s| {
-                if e.offset > start_offset && e.offset <= offset {
-                    if e.accepted {
-                        window.fold(&e.envelope, policies);
+            .rebuild_through(
+                session,
+                Some(from_seq.unwrap_or(0)),
+                Some(offset),
+                |e, s| {
+                    if e.offset > start_offset && e.offset <= offset {
+                        if e.accepted {
+                            window.fold(&e.envelope, policies);
+                        }
+                        window.applied_offset = e.offset;
                     }
-                    window.applied_offset = e.offset;
-                }
-                if e.offset == offset {
-                    state = Some(s.clone());
-                }
-            })
+                    if e.offset == offset {
+                        state = Some(s.clone());
+                    }
+                },
+            )
             .await?;
         // The rebuild starts at the latest verified checkpoint up to `from_seq`; one verified
         // since the read above would skip events this window needs: fold from the start.

@@ -470,8 +470,9 @@ impl ContextWindow {
         // Earlier summaries this one covers whole (their event and their range, as a rolling
         // summary does) are superseded: it stands for them. Any other stays as it is.
         let whole = |s: &Summary| inside(s.turn.seq) && inside(s.first_seq) && inside(s.last_seq);
-        let (superseded, kept): (Vec<Summary>, Vec<Summary>) =
-            std::mem::take(&mut self.summaries).into_iter().partition(whole);
+        let (superseded, kept): (Vec<Summary>, Vec<Summary>) = std::mem::take(&mut self.summaries)
+            .into_iter()
+            .partition(whole);
         self.summaries = kept;
         for old in superseded {
             self.left_out.superseded_summaries += 1;

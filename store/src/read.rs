@@ -764,7 +764,6 @@ fn lenient_policy(stored: serde_json::Value) -> sessionlog_session::context::Con
     serde_json::from_value(policy).unwrap_or_default()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::lenient_policy;

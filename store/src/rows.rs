@@ -441,7 +441,6 @@ impl CqlRow {
         Self::new(Table::ContextView, changes(row, &mut written.context))
     }
 
-
     /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
     /// erased the session, a deletion of every turn (older ones included) and the window's
     /// turns again without their text. Each turn is written once, so a batch costs what its
