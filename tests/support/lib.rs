@@ -14,7 +14,7 @@ pub mod projector;
 
 pub mod recovery;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use sessionlog_log::{Settings, topic};
 use sessionlog_schemas::value_subject;
 use std::path::PathBuf;
@@ -322,4 +322,33 @@ fn context_env(policies: &sessionlog_session::context::ContextPolicies) -> Vec<(
         }
     }
     env
+}
+
+/// Every page of a range read, following the cursor; fails if a page holds more than its limit.
+pub async fn all_pages(
+    recovery: &sessionlog_recovery::Recovery,
+    session: sessionlog_schemas::SessionId,
+    range: sessionlog_recovery::EventRange,
+) -> Result<Vec<sessionlog_recovery::EventPage>> {
+    let limit = usize::try_from(range.limit.unwrap_or(100))?;
+    let mut pages: Vec<sessionlog_recovery::EventPage> = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = recovery
+            .events(
+                session,
+                sessionlog_recovery::EventRange {
+                    cursor: cursor.take(),
+                    ..range.clone()
+                },
+            )
+            .await?;
+        ensure!(page.events.len() <= limit, "a page over its limit");
+        cursor = page.next_cursor.clone();
+        pages.push(page);
+        if cursor.is_none() {
+            return Ok(pages);
+        }
+        ensure!(pages.len() < 10_000, "the cursor never ends");
+    }
 }

@@ -12,8 +12,8 @@ use sessionlog_recovery::context::ResumeContext;
 use sessionlog_recovery::{EventRange, ForkAt, Recovery};
 use sessionlog_schemas::{Content, Seq, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextPolicy};
-use sessionlog_tests::TestStack;
 use sessionlog_tests::projector::{event_log, store, wait_caught_up};
+use sessionlog_tests::{TestStack, all_pages};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,33 +62,23 @@ async fn summarize(writer: &mut SessionWriter, first_seq: Seq, last_seq: Seq) ->
     Ok(())
 }
 
-/// The seqs `recovery` reads back for `session` between `first` and `last`, following cursors.
+/// The seqs `recovery` reads back for `session` between `first` and `last`, every page.
 async fn read_back(
     recovery: &Recovery,
     session: SessionId,
     first: Seq,
     last: Seq,
 ) -> Result<BTreeSet<Seq>> {
-    let mut seqs = BTreeSet::new();
-    let mut cursor = None;
-    loop {
-        let page = recovery
-            .events(
-                session,
-                EventRange {
-                    from_seq: Some(first),
-                    to_seq: Some(last),
-                    cursor,
-                    ..EventRange::default()
-                },
-            )
-            .await?;
-        seqs.extend(page.events.iter().map(|e| e.seq));
-        match page.next_cursor {
-            Some(next) => cursor = Some(next),
-            None => return Ok(seqs),
-        }
-    }
+    let range = EventRange {
+        from_seq: Some(first),
+        to_seq: Some(last),
+        ..EventRange::default()
+    };
+    let pages = all_pages(recovery, session, range).await?;
+    Ok(pages
+        .iter()
+        .flat_map(|p| p.events.iter().map(|e| e.seq))
+        .collect())
 }
 
 /// Every seq the view shows as a turn or references by a summary's or an older range.

@@ -12,10 +12,10 @@ use serde_json::Value;
 use sessionlog_http::auth::Grant;
 use sessionlog_log::Role;
 use sessionlog_producer::{EventLog, SessionWriter};
-use sessionlog_recovery::{Error, EventPage, EventRange, ForkAt, HistoryEvent, Recovery};
+use sessionlog_recovery::{Error, EventRange, ForkAt, HistoryEvent, Recovery};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin};
+use sessionlog_tests::{ServedProcess, TestStack, all_pages, sessionlog_bin};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,35 +79,6 @@ fn content_text(event: &HistoryEvent) -> Option<&str> {
             content.as_plain()
         }
         _ => None,
-    }
-}
-
-/// Every page of `range`, following the cursor; fails if a page holds more than its limit.
-async fn all_pages(
-    recovery: &Recovery,
-    session: SessionId,
-    range: EventRange,
-) -> Result<Vec<EventPage>> {
-    let limit = usize::try_from(range.limit.unwrap_or(100))?;
-    let mut pages: Vec<EventPage> = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = recovery
-            .events(
-                session,
-                EventRange {
-                    cursor: cursor.take(),
-                    ..range.clone()
-                },
-            )
-            .await?;
-        ensure!(page.events.len() <= limit, "a page over its limit");
-        cursor = page.next_cursor.clone();
-        pages.push(page);
-        if cursor.is_none() {
-            return Ok(pages);
-        }
-        ensure!(pages.len() < 10_000, "the cursor never ends");
     }
 }
 
