@@ -60,12 +60,14 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
     let partition = log.partition_of(session);
     let (state, from) = match log.projection() {
         Some(store) => {
-            let (row, progress) = futures::try_join!(
-                store.load_session(session),
-                store.load_progress(log.topic()),
-            )?;
             // The projector stores a partition's progress after every write below it, so a
-            // session with no row below it has no event there.
+            // session with no row below it has no event there. That holds only if the row is
+            // read after the progress: read together, the row could be read before the batch
+            // that writes it and the progress after, and a session whose start the projector
+            // was applying at that moment read as unknown (ingest_chaos saw a 404 for a
+            // session created a moment before).
+            let progress = store.load_progress(log.topic()).await?;
+            let row = store.load_session(session).await?;
             let progress = progress.get(&partition).copied().unwrap_or(0);
             match row.filter(|r| r.partition == partition) {
                 Some(row) => (row.state, (row.applied_offset + 1).max(progress)),
