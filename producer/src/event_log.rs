@@ -527,6 +527,23 @@ impl EventLog {
             .await?)
     }
 
+    /// A reader of the topic lent from this log's pool, within its permits (so a thousand
+    /// concurrent rebuilds share [`READERS`] consumers instead of making one each): it goes
+    /// back to the pool when [`LentReader::keep`] is called, and is dropped if the borrower
+    /// fails before that, as a failed read-back's reader is.
+    pub async fn lend_reader(&self) -> Result<LentReader<'_>> {
+        let permit = Arc::clone(&self.reader_permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| sessionlog_log::Error::Task("reader permits closed".into()))?;
+        Ok(LentReader {
+            log: self,
+            reader: Some(self.idle_reader()?),
+            keep: false,
+            _permit: permit,
+        })
+    }
+
     /// A reader of the topic: an idle one, or a new one. (Each read assigns its partition and
     /// offset anew, which makes the consumer drop whatever it had fetched for the last one.)
     fn idle_reader(&self) -> std::result::Result<PartitionReader, sessionlog_log::Error> {
@@ -575,4 +592,42 @@ fn first_outcome(outcomes: Vec<Result<Position>>) -> Result<Position> {
             partition: -1,
             offset: -1,
         }))
+}
+
+/// A partition reader lent by [`EventLog::lend_reader`], holding one of the log's reader
+/// permits until it is dropped.
+pub struct LentReader<'a> {
+    log: &'a EventLog,
+    /// Always `Some` until the drop takes it back to the pool.
+    reader: Option<PartitionReader>,
+    keep: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl LentReader<'_> {
+    /// Returns the reader to the pool (its reads went through): the next borrower reuses it.
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl std::ops::Deref for LentReader<'_> {
+    type Target = PartitionReader;
+
+    fn deref(&self) -> &PartitionReader {
+        // Taken only by `drop`, after which nothing can deref.
+        self.reader
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a lent reader is taken back only when dropped"))
+    }
+}
+
+impl Drop for LentReader<'_> {
+    fn drop(&mut self) {
+        if let Some(reader) = self.reader.take()
+            && self.keep
+        {
+            self.log.keep_reader(reader);
+        }
+    }
 }

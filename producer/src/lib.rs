@@ -15,5 +15,5 @@ mod event_log;
 mod writer;
 
 pub use error::{Error, Result};
-pub use event_log::{EventLog, OFFSET_GAP, Position, ProducerOptions, WhenFull};
+pub use event_log::{EventLog, LentReader, OFFSET_GAP, Position, ProducerOptions, WhenFull};
 pub use writer::{Appended, Confirmed, PendingClaim, SessionWriter, is_intent};

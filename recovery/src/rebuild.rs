@@ -5,7 +5,7 @@ use crate::observe;
 use crate::resolver::Resolvers;
 use crate::{Error, Result};
 use serde::Serialize;
-use sessionlog_log::{PartitionReader, RawRecord, Settings, partitioner};
+use sessionlog_log::{RawRecord, Settings, partitioner};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
 use sessionlog_session::SessionState;
@@ -212,7 +212,10 @@ impl Recovery {
         let partition = self.partition_of(session);
         let span = tracing::Span::current();
         span.record("partition", partition);
-        let reader = PartitionReader::new(&self.settings.kafka, &self.settings.kafka.topic)?;
+        // A consumer from the log's pool, not a new one: making one (a client, its threads, a
+        // connection per broker) cost more than the rebuild, and a thousand resumes at once
+        // made a thousand.
+        let reader = self.log().lend_reader().await?;
         let checkpoint =
             index::latest_verified_checkpoint(&self.store, session, at_most_seq).await?;
         let (start, mut state, from, after_seq) = match checkpoint {
@@ -306,6 +309,7 @@ impl Recovery {
             fold.records_read += read - records.len() as u64;
             fold.fold(records).await?;
         }
+        reader.keep();
         let (records_read, events_folded, last_offset) =
             (fold.records_read, fold.events_folded, fold.last_offset);
         if !state.is_started() {
