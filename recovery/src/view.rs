@@ -49,72 +49,50 @@ impl Recovery {
     /// and the accepted events after it up to `offset` folded in; with no such checkpoint (or
     /// one stored before windows were), from the session's first event.
     pub async fn window_at(&self, session: SessionId, seq: Seq, offset: i64) -> Result<WindowAt> {
-        let stored = self
+        let from_start = || {
+            self.fold_window(
+                session,
+                0,
+                ContextWindow::default(),
+                SessionState::empty(session),
+                offset,
+            )
+        };
+        let checkpoint = self
             .store()
             .latest_verified_checkpoint(session, Some(seq))
             .await?
-            .and_then(|c| c.context.map(|window| (c.seq, window)));
-        let (from_seq, window) = match stored {
-            Some((cp_seq, window)) => (Some(cp_seq), window),
-            None => (None, ContextWindow::default()),
+            .and_then(|c| Some((c.seq, c.context?, c.state)));
+        let Some((checkpoint_seq, window, state)) = checkpoint else {
+            return Ok(from_start().await?.0);
         };
-        let mut window = window;
-        let mut state = None;
+        let (at, start) = self
+            .fold_window(session, checkpoint_seq, window, state, offset)
+            .await?;
+        // The rebuild starts at the latest verified checkpoint up to `checkpoint_seq`; one
+        // verified since the read above would skip events this window needs.
+        match start {
+            StartPoint::Checkpoint { seq, .. } if seq == checkpoint_seq => Ok(at),
+            _ => Ok(from_start().await?.0),
+        }
+    }
+
+    /// Folds into `window` (with `state`, the session's state where the window stands) the
+    /// accepted events after it up to `offset`, read from the latest verified checkpoint at or
+    /// before `at_most_seq` (0: from the first event); also says where that read started.
+    async fn fold_window(
+        &self,
+        session: SessionId,
+        at_most_seq: Seq,
+        mut window: ContextWindow,
+        mut state: SessionState,
+        offset: i64,
+    ) -> Result<(WindowAt, StartPoint)> {
         let start_offset = window.applied_offset;
         let policies = &self.settings().context;
         let rebuilt = self
-            .rebuild_through(
-                session,
-                Some(from_seq.unwrap_or(0)),
-                Some(offset),
-                |e, s| {
-                    if e.offset > start_offset && e.offset <= offset {
-                        if e.accepted {
-                            window.fold(&e.envelope, policies);
-                        }
-                        window.applied_offset = e.offset;
-                    }
-                    if e.offset == offset {
-                        state = Some(s.clone());
-                    }
-                },
-            )
-            .await?;
-        // The rebuild starts at the latest verified checkpoint up to `from_seq`; one verified
-        // since the read above would skip events this window needs: fold from the start.
-        let started_at_ours = match (rebuilt.start, from_seq) {
-            (StartPoint::Checkpoint { seq, .. }, Some(ours)) => seq == ours,
-            (StartPoint::Checkpoint { .. }, None) => false,
-            _ => from_seq.is_none(),
-        };
-        if !started_at_ours {
-            return Box::pin(self.window_from_start(session, offset)).await;
-        }
-        let state = match state {
-            Some(state) => state,
-            // Nothing after the checkpoint up to the point: the point is the checkpoint.
-            None => self
-                .store()
-                .latest_verified_checkpoint(session, Some(seq))
-                .await?
-                .map(|c| c.state)
-                .unwrap_or_else(|| SessionState::empty(session)),
-        };
-        Ok(WindowAt {
-            window,
-            state,
-            records_read: rebuilt.records_read,
-        })
-    }
-
-    /// [`Self::window_at`] folded from the session's first event.
-    async fn window_from_start(&self, session: SessionId, offset: i64) -> Result<WindowAt> {
-        let mut window = ContextWindow::default();
-        let mut state = SessionState::empty(session);
-        let policies = &self.settings().context;
-        let rebuilt = self
-            .rebuild_through(session, Some(0), Some(offset), |e, s| {
-                if e.offset <= offset {
+            .rebuild_through(session, Some(at_most_seq), Some(offset), |e, s| {
+                if e.offset > start_offset && e.offset <= offset {
                     if e.accepted {
                         window.fold(&e.envelope, policies);
                     }
@@ -125,11 +103,12 @@ impl Recovery {
                 }
             })
             .await?;
-        Ok(WindowAt {
+        let at = WindowAt {
             window,
             state,
             records_read: rebuilt.records_read,
-        })
+        };
+        Ok((at, rebuilt.start))
     }
 
     /// What a session forked at `fork_point` inherits: the parent's view there (and, within
