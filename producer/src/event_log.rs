@@ -477,8 +477,10 @@ impl EventLog {
 
     /// The first offset `partition` still holds: above 0 once retention deleted records.
     pub async fn low_watermark(&self, partition: i32) -> Result<i64> {
-        let reader = PartitionReader::new(&self.kafka, &self.kafka.topic)?;
-        Ok(reader.watermarks(partition).await?.0)
+        let reader = self.lend_reader().await?;
+        let (low, _) = reader.watermarks(partition).await?;
+        reader.keep();
+        Ok(low)
     }
 
     /// The raw records of `partition` in `[from, until)` (with `key`, when given).
