@@ -53,9 +53,69 @@ impl Latencies {
 /// The process's peak resident set size in bytes (`VmHWM`), if the platform tells.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    Some(vm_hwm_kib(&status)? * 1024)
+}
+
+/// A child process (a `sessionlog` service or command) whose peak resident memory is sampled
+/// until it ends; killed when dropped.
+pub struct Watched {
+    /// The process.
+    pub child: std::process::Child,
+    peak_kib: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Watched {
+    /// Spawns `command` with stdin and stdout closed (stderr is the caller's to decide).
+    pub fn spawn(mut command: std::process::Command) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        use std::sync::atomic::Ordering;
+        let child = command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("spawning sessionlog")?;
+        let peak_kib = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (pid, peak) = (child.id(), std::sync::Arc::clone(&peak_kib));
+        std::thread::spawn(move || {
+            // VmHWM is the kernel's own high-water mark: sampling it often enough to read it
+            // before the process exits is all that is needed.
+            while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                peak.fetch_max(vm_hwm_kib(&status).unwrap_or_default(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Ok(Self { child, peak_kib })
+    }
+
+    /// The highest resident memory seen since the start or the last [`Self::reset_peak`], MiB.
+    pub fn peak_mib(&self) -> f64 {
+        self.peak_kib.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
+    }
+
+    /// Starts a new high-water mark from the process's current resident memory (Linux: through
+    /// `/proc/PID/clear_refs`), so the next [`Self::peak_mib`] covers one phase alone.
+    pub fn reset_peak(&self) {
+        let _ = std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
+        self.peak_kib.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `VmHWM` (peak resident set, KiB) from a `/proc/*/status` text.
+fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Prints rows as an aligned text table with a header.

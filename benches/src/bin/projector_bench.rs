@@ -17,10 +17,10 @@
 //!
 //! `cargo run --release -p sessionlog-benches --bin projector_bench -- --duration 120`
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use sessionlog_benches::{Latencies, drop_run, print_table};
+use sessionlog_benches::{Latencies, Watched, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
@@ -28,7 +28,7 @@ use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -61,50 +61,6 @@ struct Args {
     /// Compare sealed with plain over this many rounds of the lag run (no replay).
     #[arg(long, default_value_t = 0)]
     encryption_rounds: usize,
-}
-
-/// A child process whose peak resident memory is sampled until it ends.
-struct Watched {
-    child: Child,
-    peak_kib: Arc<AtomicU64>,
-}
-
-impl Watched {
-    fn spawn(mut command: Command) -> Result<Self> {
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("spawning sessionlog")?;
-        let peak_kib = Arc::new(AtomicU64::new(0));
-        let (pid, peak) = (child.id(), Arc::clone(&peak_kib));
-        std::thread::spawn(move || {
-            // VmHWM is the kernel's own high-water mark: sampling it often enough to read it
-            // before the process exits is all that is needed.
-            while let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-                let hwm = status
-                    .lines()
-                    .find(|l| l.starts_with("VmHWM:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or_default();
-                peak.fetch_max(hwm, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        Ok(Self { child, peak_kib })
-    }
-
-    fn peak_mib(&self) -> f64 {
-        self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One lag run's figures, for the encryption comparison.
