@@ -93,8 +93,29 @@ pub struct PartitionReader {
 }
 
 impl PartitionReader {
-    /// A reader of `topic` on the cluster of `settings`.
+    /// A reader of `topic` on the cluster of `settings`, prefetching for long reads (a replay,
+    /// a rebuild from a partition's start).
     pub fn new(settings: &KafkaSettings, topic: &str) -> Result<Self> {
+        // librdkafka prefetches up to 100,000 records or 64 MiB per partition by default, at
+        // several hundred bytes of bookkeeping per record on top of its payload: about 50 MiB
+        // per partition of small events, and a replay reads every partition at once. 10,000
+        // records still keep several batches ahead of the fold.
+        Self::with_prefetch(settings, topic, 10_000, 8192)
+    }
+
+    /// A reader for short reads (a read-back, a catch-up, a rebuild from a checkpoint), as a
+    /// process keeps dozens of: it prefetches at most 1 MiB, so a pool of 64 holds a bounded
+    /// few tens of MiB however many sessions it serves.
+    pub fn for_short_reads(settings: &KafkaSettings, topic: &str) -> Result<Self> {
+        Self::with_prefetch(settings, topic, 1_000, 1024)
+    }
+
+    fn with_prefetch(
+        settings: &KafkaSettings,
+        topic: &str,
+        min_messages: u32,
+        max_kbytes: u32,
+    ) -> Result<Self> {
         let consumer: StreamConsumer = settings
             .client_config()
             // assign() needs a group id even though nothing is ever committed.
@@ -102,12 +123,8 @@ impl PartitionReader {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            // librdkafka prefetches up to 100,000 records or 64 MiB per partition by default,
-            // at several hundred bytes of bookkeeping per record on top of its payload: about
-            // 50 MiB per partition of small events, and a replay reads every partition at
-            // once. 10,000 records still keep several batches ahead of the fold.
-            .set("queued.min.messages", "10000")
-            .set("queued.max.messages.kbytes", "8192")
+            .set("queued.min.messages", min_messages.to_string())
+            .set("queued.max.messages.kbytes", max_kbytes.to_string())
             // A fetch that finds nothing new waits this long at the broker, and a reader can
             // only fetch its next range once the last fetch came back: with librdkafka's 500 ms
             // every read-back of a reused reader (a confirmed append) waited half a second.

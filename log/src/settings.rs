@@ -291,6 +291,10 @@ pub struct RecoverySettings {
     pub signing_key_file: Option<String>,
     /// A JWKS of retired signing keys whose signatures still count (after a rotation).
     pub previous_keys_file: Option<String>,
+    /// Resumes a process runs at once, from the rebuild to the claim's answer; more wait their
+    /// turn (they do not fail). Each holds its session's state and context window, so this,
+    /// not the number of harnesses restarting at once, bounds the memory resumes take.
+    pub max_concurrent_resumes: usize,
 }
 
 impl Default for RecoverySettings {
@@ -300,6 +304,7 @@ impl Default for RecoverySettings {
             resolvers: BTreeMap::new(),
             signing_key_file: None,
             previous_keys_file: None,
+            max_concurrent_resumes: 256,
         }
     }
 }
@@ -325,6 +330,11 @@ pub struct ProducerSettings {
     /// How long an event may wait for its ack before it counts as not acknowledged
     /// (`message.timeout.ms`).
     pub delivery_timeout_ms: u64,
+    /// Topic readers a process keeps for short reads (a confirmed append's read-back, a
+    /// writer's catch-up, a recovery's rebuild). Reads beyond it wait for a reader: each is a
+    /// Kafka consumer with its threads and a connection per broker, and up to about 2 MiB of
+    /// prefetched records.
+    pub readers: usize,
 }
 
 impl Default for ProducerSettings {
@@ -338,6 +348,9 @@ impl Default for ProducerSettings {
             max_event_bytes: 1_000_000,
             max_in_flight: 10_000,
             delivery_timeout_ms: 120_000,
+            // A thousand sessions resuming at once queued behind 16; 64 keep the rebuilds'
+            // reads busy without a consumer per session (docs/performance.md).
+            readers: 64,
         }
     }
 }

@@ -59,17 +59,14 @@ pub struct EventLog {
     /// Idle partition readers, kept between read-backs: a consumer costs a client, its
     /// threads and a connection to every broker, too much to make for every confirmed append.
     readers: Mutex<Vec<PartitionReader>>,
-    /// One permit per reader that may exist: read-backs beyond it wait for a reader rather
-    /// than each making one (a thousand sessions confirming at once would make a thousand).
+    /// One permit per reader that may exist (`[producer] readers`): read-backs beyond it wait
+    /// for a reader rather than each making one (a thousand sessions confirming at once would
+    /// make a thousand; a consumer made per read-back managed about 25 a second). A reused
+    /// reader never hands a read records it fetched for an earlier one:
+    /// `PartitionReader::read_range` delivers exactly the offsets asked for, and reads again on
+    /// any gap (tests/tests/reader_reuse.rs).
     reader_permits: Arc<Semaphore>,
 }
-
-/// Readers a process keeps at most; a read-back takes milliseconds, so a few serve thousands
-/// of confirmed appends a second. (A consumer made per read-back managed about 25 a second
-/// with 1,000 sessions confirming at once.) A reused reader never hands a read records it
-/// fetched for an earlier one: `PartitionReader::read_range` delivers exactly the offsets
-/// asked for, and reads again on any gap (tests/tests/reader_reuse.rs).
-const READERS: usize = 16;
 
 /// How far apart two offsets [`EventLog::read_at`] reads in one range may be: up to this
 /// many records of other sessions are read and dropped rather than paying a new assignment
@@ -124,6 +121,7 @@ impl EventLog {
         let producer: FutureProducer = config
             .create()
             .map_err(sessionlog_log::Error::kafka("create producer"))?;
+        let readers = options.readers.max(1);
         Ok(Self {
             producer,
             encoder,
@@ -136,7 +134,7 @@ impl EventLog {
             keyring,
             projection: None,
             readers: Mutex::new(Vec::new()),
-            reader_permits: Arc::new(Semaphore::new(READERS)),
+            reader_permits: Arc::new(Semaphore::new(readers)),
         })
     }
 
@@ -530,7 +528,7 @@ impl EventLog {
     }
 
     /// A reader of the topic lent from this log's pool, within its permits (so a thousand
-    /// concurrent rebuilds share [`READERS`] consumers instead of making one each): it goes
+    /// concurrent rebuilds share `[producer] readers` consumers instead of making one each): it goes
     /// back to the pool when [`LentReader::keep`] is called, and is dropped if the borrower
     /// fails before that, as a failed read-back's reader is.
     pub async fn lend_reader(&self) -> Result<LentReader<'_>> {
@@ -556,7 +554,7 @@ impl EventLog {
             .pop();
         match idle {
             Some(reader) => Ok(reader),
-            None => PartitionReader::new(&self.kafka, &self.kafka.topic),
+            None => PartitionReader::for_short_reads(&self.kafka, &self.kafka.topic),
         }
     }
 

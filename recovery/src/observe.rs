@@ -10,6 +10,12 @@ pub const RESUMES: &str = "sessionlog_recovery_resumes_total";
 pub const REBUILDS: &str = "sessionlog_recovery_rebuilds_total";
 /// Seconds a rebuild took, from the first table read to the last record folded.
 pub const REBUILD_SECONDS: &str = "sessionlog_recovery_rebuild_seconds";
+/// Seconds each phase of a resume took, by `phase` label: `wait_turn` (waiting for one of the
+/// `[recovery] max_concurrent_resumes` permits), `wait_reader` (a rebuild's table reads and its
+/// wait for one of the log's pooled readers), `rebuild` (checkpoint, index and tail read and folded, the
+/// wait included), `claim` (catch-up, the claim appended and read back), `bundle` (in-doubt calls
+/// settled, texts opened, the context window cut). Where a fleet restart's time goes.
+pub const RESUME_PHASE_SECONDS: &str = "sessionlog_recovery_resume_phase_seconds";
 /// Records read from the log by rebuilds, the session's own and others'.
 pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
 /// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
@@ -25,6 +31,7 @@ pub const METRICS: &[&str] = &[
     RESUMES,
     REBUILDS,
     REBUILD_SECONDS,
+    RESUME_PHASE_SECONDS,
     RECORDS_READ,
     EVENTS_FOLDED,
 ];
@@ -58,6 +65,11 @@ pub fn describe_metrics() {
         Unit::Seconds,
         "Seconds a rebuild took, from the first table read to the last record folded."
     );
+    describe_histogram!(
+        RESUME_PHASE_SECONDS,
+        Unit::Seconds,
+        "Seconds each phase of a resume took, by phase (wait_turn, wait_reader, rebuild, claim, bundle)."
+    );
     describe_counter!(
         RECORDS_READ,
         Unit::Count,
@@ -68,4 +80,10 @@ pub fn describe_metrics() {
         Unit::Count,
         "Records of the rebuilt sessions folded (with records read: the read amplification)."
     );
+}
+
+/// Records that a phase of a resume (see [`RESUME_PHASE_SECONDS`]) begun at `since` is done.
+pub(crate) fn phase_done(phase: &'static str, since: std::time::Instant) {
+    metrics::histogram!(RESUME_PHASE_SECONDS, "phase" => phase)
+        .record(since.elapsed().as_secs_f64());
 }

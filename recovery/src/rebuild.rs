@@ -90,6 +90,8 @@ pub struct Recovery {
     notary: crate::notary::Notary,
     keys: Arc<KeyTable>,
     readiness: sessionlog_http::Readiness,
+    /// One permit per resume that may run (`[recovery] max_concurrent_resumes`).
+    resumes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Recovery {
@@ -125,6 +127,9 @@ impl Recovery {
             notary: crate::notary::Notary::from_settings(&settings.recovery)?,
             keys,
             readiness,
+            resumes: Arc::new(tokio::sync::Semaphore::new(
+                settings.recovery.max_concurrent_resumes.max(1),
+            )),
         })
     }
 
@@ -132,6 +137,15 @@ impl Recovery {
     pub fn with_resolvers(mut self, resolvers: Resolvers) -> Self {
         self.resolvers = resolvers;
         self
+    }
+
+    /// Waits for one of the `[recovery] max_concurrent_resumes` permits: held by a
+    /// [`crate::ResumePoint`] until its claim is answered.
+    pub(crate) async fn resume_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.resumes)
+            .acquire_owned()
+            .await
+            .map_err(|_| sessionlog_log::Error::Task("resume permits closed".into()).into())
     }
 
     /// The log recovery appends claims, outcomes and forks to.
@@ -212,23 +226,62 @@ impl Recovery {
         let partition = self.partition_of(session);
         let span = tracing::Span::current();
         span.record("partition", partition);
-        // A consumer from the log's pool, not a new one: making one (a client, its threads, a
-        // connection per broker) cost more than the rebuild, and a thousand resumes at once
-        // made a thousand.
-        let reader = self.log().lend_reader().await?;
-        let checkpoint =
-            index::latest_verified_checkpoint(&self.store, session, at_most_seq).await?;
-        let (start, mut state, from, after_seq) = match checkpoint {
+        // Every table read first, together, and only then a reader from the log's pool: a
+        // reader held across table round trips idles while other rebuilds queue for it (a
+        // fleet restart of 1,000 sessions spent a quarter of its time waiting for readers so).
+        // Boxed: joined, the three futures sit side by side in this one, and a fork (a rebuild
+        // inside a rebuild) overflowed a 2 MiB thread stack in a debug build.
+        let (checkpoint, row, progress) = tokio::try_join!(
+            Box::pin(index::latest_verified_checkpoint(
+                &self.store,
+                session,
+                at_most_seq
+            )),
+            Box::pin(async { Ok(self.store.load_session(session).await?) }),
+            Box::pin(async { Ok(self.store.load_progress(&self.settings.kafka.topic).await?) }),
+        )?;
+        let (checkpoint_start, first_event) = match checkpoint {
             Some(VerifiedCheckpoint {
                 seq, offset, state, ..
-            }) => (
-                StartPoint::Checkpoint { seq, offset },
-                state,
-                offset + 1,
-                seq,
-            ),
+            }) => (Some((seq, offset, state)), None),
+            None => (None, self.store.locate(session, 1).await?),
+        };
+        // Where the projection covers the session, its index says which offsets matter: read
+        // only those. Beyond it (the projector is behind, or down) read everything to the end.
+        let session_covered = match &row {
+            Some(row) if row.partition == partition => row.applied_offset,
+            _ => -1,
+        };
+        // The projector stores a partition's progress only after every write below it (the
+        // index included) is durable, so the index is complete up to there even when this
+        // session's last event is far behind it: without this, every record of other sessions
+        // after the session's last event would be read as tail.
+        let partition_covered = progress.get(&partition).map_or(-1, |next| next - 1);
+        let indexed = session_covered.max(partition_covered);
+        let after_seq = checkpoint_start.as_ref().map_or(0, |(seq, ..)| *seq);
+        let indexed_from = match &checkpoint_start {
+            Some((_, offset, _)) => offset + 1,
+            None => match first_event {
+                Some((p, offset)) if p == partition => offset,
+                // The session's first event is not indexed here: ask the index for every
+                // offset, and keep those at or above the partition's start once it is known.
+                _ => 0,
+            },
+        };
+        let mut offsets = if indexed >= indexed_from {
+            index::accepted_offsets(&self.store, session, after_seq, indexed_from, indexed).await?
+        } else {
+            Vec::new()
+        };
+
+        let reader = self.log().lend_reader().await?;
+        observe::phase_done("wait_reader", started);
+        let (start, mut state, from) = match checkpoint_start {
+            Some((seq, offset, state)) => {
+                (StartPoint::Checkpoint { seq, offset }, state, offset + 1)
+            }
             None => {
-                let start = match self.store.locate(session, 1).await? {
+                let start = match first_event {
                     Some((p, offset)) if p == partition => StartPoint::FirstEvent { offset },
                     _ => StartPoint::PartitionStart {
                         offset: reader.watermarks(partition).await?.0,
@@ -240,7 +293,7 @@ impl Recovery {
                     }
                     StartPoint::Checkpoint { offset, .. } => offset + 1,
                 };
-                (start, SessionState::empty(session), from, 0)
+                (start, SessionState::empty(session), from)
             }
         };
         let (_, end_offset) = reader.watermarks(partition).await?;
@@ -261,27 +314,10 @@ impl Recovery {
             visit: &mut visit,
         };
 
-        // Where the projection covers the session, its index says which offsets matter: read
-        // only those. Beyond it (the projector is behind, or down) read everything to the end.
-        let session_covered = match self.store.load_session(session).await? {
-            Some(row) if row.partition == partition => row.applied_offset,
-            _ => -1,
-        };
-        // The projector stores a partition's progress only after every write below it (the
-        // index included) is durable, so the index is complete up to there even when this
-        // session's last event is far behind it: without this, every record of other sessions
-        // after the session's last event would be read as tail.
-        let partition_covered = self
-            .store
-            .load_progress(&self.settings.kafka.topic)
-            .await?
-            .get(&partition)
-            .map_or(-1, |next| next - 1);
-        let covered = session_covered.max(partition_covered).min(end_offset - 1);
+        let covered = indexed.min(end_offset - 1);
         let mut tail_from = from;
         if covered >= from {
-            let offsets =
-                index::accepted_offsets(&self.store, session, after_seq, from, covered).await?;
+            offsets.retain(|offset| (from..=covered).contains(offset));
             for chunk in offsets.chunks(WINDOW) {
                 let mut records = Vec::with_capacity(chunk.len());
                 reader

@@ -35,6 +35,8 @@ pub struct ResumePoint {
     pub rebuilt: crate::RebuiltSession,
     /// Its context window, as far as the rebuild read.
     pub window: ContextWindow,
+    /// Held from the rebuild until the claim is answered: bounds the resumes in flight.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Everything a new harness needs to continue a session.
@@ -88,6 +90,9 @@ impl Recovery {
     /// The first half of [`Self::resume`]: the session rebuilt from the log, with its context
     /// window. Nothing is appended.
     pub async fn prepare_resume(&self, session: SessionId) -> Result<ResumePoint> {
+        let started = std::time::Instant::now();
+        let permit = self.resume_permit().await?;
+        crate::observe::phase_done("wait_turn", started);
         // The projector's context window as far as it goes; the rest of the log is folded in
         // below, from the same read that rebuilds the state.
         let stored = self
@@ -117,7 +122,12 @@ impl Recovery {
                 .await?
                 .window;
         }
-        Ok(ResumePoint { rebuilt, window })
+        crate::observe::phase_done("rebuild", started);
+        Ok(ResumePoint {
+            rebuilt,
+            window,
+            _permit: permit,
+        })
     }
 
     /// The second half of [`Self::resume`]: claims from `point` and settles in-doubt calls.
@@ -137,8 +147,10 @@ impl Recovery {
         let ResumePoint {
             rebuilt,
             mut window,
+            _permit,
         } = point;
         let session = rebuilt.state.session_id;
+        let started = std::time::Instant::now();
         // Refuse early when the rebuilt state already forbids it: no claim is appended then.
         check_resumable(&rebuilt.state)?;
         self.notary().check(&rebuilt.state)?;
@@ -162,6 +174,8 @@ impl Recovery {
         for event in &late {
             window.apply(event);
         }
+        crate::observe::phase_done("claim", started);
+        let started = std::time::Instant::now();
 
         let pending: Vec<PendingCall> = writer.state().pending_calls.values().cloned().collect();
         let mut in_doubt = Vec::new();
@@ -213,6 +227,7 @@ impl Recovery {
         for appended in &mut resolved {
             appended.envelope = opener.open_event(&appended.envelope).0;
         }
+        crate::observe::phase_done("bundle", started);
         metrics::counter!(crate::observe::RESUMES).increment(1);
         Ok(ResumeBundle {
             context,

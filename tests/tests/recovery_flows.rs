@@ -382,3 +382,43 @@ async fn bad_input_fails_with_the_right_error_and_appends_nothing() -> Result<()
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resumes_beyond_the_limit_wait_their_turn_instead_of_failing() -> Result<()> {
+    let stack = TestStack::new("rec_turns", 2).await?;
+    let log = event_log(&stack).await?;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (mut writer, _) =
+            SessionWriter::create(std::sync::Arc::clone(&log), "agent", None).await?;
+        writer.user_request("carry on").await?;
+        sessions.push(writer.session_id());
+    }
+    let mut settings = stack.settings.clone();
+    settings.recovery.max_concurrent_resumes = 1;
+    let recovery = std::sync::Arc::new(Recovery::connect(&settings).await?);
+
+    // The first resume holds the only turn from its rebuild until its claim is answered.
+    let first = recovery.prepare_resume(sessions[0]).await?;
+    let mut second = tokio::spawn({
+        let recovery = std::sync::Arc::clone(&recovery);
+        let session = sessions[1];
+        async move { recovery.resume(session, "harness-2", CONTEXT_BUDGET).await }
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), &mut second)
+            .await
+            .is_err(),
+        "a resume beyond max_concurrent_resumes waits while the limit is taken"
+    );
+    let bundle = recovery
+        .resume_at(first, "harness-2", CONTEXT_BUDGET)
+        .await?;
+    assert_eq!(bundle.epoch, 2, "the first resume claimed the next epoch");
+    // Its turn given back, the waiting resume runs and succeeds: it waited, it did not fail.
+    let waited = tokio::time::timeout(Duration::from_secs(60), second)
+        .await
+        .context("the waiting resume never got its turn")???;
+    assert_eq!(waited.epoch, 2);
+    Ok(())
+}
