@@ -4,8 +4,15 @@
 //!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
-//! cargo run --release -p sessionlog-benches --bin producer_bench -- --sessions 10000 --events 20 --writers 8
+//! cargo run --release -p sessionlog-benches --bin producer_bench -- --sessions 1000 --events 300 --rounds 3
 //! ```
+//!
+//! Each of `--rounds` runs both producers, alternating which goes first, and the bench prints
+//! every round, the median ratio and its spread: one short run flatters whichever side's JVM
+//! was cold, so a side should send at least 300,000 records. With `--rate R --duration S` the
+//! load is an open loop instead (each session appends at its share of R events a second,
+//! whatever the acks do; latency counts from when an append was due, so a slow ack delays the
+//! clock, not the measurement), against ProducerPerformance throttled to the same rate.
 //!
 //! With `--encryption-rounds N` it measures what sealing costs instead: N rounds, each running
 //! the same load with `[privacy] encrypt` off and on (alternating which goes first), printing
@@ -25,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
+#[derive(Clone, Debug, Parser)]
 #[command(about = "sessionlog producer vs Kafka's ProducerPerformance")]
 struct Args {
     /// Sessions open at once.
@@ -43,6 +50,17 @@ struct Args {
     /// Partitions of each benchmark topic.
     #[arg(long, default_value_t = 6)]
     partitions: i32,
+    /// Rounds against ProducerPerformance, alternating which runs first.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Open loop: events a second over every session (each appends at its share), against
+    /// ProducerPerformance throttled to the same rate; `--events` is then derived from
+    /// `--duration`.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Seconds of open-loop load per side with `--rate`.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
     /// Compare sealed with plain over this many rounds instead of comparing with Kafka.
     #[arg(long, default_value_t = 0)]
     encryption_rounds: usize,
@@ -117,13 +135,88 @@ async fn main() -> Result<()> {
     reference.topic = format!("bench-kafka-{tag}");
     reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
     topic::ensure_topics(&reference).await?;
+    let result = against_kafka(&settings, &reference.topic, &args).await;
+    // The run's topics go: runs must not pile data up on the stack.
+    topic::delete_topics(&settings.kafka).await?;
+    topic::delete_topics(&reference).await?;
+    result
+}
 
-    let ours = run_ours(&settings, &args, false, 1).await?;
-    let rss = peak_rss_bytes();
-    let kafka = run_kafka(&settings, &reference.topic, &args, ours.records)?;
+/// Records a side should send before its figure means anything: ProducerPerformance's JVM is
+/// still warming up through a shorter run (issue 17 measured 3.28× at 20,000 records and
+/// 0.92–1.75× at 300,000–500,000).
+const WARM_RECORDS: usize = 300_000;
 
+/// `--rounds` of ours against ProducerPerformance, alternating which runs first; prints every
+/// round, the median ratios and their spread.
+async fn against_kafka(settings: &Settings, reference_topic: &str, args: &Args) -> Result<()> {
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    let mut args = args.clone();
+    let pace = match args.rate {
+        Some(0) => bail!("--rate must be at least 1 event a second"),
+        Some(rate) => {
+            let sessions = args.sessions.max(1) as u64;
+            let total = rate
+                .checked_mul(args.duration)
+                .context("--rate × --duration overflows")?;
+            args.events = usize::try_from(total.div_ceil(sessions))?;
+            // Each session appends once every sessions/rate seconds.
+            Some(Duration::from_secs_f64(sessions as f64 / rate as f64))
+        }
+        None => None,
+    };
+    let per_side = args.sessions.saturating_mul(args.events);
+    if per_side < WARM_RECORDS {
+        eprintln!(
+            "warning: {per_side} records a side is under {WARM_RECORDS}: ProducerPerformance's JVM may not be warm"
+        );
+    }
+    let (mut throughput, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rows = Vec::new();
+    for round in 1..=args.rounds {
+        let ours_first = round % 2 == 1;
+        let (ours, kafka) = if ours_first {
+            eprintln!("round {round}: sessionlog, then kafka");
+            let ours = run_ours(settings, &args, false, 1, pace).await?;
+            let kafka = run_kafka(settings, reference_topic, &args, ours.records, args.rate)?;
+            (ours, kafka)
+        } else {
+            eprintln!("round {round}: kafka, then sessionlog");
+            let kafka = run_kafka(settings, reference_topic, &args, per_side, args.rate)?;
+            (run_ours(settings, &args, false, 1, pace).await?, kafka)
+        };
+        let ratio = |a: f64, b: f64| a / b.max(f64::EPSILON);
+        throughput.push(ratio(ours.throughput(), kafka.throughput()));
+        p50.push(ratio(ours.p50_ms, kafka.p50_ms));
+        p99.push(ratio(ours.p99_ms, kafka.p99_ms));
+        rows.push(vec![
+            round.to_string(),
+            if ours_first {
+                "sessionlog, kafka"
+            } else {
+                "kafka, sessionlog"
+            }
+            .to_string(),
+            ours.records.to_string(),
+            format!("{:.0}", ours.throughput()),
+            format!("{:.0}", kafka.throughput()),
+            format!("{:.3}", ratio(ours.throughput(), kafka.throughput())),
+            format!("{:.1} / {:.1}", ours.p50_ms, ours.p99_ms),
+            format!("{:.1} / {:.1}", kafka.p50_ms, kafka.p99_ms),
+            format!("{:.3}", ratio(ours.p99_ms, kafka.p99_ms)),
+        ]);
+    }
+    let load = match args.rate {
+        Some(rate) => format!(
+            "open loop at {rate} events/s for {} s a side",
+            args.duration
+        ),
+        None => "as fast as acks come back".to_string(),
+    };
     println!(
-        "\n{} sessions × {} events of {} bytes, {} writer tasks, {} partitions, lz4, linger {} ms, acks=all, idempotent",
+        "\n{} sessions × {} events of {} bytes, {} writer tasks, {} partitions, {load}; lz4, linger {} ms, acks=all, idempotent",
         args.sessions,
         args.events,
         args.record_size,
@@ -131,46 +224,35 @@ async fn main() -> Result<()> {
         args.partitions,
         settings.producer.linger_ms
     );
-    let row = |name: &str, f: &Figures| {
-        vec![
-            name.to_string(),
-            f.records.to_string(),
-            format!("{:.0}", f.throughput()),
-            format!("{:.1}", f.p50_ms),
-            format!("{:.1}", f.p99_ms),
-        ]
-    };
     print_table(
         &[
-            "producer",
+            "round",
+            "order",
             "records",
-            "records/s",
-            "ack p50 ms",
-            "ack p99 ms",
+            "sessionlog rec/s",
+            "kafka rec/s",
+            "ratio",
+            "sessionlog ack p50 / p99 ms",
+            "kafka ack p50 / p99 ms",
+            "p99 ratio",
         ],
-        &[
-            row("sessionlog (EventLog + SessionWriter)", &ours),
-            row("kafka ProducerPerformance", &kafka),
-            vec![
-                "ratio (sessionlog / kafka)".into(),
-                String::new(),
-                format!("{:.2}", ours.throughput() / kafka.throughput()),
-                format!("{:.2}", ours.p50_ms / kafka.p50_ms.max(f64::EPSILON)),
-                format!("{:.2}", ours.p99_ms / kafka.p99_ms.max(f64::EPSILON)),
-            ],
-        ],
+        &rows,
     );
-    match rss {
+    let spread = sessionlog_benches::Spread::of;
+    println!(
+        "throughput sessionlog/kafka: median {}",
+        spread(&throughput)
+    );
+    println!("ack p50 sessionlog/kafka:    median {}", spread(&p50));
+    println!("ack p99 sessionlog/kafka:    median {}", spread(&p99));
+    match peak_rss_bytes() {
         Some(bytes) => println!(
-            "peak RSS of this process with {} sessions open: {:.1} MiB",
+            "peak RSS of this process over every round, {} sessions open at a time: {:.1} MiB",
             args.sessions,
             bytes as f64 / (1024.0 * 1024.0)
         ),
         None => println!("peak RSS: unknown on this platform"),
     }
-    // The run's topics go: runs must not pile data up on the stack.
-    topic::delete_topics(&settings.kafka).await?;
-    topic::delete_topics(&reference).await?;
     Ok(())
 }
 
@@ -195,7 +277,7 @@ async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()>
         for i in order {
             let side = &sides[i];
             eprintln!("round {round}: {}", side.name);
-            figures[i] = Some(run_ours(side.settings, args, side.confirm, 4096).await?);
+            figures[i] = Some(run_ours(side.settings, args, side.confirm, 4096, None).await?);
         }
         let [Some(first), Some(second)] = figures else {
             bail!("round {round} did not run both");
@@ -244,8 +326,16 @@ async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()>
     Ok(())
 }
 
-/// Opens the sessions, then appends `events` to each from `writers` tasks, timing each ack.
-async fn run_ours(settings: &Settings, args: &Args, confirm: bool, texts: u64) -> Result<Figures> {
+/// Opens the sessions, then appends `events` to each from `writers` tasks, timing each ack:
+/// each as soon as the last is acknowledged, or with `pace`, each session once every `pace`
+/// (staggered across sessions), timed from when the append was due.
+async fn run_ours(
+    settings: &Settings,
+    args: &Args,
+    confirm: bool,
+    texts: u64,
+    pace: Option<Duration>,
+) -> Result<Figures> {
     let log = Arc::new(EventLog::from_settings(settings).await?);
     let content = Arc::new(payloads(&log, args.record_size, texts)?);
     let writers = args.writers.max(1);
@@ -282,16 +372,26 @@ async fn run_ours(settings: &Settings, args: &Args, confirm: bool, texts: u64) -
         }
     });
     let started = Instant::now();
+    let sessions = groups.iter().map(Vec::len).sum::<usize>().max(1);
     let mut tasks = tokio::task::JoinSet::new();
-    for mut group in groups {
+    for (g, mut group) in groups.into_iter().enumerate() {
         let (content, acked, events) = (Arc::clone(&content), Arc::clone(&acked), args.events);
         tasks.spawn(async move {
-            let sessions = group.iter_mut().enumerate().map(|(n, writer)| {
+            let appends = group.iter_mut().enumerate().map(|(n, writer)| {
                 let (content, acked) = (Arc::clone(&content), Arc::clone(&acked));
+                // The session's place among all of them staggers its appends over one period.
+                let place = (g * per_writer + n) as f64 / sessions as f64;
                 async move {
                     let mut latencies = Vec::with_capacity(events);
                     for i in 0..events {
-                        let sent = Instant::now();
+                        let sent = match pace {
+                            Some(period) => {
+                                let due = started + period.mul_f64(place + i as f64);
+                                tokio::time::sleep_until(due.into()).await;
+                                due
+                            }
+                            None => Instant::now(),
+                        };
                         // Neighbouring records carry different texts, as real ones do.
                         let text = &content[(n * 7919 + i) % content.len()];
                         let event = SessionEvent::UserRequest {
@@ -309,7 +409,7 @@ async fn run_ours(settings: &Settings, args: &Args, confirm: bool, texts: u64) -
                     Ok::<_, sessionlog_producer::Error>(latencies)
                 }
             });
-            let all = futures::future::try_join_all(sessions).await?;
+            let all = futures::future::try_join_all(appends).await?;
             // The writers stay open (in memory) until every task is done: RSS counts them all.
             Ok::<_, sessionlog_producer::Error>((group, all))
         });
@@ -399,8 +499,15 @@ fn payload(log: &EventLog, record_size: usize, seed: u64) -> Result<String> {
     Ok(text[..len].to_string())
 }
 
-/// Runs Kafka's ProducerPerformance with the same record size and producer settings.
-fn run_kafka(settings: &Settings, topic: &str, args: &Args, records: usize) -> Result<Figures> {
+/// Runs Kafka's ProducerPerformance with the same record size and producer settings, as fast
+/// as it can or throttled to `rate` records a second.
+fn run_kafka(
+    settings: &Settings,
+    topic: &str,
+    args: &Args,
+    records: usize,
+    rate: Option<u64>,
+) -> Result<Figures> {
     let p = &settings.producer;
     eprintln!(
         "kafka ProducerPerformance: {records} records of {} bytes ...",
@@ -417,7 +524,7 @@ fn run_kafka(settings: &Settings, topic: &str, args: &Args, records: usize) -> R
             "--record-size",
             &args.record_size.to_string(),
             "--throughput",
-            "-1",
+            &rate.map_or("-1".to_string(), |r| r.to_string()),
             "--command-property",
             &format!("bootstrap.servers={}", settings.kafka.bootstrap),
             "acks=all",
