@@ -38,6 +38,16 @@ pub enum StartPoint {
     },
 }
 
+impl StartPoint {
+    /// The first offset the read takes: the one after a checkpoint, or the start itself.
+    pub fn first_offset(&self) -> i64 {
+        match self {
+            Self::Checkpoint { offset, .. } => offset + 1,
+            Self::FirstEvent { offset } | Self::PartitionStart { offset } => *offset,
+        }
+    }
+}
+
 /// A session rebuilt from the log.
 #[derive(Clone, Debug, Serialize)]
 pub struct RebuiltSession {
@@ -240,11 +250,19 @@ impl Recovery {
             Box::pin(async { Ok(self.store.load_session(session).await?) }),
             Box::pin(async { Ok(self.store.load_progress(&self.settings.kafka.topic).await?) }),
         )?;
-        let (checkpoint_start, first_event) = match checkpoint {
+        // Where the read starts, as far as the tables know it; only the partition's start
+        // needs the log (below, once a reader is lent).
+        let known_start = match checkpoint {
             Some(VerifiedCheckpoint {
                 seq, offset, state, ..
-            }) => (Some((seq, offset, state)), None),
-            None => (None, self.store.locate(session, 1).await?),
+            }) => Some((StartPoint::Checkpoint { seq, offset }, state)),
+            None => match self.store.locate(session, 1).await? {
+                Some((p, offset)) if p == partition => Some((
+                    StartPoint::FirstEvent { offset },
+                    SessionState::empty(session),
+                )),
+                _ => None,
+            },
         };
         // Where the projection covers the session, its index says which offsets matter: read
         // only those. Beyond it (the projector is behind, or down) read everything to the end.
@@ -258,16 +276,15 @@ impl Recovery {
         // after the session's last event would be read as tail.
         let partition_covered = progress.get(&partition).map_or(-1, |next| next - 1);
         let indexed = session_covered.max(partition_covered);
-        let after_seq = checkpoint_start.as_ref().map_or(0, |(seq, ..)| *seq);
-        let indexed_from = match &checkpoint_start {
-            Some((_, offset, _)) => offset + 1,
-            None => match first_event {
-                Some((p, offset)) if p == partition => offset,
-                // The session's first event is not indexed here: ask the index for every
-                // offset, and keep those at or above the partition's start once it is known.
-                _ => 0,
-            },
+        let after_seq = match &known_start {
+            Some((StartPoint::Checkpoint { seq, .. }, _)) => *seq,
+            _ => 0,
         };
+        // Without a known start, every indexed offset: those below the partition's start are
+        // dropped once it is known.
+        let indexed_from = known_start
+            .as_ref()
+            .map_or(0, |(start, _)| start.first_offset());
         let mut offsets = if indexed >= indexed_from {
             index::accepted_offsets(&self.store, session, after_seq, indexed_from, indexed).await?
         } else {
@@ -276,27 +293,16 @@ impl Recovery {
 
         let reader = self.log().lend_reader().await?;
         observe::phase_done("wait_reader", started);
-        let (start, mut state, from) = match checkpoint_start {
-            Some((seq, offset, state)) => {
-                (StartPoint::Checkpoint { seq, offset }, state, offset + 1)
-            }
-            None => {
-                let start = match first_event {
-                    Some((p, offset)) if p == partition => StartPoint::FirstEvent { offset },
-                    _ => StartPoint::PartitionStart {
-                        offset: reader.watermarks(partition).await?.0,
-                    },
-                };
-                let from = match &start {
-                    StartPoint::FirstEvent { offset } | StartPoint::PartitionStart { offset } => {
-                        *offset
-                    }
-                    StartPoint::Checkpoint { offset, .. } => offset + 1,
-                };
-                (start, SessionState::empty(session), from)
-            }
-        };
-        let (_, end_offset) = reader.watermarks(partition).await?;
+        let (first_offset, end_offset) = reader.watermarks(partition).await?;
+        let (start, mut state) = known_start.unwrap_or_else(|| {
+            (
+                StartPoint::PartitionStart {
+                    offset: first_offset,
+                },
+                SessionState::empty(session),
+            )
+        });
+        let from = start.first_offset();
         let end_offset = match through_offset {
             Some(through) => end_offset.min(through.saturating_add(1)),
             None => end_offset,
