@@ -10,12 +10,15 @@ pub const RESUMES: &str = "sessionlog_recovery_resumes_total";
 pub const REBUILDS: &str = "sessionlog_recovery_rebuilds_total";
 /// Seconds a rebuild took, from the first table read to the last record folded.
 pub const REBUILD_SECONDS: &str = "sessionlog_recovery_rebuild_seconds";
-/// Seconds each phase of a resume took, by `phase` label: `wait_turn` (waiting for one of the
-/// `[recovery] max_concurrent_resumes` permits), `wait_reader` (a rebuild's table reads and its
-/// wait for one of the log's pooled readers), `rebuild` (checkpoint, index and tail read and folded, the
-/// wait included), `claim` (catch-up, the claim appended and read back), `bundle` (in-doubt calls
-/// settled, texts opened, the context window cut). Where a fleet restart's time goes.
+/// Seconds each phase of a resume took, by `phase` label, one after another: `wait_turn`
+/// (waiting for one of the `[recovery] max_concurrent_resumes` permits), `rebuild` (the stored
+/// view, the checkpoint, the index and the tail read and folded), `claim` (catch-up, the claim
+/// appended and read back), `bundle` (in-doubt calls settled, texts opened, the context window
+/// cut); and within `rebuild`, `wait_reader` (its table reads and its wait for one of the log's
+/// pooled readers). Where a fleet restart's time goes.
 pub const RESUME_PHASE_SECONDS: &str = "sessionlog_recovery_resume_phase_seconds";
+/// Resumes waiting for their turn now, over `[recovery] max_concurrent_resumes`.
+pub const RESUMES_WAITING: &str = "sessionlog_recovery_resumes_waiting";
 /// Records read from the log by rebuilds, the session's own and others'.
 pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
 /// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
@@ -32,6 +35,7 @@ pub const METRICS: &[&str] = &[
     REBUILDS,
     REBUILD_SECONDS,
     RESUME_PHASE_SECONDS,
+    RESUMES_WAITING,
     RECORDS_READ,
     EVENTS_FOLDED,
 ];
@@ -39,7 +43,7 @@ pub const METRICS: &[&str] = &[
 /// Registers a help text for every metric above with the installed recorder (call it once,
 /// after installing the recorder; without one it does nothing).
 pub fn describe_metrics() {
-    use metrics::{Unit, describe_counter, describe_histogram};
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         ERRORS,
         Unit::Count,
@@ -68,7 +72,12 @@ pub fn describe_metrics() {
     describe_histogram!(
         RESUME_PHASE_SECONDS,
         Unit::Seconds,
-        "Seconds each phase of a resume took, by phase (wait_turn, wait_reader, rebuild, claim, bundle)."
+        "Seconds each phase of a resume took, by phase (wait_turn, rebuild, claim, bundle; wait_reader within rebuild)."
+    );
+    describe_gauge!(
+        RESUMES_WAITING,
+        Unit::Count,
+        "Resumes waiting for their turn now, over [recovery] max_concurrent_resumes."
     );
     describe_counter!(
         RECORDS_READ,

@@ -11,6 +11,7 @@ use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
 use sessionlog_session::SessionState;
 use sessionlog_store::{KeyTable, ProjectionStore};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How many records a rebuild holds before folding them: memory stays bounded by this,
 /// not by the session's length.
@@ -102,6 +103,8 @@ pub struct Recovery {
     readiness: sessionlog_http::Readiness,
     /// One permit per resume that may run (`[recovery] max_concurrent_resumes`).
     resumes: Arc<tokio::sync::Semaphore>,
+    /// Resumes waiting for a permit now.
+    resumes_waiting: AtomicUsize,
 }
 
 impl Recovery {
@@ -140,6 +143,7 @@ impl Recovery {
             resumes: Arc::new(tokio::sync::Semaphore::new(
                 settings.recovery.max_concurrent_resumes.max(1),
             )),
+            resumes_waiting: AtomicUsize::new(0),
         })
     }
 
@@ -152,10 +156,27 @@ impl Recovery {
     /// Waits for one of the `[recovery] max_concurrent_resumes` permits: held by a
     /// [`crate::ResumePoint`] until its claim is answered.
     pub(crate) async fn resume_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        /// Counts a resume as waiting until it is dropped: one whose caller went away while
+        /// it waited stops counting too.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+                metrics::gauge!(observe::RESUMES_WAITING).decrement(1.0);
+            }
+        }
+        self.resumes_waiting.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!(observe::RESUMES_WAITING).increment(1.0);
+        let _waiting = Waiting(&self.resumes_waiting);
         Arc::clone(&self.resumes)
             .acquire_owned()
             .await
             .map_err(|_| sessionlog_log::Error::Task("resume permits closed".into()).into())
+    }
+
+    /// Resumes waiting for their turn now, over `[recovery] max_concurrent_resumes`.
+    pub fn resumes_waiting(&self) -> usize {
+        self.resumes_waiting.load(Ordering::Relaxed)
     }
 
     /// The log recovery appends claims, outcomes and forks to.

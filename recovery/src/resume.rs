@@ -90,9 +90,10 @@ impl Recovery {
     /// The first half of [`Self::resume`]: the session rebuilt from the log, with its context
     /// window. Nothing is appended.
     pub async fn prepare_resume(&self, session: SessionId) -> Result<ResumePoint> {
-        let started = std::time::Instant::now();
+        let waited = std::time::Instant::now();
         let permit = self.resume_permit().await?;
-        crate::observe::phase_done("wait_turn", started);
+        crate::observe::phase_done("wait_turn", waited);
+        let started = std::time::Instant::now();
         // The projector's context window as far as it goes; the rest of the log is folded in
         // below, from the same read that rebuilds the state.
         let stored = self

@@ -400,15 +400,19 @@ async fn resumes_beyond_the_limit_wait_their_turn_instead_of_failing() -> Result
 
     // The first resume holds the only turn from its rebuild until its claim is answered.
     let first = recovery.prepare_resume(sessions[0]).await?;
-    let mut second = tokio::spawn({
+    let second = tokio::spawn({
         let recovery = std::sync::Arc::clone(&recovery);
         let session = sessions[1];
         async move { recovery.resume(session, "harness-2", CONTEXT_BUDGET).await }
     });
+    wait_for(
+        "the second resume to queue for a turn",
+        Duration::from_secs(30),
+        || async { Ok((recovery.resumes_waiting() == 1).then_some(())) },
+    )
+    .await?;
     assert!(
-        tokio::time::timeout(Duration::from_secs(2), &mut second)
-            .await
-            .is_err(),
+        !second.is_finished() && recovery.resumes_waiting() == 1,
         "a resume beyond max_concurrent_resumes waits while the limit is taken"
     );
     let bundle = recovery
