@@ -613,6 +613,18 @@ impl Grant {
     }
 }
 
+/// Headers a client sends to present `credential` (a token or an API key) to the services:
+/// `Authorization: Bearer <credential>`, marked sensitive so a client's debug output never
+/// shows it.
+pub fn bearer_headers(credential: &str) -> Result<reqwest::header::HeaderMap, Error> {
+    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {credential}"))
+        .map_err(Error::Credential)?;
+    value.set_sensitive(true);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    Ok(headers)
+}
+
 /// A signing key for development and tests: ES256 (P-256), made here, published as a JWKS
 /// that the services read (`auth.jwks_file`). Production tokens come from your identity
 /// provider instead; the services only ever see its JWKS.
@@ -801,6 +813,19 @@ pub fn new_api_key(id: &str) -> Result<(String, String), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bearer_headers_carry_the_credential_hidden_and_refuse_a_broken_one() {
+        let headers = bearer_headers("slk_abc").unwrap();
+        let value = &headers[reqwest::header::AUTHORIZATION];
+        assert_eq!(value.to_str().unwrap(), "Bearer slk_abc");
+        assert!(value.is_sensitive());
+        assert!(!format!("{headers:?}").contains("slk_abc"));
+        assert!(matches!(
+            bearer_headers("slk\nX-Injected: 1"),
+            Err(Error::Credential(_))
+        ));
+    }
     use sessionlog_log::ApiKey;
 
     fn grant(roles: &[Role]) -> Grant {

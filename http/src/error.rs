@@ -22,4 +22,7 @@ pub enum Error {
     /// A signing key could not be made, read or used.
     #[error("signing key: {0}")]
     Key(String),
+    /// A credential that cannot be sent in an `Authorization` header (a control character).
+    #[error("the credential cannot be sent as an Authorization header")]
+    Credential(#[source] reqwest::header::InvalidHeaderValue),
 }

@@ -98,12 +98,8 @@ pub fn full_token() -> Result<String> {
 
 /// An HTTP client that sends `token` with every request.
 pub fn client_with(token: &str) -> Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?;
-    value.set_sensitive(true);
-    headers.insert(reqwest::header::AUTHORIZATION, value);
     Ok(reqwest::Client::builder()
-        .default_headers(headers)
+        .default_headers(sessionlog_http::auth::bearer_headers(token)?)
         .build()?)
 }
 

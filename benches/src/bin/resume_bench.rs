@@ -186,12 +186,8 @@ impl BenchAuth {
             &[Role::Harness, Role::Reader],
             Duration::from_secs(3600),
         ))?;
-        let mut headers = reqwest::header::HeaderMap::new();
-        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?;
-        value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
         Ok(reqwest::Client::builder()
-            .default_headers(headers)
+            .default_headers(sessionlog_http::auth::bearer_headers(&token)?)
             .pool_max_idle_per_host(connections)
             .timeout(timeout)
             .build()?)
