@@ -150,6 +150,56 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Gives `settings` a topic, dead-letter topic and keyspace of this run's own
+/// (`bench-{name}-{tag}`, `bench_{name}_{tag}`) with `partitions`, so runs never read each
+/// other's data and [`drop_run`] removes what this one made. Returns the run's tag.
+pub fn isolate_run(settings: &mut Settings, name: &str, partitions: i32) -> String {
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let tag = run[run.len() - 8..].to_string();
+    settings.kafka.topic = format!("bench-{name}-{tag}");
+    settings.kafka.dead_letter_topic = format!("bench-{name}-{tag}-dlq");
+    settings.kafka.partitions = partitions;
+    settings.cql.keyspace = format!("bench_{name}_{tag}");
+    tag
+}
+
+/// The end (next offset to be written) of each of `partitions` partitions of `reader`'s topic.
+pub async fn partition_ends(
+    reader: &sessionlog_log::PartitionReader,
+    partitions: i32,
+) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
+    let mut ends = std::collections::BTreeMap::new();
+    for p in 0..partitions {
+        ends.insert(p, reader.watermarks(p).await?.1);
+    }
+    Ok(ends)
+}
+
+/// Waits until the projector's stored progress on `topic` reaches `ends` on every partition,
+/// failing after `limit`; returns how long it took.
+pub async fn wait_applied_through(
+    store: &ProjectionStore,
+    topic: &str,
+    ends: &std::collections::BTreeMap<i32, i64>,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
+    let started = std::time::Instant::now();
+    loop {
+        let progress = store.load_progress(topic).await?;
+        let behind: i64 = ends
+            .iter()
+            .map(|(p, end)| (end - progress.get(p).copied().unwrap_or(0)).max(0))
+            .sum();
+        if behind == 0 {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > limit {
+            anyhow::bail!("the projector is {behind} records behind after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Creates the run's topics (those of `settings.kafka`) and registers the event schemas for
 /// its topic: what `sessionlog init` does for Kafka and the registry.
 pub async fn prepare_topics(settings: &Settings) -> anyhow::Result<()> {

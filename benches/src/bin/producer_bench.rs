@@ -154,10 +154,14 @@ async fn against_kafka(settings: &Settings, reference_topic: &str, args: &Args) 
         bail!("--rounds must be at least 1");
     }
     let mut args = args.clone();
+    // What run_ours opens (a whole number of sessions per writer task): the rate, the
+    // reference's record count and the report all use it.
+    let writers = args.writers.max(1);
+    args.sessions = args.sessions.max(1).div_ceil(writers) * writers;
     let pace = match args.rate {
         Some(0) => bail!("--rate must be at least 1 event a second"),
         Some(rate) => {
-            let sessions = args.sessions.max(1) as u64;
+            let sessions = args.sessions as u64;
             let total = rate
                 .checked_mul(args.duration)
                 .context("--rate × --duration overflows")?;
@@ -180,7 +184,7 @@ async fn against_kafka(settings: &Settings, reference_topic: &str, args: &Args) 
         let (ours, kafka) = if ours_first {
             eprintln!("round {round}: sessionlog, then kafka");
             let ours = run_ours(settings, &args, false, 1, pace).await?;
-            let kafka = run_kafka(settings, reference_topic, &args, ours.records, args.rate)?;
+            let kafka = run_kafka(settings, reference_topic, &args, per_side, args.rate)?;
             (ours, kafka)
         } else {
             eprintln!("round {round}: kafka, then sessionlog");

@@ -26,7 +26,6 @@ use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -73,12 +72,7 @@ struct LagRun {
 /// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
 async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> {
     let mut settings = base.clone();
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
-    settings.kafka.topic = format!("bench-projector-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
-    settings.kafka.partitions = args.partitions;
-    settings.cql.keyspace = format!("bench_projector_{tag}");
+    sessionlog_benches::isolate_run(&mut settings, "projector", args.partitions);
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let mut project = Command::new(bin);
@@ -168,12 +162,7 @@ async fn main() -> Result<()> {
         let bin = sessionlog_benches::sessionlog_bin()?;
         return compare_encryption(&args, &settings, &bin).await;
     }
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
-    settings.kafka.topic = format!("bench-projector-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-projector-{tag}-dlq");
-    settings.kafka.partitions = args.partitions;
-    settings.cql.keyspace = format!("bench_projector_{tag}");
+    sessionlog_benches::isolate_run(&mut settings, "projector", args.partitions);
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let bin = sessionlog_benches::sessionlog_bin()?;
@@ -195,24 +184,14 @@ async fn main() -> Result<()> {
         },
     ) = load(&args, &log, &store, &settings.kafka.topic).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let mut ends = BTreeMap::new();
-    for p in 0..args.partitions {
-        ends.insert(p, reader.watermarks(p).await?.1);
-    }
-    let drain = Instant::now();
-    loop {
-        let progress = store.load_progress(&settings.kafka.topic).await?;
-        if ends
-            .iter()
-            .all(|(p, e)| progress.get(p).copied().unwrap_or(0) >= *e)
-        {
-            break;
-        }
-        if drain.elapsed() > Duration::from_secs(600) {
-            bail!("the projector did not catch up within 10 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ends = sessionlog_benches::partition_ends(&reader, args.partitions).await?;
+    sessionlog_benches::wait_applied_through(
+        &store,
+        &settings.kafka.topic,
+        &ends,
+        Duration::from_secs(600),
+    )
+    .await?;
     let live_rss = projector.peak_mib();
     drop(projector);
     let total: i64 = ends.values().sum();

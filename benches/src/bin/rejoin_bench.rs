@@ -11,9 +11,11 @@
 //! target/release/rejoin_bench --rounds 6
 //! ```
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Parser;
-use sessionlog_benches::{Spread, print_table, sessionlog_bin, sessionlog_env};
+use sessionlog_benches::{
+    Spread, partition_ends, print_table, sessionlog_bin, sessionlog_env, wait_applied_through,
+};
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
@@ -71,36 +73,8 @@ impl Drop for Projector {
     }
 }
 
-/// Waits until the stored progress reaches `ends` on every partition; returns how long it took.
-async fn applied_through(
-    store: &ProjectionStore,
-    topic: &str,
-    ends: &BTreeMap<i32, i64>,
-) -> Result<Duration> {
-    let started = Instant::now();
-    loop {
-        let progress = store.load_progress(topic).await?;
-        if ends
-            .iter()
-            .all(|(p, end)| progress.get(p).copied().unwrap_or(0) >= *end)
-        {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > Duration::from_secs(180) {
-            bail!("the projector did not catch up within 3 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The end of every partition now.
-async fn ends(reader: &PartitionReader, partitions: i32) -> Result<BTreeMap<i32, i64>> {
-    let mut ends = BTreeMap::new();
-    for p in 0..partitions {
-        ends.insert(p, reader.watermarks(p).await?.1);
-    }
-    Ok(ends)
-}
+/// How long a projector may take to apply what was written before it started.
+const CATCH_UP: Duration = Duration::from_secs(180);
 
 /// Starts a projector in a group of its own, lets it catch up, kills it with -9, starts it
 /// again at once, and returns the seconds until it has applied everything written before
@@ -112,18 +86,17 @@ async fn rejoin(
     instance: &str,
 ) -> Result<f64> {
     let (bin, topic) = (sessionlog_bin()?, settings.kafka.topic.as_str());
-    let reader = PartitionReader::new(&settings.kafka, topic)?;
+    let (reader, partitions) = (
+        PartitionReader::new(&settings.kafka, topic)?,
+        settings.kafka.partitions,
+    );
     let first = Projector::start(&bin, settings, group, instance)?;
-    applied_through(
-        store,
-        topic,
-        &ends(&reader, settings.kafka.partitions).await?,
-    )
-    .await?;
+    let ends = partition_ends(&reader, partitions).await?;
+    wait_applied_through(store, topic, &ends, CATCH_UP).await?;
     first.kill_9()?;
     // Some record written since its last batch, so that only the restarted one can apply it.
     let before = loop {
-        let now = ends(&reader, settings.kafka.partitions).await?;
+        let now = partition_ends(&reader, partitions).await?;
         let progress = store.load_progress(topic).await?;
         if now
             .iter()
@@ -135,7 +108,7 @@ async fn rejoin(
     };
     let restarted = Instant::now();
     let _second = Projector::start(&bin, settings, group, instance)?;
-    applied_through(store, topic, &before).await?;
+    wait_applied_through(store, topic, &before, CATCH_UP).await?;
     Ok(restarted.elapsed().as_secs_f64())
 }
 
@@ -143,12 +116,7 @@ async fn rejoin(
 async fn main() -> Result<()> {
     let args = Args::parse();
     let mut settings = Settings::load(None)?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
-    settings.kafka.topic = format!("bench-rejoin-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-rejoin-{tag}-dlq");
-    settings.kafka.partitions = args.partitions;
-    settings.cql.keyspace = format!("bench_rejoin_{tag}");
+    let tag = sessionlog_benches::isolate_run(&mut settings, "rejoin", args.partitions);
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
@@ -175,7 +143,7 @@ async fn main() -> Result<()> {
     // A projector that has applied something holds partitions: only then does killing it
     // leave a member behind in its group.
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    while ends(&reader, args.partitions)
+    while partition_ends(&reader, args.partitions)
         .await?
         .values()
         .all(|end| *end == 0)

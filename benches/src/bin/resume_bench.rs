@@ -89,12 +89,7 @@ async fn main() -> Result<()> {
     }
     let bin = sessionlog_benches::sessionlog_bin()?;
     let mut settings = Settings::load(None).context("loading settings")?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
-    settings.kafka.topic = format!("bench-resume-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-resume-{tag}-dlq");
-    settings.kafka.partitions = args.partitions;
-    settings.cql.keyspace = format!("bench_resume_{tag}");
+    sessionlog_benches::isolate_run(&mut settings, "resume", args.partitions);
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
@@ -110,7 +105,16 @@ async fn main() -> Result<()> {
     let projector = Watched::spawn(project)?;
 
     let sessions = write_sessions(&settings, &args).await?;
-    wait_projected(&settings, &store, Duration::from_secs(600)).await?;
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    let ends = sessionlog_benches::partition_ends(&reader, settings.kafka.partitions).await?;
+    let took = sessionlog_benches::wait_applied_through(
+        &store,
+        &settings.kafka.topic,
+        &ends,
+        Duration::from_secs(600),
+    )
+    .await?;
+    eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
     let mut serve = Command::new(&bin);
@@ -239,35 +243,6 @@ async fn write_sessions(settings: &Settings, args: &Args) -> Result<Vec<SessionI
     }
     log.flush(Duration::from_secs(30)).await?;
     Ok(sessions)
-}
-
-/// Waits until the projector's stored progress reaches every partition's end.
-async fn wait_projected(
-    settings: &Settings,
-    store: &ProjectionStore,
-    limit: Duration,
-) -> Result<()> {
-    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let mut ends = BTreeMap::new();
-    for p in 0..settings.kafka.partitions {
-        ends.insert(p, reader.watermarks(p).await?.1);
-    }
-    let started = Instant::now();
-    loop {
-        let progress = store.load_progress(&settings.kafka.topic).await?;
-        let behind: i64 = ends
-            .iter()
-            .map(|(p, end)| (end - progress.get(p).copied().unwrap_or(0)).max(0))
-            .sum();
-        if behind == 0 {
-            eprintln!("projected ({:.1} s)", started.elapsed().as_secs_f64());
-            return Ok(());
-        }
-        if started.elapsed() > limit {
-            bail!("the projector is {behind} records behind after {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// Waits (up to a minute) until the service answers `/health/ready` with 200.
