@@ -104,8 +104,9 @@ impl PartitionReader {
     }
 
     /// A reader for short reads (a read-back, a catch-up, a rebuild from a checkpoint), as a
-    /// process keeps dozens of: it prefetches at most 1 MiB, so a pool of 64 holds a bounded
-    /// few tens of MiB however many sessions it serves.
+    /// process keeps dozens of: it queues at most 1 MiB of prefetched records (plus the fetch
+    /// in flight, up to `max.partition.fetch.bytes`, 1 MiB by default), so a pool of 64 holds
+    /// at most about 128 MiB however many sessions it serves.
     pub fn for_short_reads(settings: &KafkaSettings, topic: &str) -> Result<Self> {
         Self::with_prefetch(settings, topic, 1_000, 1024)
     }
