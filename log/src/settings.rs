@@ -408,6 +408,30 @@ pub struct ProjectorSettings {
     /// then takes its partitions back at once, instead of waiting for the group to drop the
     /// member it was before (`session.timeout.ms`, 10 s). Empty: dynamic membership.
     pub instance_id: String,
+    /// How many CQL partitions one day of `trace_spans_by_day_bucket` is spread over, by
+    /// session id (1 to 1024). Readers find the buckets a day used in `trace_day_buckets`, so
+    /// it can be changed between restarts without losing spans from reads.
+    pub trace_day_buckets: u16,
+}
+
+/// The most buckets a day of spans may be spread over (`[projector] trace_day_buckets`): a
+/// read of a day's spans queries each of them.
+pub const MAX_TRACE_DAY_BUCKETS: u16 = 1024;
+
+impl ProjectorSettings {
+    /// Checks the values a settings file or the environment can get wrong.
+    pub fn validate(&self) -> crate::Result<()> {
+        if !(1..=MAX_TRACE_DAY_BUCKETS).contains(&self.trace_day_buckets) {
+            return Err(crate::Error::BadSetting {
+                key: "projector.trace_day_buckets".into(),
+                problem: format!(
+                    "{} is not between 1 and {MAX_TRACE_DAY_BUCKETS}",
+                    self.trace_day_buckets
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for ProjectorSettings {
@@ -421,6 +445,7 @@ impl Default for ProjectorSettings {
             listen: String::new(),
             stall_secs: 60,
             instance_id: String::new(),
+            trace_day_buckets: 16,
         }
     }
 }
@@ -650,6 +675,7 @@ impl Settings {
             .extract()
             .map_err(|e| crate::Error::Config(Box::new(e)))?;
         settings.retention.validate()?;
+        settings.projector.validate()?;
         settings
             .context
             .validate()
@@ -862,6 +888,29 @@ mod tests {
             jail.set_env("SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS", "630720001");
             let error = chain(&Settings::load(None).expect_err("beyond CQL's TTL limit"));
             assert!(error.contains("ended_session_ttl_secs"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn trace_day_buckets_outside_their_range_are_an_error_naming_the_key() {
+        figment::Jail::expect_with(|jail| {
+            assert_eq!(
+                Settings::load(None)
+                    .map_err(|e| e.to_string())?
+                    .projector
+                    .trace_day_buckets,
+                16
+            );
+            for bad in ["0", "1025"] {
+                jail.set_env("SESSIONLOG_PROJECTOR__TRACE_DAY_BUCKETS", bad);
+                let error = chain(&Settings::load(None).expect_err("out of range"));
+                assert!(error.contains("projector.trace_day_buckets"), "{error}");
+            }
+            jail.set_env("SESSIONLOG_PROJECTOR__TRACE_DAY_BUCKETS", "64");
+            let s = Settings::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.projector.trace_day_buckets, 64);
             Ok(())
         });
     }

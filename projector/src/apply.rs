@@ -8,7 +8,7 @@ use sessionlog_log::RawRecord;
 use sessionlog_log::retry::{self, BackoffBuilder};
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextWindow, TurnChange};
-use sessionlog_session::trace::span_of;
+use sessionlog_session::trace::{day_bucket, last_model_call_after, span_of};
 use sessionlog_session::{SessionState, Verdict};
 use sessionlog_store::{
     CqlRow, LastRecord, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
@@ -70,8 +70,9 @@ pub struct Folded {
     sessions: Vec<(SessionId, Vec<CqlRow>)>,
     /// Where each session is in `sessions`.
     positions: HashMap<SessionId, usize>,
-    /// Span rows by day, whose partition key is the day rather than the session.
-    days: BTreeMap<String, Vec<CqlRow>>,
+    /// Span rows by day and bucket, their partition key (rather than the session): each
+    /// entry's rows are written as single-partition batches, which no batch size limit refuses.
+    days: BTreeMap<(String, i32), Vec<CqlRow>>,
     /// Rows of the lists keyed by something else than the session: a parent's children,
     /// sessions awaiting someone.
     lists: Vec<CqlRow>,
@@ -105,6 +106,7 @@ pub struct Applier {
     cache: HashMap<SessionId, Projection>,
     health: Arc<Health>,
     policies: Arc<ContextPolicies>,
+    trace_day_buckets: u16,
 }
 
 impl Applier {
@@ -125,7 +127,14 @@ impl Applier {
             cache: HashMap::new(),
             health: Arc::new(Health::default()),
             policies: Arc::default(),
+            trace_day_buckets: sessionlog_log::ProjectorSettings::default().trace_day_buckets,
         }
+    }
+
+    /// Spreads each day's spans over `buckets` partitions (`[projector] trace_day_buckets`).
+    pub fn with_trace_day_buckets(mut self, buckets: u16) -> Self {
+        self.trace_day_buckets = buckets.max(1);
+        self
     }
 
     /// Builds sessions' context views with `policies` (`[context]`), chosen by agent name.
@@ -242,12 +251,13 @@ impl Applier {
         let (partition, offset) = (record.partition, record.offset);
         let session = event.session_id;
         let policies = Arc::clone(&self.policies);
+        let bucket = day_bucket(session, self.trace_day_buckets);
         let entry = self.entry(session, partition).await;
         if entry.row.applied_offset >= offset {
             folded.stats.skipped += 1;
             return Ok(());
         }
-        let span = span_of(&event, &entry.row.state);
+        let span = span_of(&event, &entry.row.state, entry.row.last_model_call);
         let status = entry.row.state.status();
         let waited = Wait::of(status);
         let verdict = entry.row.state.apply(&event);
@@ -275,10 +285,18 @@ impl Applier {
         match verdict {
             Verdict::Accepted => {
                 folded.stats.accepted += 1;
+                entry.row.last_model_call =
+                    last_model_call_after(&event, entry.row.last_model_call);
                 if let Some(span) = span {
-                    let (by_session, by_day) = CqlRow::span(&span, offset);
+                    let agent = entry.row.state.agent.as_deref();
+                    let [by_session, by_day] =
+                        CqlRow::span(&span, partition, offset, agent, bucket);
                     rows.push(by_session);
-                    folded.days.entry(span.day()).or_default().push(by_day);
+                    folded
+                        .days
+                        .entry((span.day(), bucket))
+                        .or_default()
+                        .push(by_day);
                 }
                 folded.lists.extend(CqlRow::child(&event, offset));
                 let checkpoint = matches!(event.event, SessionEvent::Checkpoint { .. });
@@ -350,6 +368,7 @@ impl Applier {
                     state: SessionState::empty(session),
                     partition,
                     applied_offset: -1,
+                    last_model_call: None,
                 }),
                 context: context.unwrap_or_default(),
                 written: LastWritten::default(),
@@ -406,11 +425,17 @@ pub async fn persist(
         .try_for_each_concurrent(concurrency, |rows| store.write_rows(rows))
     })
     .await;
-    // Each list row alone: they are few (forks, waits) and each is keyed by another partition.
+    // Each list row alone: they are few (forks, waits, a day's buckets) and each is keyed by
+    // another partition. A day's bucket is noted after its spans, so a reader that finds the
+    // note finds them.
+    let buckets: Vec<CqlRow> = (folded.days.keys())
+        .map(|(day, bucket)| CqlRow::day_bucket(day.clone(), *bucket))
+        .collect();
     with_retry("write lists", health, || {
-        stream::iter(folded.lists.iter().map(Ok)).try_for_each_concurrent(concurrency, |row| {
-            store.write_rows(std::slice::from_ref(row))
-        })
+        stream::iter(folded.lists.iter().chain(&buckets).map(Ok))
+            .try_for_each_concurrent(concurrency, |row| {
+                store.write_rows(std::slice::from_ref(row))
+            })
     })
     .await;
     let days_done = started.elapsed();

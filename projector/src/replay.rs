@@ -184,7 +184,8 @@ impl Replay {
                 self.options.write_concurrency,
                 cache_sessions,
             )
-            .with_context_policies(self.settings.context.clone());
+            .with_context_policies(self.settings.context.clone())
+            .with_trace_day_buckets(self.settings.projector.trace_day_buckets);
             replay_partition(
                 &self.settings,
                 *range,

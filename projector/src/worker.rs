@@ -257,6 +257,7 @@ impl Projector {
             options.cache_sessions,
         )
         .with_context_policies(settings.context.clone())
+        .with_trace_day_buckets(settings.projector.trace_day_buckets)
         .with_health(Arc::clone(&shared.health));
         Ok(Self {
             consumer,

@@ -17,6 +17,21 @@ pub enum Error {
         #[source]
         source: DriverError,
     },
+    /// A read of spans by time asked for a range the tables cannot answer in one read.
+    #[error(
+        "spans from {from_us} to {to_us} (microseconds since the epoch) span {days} days; \
+         ask for at most {max} days at a time"
+    )]
+    SpanRangeTooWide {
+        /// The range's start.
+        from_us: i64,
+        /// The range's end.
+        to_us: i64,
+        /// The days it touches.
+        days: i64,
+        /// The most days one read may touch.
+        max: i64,
+    },
     /// The store refused or failed a statement.
     #[error("cql {action}: {source}")]
     Cql {

@@ -286,6 +286,72 @@ pub const MIGRATIONS: &[Migration] = &[
             },
         ],
     },
+    Migration {
+        version: 9,
+        description: "spans with their log positions and parent; a day's spans spread over buckets",
+        statements: &[
+            // One day's spans of the whole fleet in one partition grew without bound; this
+            // table spreads a day over `[projector] trace_day_buckets` partitions by session
+            // id. `trace_spans_by_day` keeps what was projected before and is no longer
+            // written (a replay into a fresh keyspace puts those spans here too).
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_day_bucket (
+            day text,
+            bucket int,
+            start_us bigint,
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            agent text,
+            parent_seq bigint,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            log_partition int,
+            open_offset bigint,
+            close_offset bigint,
+            PRIMARY KEY ((day, bucket), start_us, session_id, span_seq))",
+            // The buckets each day's spans went to: a reader queries those, whatever the
+            // bucket count was when they were written.
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_day_buckets (
+            day text,
+            bucket int,
+            PRIMARY KEY ((day), bucket))",
+        ],
+        columns: &[
+            AddedColumn {
+                table: "trace_spans_by_session",
+                column: "parent_seq",
+                cql_type: "bigint",
+            },
+            AddedColumn {
+                table: "trace_spans_by_session",
+                column: "log_partition",
+                cql_type: "int",
+            },
+            AddedColumn {
+                table: "trace_spans_by_session",
+                column: "open_offset",
+                cql_type: "bigint",
+            },
+            AddedColumn {
+                table: "trace_spans_by_session",
+                column: "close_offset",
+                cql_type: "bigint",
+            },
+            // The parent of the next tool call's span: the projector's, not the session's
+            // canonical state (whose digest checkpoints declare).
+            AddedColumn {
+                table: "sessions",
+                column: "last_model_seq",
+                cql_type: "bigint",
+            },
+        ],
+    },
 ];
 
 /// The newest migration this build knows.

@@ -23,6 +23,8 @@ pub struct ProjectedSession {
     pub partition: i32,
     /// The offset of the last record folded into `state` (accepted or not).
     pub applied_offset: i64,
+    /// The seq of the last model call accepted: the parent of the next tool call's span.
+    pub last_model_call: Option<u64>,
 }
 
 /// A checkpoint the projector verified, with the state it stored at that point.
@@ -103,9 +105,9 @@ pub struct CheckpointRow {
 pub struct SpanRow {
     /// The seq that opened the span.
     pub span_seq: i64,
-    /// `model_call` or `tool_call`.
+    /// `session`, `model_call`, `tool_call`, `steering` or `approval`.
     pub span_kind: String,
-    /// The model or tool.
+    /// The agent (session), model, tool, `steering`, or the approval's id.
     pub name: String,
     /// When it began.
     pub start_us: i64,
@@ -121,11 +123,20 @@ pub struct SpanRow {
     pub tokens_out: Option<i64>,
     /// Cost in millionths of a US dollar.
     pub cost_micros: Option<i64>,
-    /// `ok`, `pending`, `resolution_required`, `succeeded` or `failed`.
+    /// `running`, `ok`, `pending`, `succeeded`, `failed`, ...
     pub outcome: String,
+    /// The span it hangs off (none for the session's own span, and for spans projected
+    /// before migration 9).
+    pub parent_seq: Option<i64>,
+    /// The session's log partition.
+    pub log_partition: Option<i32>,
+    /// The log offset of the event that opened it.
+    pub open_offset: Option<i64>,
+    /// The log offset of the event that closed it.
+    pub close_offset: Option<i64>,
 }
 
-/// A `trace_spans_by_day` row's identity.
+/// A `trace_spans_by_day_bucket` row: a span of any session, found by when it began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 pub struct DaySpanRow {
@@ -135,12 +146,45 @@ pub struct DaySpanRow {
     pub session_id: Uuid,
     /// The seq that opened it.
     pub span_seq: i64,
-    /// `model_call` or `tool_call`.
+    /// `session`, `model_call`, `tool_call`, `steering` or `approval`.
     pub span_kind: String,
-    /// The model or tool.
+    /// The agent (session), model, tool, `steering`, or the approval's id.
     pub name: String,
-    /// `ok`, `pending`, ...
+    /// The session's agent.
+    pub agent: Option<String>,
+    /// The seq that closed it.
+    pub end_seq: Option<i64>,
+    /// When it ended.
+    pub end_us: Option<i64>,
+    /// How long it took.
+    pub duration_us: Option<i64>,
+    /// Prompt tokens.
+    pub tokens_in: Option<i64>,
+    /// Completion tokens.
+    pub tokens_out: Option<i64>,
+    /// Cost in millionths of a US dollar.
+    pub cost_micros: Option<i64>,
+    /// `running`, `ok`, `pending`, `succeeded`, `failed`, ...
     pub outcome: String,
+    /// The span it hangs off.
+    pub parent_seq: Option<i64>,
+    /// The session's log partition.
+    pub log_partition: Option<i32>,
+    /// The log offset of the event that opened it.
+    pub open_offset: Option<i64>,
+    /// The log offset of the event that closed it.
+    pub close_offset: Option<i64>,
+}
+
+/// The most days one read of spans by time may touch ([`ProjectionStore::spans_between`]).
+pub const MAX_SPAN_DAYS: i64 = 31;
+
+impl DaySpanRow {
+    /// The order spans are read back in: by start, then session and seq (the table's own
+    /// clustering order within a bucket).
+    fn order_key(&self) -> (i64, Uuid, i64) {
+        (self.start_us, self.session_id, self.span_seq)
+    }
 }
 
 /// An `event_index` row: where one accepted event of a session sits in the log.
@@ -221,11 +265,12 @@ impl ProjectionStore {
 
     /// The projected row of a session, if the projector has seen it.
     pub async fn load_session(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
-        type Row = (Option<String>, Option<i32>, Option<i64>);
+        type Row = (Option<String>, Option<i32>, Option<i64>, Option<i64>);
         let rows: Vec<Row> = self
             .select(&self.reads.load_session, (session.0,), "load session")
             .await?;
-        let Some((state_json, partition, applied_offset)) = rows.into_iter().next() else {
+        let Some((state_json, partition, applied_offset, last_model_seq)) = rows.into_iter().next()
+        else {
             return Ok(None);
         };
         let mut state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
@@ -239,6 +284,7 @@ impl ProjectionStore {
             state,
             partition: partition.unwrap_or_default(),
             applied_offset,
+            last_model_call: last_model_seq.and_then(|seq| u64::try_from(seq).ok()),
         }))
     }
 
@@ -703,7 +749,8 @@ impl ProjectionStore {
         self.query_paged(
             format!(
                 "SELECT span_seq, span_kind, name, start_us, end_seq, end_us, duration_us,
-                 tokens_in, tokens_out, cost_micros, outcome
+                 tokens_in, tokens_out, cost_micros, outcome, parent_seq, log_partition,
+                 open_offset, close_offset
                  FROM {ks}.trace_spans_by_session WHERE session_id = ?"
             ),
             (session.0,),
@@ -712,19 +759,69 @@ impl ProjectionStore {
         .await
     }
 
-    /// The spans of every session that began on `day` (`YYYY-MM-DD`, UTC) at or after
-    /// `from_us`, by start time.
-    pub async fn spans_on_day(&self, day: &str, from_us: i64) -> Result<Vec<DaySpanRow>> {
+    /// The first `limit` spans of every session that began in `[from_us, to_us)`, in start
+    /// order (then session and seq), from `trace_spans_by_day_bucket`: each day's buckets
+    /// (those `trace_day_buckets` names) are read and merged. A bucket is read no further
+    /// than `limit` rows, which is all the merge can take from it.
+    pub async fn spans_between(
+        &self,
+        from_us: i64,
+        to_us: i64,
+        limit: usize,
+    ) -> Result<Vec<DaySpanRow>> {
         let ks = &self.keyspace;
-        self.query_paged(
-            format!(
-                "SELECT start_us, session_id, span_seq, span_kind, name, outcome
-                 FROM {ks}.trace_spans_by_day WHERE day = ? AND start_us >= ?"
-            ),
-            (day, from_us),
-            "read trace spans by day",
-        )
-        .await
+        let mut found: Vec<DaySpanRow> = Vec::new();
+        if from_us >= to_us || limit == 0 {
+            return Ok(found);
+        }
+        let cql_limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        const DAY_US: i64 = 86_400_000_000;
+        // Each day is at least one read, so a range is bounded in days.
+        let (first_day, last_day) = (from_us.div_euclid(DAY_US), (to_us - 1).div_euclid(DAY_US));
+        let days = last_day - first_day + 1;
+        if days > MAX_SPAN_DAYS {
+            return Err(Error::SpanRangeTooWide {
+                from_us,
+                to_us,
+                days,
+                max: MAX_SPAN_DAYS,
+            });
+        }
+        let mut day_start = first_day * DAY_US;
+        while day_start < to_us && found.len() < limit {
+            let day = sessionlog_session::trace::day_of(day_start);
+            let buckets: Vec<(i32,)> = self
+                .query_paged(
+                    format!("SELECT bucket FROM {ks}.trace_day_buckets WHERE day = ?"),
+                    (day.as_str(),),
+                    "read trace day buckets",
+                )
+                .await?;
+            let reads = buckets.iter().map(|(bucket,)| {
+                self.query_paged::<DaySpanRow>(
+                    format!(
+                        "SELECT start_us, session_id, span_seq, span_kind, name, agent, end_seq,
+                         end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome,
+                         parent_seq, log_partition, open_offset, close_offset
+                         FROM {ks}.trace_spans_by_day_bucket
+                         WHERE day = ? AND bucket = ? AND start_us >= ? AND start_us < ?
+                         LIMIT {cql_limit}"
+                    ),
+                    (day.as_str(), *bucket, from_us, to_us),
+                    "read trace spans by day",
+                )
+            });
+            let mut day_rows: Vec<DaySpanRow> = futures::future::try_join_all(reads)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            day_rows.sort_by_key(DaySpanRow::order_key);
+            found.extend(day_rows);
+            day_start = day_start.saturating_add(DAY_US);
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 
     /// The `context_view` row of `session` as stored, if any.

@@ -38,6 +38,7 @@ pub(crate) struct SessionRow {
     applied_offset: MaybeUnset<i64>,
     state_digest: MaybeUnset<String>,
     state_json: MaybeUnset<String>,
+    last_model_seq: MaybeUnset<Option<i64>>,
     write_timestamp: i64,
 }
 
@@ -74,9 +75,79 @@ impl From<&ProjectedSession> for SessionRow {
             applied_offset: Set(projected.applied_offset),
             state_digest: Set(SessionState::digest_of(&state_json)),
             state_json: Set(state_json),
+            last_model_seq: Set(projected.last_model_call.map(to_i64)),
             write_timestamp: projected.applied_offset,
         }
     }
+}
+
+/// The columns both span tables share, in their statements' order, then the write
+/// timestamp. A write sets what its event knows and leaves the rest unset: the opening write
+/// the parent and opening offset, the closing one the end, totals and closing offset.
+#[derive(Clone, scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SpanColumns {
+    end_seq: MaybeUnset<i64>,
+    end_us: MaybeUnset<i64>,
+    duration_us: MaybeUnset<i64>,
+    tokens_in: MaybeUnset<i64>,
+    tokens_out: MaybeUnset<i64>,
+    cost_micros: MaybeUnset<i64>,
+    outcome: &'static str,
+    parent_seq: MaybeUnset<i64>,
+    log_partition: i32,
+    open_offset: MaybeUnset<i64>,
+    close_offset: MaybeUnset<i64>,
+    write_timestamp: i64,
+}
+
+impl SpanColumns {
+    fn of(span: &SpanWrite, partition: i32, offset: i64) -> Self {
+        let as_i64 = |v: Option<u64>| unset_or(v.map(to_i64));
+        Self {
+            end_seq: as_i64(span.end_seq),
+            end_us: unset_or(span.end_us),
+            duration_us: unset_or(span.duration_us()),
+            tokens_in: as_i64(span.tokens_in),
+            tokens_out: as_i64(span.tokens_out),
+            cost_micros: as_i64(span.cost_micros),
+            outcome: span.outcome,
+            parent_seq: as_i64(span.parent_seq),
+            log_partition: partition,
+            open_offset: unset_or(span.opens.then_some(offset)),
+            close_offset: unset_or(span.closes().then_some(offset)),
+            write_timestamp: offset,
+        }
+    }
+}
+
+/// A `trace_spans_by_session` write.
+#[derive(scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct SessionSpanValues {
+    session_id: Uuid,
+    span_seq: i64,
+    span_kind: &'static str,
+    name: String,
+    start_us: i64,
+    #[scylla(flatten)]
+    columns: SpanColumns,
+}
+
+/// A `trace_spans_by_day_bucket` write.
+#[derive(scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct DaySpanValues {
+    day: String,
+    bucket: i32,
+    start_us: i64,
+    session_id: Uuid,
+    span_seq: i64,
+    span_kind: &'static str,
+    name: String,
+    agent: MaybeUnset<String>,
+    #[scylla(flatten)]
+    columns: SpanColumns,
 }
 
 /// The `context_view` row, column by column, then the write timestamp; unset like
@@ -127,7 +198,7 @@ pub(crate) trait Rewritten: Clone {
 impl Rewritten for SessionRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
         unset_unchanged!(self, written: agent, title, epoch, parent_session_id, parent_seq,
-            started_at_us, tokens_in, tokens_out, cost_micros, log_partition);
+            started_at_us, tokens_in, tokens_out, cost_micros, log_partition, last_model_seq);
         self
     }
 }
@@ -205,7 +276,10 @@ pub(crate) enum Table {
     Checkpoints,
     RejectedEvents,
     SpansBySession,
+    /// `trace_spans_by_day_bucket`.
     SpansByDay,
+    /// The buckets a day's spans went to.
+    DayBuckets,
     ContextView,
     ContextTurns,
     ErasedTurns,
@@ -221,7 +295,7 @@ pub(crate) enum Table {
 
 impl Table {
     /// Every table, in the order of the prepared writes.
-    pub(crate) const ALL: [Table; 16] = [
+    pub(crate) const ALL: [Table; 17] = [
         Table::Sessions,
         Table::EventIndex,
         Table::WriterClaims,
@@ -229,6 +303,7 @@ impl Table {
         Table::RejectedEvents,
         Table::SpansBySession,
         Table::SpansByDay,
+        Table::DayBuckets,
         Table::ContextView,
         Table::ContextTurns,
         Table::ErasedTurns,
@@ -379,54 +454,48 @@ impl CqlRow {
         Self::new(Table::RejectedEvents, values)
     }
 
-    /// A span's two rows: by session, and by day (whose partition is the day).
-    /// `offset` (the event's log offset) is the write timestamp, so the write of the event
-    /// that completes a span wins over the one that opened it.
-    pub fn span(span: &SpanWrite, offset: i64) -> (Self, Self) {
-        let as_i64 = |v: Option<u64>| unset_or(v.map(to_i64));
-        let end_seq = as_i64(span.end_seq);
-        let (end_us, duration_us) = (unset_or(span.end_us), unset_or(span.duration_us()));
-        let (tokens_in, tokens_out, cost) = (
-            as_i64(span.tokens_in),
-            as_i64(span.tokens_out),
-            as_i64(span.cost_micros),
-        );
-        let (session, seq) = (span.session_id.0, to_i64(span.span_seq));
-        let by_session = (
-            session,
-            seq,
-            span.span_kind,
-            span.name.clone(),
-            span.start_us,
-            end_seq,
-            end_us,
-            duration_us,
-            tokens_in,
-            tokens_out,
-            cost,
-            span.outcome,
-            offset,
-        );
-        let by_day = (
-            span.day(),
-            span.start_us,
-            session,
-            seq,
-            span.span_kind,
-            span.name.clone(),
-            end_seq,
-            end_us,
-            duration_us,
-            tokens_in,
-            tokens_out,
-            cost,
-            span.outcome,
-            offset,
-        );
-        (
+    /// A span's rows: by session, and by day (whose partition is the day and `bucket`, the
+    /// session's bucket of it: see [`CqlRow::day_bucket`]). `partition` and `offset` are the
+    /// event's log position; `offset` is the write timestamp, so the write of the event that
+    /// completes a span wins over the one that opened it. `agent` is the session's, kept on
+    /// the day's rows for analytics by agent.
+    pub fn span(
+        span: &SpanWrite,
+        partition: i32,
+        offset: i64,
+        agent: Option<&str>,
+        bucket: i32,
+    ) -> [Self; 2] {
+        let columns = SpanColumns::of(span, partition, offset);
+        let by_day = DaySpanValues {
+            day: span.day(),
+            bucket,
+            start_us: span.start_us,
+            session_id: span.session_id.0,
+            span_seq: to_i64(span.span_seq),
+            span_kind: span.span_kind,
+            name: span.name.clone(),
+            agent: unset_or(agent.map(String::from)),
+            columns: columns.clone(),
+        };
+        let by_session = SessionSpanValues {
+            session_id: span.session_id.0,
+            span_seq: to_i64(span.span_seq),
+            span_kind: span.span_kind,
+            name: span.name.clone(),
+            start_us: span.start_us,
+            columns,
+        };
+        [
             Self::new(Table::SpansBySession, by_session),
             Self::new(Table::SpansByDay, by_day),
-        )
+        ]
+    }
+
+    /// The note that `day`'s spans went to `bucket` (of `trace_spans_by_day_bucket`), which
+    /// tells readers which buckets to query.
+    pub fn day_bucket(day: String, bucket: i32) -> Self {
+        Self::new(Table::DayBuckets, (day, bucket))
     }
 
     /// A session's context view: the window, plus the plan and unresolved calls of `state`.
@@ -647,6 +716,7 @@ mod tests {
             state: SessionState::empty(SessionId(Uuid::now_v7())),
             partition: 3,
             applied_offset: 10,
+            last_model_call: None,
         };
         let mut written = None;
         let first = changes(SessionRow::from(&projected), &mut written);
@@ -676,6 +746,7 @@ mod tests {
             state: SessionState::empty(SessionId(Uuid::now_v7())),
             partition: 0,
             applied_offset: 5,
+            last_model_call: None,
         };
         let mut written = None;
         changes(SessionRow::from(&projected), &mut written);

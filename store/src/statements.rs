@@ -41,7 +41,8 @@ impl Reads {
         let p = |cql: String| prepare(session, cql);
         Ok(Self {
             load_session: p(format!(
-                "SELECT state_json, log_partition, applied_offset FROM {ks}.sessions WHERE session_id = ?"
+                "SELECT state_json, log_partition, applied_offset, last_model_seq FROM {ks}.sessions
+                 WHERE session_id = ?"
             ))
             .await?,
             session_summary: p(format!(
@@ -129,7 +130,8 @@ fn write_cql(table: Table, ks: &str) -> String {
             "INSERT INTO {ks}.sessions (session_id, status, agent, title, epoch, writer, last_seq,
                  parent_session_id, parent_seq, started_at_us, updated_at_us, tokens_in, tokens_out,
                  cost_micros, pending_calls, pending_approvals, log_partition, applied_offset,
-                 state_digest, state_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 state_digest, state_json, last_model_seq)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                  USING TIMESTAMP ?"
         ),
         Table::EventIndex => format!(
@@ -151,14 +153,20 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::SpansBySession => format!(
             "INSERT INTO {ks}.trace_spans_by_session (session_id, span_seq, span_kind, name,
-                 start_us, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                 start_us, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome,
+                 parent_seq, log_partition, open_offset, close_offset)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::SpansByDay => format!(
-            "INSERT INTO {ks}.trace_spans_by_day (day, start_us, session_id, span_seq, span_kind,
-                 name, end_seq, end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            "INSERT INTO {ks}.trace_spans_by_day_bucket (day, bucket, start_us, session_id,
+                 span_seq, span_kind, name, agent, end_seq, end_us, duration_us, tokens_in,
+                 tokens_out, cost_micros, outcome, parent_seq, log_partition, open_offset,
+                 close_offset)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
+        Table::DayBuckets => {
+            format!("INSERT INTO {ks}.trace_day_buckets (day, bucket) VALUES (?, ?)")
+        }
         Table::ContextView => format!(
             "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
                  recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out,

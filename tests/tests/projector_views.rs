@@ -5,7 +5,6 @@ use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
 use sessionlog_session::context::RECENT_TURNS;
-use sessionlog_session::trace::day_of;
 use sessionlog_tests::projector::{
     assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
 };
@@ -100,79 +99,90 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
     projector.assert_running()?;
 
-    type SpanRow = (
-        i64,
-        String,
-        String,
-        i64,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        String,
-    );
-    let spans: Vec<SpanRow> = store
-        .spans(session)
-        .await?
-        .into_iter()
-        .map(|r| {
-            let (seq, kind, name, start) = (r.span_seq, r.span_kind, r.name, r.start_us);
-            (
-                seq,
-                kind,
-                name,
-                start,
-                r.end_us,
-                r.duration_us,
-                r.tokens_in,
-                r.cost_micros,
-                r.outcome,
-            )
-        })
+    let spans = store.spans(session).await?;
+    let kinds: Vec<(&str, &str)> = spans
+        .iter()
+        .map(|r| (r.span_kind.as_str(), r.name.as_str()))
         .collect();
-    assert_eq!(spans.len(), 3, "{spans:?}");
-    let m = &spans[0];
+    assert_eq!(
+        kinds,
+        [
+            ("session", "agent"),
+            ("model_call", "model-x"),
+            ("tool_call", "grep"),
+            ("tool_call", "deploy")
+        ],
+        "{spans:?}"
+    );
+    let root = &spans[0];
+    assert_eq!((root.span_seq, root.parent_seq), (1, None));
+    assert_eq!((root.end_us, root.outcome.as_str()), (None, "running"));
+    let m = &spans[1];
     let SessionEvent::ModelResponse { started_at, .. } = model.envelope.event else {
         unreachable!("appended a model response")
     };
+    assert_eq!(m.span_seq, model.envelope.seq as i64);
+    assert_eq!(m.parent_seq, Some(1), "a model call hangs off the session");
     assert_eq!(
-        (m.0, m.1.as_str(), m.2.as_str()),
-        (model.envelope.seq as i64, "model_call", "model-x")
+        (m.start_us, m.end_us),
+        (started_at, Some(model.envelope.occurred_at))
     );
-    assert_eq!((m.3, m.4), (started_at, Some(model.envelope.occurred_at)));
-    assert_eq!(m.5, Some(model.envelope.occurred_at - started_at));
-    assert_eq!((m.6, m.7, m.8.as_str()), (Some(1200), Some(4_500), "ok"));
-    let t = &spans[1];
+    assert_eq!(m.duration_us, Some(model.envelope.occurred_at - started_at));
     assert_eq!(
-        (t.0, t.1.as_str(), t.2.as_str()),
-        (done_call.envelope.seq as i64, "tool_call", "grep")
+        (m.tokens_in, m.cost_micros, m.outcome.as_str()),
+        (Some(1200), Some(4_500), "ok")
+    );
+    // Both ends of a model call are its one event.
+    let at =
+        |a: &sessionlog_producer::Appended| (Some(a.position.partition), Some(a.position.offset));
+    assert_eq!((m.log_partition, m.open_offset), at(&model));
+    assert_eq!(m.close_offset, at(&model).1);
+    let t = &spans[2];
+    assert_eq!(t.span_seq, done_call.envelope.seq as i64);
+    assert_eq!(
+        t.parent_seq,
+        Some(model.envelope.seq as i64),
+        "a tool call hangs off the model call before it"
     );
     assert_eq!(
-        (t.3, t.4),
+        (t.start_us, t.end_us),
         (
             done_call.envelope.occurred_at,
             Some(result.envelope.occurred_at)
         )
     );
-    assert_eq!(t.8, "failed");
-    let open = &spans[2];
+    assert_eq!(t.outcome, "failed");
+    assert_eq!((t.log_partition, t.open_offset), at(&done_call));
     assert_eq!(
-        (open.2.as_str(), open.4, open.8.as_str()),
-        ("deploy", None, "pending")
+        t.close_offset,
+        at(&result).1,
+        "closed by its result's offset"
     );
+    let open = &spans[3];
+    assert_eq!(
+        (open.end_us, open.close_offset, open.outcome.as_str()),
+        (None, None, "pending")
+    );
+    assert_eq!(open.open_offset, at(&open_call).1);
 
-    let day = day_of(done_call.envelope.occurred_at);
-    let by_day: Vec<(String, i64)> = store
-        .spans_on_day(&day, started_at)
-        .await?
-        .into_iter()
-        .map(|r| (r.name, r.span_seq))
-        .collect();
-    let names: Vec<&str> = by_day.iter().map(|(n, _)| n.as_str()).collect();
+    let by_day = store
+        .spans_between(started_at, open_call.envelope.occurred_at + 1, 100)
+        .await?;
+    let names: Vec<&str> = by_day.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
         names,
         ["model-x", "grep", "deploy"],
-        "by start time within the day"
+        "by start time, from the model call's start on"
+    );
+    assert!(by_day.iter().all(|r| r.agent.as_deref() == Some("agent")));
+    let capped = store
+        .spans_between(started_at, open_call.envelope.occurred_at + 1, 2)
+        .await?;
+    assert_eq!(capped, by_day[..2], "the first two of the same read");
+    let wide = store.spans_between(i64::MIN, i64::MAX, 2).await;
+    assert!(
+        matches!(wide, Err(sessionlog_store::Error::SpanRangeTooWide { .. })),
+        "{wide:?}"
     );
 
     let view = store
