@@ -137,6 +137,12 @@ enum Command {
         /// The session id.
         session: String,
     },
+    /// Draw a session's trace as the projector wrote it: its span tree as a waterfall
+    /// (names, start, duration, tokens, cost, outcome), or the tree as JSON with --json.
+    Trace {
+        /// The session id.
+        session: String,
+    },
     /// Print the events after the fork point on each side of a fork and its parent.
     Diff {
         /// The forked (child) session id.
@@ -240,6 +246,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             cli.json,
             crate::recovery::lineage(&settings, &session).await?,
         ),
+        Command::Trace { session } => {
+            emit(cli.json, crate::trace::trace(&settings, &session).await?)
+        }
         Command::Diff { session } => {
             emit(cli.json, crate::recovery::diff(&settings, &session).await?)
         }

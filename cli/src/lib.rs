@@ -9,5 +9,6 @@ mod recovery;
 mod replay;
 mod serve;
 mod token;
+mod trace;
 
 pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};

@@ -4,7 +4,7 @@
 //! registry, CQL) being unavailable gets a 503; anything else is a bug and gets a 500.
 
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
-use crate::{ErasureStatus, ResumeBundle, StuckSession};
+use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession};
 use crate::{Recovery, Resolution};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -54,6 +54,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(resume))
             .routes(routes!(fork))
             .routes(routes!(lineage))
+            .routes(routes!(trace))
             .routes(routes!(diff))
             .routes(routes!(events))
             .routes(routes!(resolve))
@@ -384,6 +385,34 @@ async fn lineage(
     let session = sessionlog_http::session_id(&session)?;
     visible(&recovery, &caller, session).await?;
     Ok(Json(LineageView(recovery.lineage(session).await?)))
+}
+
+/// A session's trace as the projector wrote it: a tree of spans. The session's span is the
+/// root; model calls, steering and approvals hang off it, and tool calls off the model call
+/// that asked for them. Each span names the log offsets of the events that opened and closed
+/// it. Spans the projector has not applied yet are not in the answer.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/trace",
+    tag = "traces",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    responses(
+        (status = 200, description = "the span tree", body = SessionTrace),
+        (status = 400, description = "`bad_session_id`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 404, description = "`unknown_session`: no span projected (unknown, or not projected yet)", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn trace(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Reader>,
+    PathParams(session): PathParams<String>,
+) -> Answer<SessionTrace> {
+    let session = sessionlog_http::session_id(&session)?;
+    visible(&recovery, &caller, session).await?;
+    Ok(Json(
+        crate::trace::session_trace(recovery.store(), session).await?,
+    ))
 }
 
 /// The events after the fork point on each side of a fork and its parent.

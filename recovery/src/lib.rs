@@ -11,6 +11,8 @@
 //! [`history`] reads any range of a session's history (with a fork's inherited prefix) by the
 //! event index, reading exactly the records of the range from the log.
 //!
+//! [`trace`] reads a session's spans as a tree.
+//!
 //! [`observe`] names the metrics and registers their help texts ([`describe_metrics`]).
 
 pub mod context;
@@ -27,6 +29,7 @@ mod rebuild;
 pub mod resolver;
 mod resume;
 pub mod reveal;
+pub mod trace;
 mod view;
 
 pub use erase::ErasureStatus;
@@ -38,4 +41,5 @@ pub use operator::{Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};
+pub use trace::{SessionTrace, TraceSpan};
 pub use view::{INHERITED_DEPTH, InheritedContext, WindowAt};

@@ -109,6 +109,13 @@ fn routes(s: SessionId) -> Vec<Route> {
         r(
             Recovery,
             Method::GET,
+            format!("/v1/sessions/{s}/trace"),
+            Role::Reader,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
             format!("/v1/sessions/{s}/diff"),
             Role::Reader,
             true,
@@ -452,6 +459,7 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             json!({ "at_seq": 1, "agent": "a" }),
         ),
         (recovery_base, Method::GET, "lineage", Value::Null),
+        (recovery_base, Method::GET, "trace", Value::Null),
         (recovery_base, Method::GET, "events", Value::Null),
         (
             recovery_base,

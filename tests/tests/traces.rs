@@ -1,0 +1,248 @@
+//! A session's trace for analytics consumers: the span tree the projector writes, served by
+//! `GET /v1/sessions/{id}/trace` from a `serve-recovery` process and drawn by
+//! `sessionlog trace`, each span traced back to the log offsets of its events.
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_schemas::{
+    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
+};
+use sessionlog_tests::projector::{event_log, now_micros, store};
+use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin, wait_for};
+use std::time::Duration;
+
+/// What the test session appended, to check the spans against.
+struct ToolSession {
+    session: SessionId,
+    model: Appended,
+    calls: Vec<(Appended, Appended)>,
+    steering: Appended,
+    end: Appended,
+}
+
+/// A session that asks a model, runs the two tools it asked for, is steered, and ends.
+async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
+    let log = event_log(stack).await?;
+    let (mut writer, _) = SessionWriter::create(log, "planner", Some("traces")).await?;
+    writer.user_request("find the bug").await?;
+    let model = writer
+        .append(SessionEvent::ModelResponse {
+            model: "model-x".into(),
+            tokens_in: 1_200,
+            tokens_out: 300,
+            cost_micros: 4_500,
+            started_at: now_micros() - 250_000,
+            content: Content::plain("grep, then read"),
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            provider: Some("openai".into()),
+        })
+        .await?;
+    let mut calls = Vec::new();
+    for (tool, outcome) in [
+        ("grep", CallOutcome::Succeeded),
+        ("read", CallOutcome::Failed),
+    ] {
+        let request = writer
+            .append(SessionEvent::ToolCallRequested {
+                tool: tool.into(),
+                arguments: Content::plain("{}"),
+                effect: EffectClass::Pure,
+            })
+            .await?;
+        let result = writer
+            .append(SessionEvent::ToolCallResult {
+                call_seq: request.envelope.seq,
+                outcome,
+                output: Content::plain("out"),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            })
+            .await?;
+        calls.push((request, result));
+    }
+    let steering = writer
+        .append(SessionEvent::SteeringMessage {
+            author: "someone".into(),
+            content: Content::plain("look in src/"),
+        })
+        .await?;
+    let end = writer.close(TerminalOutcome::Completed, None).await?;
+    Ok(ToolSession {
+        session: writer.session_id(),
+        model,
+        calls,
+        steering,
+        end,
+    })
+}
+
+/// Runs `sessionlog trace` in `stack`'s corner.
+fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
+    Ok(std::process::Command::new(sessionlog_bin()?)
+        .arg("trace")
+        .args(args)
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_calling_session_reads_back_as_a_span_tree_over_http_and_the_cli() -> Result<()> {
+    let stack = TestStack::new("traces", 2).await?;
+    let _projector = stack.spawn_projector()?;
+    let written = tool_session(&stack).await?;
+    let id = written.session.to_string();
+    let store = store(&stack).await?;
+    // The session's span is closed by its last event: once it is, every span is written.
+    wait_for(
+        "the session span to close",
+        Duration::from_secs(60),
+        || async {
+            let spans = store.spans(written.session).await?;
+            Ok(spans
+                .iter()
+                .any(|s| s.span_kind == "session" && s.end_seq.is_some())
+                .then_some(()))
+        },
+    )
+    .await?;
+
+    let service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let http = sessionlog_tests::auth::client()?;
+    let get = |path: String| {
+        let (http, base) = (http.clone(), service.base.clone());
+        async move {
+            let response = http.get(format!("{base}{path}")).send().await?;
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.context("a JSON body")?;
+            Ok::<_, anyhow::Error>((status, body))
+        }
+    };
+    let (status, trace) = get(format!("/v1/sessions/{id}/trace")).await?;
+    ensure!(status == 200, "{status} {trace}");
+    assert_eq!(trace["session_id"], id.as_str());
+    assert_eq!(trace["span_count"], 5, "{trace:#}");
+    let roots = trace["spans"].as_array().context("spans")?;
+    assert_eq!(roots.len(), 1, "one root: {trace:#}");
+    let root = &roots[0];
+    assert_eq!(
+        (&root["kind"], &root["name"], &root["outcome"]),
+        (
+            &Value::from("session"),
+            &Value::from("planner"),
+            &Value::from("completed")
+        )
+    );
+    assert_eq!(root["tokens_in"], 1_200, "the session's totals on its span");
+    assert_eq!(root["cost_micros"], 4_500);
+    assert_eq!(root["close_offset"], written.end.position.offset);
+    assert_eq!(root["log_partition"], written.end.position.partition);
+    let under_root: Vec<(&str, &str)> = root["children"]
+        .as_array()
+        .context("children")?
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or(""),
+                c["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        under_root,
+        [("model_call", "model-x"), ("steering", "steering")]
+    );
+    let model = &root["children"][0];
+    assert_eq!(model["seq"], written.model.envelope.seq);
+    assert_eq!(model["open_offset"], written.model.position.offset);
+    assert_eq!(model["close_offset"], written.model.position.offset);
+    assert_eq!(
+        model["duration_us"],
+        written.model.envelope.occurred_at - started_at(&written.model)
+    );
+    let tools = model["children"]
+        .as_array()
+        .context("the model call's tools")?;
+    assert_eq!(tools.len(), 2, "{model:#}");
+    for ((request, result), (tool, outcome)) in written
+        .calls
+        .iter()
+        .zip([("grep", "succeeded"), ("read", "failed")])
+    {
+        let span = tools
+            .iter()
+            .find(|t| t["seq"] == request.envelope.seq)
+            .with_context(|| format!("no span for {tool}"))?;
+        assert_eq!(
+            (span["name"].as_str(), span["outcome"].as_str()),
+            (Some(tool), Some(outcome))
+        );
+        assert_eq!(span["parent_seq"], written.model.envelope.seq);
+        assert_eq!(span["open_offset"], request.position.offset);
+        assert_eq!(span["close_offset"], result.position.offset);
+        assert_eq!(
+            span["duration_us"],
+            result.envelope.occurred_at - request.envelope.occurred_at
+        );
+    }
+    let steering = &root["children"][1];
+    assert_eq!(steering["open_offset"], written.steering.position.offset);
+    assert!(
+        !trace.to_string().contains("someone"),
+        "who steered is not in the trace"
+    );
+
+    // Bad input: a problem, never a 500; an unknown session is a 404.
+    let (status, problem) = get("/v1/sessions/not-a-uuid/trace".into()).await?;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("bad_session_id"))
+    );
+    let (status, problem) = get(format!("/v1/sessions/{}/trace", SessionId::new())).await?;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (404, Some("unknown_session"))
+    );
+
+    // The CLI reads the same tree from the projection, and draws it.
+    let json = cli(&stack, &[&id, "--json"])?;
+    ensure!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&json.stdout)?;
+    assert_eq!(printed, trace, "the CLI's --json is the API's answer");
+    let drawn = cli(&stack, &[&id])?;
+    ensure!(
+        drawn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drawn.stderr)
+    );
+    let text = String::from_utf8(drawn.stdout)?;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2 + 5,
+        "a title, a header and a line per span:\n{text}"
+    );
+    assert!(lines[2].starts_with("session planner") && lines[2].contains("completed"));
+    assert!(lines[3].starts_with("  model_call model-x") && lines[3].contains("1200/300"));
+    assert!(lines[4].starts_with("    tool_call grep") && lines[4].contains("succeeded"));
+    assert!(lines[5].starts_with("    tool_call read") && lines[5].contains("failed"));
+    assert!(lines[6].starts_with("  steering steering"));
+    let unknown = cli(&stack, &[&SessionId::new().to_string()])?;
+    assert!(!unknown.status.success(), "an unknown session is an error");
+    Ok(())
+}
+
+/// When a model call began, from its event.
+fn started_at(model: &Appended) -> i64 {
+    match &model.envelope.event {
+        SessionEvent::ModelResponse { started_at, .. } => *started_at,
+        _ => model.envelope.occurred_at,
+    }
+}
