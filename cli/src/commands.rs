@@ -143,6 +143,19 @@ enum Command {
         /// The session id.
         session: String,
     },
+    /// Print usage over whole UTC days from the rollups the projector keeps: calls, failed
+    /// tool calls, tokens, cost and latency quantiles by model, agent, tool or day.
+    Usage {
+        /// The first day, YYYY-MM-DD (UTC).
+        #[arg(long)]
+        from: String,
+        /// The last day, included (default: --from).
+        #[arg(long)]
+        to: Option<String>,
+        /// What the lines are by.
+        #[arg(long, value_parser = ["model", "agent", "tool", "day"], default_value = "model")]
+        by: String,
+    },
     /// Print the events after the fork point on each side of a fork and its parent.
     Diff {
         /// The forked (child) session id.
@@ -249,6 +262,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Trace { session } => {
             emit(cli.json, crate::trace::trace(&settings, &session).await?)
         }
+        Command::Usage { from, to, by } => emit(
+            cli.json,
+            crate::trace::usage(&settings, &from, to.as_deref(), &by).await?,
+        ),
         Command::Diff { session } => {
             emit(cli.json, crate::recovery::diff(&settings, &session).await?)
         }

@@ -1,8 +1,9 @@
-//! `sessionlog trace`: a session's span tree drawn as a terminal waterfall.
+//! `sessionlog trace`, a session's span tree drawn as a terminal waterfall, and
+//! `sessionlog usage`, the usage rollups over days as a table.
 
 use anyhow::Result;
 use sessionlog_log::Settings;
-use sessionlog_recovery::{SessionTrace, TraceSpan};
+use sessionlog_recovery::{SessionTrace, TraceSpan, UsageBy, UsageReport};
 use sessionlog_store::ProjectionStore;
 
 use crate::recovery::{Output, parse_session};
@@ -19,6 +20,76 @@ pub async fn trace(settings: &Settings, session: &str) -> Result<Output> {
         json: serde_json::to_value(&trace)?,
         human: waterfall(&trace),
     })
+}
+
+/// `sessionlog usage`: every tenant's usage, from the rollups in the projection.
+pub async fn usage(settings: &Settings, from: &str, to: Option<&str>, by: &str) -> Result<Output> {
+    let by = UsageBy::parse(by)
+        .ok_or_else(|| anyhow::anyhow!("--by takes model, agent, tool or day, not {by:?}"))?;
+    let store = ProjectionStore::open(&settings.cql).await?;
+    let report =
+        sessionlog_recovery::usage::usage(&store, None, from, to.unwrap_or(from), by).await?;
+    Ok(Output {
+        json: serde_json::to_value(&report)?,
+        human: usage_table(&report),
+    })
+}
+
+/// The report as a table, with a total line.
+pub fn usage_table(report: &UsageReport) -> String {
+    let by = serde_json::to_value(report.by)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_uppercase))
+        .unwrap_or_default();
+    let width = report
+        .lines
+        .iter()
+        .map(|l| l.key.chars().count())
+        .chain([by.len(), 5])
+        .max()
+        .unwrap_or(5);
+    let latency = |v: Option<i64>| v.map_or("-".into(), |us| duration(i128::from(us)));
+    let mut out = format!(
+        "usage from {} to {}\n{by:<width$}  {:>8}  {:>6}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}  {:>9}",
+        report.from,
+        report.to,
+        "CALLS",
+        "ERRORS",
+        "TOKENS IN",
+        "TOKENS OUT",
+        "COST $",
+        "P50",
+        "P90",
+        "P99",
+    );
+    let (mut calls, mut errors, mut tokens_in, mut tokens_out, mut cost) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    for l in &report.lines {
+        out.push_str(&format!(
+            "\n{:<width$}  {:>8}  {:>6}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}  {:>9}",
+            l.key,
+            l.calls,
+            l.errors,
+            l.tokens_in,
+            l.tokens_out,
+            dollars(i64::try_from(l.cost_micros).unwrap_or(i64::MAX)),
+            latency(l.latency_p50_us),
+            latency(l.latency_p90_us),
+            latency(l.latency_p99_us),
+        ));
+        calls = calls.saturating_add(l.calls);
+        errors = errors.saturating_add(l.errors);
+        tokens_in = tokens_in.saturating_add(l.tokens_in);
+        tokens_out = tokens_out.saturating_add(l.tokens_out);
+        cost = cost.saturating_add(l.cost_micros);
+    }
+    // Agents and days count every call once; models and tools are disjoint; so a total adds up.
+    out.push_str(&format!(
+        "\n{:<width$}  {calls:>8}  {errors:>6}  {tokens_in:>12}  {tokens_out:>12}  {:>12}",
+        "TOTAL",
+        dollars(i64::try_from(cost).unwrap_or(i64::MAX)),
+    ));
+    out
 }
 
 /// The trace as a table with a timeline: one line per span, indented under its parent.

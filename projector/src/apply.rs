@@ -9,11 +9,12 @@ use sessionlog_log::retry::{self, BackoffBuilder};
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextWindow, TurnChange};
 use sessionlog_session::trace::{day_bucket, last_model_call_after, span_of};
+use sessionlog_session::usage::{Contribution, UsageKey, UsageTotals, contributions};
 use sessionlog_session::{SessionState, Verdict};
 use sessionlog_store::{
     CqlRow, LastRecord, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -53,6 +54,17 @@ struct Projection {
     written: LastWritten,
 }
 
+/// A usage rollup of one log partition as the applier keeps it between records.
+#[derive(Default)]
+struct Rollup {
+    totals: UsageTotals,
+    /// The offset of the last record folded into it (-1: none).
+    applied_offset: i64,
+}
+
+/// A rollup's identity: its key and the log partition whose records it folds.
+type RollupId = (UsageKey, i32);
+
 /// A record that cannot be projected, and why: it belongs in the dead-letter topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
@@ -73,6 +85,10 @@ pub struct Folded {
     /// Span rows by day and bucket, their partition key (rather than the session): each
     /// entry's rows are written as single-partition batches, which no batch size limit refuses.
     days: BTreeMap<(String, i32), Vec<CqlRow>>,
+    /// The usage rollups the batch changed, as they stand at its end.
+    usage: Vec<CqlRow>,
+    /// Which rollups the batch changed.
+    touched_usage: BTreeSet<RollupId>,
     /// Rows of the lists keyed by something else than the session: a parent's children,
     /// sessions awaiting someone.
     lists: Vec<CqlRow>,
@@ -104,6 +120,8 @@ pub struct Applier {
     write_concurrency: usize,
     cache_sessions: usize,
     cache: HashMap<SessionId, Projection>,
+    /// Usage rollups, loaded from the store when first touched.
+    usage: HashMap<RollupId, Rollup>,
     health: Arc<Health>,
     policies: Arc<ContextPolicies>,
     trace_day_buckets: u16,
@@ -125,6 +143,7 @@ impl Applier {
             write_concurrency: write_concurrency.max(1),
             cache_sessions,
             cache: HashMap::new(),
+            usage: HashMap::new(),
             health: Arc::new(Health::default()),
             policies: Arc::default(),
             trace_day_buckets: sessionlog_log::ProjectorSettings::default().trace_day_buckets,
@@ -162,6 +181,7 @@ impl Applier {
     /// Forgets cached sessions: after a rebalance another instance may have advanced them.
     pub fn forget(&mut self) {
         self.cache.clear();
+        self.usage.clear();
     }
 
     /// Folds a batch of records in log order. Decoding failures become dead letters;
@@ -177,6 +197,8 @@ impl Applier {
             sessions: Vec::new(),
             positions: HashMap::new(),
             days: BTreeMap::new(),
+            usage: Vec::new(),
+            touched_usage: BTreeSet::new(),
             lists: Vec::new(),
             topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
@@ -215,6 +237,14 @@ impl Applier {
             .store
             .as_ref()
             .is_some_and(ProjectionStore::expires_ended_sessions);
+        // And each touched rollup's totals.
+        for id in std::mem::take(&mut folded.touched_usage) {
+            if let Some(rollup) = self.usage.get(&id) {
+                let (key, partition) = &id;
+                let row = CqlRow::usage(key, *partition, &rollup.totals, rollup.applied_offset);
+                folded.usage.push(row);
+            }
+        }
         // Snapshot each touched session's views after the whole batch: one write each.
         for (session, rows) in &mut folded.sessions {
             if let Some(p) = self.cache.get_mut(session) {
@@ -282,6 +312,7 @@ impl Applier {
             entry.context.applied_offset = offset;
         }
         let mut rows = CqlRow::turns(session, &entry.context, turns, offset);
+        let mut usage = Vec::new();
         match verdict {
             Verdict::Accepted => {
                 folded.stats.accepted += 1;
@@ -289,6 +320,7 @@ impl Applier {
                     last_model_call_after(&event, entry.row.last_model_call);
                 if let Some(span) = span {
                     let agent = entry.row.state.agent.as_deref();
+                    usage = contributions(&span, &entry.row.state.tenant, agent);
                     let [by_session, by_day] =
                         CqlRow::span(&span, partition, offset, agent, bucket);
                     rows.push(by_session);
@@ -319,7 +351,52 @@ impl Applier {
                 folded.sessions.push((session, rows));
             }
         }
+        for (key, contribution) in usage {
+            self.add_usage((key, partition), offset, &contribution, folded)
+                .await;
+        }
         Ok(())
+    }
+
+    /// Adds a call at `offset` to a rollup, unless the rollup has folded that record already:
+    /// rollups are written before the session rows, so a batch folded again after a crash
+    /// between the two finds its calls counted.
+    async fn add_usage(
+        &mut self,
+        id: RollupId,
+        offset: i64,
+        contribution: &Contribution,
+        folded: &mut Folded,
+    ) {
+        if !self.usage.contains_key(&id) {
+            let stored = match &self.store {
+                Some(store) => {
+                    let (key, partition) = &id;
+                    with_retry("load usage rollup", &self.health, || {
+                        store.load_usage(key, *partition)
+                    })
+                    .await
+                }
+                None => None,
+            };
+            let (totals, applied_offset) = stored.unwrap_or((UsageTotals::default(), -1));
+            self.usage.insert(
+                id.clone(),
+                Rollup {
+                    totals,
+                    applied_offset,
+                },
+            );
+        }
+        let Some(rollup) = self.usage.get_mut(&id) else {
+            return;
+        };
+        if rollup.applied_offset >= offset {
+            return;
+        }
+        rollup.totals.add(contribution);
+        rollup.applied_offset = offset;
+        folded.touched_usage.insert(id);
     }
 
     /// Decodes a record; `Err` carries the reason it belongs in the dead-letter topic.
@@ -423,6 +500,14 @@ pub async fn persist(
                 .map(Ok),
         )
         .try_for_each_concurrent(concurrency, |rows| store.write_rows(rows))
+    })
+    .await;
+    // Rollups before the session rows, which are the commit point: see `add_usage`. Each
+    // alone: they are few per batch, and keyed by day and dimension.
+    with_retry("write usage rollups", health, || {
+        stream::iter(folded.usage.iter().map(Ok)).try_for_each_concurrent(concurrency, |row| {
+            store.write_rows(std::slice::from_ref(row))
+        })
     })
     .await;
     // Each list row alone: they are few (forks, waits, a day's buckets) and each is keyed by

@@ -4,7 +4,7 @@
 //! registry, CQL) being unavailable gets a 503; anything else is a bug and gets a 500.
 
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
-use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession};
+use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession, UsageBy, UsageReport};
 use crate::{Recovery, Resolution};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -55,6 +55,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(fork))
             .routes(routes!(lineage))
             .routes(routes!(trace))
+            .routes(routes!(usage))
             .routes(routes!(diff))
             .routes(routes!(events))
             .routes(routes!(resolve))
@@ -730,6 +731,62 @@ async fn erasure(
     Ok(Json(ErasureStatusView(
         recovery.erasure_status(session).await?,
     )))
+}
+
+/// The query of `GET /v1/usage`. Unknown parameters are refused, like the events range's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageQuery {
+    from: Option<String>,
+    to: Option<String>,
+    by: Option<String>,
+}
+
+/// Usage over whole UTC days, from the rollups the projector keeps (one read per day, no scan
+/// of spans): calls, failed tool calls, tokens, cost and latency quantiles by model, agent,
+/// tool or day. A call counts on the day its span started, once it has ended. A tenant's
+/// credential sees its own sessions' usage.
+#[utoipa::path(
+    get,
+    path = "/usage",
+    tag = "traces",
+    params(
+        ("from" = String, Query, description = "the first day, `YYYY-MM-DD` (UTC)"),
+        ("to" = Option<String>, Query, description = "the last day, included (default: `from`); at most 366 days after it"),
+        ("by" = Option<String>, Query, description = "`model` (default), `agent`, `tool` or `day`"),
+    ),
+    responses(
+        (status = 200, description = "the report", body = UsageReport),
+        (status = 400, description = "`bad_range` (not a date, backwards, over 366 days), `bad_query` (a missing `from`, an unknown `by` or parameter)", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn usage(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Reader>,
+    QueryParams(query): QueryParams<UsageQuery>,
+) -> Answer<UsageReport> {
+    let bad_query = |detail: String| Problem::new(StatusCode::BAD_REQUEST, "bad_query", detail);
+    let from = query
+        .from
+        .filter(|f| !f.is_empty())
+        .ok_or_else(|| bad_query("from (a date, YYYY-MM-DD) is required".into()))?;
+    let to = query
+        .to
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| from.clone());
+    let by = match query.by.as_deref() {
+        None | Some("") => UsageBy::Model,
+        Some(by) => UsageBy::parse(by).ok_or_else(|| {
+            bad_query(format!(
+                "by must be model, agent, tool or day, not {:?}",
+                clip(by)
+            ))
+        })?,
+    };
+    let report =
+        crate::usage::usage(recovery.store(), caller.tenant.as_deref(), &from, &to, by).await?;
+    Ok(Json(report))
 }
 
 /// Sessions waiting for an operator to record an in-doubt call's outcome.

@@ -11,7 +11,7 @@
 //! [`history`] reads any range of a session's history (with a fork's inherited prefix) by the
 //! event index, reading exactly the records of the range from the log.
 //!
-//! [`trace`] reads a session's spans as a tree.
+//! [`trace`] reads a session's spans as a tree; [`usage`] adds up the usage rollups over days.
 //!
 //! [`observe`] names the metrics and registers their help texts ([`describe_metrics`]).
 
@@ -30,6 +30,7 @@ pub mod resolver;
 mod resume;
 pub mod reveal;
 pub mod trace;
+pub mod usage;
 mod view;
 
 pub use erase::ErasureStatus;
@@ -42,4 +43,5 @@ pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};
 pub use trace::{SessionTrace, TraceSpan};
+pub use usage::{UsageBy, UsageLine, UsageReport};
 pub use view::{INHERITED_DEPTH, InheritedContext, WindowAt};

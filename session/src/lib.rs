@@ -16,12 +16,14 @@
 //! Two more pure folds derive views from accepted events, used by the projector (which stores
 //! them) and recovery (which folds the log's tail into them): [`context`], the bounded
 //! context window a resumed harness hands its next model call, and [`trace`], one span per
-//! model or tool call.
+//! model or tool call. [`usage`] folds the closed calls into rollups by day and model, agent
+//! or tool, for the projector.
 
 pub mod attest;
 pub mod context;
 mod state;
 pub mod trace;
+pub mod usage;
 mod verdict;
 
 pub use state::{

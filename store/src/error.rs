@@ -87,6 +87,23 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// A usage rollup's stored latency sketch cannot be read.
+    #[error(
+        "stored usage rollup {day} {dimension} {key} (partition {partition}): {message}; \
+         replay the keyspace (`sessionlog replay`)"
+    )]
+    CorruptRollup {
+        /// Its day.
+        day: String,
+        /// Its dimension.
+        dimension: String,
+        /// Its model, agent or tool.
+        key: String,
+        /// Its log partition.
+        partition: i32,
+        /// What was wrong.
+        message: String,
+    },
     /// The topic's partition holds other records where the stored progress says it applied
     /// some: the topic was deleted and created again under the same name (or lost records).
     #[error(

@@ -352,6 +352,31 @@ pub const MIGRATIONS: &[Migration] = &[
             },
         ],
     },
+    Migration {
+        version: 10,
+        description: "usage rollups by day and model, agent or tool",
+        statements: &[
+            // One row per rollup key and log partition: each partition's worker owns its rows
+            // and notes the last offset folded into each, so a batch folded twice counts once;
+            // readers add the partitions' rows up. A tenant's rows cluster together, for a
+            // tenant's credential to read only its own. `latency` is the sketch as JSON.
+            "CREATE TABLE IF NOT EXISTS {ks}.usage_rollups (
+            day text,
+            dimension text,
+            tenant text,
+            key text,
+            log_partition int,
+            calls bigint,
+            errors bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            latency text,
+            applied_offset bigint,
+            PRIMARY KEY ((day, dimension), tenant, key, log_partition))",
+        ],
+        columns: &[],
+    },
 ];
 
 /// The newest migration this build knows.

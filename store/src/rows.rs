@@ -10,6 +10,7 @@ use scylla::value::MaybeUnset;
 use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextWindow, Turn, TurnChange};
 use sessionlog_session::trace::SpanWrite;
+use sessionlog_session::usage::{UsageKey, UsageTotals};
 use sessionlog_session::{Rejection, SessionState, SessionStatus};
 use uuid::Uuid;
 
@@ -119,6 +120,25 @@ impl SpanColumns {
             write_timestamp: offset,
         }
     }
+}
+
+/// A `usage_rollups` write.
+#[derive(scylla::SerializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+struct UsageValues {
+    day: String,
+    dimension: &'static str,
+    tenant: String,
+    key: String,
+    log_partition: i32,
+    calls: i64,
+    errors: i64,
+    tokens_in: i64,
+    tokens_out: i64,
+    cost_micros: i64,
+    latency: String,
+    applied_offset: i64,
+    write_timestamp: i64,
 }
 
 /// A `trace_spans_by_session` write.
@@ -280,6 +300,8 @@ pub(crate) enum Table {
     SpansByDay,
     /// The buckets a day's spans went to.
     DayBuckets,
+    /// `usage_rollups`.
+    UsageRollups,
     ContextView,
     ContextTurns,
     ErasedTurns,
@@ -295,7 +317,7 @@ pub(crate) enum Table {
 
 impl Table {
     /// Every table, in the order of the prepared writes.
-    pub(crate) const ALL: [Table; 17] = [
+    pub(crate) const ALL: [Table; 18] = [
         Table::Sessions,
         Table::EventIndex,
         Table::WriterClaims,
@@ -304,6 +326,7 @@ impl Table {
         Table::SpansBySession,
         Table::SpansByDay,
         Table::DayBuckets,
+        Table::UsageRollups,
         Table::ContextView,
         Table::ContextTurns,
         Table::ErasedTurns,
@@ -490,6 +513,33 @@ impl CqlRow {
             Self::new(Table::SpansBySession, by_session),
             Self::new(Table::SpansByDay, by_day),
         ]
+    }
+
+    /// A usage rollup of one log partition, with the offset of the last record folded into
+    /// it, which is also its write timestamp: a late write from an instance that lost the
+    /// partition cannot overwrite newer totals.
+    pub fn usage(
+        key: &UsageKey,
+        partition: i32,
+        totals: &UsageTotals,
+        applied_offset: i64,
+    ) -> Self {
+        let values = UsageValues {
+            day: key.day.clone(),
+            dimension: key.dimension.as_str(),
+            tenant: key.tenant.clone(),
+            key: key.key.clone(),
+            log_partition: partition,
+            calls: to_i64(totals.calls),
+            errors: to_i64(totals.errors),
+            tokens_in: to_i64(totals.tokens_in),
+            tokens_out: to_i64(totals.tokens_out),
+            cost_micros: to_i64(totals.cost_micros),
+            latency: to_json(&totals.latency),
+            applied_offset,
+            write_timestamp: applied_offset,
+        };
+        Self::new(Table::UsageRollups, values)
     }
 
     /// The note that `day`'s spans went to `bucket` (of `trace_spans_by_day_bucket`), which

@@ -164,6 +164,11 @@ fn write_cql(table: Table, ks: &str) -> String {
                  close_offset)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
+        Table::UsageRollups => format!(
+            "INSERT INTO {ks}.usage_rollups (day, dimension, tenant, key, log_partition, calls,
+                 errors, tokens_in, tokens_out, cost_micros, latency, applied_offset)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+        ),
         Table::DayBuckets => {
             format!("INSERT INTO {ks}.trace_day_buckets (day, bucket) VALUES (?, ?)")
         }

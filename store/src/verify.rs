@@ -22,6 +22,7 @@ pub const TABLES: &[&str] = &[
     "trace_spans_by_session",
     "trace_spans_by_day_bucket",
     "trace_day_buckets",
+    "usage_rollups",
     "context_view",
     "context_turns",
     "partition_progress",

@@ -162,6 +162,13 @@ fn routes(s: SessionId) -> Vec<Route> {
             Role::Operator,
             false,
         ),
+        r(
+            Recovery,
+            Method::GET,
+            "/v1/usage?from=2026-01-01".into(),
+            Role::Reader,
+            false,
+        ),
     ]
 }
 

@@ -4,6 +4,8 @@
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
+use sessionlog_http::auth::Grant;
+use sessionlog_log::Role;
 use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
@@ -90,7 +92,8 @@ fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tool_calling_session_reads_back_as_a_span_tree_over_http_and_the_cli() -> Result<()> {
+async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_and_the_cli()
+-> Result<()> {
     let stack = TestStack::new("traces", 2).await?;
     let _projector = stack.spawn_projector()?;
     let written = tool_session(&stack).await?;
@@ -236,7 +239,117 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_over_http_and_the_cli(
     assert!(lines[6].starts_with("  steering steering"));
     let unknown = cli(&stack, &[&SessionId::new().to_string()])?;
     assert!(!unknown.status.success(), "an unknown session is an error");
+
+    // Usage from the rollups: the same calls, by model, tool, agent and day.
+    let day = sessionlog_session::trace::day_of(started_at(&written.model));
+    let usage = |by: &str| get(format!("/v1/usage?from={day}&to={day}&by={by}"));
+    let (status, by_model) = usage("model").await?;
+    ensure!(status == 200, "{status} {by_model}");
+    let line = &by_model["lines"][0];
+    assert_eq!(
+        by_model["lines"].as_array().map(Vec::len),
+        Some(1),
+        "{by_model}"
+    );
+    assert_eq!(
+        (&line["key"], &line["calls"]),
+        (&Value::from("model-x"), &Value::from(1))
+    );
+    assert_eq!(
+        (&line["tokens_in"], &line["tokens_out"]),
+        (&Value::from(1_200), &Value::from(300))
+    );
+    assert_eq!(line["cost_micros"], 4_500);
+    let p50 = line["latency_p50_us"].as_f64().context("a median")?;
+    let exact = (written.model.envelope.occurred_at - started_at(&written.model)) as f64;
+    assert!(
+        (p50 - exact).abs() / exact < 0.03,
+        "median {p50} against {exact}"
+    );
+    let (_, by_tool) = usage("tool").await?;
+    let tools: Vec<(&str, u64, u64)> = by_tool["lines"]
+        .as_array()
+        .context("lines")?
+        .iter()
+        .map(|l| {
+            let n = |f: &str| l[f].as_u64().unwrap_or(u64::MAX);
+            (l["key"].as_str().unwrap_or(""), n("calls"), n("errors"))
+        })
+        .collect();
+    assert_eq!(tools, [("grep", 1, 0), ("read", 1, 1)]);
+    let (_, by_agent) = usage("agent").await?;
+    let agent = &by_agent["lines"][0];
+    assert_eq!(
+        (&agent["key"], &agent["calls"]),
+        (&Value::from("planner"), &Value::from(3))
+    );
+    assert_eq!(
+        (&agent["errors"], &agent["cost_micros"]),
+        (&Value::from(1), &Value::from(4_500))
+    );
+    let (_, by_day) = usage("day").await?;
+    assert_eq!(
+        (&by_day["lines"][0]["key"], &by_day["lines"][0]["calls"]),
+        (&Value::from(day.as_str()), &Value::from(3))
+    );
+    for (query, code) in [
+        (format!("by=model&to={day}"), "bad_query"),
+        (format!("from={day}&by=cost"), "bad_query"),
+        (format!("from={day}&colour=red"), "bad_query"),
+        ("from=yesterday".into(), "bad_range"),
+        ("from=2026-01-02&to=2026-01-01".into(), "bad_range"),
+        ("from=2020-01-01&to=2026-01-01".into(), "bad_range"),
+    ] {
+        let (status, problem) = get(format!("/v1/usage?{query}")).await?;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (400, Some(code)),
+            "{query}: {problem}"
+        );
+    }
+    // Another tenant's credential sees none of it; the session's own tenant sees it all.
+    for (tenant, calls) in [("globex", None), ("default", Some(3))] {
+        let token = sessionlog_tests::auth::mint(&Grant {
+            tenant: Some(tenant.into()),
+            ..Grant::new("someone", &Role::ALL, Duration::from_secs(600))
+        })?;
+        let report: Value = sessionlog_tests::auth::client_with(&token)?
+            .get(format!("{}/v1/usage?from={day}&by=agent", service.base))
+            .send()
+            .await?
+            .json()
+            .await?;
+        assert_eq!(
+            report["lines"][0]["calls"].as_u64(),
+            calls,
+            "{tenant}: {report}"
+        );
+    }
+    let json = usage_cli(&stack, &["--from", &day, "--by", "tool", "--json"])?;
+    ensure!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&json.stdout)?, by_tool);
+    let table = usage_cli(&stack, &["--from", &day, "--by", "agent"])?;
+    let table = String::from_utf8(table.stdout)?;
+    let total = table.lines().last().unwrap_or_default();
+    assert!(
+        total.starts_with("TOTAL") && total.contains(" 3 "),
+        "{table}"
+    );
     Ok(())
+}
+
+/// Runs `sessionlog usage` in `stack`'s corner.
+fn usage_cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
+    Ok(std::process::Command::new(sessionlog_bin()?)
+        .arg("usage")
+        .args(args)
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()?)
 }
 
 /// When a model call began, from its event.
