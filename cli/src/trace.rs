@@ -3,8 +3,9 @@
 
 use anyhow::Result;
 use sessionlog_log::Settings;
-use sessionlog_recovery::{SessionTrace, TraceSpan, UsageBy, UsageReport};
+use sessionlog_recovery::{SessionTrace, UsageBy, UsageReport};
 use sessionlog_store::ProjectionStore;
+use sessionlog_store::SpanRow;
 
 use crate::recovery::{Output, parse_session};
 
@@ -94,7 +95,11 @@ pub fn usage_table(report: &UsageReport) -> String {
 
 /// The trace as a table with a timeline: one line per span, indented under its parent.
 pub fn waterfall(trace: &SessionTrace) -> String {
-    let spans = trace.walk();
+    let spans: Vec<(usize, &SpanRow)> = trace
+        .walk()
+        .into_iter()
+        .map(|(d, s)| (d, &s.span))
+        .collect();
     // The timeline runs from the first start to the last end (or start, for spans that have
     // not ended). Times come from clients: the arithmetic is in i128 and clamped.
     let t0 = spans.iter().map(|(_, s)| s.start_us).min().unwrap_or(0);
@@ -110,7 +115,7 @@ pub fn waterfall(trace: &SessionTrace) -> String {
     };
     let labels: Vec<String> = spans
         .iter()
-        .map(|(depth, s)| format!("{}{} {}", "  ".repeat(*depth), s.kind, s.name))
+        .map(|(depth, s)| format!("{}{} {}", "  ".repeat(*depth), s.span_kind, s.name))
         .collect();
     let label_width = labels
         .iter()
@@ -169,7 +174,7 @@ fn duration(micros: i128) -> String {
     }
 }
 
-fn tokens(span: &TraceSpan) -> String {
+fn tokens(span: &SpanRow) -> String {
     match (span.tokens_in, span.tokens_out) {
         (None, None) => "-".into(),
         (i, o) => format!(
@@ -189,7 +194,6 @@ fn dollars(micros: i64) -> String {
 mod tests {
     use super::*;
     use sessionlog_schemas::SessionId;
-    use sessionlog_store::SpanRow;
 
     fn row(
         seq: i64,

@@ -24,62 +24,15 @@ pub struct SessionTrace {
     pub span_count: usize,
 }
 
-/// One span and the spans under it.
+/// One span (its `trace_spans_by_session` row) and the spans under it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TraceSpan {
-    /// The seq of the event that opened it.
-    pub seq: i64,
-    /// `session`, `model_call`, `tool_call`, `steering` or `approval`.
-    pub kind: String,
-    /// The agent (session), model, tool, `steering`, or the approval's id.
-    pub name: String,
-    /// The seq of the span it hangs off.
-    pub parent_seq: Option<i64>,
-    /// When it began, microseconds since the Unix epoch.
-    pub start_us: i64,
-    /// When it ended, if it has.
-    pub end_us: Option<i64>,
-    /// How long it took, if it has ended.
-    pub duration_us: Option<i64>,
-    /// Prompt tokens (model calls; the session's total on its span once it ended).
-    pub tokens_in: Option<i64>,
-    /// Completion tokens.
-    pub tokens_out: Option<i64>,
-    /// Cost in millionths of a US dollar.
-    pub cost_micros: Option<i64>,
-    /// `running`, `completed`, `ok`, `pending`, `succeeded`, `failed`, `approved`, ...
-    pub outcome: String,
-    /// The session's log partition.
-    pub log_partition: Option<i32>,
-    /// The log offset of the event that opened it.
-    pub open_offset: Option<i64>,
-    /// The log offset of the event that closed it.
-    pub close_offset: Option<i64>,
+    /// The span as stored.
+    #[serde(flatten)]
+    pub span: SpanRow,
     /// The spans under it, by seq.
     #[schema(no_recursion)]
     pub children: Vec<TraceSpan>,
-}
-
-impl From<SpanRow> for TraceSpan {
-    fn from(row: SpanRow) -> Self {
-        Self {
-            seq: row.span_seq,
-            kind: row.span_kind,
-            name: row.name,
-            parent_seq: row.parent_seq,
-            start_us: row.start_us,
-            end_us: row.end_us,
-            duration_us: row.duration_us,
-            tokens_in: row.tokens_in,
-            tokens_out: row.tokens_out,
-            cost_micros: row.cost_micros,
-            outcome: row.outcome,
-            log_partition: row.log_partition,
-            open_offset: row.open_offset,
-            close_offset: row.close_offset,
-            children: Vec::new(),
-        }
-    }
 }
 
 impl SessionTrace {
@@ -93,15 +46,18 @@ impl SessionTrace {
         let seqs: BTreeSet<i64> = rows.iter().map(|r| r.span_seq).collect();
         let mut children: HashMap<i64, Vec<TraceSpan>> = HashMap::new();
         let mut spans = Vec::new();
-        for row in rows.into_iter().rev() {
-            let mut span = TraceSpan::from(row);
-            span.children = children.remove(&span.seq).unwrap_or_default();
-            span.children.reverse();
-            match span.parent_seq {
-                Some(parent) if parent < span.seq && seqs.contains(&parent) => {
-                    children.entry(parent).or_default().push(span);
+        for span in rows.into_iter().rev() {
+            let seq = span.span_seq;
+            let mut node = TraceSpan {
+                children: children.remove(&seq).unwrap_or_default(),
+                span,
+            };
+            node.children.reverse();
+            match node.span.parent_seq {
+                Some(parent) if parent < seq && seqs.contains(&parent) => {
+                    children.entry(parent).or_default().push(node);
                 }
-                _ => spans.push(span),
+                _ => spans.push(node),
             }
         }
         spans.reverse();
@@ -177,7 +133,11 @@ mod tests {
         ];
         let trace = SessionTrace::from_rows(session, rows);
         assert_eq!(trace.span_count, 9);
-        let walked: Vec<(usize, i64)> = trace.walk().iter().map(|(d, s)| (*d, s.seq)).collect();
+        let walked: Vec<(usize, i64)> = trace
+            .walk()
+            .iter()
+            .map(|(d, s)| (*d, s.span.span_seq))
+            .collect();
         assert_eq!(
             walked,
             [

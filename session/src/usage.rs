@@ -143,12 +143,16 @@ pub struct UsageTotals {
 impl UsageTotals {
     /// Adds one call.
     pub fn add(&mut self, c: &Contribution) {
-        self.calls = self.calls.saturating_add(c.calls);
-        self.errors = self.errors.saturating_add(c.errors);
-        self.tokens_in = self.tokens_in.saturating_add(c.tokens_in);
-        self.tokens_out = self.tokens_out.saturating_add(c.tokens_out);
-        self.cost_micros = self.cost_micros.saturating_add(c.cost_micros);
-        self.latency.insert(c.latency_us);
+        let mut latency = LatencySketch::default();
+        latency.insert(c.latency_us);
+        self.merge(&UsageTotals {
+            calls: c.calls,
+            errors: c.errors,
+            tokens_in: c.tokens_in,
+            tokens_out: c.tokens_out,
+            cost_micros: c.cost_micros,
+            latency,
+        });
     }
 
     /// Adds another rollup's totals (another partition's, another day's).
@@ -213,8 +217,8 @@ impl LatencySketch {
         if count == 0 {
             return None;
         }
-        // The rank of the quantile, 0-based, as in DDSketch.
-        let rank = (q.clamp(0.0, 1.0) * (count - 1) as f64).floor() as u64;
+        // The nearest rank, 0-based: of two latencies, p90 is the larger.
+        let rank = ((q.clamp(0.0, 1.0) * count as f64).ceil() as u64).clamp(1, count) - 1;
         if rank < self.zero {
             return Some(0);
         }
@@ -254,6 +258,17 @@ mod tests {
             );
         }
         assert_eq!(LatencySketch::default().quantile(0.5), None);
+        let mut two = LatencySketch::default();
+        two.insert(200);
+        two.insert(60_000);
+        assert!(
+            two.quantile(0.5).expect("a value") < 210,
+            "the median of two is the lower"
+        );
+        assert!(
+            two.quantile(0.9).expect("a value") > 58_000,
+            "p90 of two is the higher"
+        );
     }
 
     #[test]

@@ -102,6 +102,7 @@ pub struct CheckpointRow {
 
 /// A `trace_spans_by_session` row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 pub struct SpanRow {
     /// The seq that opened the span.

@@ -81,10 +81,9 @@ async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
     })
 }
 
-/// Runs `sessionlog trace` in `stack`'s corner.
+/// Runs `sessionlog` with `args` in `stack`'s corner.
 fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
     Ok(std::process::Command::new(sessionlog_bin()?)
-        .arg("trace")
         .args(args)
         .envs(stack.env())
         .env("SESSIONLOG_CONFIG", "/dev/null")
@@ -132,7 +131,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     assert_eq!(roots.len(), 1, "one root: {trace:#}");
     let root = &roots[0];
     assert_eq!(
-        (&root["kind"], &root["name"], &root["outcome"]),
+        (&root["span_kind"], &root["name"], &root["outcome"]),
         (
             &Value::from("session"),
             &Value::from("planner"),
@@ -149,7 +148,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
         .iter()
         .map(|c| {
             (
-                c["kind"].as_str().unwrap_or(""),
+                c["span_kind"].as_str().unwrap_or(""),
                 c["name"].as_str().unwrap_or(""),
             )
         })
@@ -159,7 +158,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
         [("model_call", "model-x"), ("steering", "steering")]
     );
     let model = &root["children"][0];
-    assert_eq!(model["seq"], written.model.envelope.seq);
+    assert_eq!(model["span_seq"], written.model.envelope.seq);
     assert_eq!(model["open_offset"], written.model.position.offset);
     assert_eq!(model["close_offset"], written.model.position.offset);
     assert_eq!(
@@ -177,7 +176,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     {
         let span = tools
             .iter()
-            .find(|t| t["seq"] == request.envelope.seq)
+            .find(|t| t["span_seq"] == request.envelope.seq)
             .with_context(|| format!("no span for {tool}"))?;
         assert_eq!(
             (span["name"].as_str(), span["outcome"].as_str()),
@@ -211,7 +210,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     );
 
     // The CLI reads the same tree from the projection, and draws it.
-    let json = cli(&stack, &[&id, "--json"])?;
+    let json = cli(&stack, &["trace", &id, "--json"])?;
     ensure!(
         json.status.success(),
         "{}",
@@ -219,7 +218,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     );
     let printed: Value = serde_json::from_slice(&json.stdout)?;
     assert_eq!(printed, trace, "the CLI's --json is the API's answer");
-    let drawn = cli(&stack, &[&id])?;
+    let drawn = cli(&stack, &["trace", &id])?;
     ensure!(
         drawn.status.success(),
         "{}",
@@ -237,7 +236,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     assert!(lines[4].starts_with("    tool_call grep") && lines[4].contains("succeeded"));
     assert!(lines[5].starts_with("    tool_call read") && lines[5].contains("failed"));
     assert!(lines[6].starts_with("  steering steering"));
-    let unknown = cli(&stack, &[&SessionId::new().to_string()])?;
+    let unknown = cli(&stack, &["trace", &SessionId::new().to_string()])?;
     assert!(!unknown.status.success(), "an unknown session is an error");
 
     // Usage from the rollups: the same calls, by model, tool, agent and day.
@@ -325,14 +324,14 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
             "{tenant}: {report}"
         );
     }
-    let json = usage_cli(&stack, &["--from", &day, "--by", "tool", "--json"])?;
+    let json = cli(&stack, &["usage", "--from", &day, "--by", "tool", "--json"])?;
     ensure!(
         json.status.success(),
         "{}",
         String::from_utf8_lossy(&json.stderr)
     );
     assert_eq!(serde_json::from_slice::<Value>(&json.stdout)?, by_tool);
-    let table = usage_cli(&stack, &["--from", &day, "--by", "agent"])?;
+    let table = cli(&stack, &["usage", "--from", &day, "--by", "agent"])?;
     let table = String::from_utf8(table.stdout)?;
     let total = table.lines().last().unwrap_or_default();
     assert!(
@@ -340,16 +339,6 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
         "{table}"
     );
     Ok(())
-}
-
-/// Runs `sessionlog usage` in `stack`'s corner.
-fn usage_cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(sessionlog_bin()?)
-        .arg("usage")
-        .args(args)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .output()?)
 }
 
 /// When a model call began, from its event.
