@@ -155,38 +155,17 @@ fn parse_offsets(text: &str) -> Result<BTreeMap<i32, i64>> {
         .collect()
 }
 
-/// Milliseconds since the epoch, or `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+/// Milliseconds since the epoch, or an RFC 3339 time like `2025-01-31T12:00:00Z`.
 fn parse_time(text: &str) -> Result<i64> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
-    let bad =
-        || format!("{text:?}: expected milliseconds or RFC 3339 UTC like 2025-01-31T12:00:00Z");
-    let body = text.strip_suffix('Z').with_context(bad)?;
-    let (date, time) = body.split_once('T').with_context(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .with_context(bad)?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms
-        .split(':')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .with_context(bad)?;
-    let (&[y, m, day], &[h, min, s]) = (d.as_slice(), t.as_slice()) else {
-        bail!(bad());
-    };
-    let millis: i64 = format!("{frac:0<3}")[..3].parse().with_context(bad)?;
-    // Howard Hinnant's days_from_civil.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Ok(((days * 24 + h) * 60 + min) * 60_000 + s * 1_000 + millis)
+    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .with_context(|| {
+            format!("{text:?}: expected milliseconds or RFC 3339 like 2025-01-31T12:00:00Z")
+        })?;
+    i64::try_from(time.unix_timestamp_nanos() / 1_000_000)
+        .with_context(|| format!("{text:?} is out of range"))
 }
 
 #[cfg(test)]

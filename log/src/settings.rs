@@ -409,8 +409,9 @@ pub struct ProjectorSettings {
     /// member it was before (`session.timeout.ms`, 10 s). Empty: dynamic membership.
     pub instance_id: String,
     /// How many CQL partitions one day of `trace_spans_by_day_bucket` is spread over, by
-    /// session id (1 to 1024). Readers find the buckets a day used in `trace_day_buckets`, so
-    /// it can be changed between restarts without losing spans from reads.
+    /// session id (1 to 1024). Fixed for a keyspace by its first projector: another value is
+    /// refused at start (a span's opening and closing writes must pick the same bucket); a
+    /// replay into a fresh keyspace takes a new one.
     pub trace_day_buckets: u16,
 }
 

@@ -320,9 +320,10 @@ impl Applier {
                     last_model_call_after(&event, entry.row.last_model_call);
                 if let Some(span) = span {
                     let agent = entry.row.state.agent.as_deref();
-                    usage = contributions(&span, &entry.row.state.tenant, agent);
+                    let tenant = entry.row.state.tenant.as_str();
+                    usage = contributions(&span, tenant, agent);
                     let [by_session, by_day] =
-                        CqlRow::span(&span, partition, offset, agent, bucket);
+                        CqlRow::span(&span, partition, offset, (tenant, agent), bucket);
                     rows.push(by_session);
                     folded
                         .days
@@ -469,7 +470,9 @@ impl Applier {
     /// Whether the cache holds more sessions than configured and should start over (only
     /// with nothing in flight: a dropped session is reloaded from its stored row).
     pub fn cache_full(&self) -> bool {
-        self.store.is_some() && self.cache.len() > self.cache_sessions
+        // Rollups count too: they grow with days, keys and partitions, and are reloaded the
+        // same way.
+        self.store.is_some() && self.cache.len() + self.usage.len() > self.cache_sessions
     }
 }
 
@@ -603,12 +606,15 @@ where
                 health.store_answered();
                 return value;
             }
-            Err(sessionlog_store::Error::CorruptRow { session, message }) => {
+            Err(
+                e @ (sessionlog_store::Error::CorruptRow { .. }
+                | sessionlog_store::Error::CorruptRollup { .. }),
+            ) => {
                 // Counted and reported by /health/ready, not mistaken for an outage; the fold
                 // cannot go on without the row, so the partition waits for its repair.
                 let wait = waits.next().unwrap_or(retry::MAX_DELAY);
-                tracing::error!(%session, %message, what, ?wait, "a stored row cannot be read; retrying");
-                health.corrupt_row_found(format!("session {session}: {message}"));
+                tracing::error!(error = %e, what, ?wait, "a stored row cannot be read; retrying");
+                health.corrupt_row_found(e.to_string());
                 tokio::time::sleep(wait).await;
             }
             Err(e) => {

@@ -120,6 +120,11 @@ impl Replay {
                     .await?,
             )
         };
+        if let Some(store) = &store {
+            store
+                .fix_trace_day_buckets(settings.projector.trace_day_buckets)
+                .await?;
+        }
         let topic = settings.kafka.topic.clone();
         let stored = match &store {
             Some(store) => store.load_progress(&topic).await?,

@@ -217,6 +217,9 @@ impl Projector {
             .await?;
         // Progress made on a topic since deleted and created again must not skip the new one.
         store.check_topic(&settings.kafka).await?;
+        store
+            .fix_trace_day_buckets(settings.projector.trace_day_buckets)
+            .await?;
         let decoder = EventDecoder::new(settings.registry.client()?);
         let shared = Arc::new(Shared {
             topic: settings.kafka.topic.clone(),

@@ -115,6 +115,12 @@ pub enum Error {
          has not reached it yet)"
     )]
     NotIndexed(String),
+    /// A trace read named a session the projection has no span of.
+    #[error(
+        "unknown session {0}: the projection has no span of it (unknown, not projected yet, or \
+         its rows expired with [retention] ended_session_ttl_secs)"
+    )]
+    NoSpans(String),
     /// The record at the offset the event index gives for an event is another one: the
     /// keyspace does not describe this topic (see `sessionlog init`'s topic check).
     #[error(
@@ -159,6 +165,7 @@ impl Error {
                 | Self::Unverified { .. }
                 | Self::BadRange { .. }
                 | Self::NotIndexed(_)
+                | Self::NoSpans(_)
         )
     }
 }

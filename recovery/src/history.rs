@@ -65,7 +65,7 @@ struct CheckedRange {
     inherited: bool,
 }
 
-fn bad(code: &'static str, reason: impl Into<String>) -> Error {
+pub(crate) fn bad(code: &'static str, reason: impl Into<String>) -> Error {
     Error::BadRange {
         code,
         reason: reason.into(),

@@ -6,6 +6,7 @@
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
 use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession, UsageBy, UsageReport};
 use crate::{Recovery, Resolution};
+use crate::{SpanPage, SpanQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Json, Router};
@@ -56,6 +57,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(lineage))
             .routes(routes!(trace))
             .routes(routes!(usage))
+            .routes(routes!(spans))
             .routes(routes!(diff))
             .routes(routes!(events))
             .routes(routes!(resolve))
@@ -99,7 +101,7 @@ impl From<Error> for Problem {
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),
             Error::BadRange { code, .. } => (StatusCode::BAD_REQUEST, code),
-            Error::NotIndexed(_) => (StatusCode::NOT_FOUND, "unknown_session"),
+            Error::NotIndexed(_) | Error::NoSpans(_) => (StatusCode::NOT_FOUND, "unknown_session"),
             Error::IndexMismatch { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "index_mismatch"),
             Error::Attestation { .. } => INTERNAL,
             Error::Producer(e) => return e.into(),
@@ -731,6 +733,75 @@ async fn erasure(
     Ok(Json(ErasureStatusView(
         recovery.erasure_status(session).await?,
     )))
+}
+
+/// The query of `GET /v1/spans`, as text: numbers are checked by [`SpanQuery::page`] so a bad
+/// one says which parameter it is. Unknown parameters are refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpansQuery {
+    from: Option<String>,
+    to: Option<String>,
+    agent: Option<String>,
+    model: Option<String>,
+    tool: Option<String>,
+    outcome: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// Every session's spans by start time, a page at a time (from the spans by day, merged
+/// across their buckets), filtered by agent, model, tool and outcome. A tenant's credential
+/// sees its own tenant's spans. A narrow filter over a long range reads more spans than it
+/// answers: narrow the range too.
+#[utoipa::path(
+    get,
+    path = "/spans",
+    tag = "traces",
+    params(
+        ("from" = String, Query, description = "RFC 3339: spans that began at or after it"),
+        ("to" = Option<String>, Query, description = "RFC 3339: and before it (default now); at most 31 days after `from`"),
+        ("agent" = Option<String>, Query, description = "only spans of this agent's sessions"),
+        ("model" = Option<String>, Query, description = "only calls of this model"),
+        ("tool" = Option<String>, Query, description = "only calls of this tool"),
+        ("outcome" = Option<String>, Query, description = "only spans with this outcome (`failed`, `ok`, `pending`, ...)"),
+        ("limit" = Option<u64>, Query, minimum = 1, maximum = 1000, description = "spans per page, 1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "the previous page's `next_cursor`, with the same other parameters"),
+    ),
+    responses(
+        (status = 200, description = "one page; `next_cursor` when more may remain", body = SpanPage),
+        (status = 400, description = "`bad_range` (a time that is not RFC 3339, `to` not after `from`, over 31 days), `bad_limit`, `bad_cursor`, `bad_query` (a missing `from`, an unknown parameter)", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn spans(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Reader>,
+    QueryParams(query): QueryParams<SpansQuery>,
+) -> Answer<SpanPage> {
+    let given = |value: Option<String>| value.filter(|v| !v.is_empty());
+    let from = given(query.from).ok_or_else(|| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "from (an RFC 3339 time) is required",
+        )
+    })?;
+    let limit = number("limit", "bad_limit", LIMITS, given(query.limit))?;
+    let query = SpanQuery {
+        from,
+        to: given(query.to),
+        agent: given(query.agent),
+        model: given(query.model),
+        tool: given(query.tool),
+        outcome: given(query.outcome),
+        limit: limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX)),
+        cursor: given(query.cursor),
+    };
+    let page = query
+        .page(recovery.store(), caller.tenant.as_deref())
+        .await?;
+    Ok(Json(page))
 }
 
 /// The query of `GET /v1/usage`. Unknown parameters are refused, like the events range's.

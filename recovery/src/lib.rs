@@ -42,6 +42,6 @@ pub use operator::{Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};
-pub use trace::{SessionTrace, TraceSpan};
+pub use trace::{SessionTrace, SpanPage, SpanQuery, TraceSpan};
 pub use usage::{UsageBy, UsageLine, UsageReport};
 pub use view::{INHERITED_DEPTH, InheritedContext, WindowAt};

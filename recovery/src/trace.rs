@@ -5,12 +5,19 @@
 //! model call that asked for them. A span whose parent is not stored (rows projected before
 //! spans had parents, or a parent the projector has not written yet) is a root of its own,
 //! so nothing stored is left out of the tree.
+//!
+//! [`SpanQuery`] lists every session's spans by time, a page at a time, filtered by agent,
+//! model, tool and outcome.
 
+use crate::history::bad;
 use crate::{Error, Result};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 use sessionlog_schemas::SessionId;
-use sessionlog_store::{ProjectionStore, SpanRow};
+use sessionlog_store::{DaySpanRow, ProjectionStore, SpanRow, SpanSearch};
 use std::collections::{BTreeSet, HashMap};
+use uuid::Uuid;
 
 /// A session's spans, as a tree.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -80,14 +87,164 @@ impl SessionTrace {
     }
 }
 
-/// The trace of `session` as the projector has written it; [`Error::UnknownSession`] when it
-/// has no span (an unknown session, or one the projector has not reached yet).
+/// The trace of `session` as the projector has written it; [`Error::NoSpans`] when it has
+/// no span (an unknown session, one the projector has not reached yet, or one whose rows
+/// expired).
 pub async fn session_trace(store: &ProjectionStore, session: SessionId) -> Result<SessionTrace> {
     let rows = store.spans(session).await?;
     if rows.is_empty() {
-        return Err(Error::UnknownSession(session.to_string()));
+        return Err(Error::NoSpans(session.to_string()));
     }
     Ok(SessionTrace::from_rows(session, rows))
+}
+
+/// Spans a page holds when the caller does not say.
+pub const DEFAULT_SPANS: usize = 100;
+/// The most spans one page may hold.
+pub const MAX_SPANS: usize = 1_000;
+
+/// A listing of every session's spans by start time, as `GET /v1/spans` asks for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpanQuery {
+    /// RFC 3339: spans that began at or after it.
+    pub from: String,
+    /// RFC 3339: and before it (default: now); at most 31 days after `from`.
+    pub to: Option<String>,
+    /// Only spans of sessions of this agent.
+    pub agent: Option<String>,
+    /// Only calls of this model.
+    pub model: Option<String>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+    /// Only spans with this outcome.
+    pub outcome: Option<String>,
+    /// Spans a page, 1 to 1000 (default 100).
+    pub limit: Option<usize>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// A page of spans.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SpanPage {
+    /// By start time, then session and seq.
+    pub spans: Vec<DaySpanRow>,
+    /// Pass as `cursor` (with the same other parameters) for the next page; absent on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// The version byte that starts a span cursor.
+const SPAN_CURSOR_VERSION: u8 = 1;
+/// Version, start, session, seq.
+const SPAN_CURSOR_BYTES: usize = 1 + 8 + 16 + 8;
+
+fn encode_cursor((start_us, session, seq): (i64, Uuid, i64)) -> String {
+    let mut bytes = Vec::with_capacity(SPAN_CURSOR_BYTES);
+    bytes.push(SPAN_CURSOR_VERSION);
+    bytes.extend_from_slice(&start_us.to_be_bytes());
+    bytes.extend_from_slice(session.as_bytes());
+    bytes.extend_from_slice(&seq.to_be_bytes());
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn decode_cursor(text: &str) -> Result<(i64, Uuid, i64)> {
+    let malformed = || {
+        bad(
+            "bad_cursor",
+            "the cursor is not one this service gave out: pass a page's next_cursor as it came",
+        )
+    };
+    // The length first: a long string is refused before it is decoded.
+    if text.len() != (SPAN_CURSOR_BYTES * 4).div_ceil(3) {
+        return Err(malformed());
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(text).map_err(|_| malformed())?;
+    match bytes.split_first() {
+        Some((&SPAN_CURSOR_VERSION, rest)) if rest.len() == SPAN_CURSOR_BYTES - 1 => {
+            let (start, rest) = rest.split_at(8);
+            let (session, seq) = rest.split_at(16);
+            let number = |b: &[u8]| {
+                b.try_into()
+                    .map(i64::from_be_bytes)
+                    .map_err(|_| malformed())
+            };
+            let session = Uuid::from_slice(session).map_err(|_| malformed())?;
+            Ok((number(start)?, session, number(seq)?))
+        }
+        _ => Err(malformed()),
+    }
+}
+
+/// Microseconds since the Unix epoch of an RFC 3339 time; `name` says which parameter.
+fn micros(name: &str, text: &str) -> Result<i64> {
+    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| {
+            bad(
+                "bad_range",
+                format!(
+                    "{name} must be an RFC 3339 time like 2026-12-01T00:00:00Z, not {:?}",
+                    text.chars().take(40).collect::<String>()
+                ),
+            )
+        })?;
+    i64::try_from(time.unix_timestamp_nanos() / 1_000).map_err(|_| bad("bad_range", "out of range"))
+}
+
+impl SpanQuery {
+    /// A page of spans, seen as `tenant` (`None`: every tenant's). Bad input is an
+    /// [`Error::BadRange`] whose code names what is wrong.
+    pub async fn page(&self, store: &ProjectionStore, tenant: Option<&str>) -> Result<SpanPage> {
+        let from_us = micros("from", &self.from)?;
+        let to_us = match &self.to {
+            Some(to) => micros("to", to)?,
+            None => sessionlog_schemas::now_micros(),
+        };
+        if to_us <= from_us {
+            return Err(bad("bad_range", "to must be after from"));
+        }
+        let limit = self.limit.unwrap_or(DEFAULT_SPANS);
+        if !(1..=MAX_SPANS).contains(&limit) {
+            return Err(bad(
+                "bad_limit",
+                format!("limit must be 1 to {MAX_SPANS} (default {DEFAULT_SPANS})"),
+            ));
+        }
+        let after = self.cursor.as_deref().map(decode_cursor).transpose()?;
+        let search = SpanSearch {
+            from_us,
+            to_us,
+            after,
+            limit,
+        };
+        let is = |wanted: &Option<String>, value: Option<&str>| {
+            wanted.as_deref().is_none_or(|w| Some(w) == value)
+        };
+        let call = |kind: &str, wanted: &Option<String>, row: &DaySpanRow| {
+            wanted
+                .as_deref()
+                .is_none_or(|w| row.span_kind == kind && row.name == w)
+        };
+        let keep = |row: &DaySpanRow| {
+            tenant.is_none_or(|t| row.tenant.as_deref() == Some(t))
+                && is(&self.agent, row.agent.as_deref())
+                && is(&self.outcome, Some(row.outcome.as_str()))
+                && call(sessionlog_session::trace::MODEL_CALL, &self.model, row)
+                && call(sessionlog_session::trace::TOOL_CALL, &self.tool, row)
+        };
+        let spans = match store.spans_between(&search, keep).await {
+            Err(sessionlog_store::Error::SpanRangeTooWide { max, .. }) => {
+                return Err(bad(
+                    "bad_range",
+                    format!("from and to are more than {max} days apart: ask for less"),
+                ));
+            }
+            other => other?,
+        };
+        let next_cursor = (spans.len() == limit)
+            .then(|| spans.last().map(|s| encode_cursor(s.order_key())))
+            .flatten();
+        Ok(SpanPage { spans, next_cursor })
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +270,28 @@ mod tests {
             open_offset: Some(seq),
             close_offset: None,
         }
+    }
+
+    #[test]
+    fn a_span_cursor_reads_back_and_anything_else_is_refused() {
+        let key = (-5, Uuid::now_v7(), i64::MAX);
+        assert_eq!(decode_cursor(&encode_cursor(key)).ok(), Some(key));
+        let mut tampered = encode_cursor(key);
+        tampered.replace_range(0..1, "B");
+        for bad in ["", "x", &"A".repeat(44), &tampered, &"A".repeat(10_000)] {
+            assert!(
+                matches!(
+                    decode_cursor(bad),
+                    Err(Error::BadRange {
+                        code: "bad_cursor",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(micros("from", "2026-12-01T00:00:00Z").is_ok());
+        assert!(micros("from", "yesterday").is_err());
     }
 
     #[test]

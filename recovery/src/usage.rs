@@ -2,6 +2,7 @@
 //! read per day, never a scan of spans.
 
 use crate::{Error, Result};
+use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use sessionlog_session::trace::{day_number, day_of};
 use sessionlog_session::usage::{Dimension, UsageTotals};
@@ -144,8 +145,13 @@ pub async fn usage(
             Ok::<_, Error>((day, rows))
         }
     });
+    // A few days at a time: a year of days at once would be hundreds of reads in flight.
+    let days: Vec<_> = futures::stream::iter(reads)
+        .buffered(8)
+        .try_collect()
+        .await?;
     let mut grouped: BTreeMap<String, UsageTotals> = BTreeMap::new();
-    for (day, rows) in futures::future::try_join_all(reads).await? {
+    for (day, rows) in days {
         for (key, totals) in rows {
             let group = if by == UsageBy::Day { day.clone() } else { key };
             grouped.entry(group).or_default().merge(&totals);

@@ -251,26 +251,9 @@ pub fn day_of(micros: Micros) -> String {
 /// The days since the Unix epoch of a `YYYY-MM-DD` (UTC) date, the inverse of [`day_of`];
 /// `None` for anything else (a month 13, a February 30th, a year beyond 9999).
 pub fn day_number(date: &str) -> Option<i64> {
-    let mut parts = date.splitn(3, '-');
-    let (year, month, day) = (parts.next()?, parts.next()?, parts.next()?);
-    if year.len() != 4 || month.len() != 2 || day.len() != 2 {
-        return None;
-    }
-    let (year, month, day): (i64, i64, i64) =
-        (year.parse().ok()?, month.parse().ok()?, day.parse().ok()?);
-    if !(1..=12).contains(&month) || day < 1 {
-        return None;
-    }
-    // Howard Hinnant's days_from_civil.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    // A day past the month's end lands in the next month: refuse it.
-    (day_of(days * 86_400_000_000) == format!("{year:04}-{month:02}-{day:02}")).then_some(days)
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = time::Date::parse(date, &format).ok()?;
+    Some((date - time::Date::from_calendar_date(1970, time::Month::January, 1).ok()?).whole_days())
 }
 
 #[cfg(test)]

@@ -32,6 +32,21 @@ pub enum Error {
         /// The most days one read may touch.
         max: i64,
     },
+    /// A writer's setting differs from the one the keyspace's rows were written with.
+    #[error(
+        "keyspace {keyspace} spreads a day's spans over {stored} buckets and \
+         [projector] trace_day_buckets is {wanted}: set it back to {stored} \
+         (SESSIONLOG_PROJECTOR__TRACE_DAY_BUCKETS), or replay into a fresh keyspace with the \
+         new value (`sessionlog replay --keyspace NEW`) and switch readers to it"
+    )]
+    TraceDayBucketsDiffer {
+        /// The keyspace.
+        keyspace: String,
+        /// The count its rows were written with.
+        stored: u16,
+        /// The count configured.
+        wanted: u16,
+    },
     /// The store refused or failed a statement.
     #[error("cql {action}: {source}")]
     Cql {
@@ -90,7 +105,8 @@ pub enum Error {
     /// A usage rollup's stored latency sketch cannot be read.
     #[error(
         "stored usage rollup {day} {dimension} {key} (partition {partition}): {message}; \
-         replay the keyspace (`sessionlog replay`)"
+         replay into a fresh keyspace (`sessionlog replay --keyspace NEW`) and switch to it, \
+         or delete that row and replay its partition"
     )]
     CorruptRollup {
         /// Its day.

@@ -377,6 +377,24 @@ pub const MIGRATIONS: &[Migration] = &[
         ],
         columns: &[],
     },
+    Migration {
+        version: 11,
+        description: "settings the projection's rows depend on; the tenant of spans by day",
+        statements: &[
+            // A setting that decides where rows go (a day's span buckets) is fixed for the
+            // keyspace by the first writer: a writer with another value refuses to start, so a
+            // span's opening and closing writes never land in different partitions.
+            "CREATE TABLE IF NOT EXISTS {ks}.projection_settings (
+            name text PRIMARY KEY,
+            value text)",
+        ],
+        // The session's tenant on its spans by day: a tenant's credential lists its own.
+        columns: &[AddedColumn {
+            table: "trace_spans_by_day_bucket",
+            column: "tenant",
+            cql_type: "text",
+        }],
+    },
 ];
 
 /// The newest migration this build knows.

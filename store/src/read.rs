@@ -3,7 +3,7 @@
 
 use crate::rows::Wait;
 use crate::{Error, ProjectionStore, Result};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use scylla::deserialize::row::DeserializeRow;
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::prepared::PreparedStatement;
@@ -140,6 +140,7 @@ pub struct SpanRow {
 
 /// A `trace_spans_by_day_bucket` row: a span of any session, found by when it began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 pub struct DaySpanRow {
     /// When it began.
@@ -176,6 +177,22 @@ pub struct DaySpanRow {
     pub open_offset: Option<i64>,
     /// The log offset of the event that closed it.
     pub close_offset: Option<i64>,
+    /// The session's tenant (none for spans projected before migration 11).
+    pub tenant: Option<String>,
+}
+
+/// A time-ordered read of every session's spans ([`ProjectionStore::spans_between`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanSearch {
+    /// Spans that began at or after this, µs since the Unix epoch.
+    pub from_us: i64,
+    /// And before this.
+    pub to_us: i64,
+    /// Only spans after this one in read order (the previous page's last
+    /// [`DaySpanRow::order_key`]).
+    pub after: Option<(i64, Uuid, i64)>,
+    /// At most this many.
+    pub limit: usize,
 }
 
 /// A `usage_rollups` row as stored.
@@ -226,7 +243,7 @@ pub const MAX_SPAN_DAYS: i64 = 31;
 impl DaySpanRow {
     /// The order spans are read back in: by start, then session and seq (the table's own
     /// clustering order within a bucket).
-    fn order_key(&self) -> (i64, Uuid, i64) {
+    pub fn order_key(&self) -> (i64, Uuid, i64) {
         (self.start_us, self.session_id, self.span_seq)
     }
 }
@@ -397,15 +414,30 @@ impl ProjectionStore {
     where
         R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata> + 'static,
     {
-        self.session
+        self.query_rows(cql, values, action)
+            .await?
+            .try_collect()
+            .await
+    }
+
+    /// The rows of an unprepared query as they arrive, page by page.
+    async fn query_rows<R>(
+        &self,
+        cql: String,
+        values: impl SerializeRow,
+        action: &'static str,
+    ) -> Result<impl futures::Stream<Item = Result<R>>>
+    where
+        R: for<'frame, 'metadata> DeserializeRow<'frame, 'metadata> + 'static,
+    {
+        Ok(self
+            .session
             .query_iter(cql, values)
             .await
             .map_err(Error::cql(action))?
             .rows_stream::<R>()
             .map_err(Error::cql(action))?
-            .map_err(Error::cql(action))
-            .try_collect()
-            .await
+            .map_err(Error::cql(action)))
     }
 
     /// The `(partition, offset)` of a session's event at `seq`, from the index.
@@ -803,22 +835,30 @@ impl ProjectionStore {
         .await
     }
 
-    /// The first `limit` spans of every session that began in `[from_us, to_us)`, in start
-    /// order (then session and seq), from `trace_spans_by_day_bucket`: each day's buckets
-    /// (those `trace_day_buckets` names) are read and merged. A bucket is read no further
-    /// than `limit` rows, which is all the merge can take from it.
+    /// The first `search.limit` spans of every session that began in `[from_us, to_us)` and
+    /// come after `search.after` and that `keep` keeps, in start order (then session and seq),
+    /// from `trace_spans_by_day_bucket`: each day's buckets (those `trace_day_buckets` names)
+    /// are read and merged. A bucket is read only until it has given `limit` spans, which is
+    /// all the merge can take from it; `keep` filters as rows stream in, so a narrow filter
+    /// reads more of a day than it answers.
     pub async fn spans_between(
         &self,
-        from_us: i64,
-        to_us: i64,
-        limit: usize,
+        search: &SpanSearch,
+        keep: impl Fn(&DaySpanRow) -> bool + Sync,
     ) -> Result<Vec<DaySpanRow>> {
         let ks = &self.keyspace;
+        let SpanSearch {
+            from_us,
+            to_us,
+            after,
+            limit,
+        } = *search;
+        // Spans at the cursor's start time can still follow it (a later session or seq).
+        let from_us = after.map_or(from_us, |(start, _, _)| start.max(from_us));
         let mut found: Vec<DaySpanRow> = Vec::new();
         if from_us >= to_us || limit == 0 {
             return Ok(found);
         }
-        let cql_limit = i32::try_from(limit).unwrap_or(i32::MAX);
         const DAY_US: i64 = 86_400_000_000;
         // Each day is at least one read, so a range is bounded in days.
         let (first_day, last_day) = (from_us.div_euclid(DAY_US), (to_us - 1).div_euclid(DAY_US));
@@ -831,7 +871,10 @@ impl ProjectionStore {
                 max: MAX_SPAN_DAYS,
             });
         }
-        let mut day_start = first_day * DAY_US;
+        // The first day's start can lie before i64::MIN µs: start the loop at the range's own
+        // start then (days only serve to name partitions).
+        let mut day_start = first_day.checked_mul(DAY_US).unwrap_or(from_us);
+        let keep = &keep;
         while day_start < to_us && found.len() < limit {
             let day = sessionlog_session::trace::day_of(day_start);
             let buckets: Vec<(i32,)> = self
@@ -841,19 +884,27 @@ impl ProjectionStore {
                     "read trace day buckets",
                 )
                 .await?;
+            let action = "read trace spans by day";
             let reads = buckets.iter().map(|(bucket,)| {
-                self.query_paged::<DaySpanRow>(
-                    format!(
-                        "SELECT start_us, session_id, span_seq, span_kind, name, agent, end_seq,
-                         end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome,
-                         parent_seq, log_partition, open_offset, close_offset
-                         FROM {ks}.trace_spans_by_day_bucket
-                         WHERE day = ? AND bucket = ? AND start_us >= ? AND start_us < ?
-                         LIMIT {cql_limit}"
-                    ),
-                    (day.as_str(), *bucket, from_us, to_us),
-                    "read trace spans by day",
-                )
+                let cql = format!(
+                    "SELECT start_us, session_id, span_seq, span_kind, name, agent, end_seq,
+                     end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome,
+                     parent_seq, log_partition, open_offset, close_offset, tenant
+                     FROM {ks}.trace_spans_by_day_bucket
+                     WHERE day = ? AND bucket = ? AND start_us >= ? AND start_us < ?"
+                );
+                let values = (day.clone(), *bucket, from_us, to_us);
+                async move {
+                    self.query_rows::<DaySpanRow>(cql, values, action)
+                        .await?
+                        .try_filter(|row| {
+                            let later = after.is_none_or(|after| row.order_key() > after);
+                            std::future::ready(later && keep(row))
+                        })
+                        .take(limit)
+                        .try_collect::<Vec<DaySpanRow>>()
+                        .await
+                }
             });
             let mut day_rows: Vec<DaySpanRow> = futures::future::try_join_all(reads)
                 .await?
@@ -939,6 +990,57 @@ impl ProjectionStore {
             by_key.entry(key.key).or_default().merge(&totals);
         }
         Ok(by_key)
+    }
+
+    /// Checks `wanted` (`[projector] trace_day_buckets`) against the count the keyspace's spans
+    /// were written with, recording it if this is the first writer. A span's opening and
+    /// closing writes must pick the same bucket, so a projector or replay with another count
+    /// refuses to start ([`Error::TraceDayBucketsDiffer`] says what to do).
+    pub async fn fix_trace_day_buckets(&self, wanted: u16) -> Result<()> {
+        let ks = &self.keyspace;
+        let stored = || async {
+            let rows: Vec<(Option<String>,)> = self
+                .query_paged(
+                    format!(
+                        "SELECT value FROM {ks}.projection_settings WHERE name = 'trace_day_buckets'"
+                    ),
+                    (),
+                    "read projection settings",
+                )
+                .await?;
+            Ok::<_, Error>(
+                rows.into_iter()
+                    .next()
+                    .and_then(|(v,)| v?.parse::<u16>().ok()),
+            )
+        };
+        let stored = match stored().await? {
+            Some(stored) => stored,
+            None => {
+                // Without LWT (not portable) two first writers could race; the read back
+                // below makes the loser refuse, as any later writer with another count would.
+                self.session
+                    .query_unpaged(
+                        format!(
+                            "INSERT INTO {ks}.projection_settings (name, value)
+                             VALUES ('trace_day_buckets', ?)"
+                        ),
+                        (wanted.to_string(),),
+                    )
+                    .await
+                    .map_err(Error::cql("write projection settings"))?;
+                stored().await?.unwrap_or(wanted)
+            }
+        };
+        if stored == wanted {
+            Ok(())
+        } else {
+            Err(Error::TraceDayBucketsDiffer {
+                keyspace: ks.clone(),
+                stored,
+                wanted,
+            })
+        }
     }
 
     /// The `context_view` row of `session` as stored, if any.

@@ -166,6 +166,7 @@ struct DaySpanValues {
     span_kind: &'static str,
     name: String,
     agent: MaybeUnset<String>,
+    tenant: String,
     #[scylla(flatten)]
     columns: SpanColumns,
 }
@@ -480,13 +481,13 @@ impl CqlRow {
     /// A span's rows: by session, and by day (whose partition is the day and `bucket`, the
     /// session's bucket of it: see [`CqlRow::day_bucket`]). `partition` and `offset` are the
     /// event's log position; `offset` is the write timestamp, so the write of the event that
-    /// completes a span wins over the one that opened it. `agent` is the session's, kept on
-    /// the day's rows for analytics by agent.
+    /// completes a span wins over the one that opened it. `tenant` and `agent` are the
+    /// session's, kept on the day's rows for analytics by tenant and agent.
     pub fn span(
         span: &SpanWrite,
         partition: i32,
         offset: i64,
-        agent: Option<&str>,
+        (tenant, agent): (&str, Option<&str>),
         bucket: i32,
     ) -> [Self; 2] {
         let columns = SpanColumns::of(span, partition, offset);
@@ -499,6 +500,7 @@ impl CqlRow {
             span_kind: span.span_kind,
             name: span.name.clone(),
             agent: unset_or(agent.map(String::from)),
+            tenant: tenant.to_string(),
             columns: columns.clone(),
         };
         let by_session = SessionSpanValues {

@@ -159,10 +159,10 @@ fn write_cql(table: Table, ks: &str) -> String {
         ),
         Table::SpansByDay => format!(
             "INSERT INTO {ks}.trace_spans_by_day_bucket (day, bucket, start_us, session_id,
-                 span_seq, span_kind, name, agent, end_seq, end_us, duration_us, tokens_in,
-                 tokens_out, cost_micros, outcome, parent_seq, log_partition, open_offset,
-                 close_offset)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                 span_seq, span_kind, name, agent, tenant, end_seq, end_us, duration_us,
+                 tokens_in, tokens_out, cost_micros, outcome, parent_seq, log_partition,
+                 open_offset, close_offset)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::UsageRollups => format!(
             "INSERT INTO {ks}.usage_rollups (day, dimension, tenant, key, log_partition, calls,

@@ -23,6 +23,7 @@ pub const TABLES: &[&str] = &[
     "trace_spans_by_day_bucket",
     "trace_day_buckets",
     "usage_rollups",
+    "projection_settings",
     "context_view",
     "context_turns",
     "partition_progress",

@@ -169,6 +169,13 @@ fn routes(s: SessionId) -> Vec<Route> {
             Role::Reader,
             false,
         ),
+        r(
+            Recovery,
+            Method::GET,
+            "/v1/spans?from=2026-01-01T00:00:00Z".into(),
+            Role::Reader,
+            false,
+        ),
     ]
 }
 

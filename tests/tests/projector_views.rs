@@ -165,21 +165,48 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     );
     assert_eq!(open.open_offset, at(&open_call).1);
 
+    let search = |from_us, to_us, limit| sessionlog_store::SpanSearch {
+        from_us,
+        to_us,
+        after: None,
+        limit,
+    };
+    let end = open_call.envelope.occurred_at + 1;
+    // The calls: the session's own span may start before or after the model call's (which
+    // says it began 250 ms before it was recorded).
+    let calls = |r: &sessionlog_store::DaySpanRow| r.span_kind != "session";
     let by_day = store
-        .spans_between(started_at, open_call.envelope.occurred_at + 1, 100)
+        .spans_between(&search(started_at, end, 100), calls)
         .await?;
     let names: Vec<&str> = by_day.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
         names,
         ["model-x", "grep", "deploy"],
-        "by start time, from the model call's start on"
+        "the calls by start time, from the model call's start on"
     );
     assert!(by_day.iter().all(|r| r.agent.as_deref() == Some("agent")));
+    assert!(
+        by_day
+            .iter()
+            .all(|r| r.tenant.as_deref() == Some("default"))
+    );
     let capped = store
-        .spans_between(started_at, open_call.envelope.occurred_at + 1, 2)
+        .spans_between(&search(started_at, end, 2), calls)
         .await?;
     assert_eq!(capped, by_day[..2], "the first two of the same read");
-    let wide = store.spans_between(i64::MIN, i64::MAX, 2).await;
+    let after = sessionlog_store::SpanSearch {
+        after: Some(by_day[0].order_key()),
+        ..search(started_at, end, 100)
+    };
+    let rest = store.spans_between(&after, calls).await?;
+    assert_eq!(rest, by_day[1..], "after the first, the others");
+    let grep = store
+        .spans_between(&search(started_at, end, 100), |r| r.name == "grep")
+        .await?;
+    assert_eq!(grep, by_day[1..2], "kept by the filter");
+    let wide = store
+        .spans_between(&search(i64::MIN, i64::MAX, 2), |_| true)
+        .await;
     assert!(
         matches!(wide, Err(sessionlog_store::Error::SpanRangeTooWide { .. })),
         "{wide:?}"

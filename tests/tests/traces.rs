@@ -17,6 +17,7 @@ use std::time::Duration;
 /// What the test session appended, to check the spans against.
 struct ToolSession {
     session: SessionId,
+    start: Appended,
     model: Appended,
     calls: Vec<(Appended, Appended)>,
     steering: Appended,
@@ -26,7 +27,7 @@ struct ToolSession {
 /// A session that asks a model, runs the two tools it asked for, is steered, and ends.
 async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
     let log = event_log(stack).await?;
-    let (mut writer, _) = SessionWriter::create(log, "planner", Some("traces")).await?;
+    let (mut writer, start) = SessionWriter::create(log, "planner", Some("traces")).await?;
     writer.user_request("find the bug").await?;
     let model = writer
         .append(SessionEvent::ModelResponse {
@@ -34,7 +35,8 @@ async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
             tokens_in: 1_200,
             tokens_out: 300,
             cost_micros: 4_500,
-            started_at: now_micros() - 250_000,
+            // Just after the session began: spans by time then list the session first.
+            started_at: start.envelope.occurred_at + 1,
             content: Content::plain("grep, then read"),
             cache_read_tokens: 0,
             cache_creation_tokens: 0,
@@ -74,6 +76,7 @@ async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
     let end = writer.close(TerminalOutcome::Completed, None).await?;
     Ok(ToolSession {
         session: writer.session_id(),
+        start,
         model,
         calls,
         steering,
@@ -111,6 +114,18 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
         },
     )
     .await?;
+
+    // The bucket count is the keyspace's: another one is refused, saying what to do.
+    store.fix_trace_day_buckets(16).await?;
+    let refused = store.fix_trace_day_buckets(8).await;
+    let Err(sessionlog_store::Error::TraceDayBucketsDiffer {
+        stored: 16,
+        wanted: 8,
+        ..
+    }) = refused
+    else {
+        anyhow::bail!("another bucket count was not refused: {refused:?}");
+    };
 
     let service = ServedProcess::start(&stack, "serve-recovery").await?;
     let http = sessionlog_tests::auth::client()?;
@@ -306,6 +321,94 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
             "{query}: {problem}"
         );
     }
+    // Every session's spans by time: all of this one's, in start order, a page at a time.
+    let rfc3339 = |micros: i64| -> Result<String> {
+        let time = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)?;
+        Ok(time.format(&time::format_description::well_known::Rfc3339)?)
+    };
+    let (from, to) = (
+        rfc3339(written.start.envelope.occurred_at - 60_000_000)?,
+        rfc3339(now_micros() + 60_000_000)?,
+    );
+    let spans_of = |query: String| {
+        let get = &get;
+        let (from, to) = (from.clone(), to.clone());
+        async move {
+            let (status, page) = get(format!("/v1/spans?from={from}&to={to}&{query}")).await?;
+            ensure!(status == 200, "{query}: {status} {page}");
+            Ok::<_, anyhow::Error>(page)
+        }
+    };
+    let all = spans_of(String::new()).await?;
+    let names = |page: &Value| -> Vec<String> {
+        page["spans"]
+            .as_array()
+            .map(|spans| {
+                spans
+                    .iter()
+                    .map(|s| s["name"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        names(&all),
+        ["planner", "model-x", "grep", "read", "steering"],
+        "{all:#}"
+    );
+    assert!(all["next_cursor"].is_null(), "one page holds them");
+    let starts: Vec<i64> = all["spans"]
+        .as_array()
+        .context("spans")?
+        .iter()
+        .filter_map(|s| s["start_us"].as_i64())
+        .collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] <= w[1]),
+        "by start: {starts:?}"
+    );
+    let mut paged = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..10 {
+        let page = spans_of(format!("limit=2{cursor}")).await?;
+        paged.extend(names(&page));
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, names(&all), "pages of two add up to the whole");
+    let every = names(&all);
+    for (filter, want) in [
+        ("tool=grep", vec!["grep"]),
+        ("model=model-x", vec!["model-x"]),
+        ("outcome=failed", vec!["read"]),
+        ("agent=planner", every.iter().map(String::as_str).collect()),
+        ("agent=someone-else", vec![]),
+    ] {
+        assert_eq!(names(&spans_of(filter.into()).await?), want, "{filter}");
+    }
+    for (query, code) in [
+        (format!("to={to}"), "bad_query"),
+        (format!("from=yesterday&to={to}"), "bad_range"),
+        (format!("from={to}&to={from}"), "bad_range"),
+        (
+            "from=2026-01-01T00:00:00Z&to=2026-06-01T00:00:00Z".into(),
+            "bad_range",
+        ),
+        (format!("from={from}&limit=0"), "bad_limit"),
+        (format!("from={from}&limit=lots"), "bad_limit"),
+        (format!("from={from}&cursor=abc"), "bad_cursor"),
+        (format!("from={from}&colour=red"), "bad_query"),
+    ] {
+        let (status, problem) = get(format!("/v1/spans?{query}")).await?;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (400, Some(code)),
+            "{query}: {problem}"
+        );
+    }
+
     // Another tenant's credential sees none of it; the session's own tenant sees it all.
     for (tenant, calls) in [("globex", None), ("default", Some(3))] {
         let token = sessionlog_tests::auth::mint(&Grant {
