@@ -65,6 +65,13 @@ struct CheckedRange {
     inherited: bool,
 }
 
+/// At most the first 40 characters of what a client sent, to quote back in a problem.
+pub(crate) fn clip(text: &str) -> &str {
+    text.char_indices()
+        .nth(40)
+        .map_or(text, |(end, _)| &text[..end])
+}
+
 pub(crate) fn bad(code: &'static str, reason: impl Into<String>) -> Error {
     Error::BadRange {
         code,

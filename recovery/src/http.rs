@@ -3,6 +3,7 @@
 //! a 4xx problem (`application/problem+json`); a server recovery depends on (Kafka, the
 //! registry, CQL) being unavailable gets a 503; anything else is a bug and gets a 500.
 
+use crate::history::clip;
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
 use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession, UsageBy, UsageReport};
 use crate::{Recovery, Resolution};
@@ -515,11 +516,6 @@ fn number(
 }
 
 /// At most the first 40 characters of what a client sent, to quote back in a problem.
-fn clip(text: &str) -> &str {
-    text.char_indices()
-        .nth(40)
-        .map_or(text, |(end, _)| &text[..end])
-}
 
 /// A range of a session's history: the events with `from_seq <= seq <= to_seq` (of `kinds`),
 /// a page of at most `limit` at a time, located by the event index and read from the log,

@@ -183,7 +183,7 @@ fn micros(name: &str, text: &str) -> Result<i64> {
                 "bad_range",
                 format!(
                     "{name} must be an RFC 3339 time like 2026-12-01T00:00:00Z, not {:?}",
-                    text.chars().take(40).collect::<String>()
+                    crate::history::clip(text)
                 ),
             )
         })?;

@@ -107,7 +107,7 @@ fn days(from: &str, to: &str) -> Result<(i64, i64)> {
             code: "bad_range",
             reason: format!(
                 "{name} must be a date as YYYY-MM-DD (UTC), not {:?}",
-                text.chars().take(40).collect::<String>()
+                crate::history::clip(text)
             ),
         })
     };

@@ -143,26 +143,25 @@ pub struct UsageTotals {
 impl UsageTotals {
     /// Adds one call.
     pub fn add(&mut self, c: &Contribution) {
-        let mut latency = LatencySketch::default();
-        latency.insert(c.latency_us);
-        self.merge(&UsageTotals {
-            calls: c.calls,
-            errors: c.errors,
-            tokens_in: c.tokens_in,
-            tokens_out: c.tokens_out,
-            cost_micros: c.cost_micros,
-            latency,
-        });
+        // Per call on the projector's fold: no sketch is built to be merged.
+        self.add_counts([c.calls, c.errors, c.tokens_in, c.tokens_out, c.cost_micros]);
+        self.latency.insert(c.latency_us);
     }
 
     /// Adds another rollup's totals (another partition's, another day's).
     pub fn merge(&mut self, other: &UsageTotals) {
-        self.calls = self.calls.saturating_add(other.calls);
-        self.errors = self.errors.saturating_add(other.errors);
-        self.tokens_in = self.tokens_in.saturating_add(other.tokens_in);
-        self.tokens_out = self.tokens_out.saturating_add(other.tokens_out);
-        self.cost_micros = self.cost_micros.saturating_add(other.cost_micros);
+        let o = other;
+        self.add_counts([o.calls, o.errors, o.tokens_in, o.tokens_out, o.cost_micros]);
         self.latency.merge(&other.latency);
+    }
+
+    /// Adds calls, errors, tokens in, tokens out and cost, in that order.
+    fn add_counts(&mut self, [calls, errors, tokens_in, tokens_out, cost]: [u64; 5]) {
+        self.calls = self.calls.saturating_add(calls);
+        self.errors = self.errors.saturating_add(errors);
+        self.tokens_in = self.tokens_in.saturating_add(tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(tokens_out);
+        self.cost_micros = self.cost_micros.saturating_add(cost);
     }
 }
 
