@@ -515,8 +515,6 @@ fn number(
     .transpose()
 }
 
-/// At most the first 40 characters of what a client sent, to quote back in a problem.
-
 /// A range of a session's history: the events with `from_seq <= seq <= to_seq` (of `kinds`),
 /// a page of at most `limit` at a time, located by the event index and read from the log,
 /// with their texts opened (an erased session's read as erased). With `inherited=true` a
