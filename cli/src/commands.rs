@@ -156,6 +156,9 @@ enum Command {
         #[arg(long, value_parser = ["model", "agent", "tool", "day"], default_value = "model")]
         by: String,
     },
+    /// Export the log as OpenTelemetry GenAI spans over OTLP/HTTP to a trace server, as its
+    /// own consumer group, until interrupted (or caught up with --until-caught-up).
+    ExportOtlp(crate::export::ExportArgs),
     /// Print the events after the fork point on each side of a fork and its parent.
     Diff {
         /// The forked (child) session id.
@@ -266,6 +269,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             cli.json,
             crate::trace::usage(&settings, &from, to.as_deref(), &by).await?,
         ),
+        Command::ExportOtlp(args) => crate::export::run(&settings, args, cli.json).await,
         Command::Diff { session } => {
             emit(cli.json, crate::recovery::diff(&settings, &session).await?)
         }

@@ -3,6 +3,7 @@
 
 mod commands;
 pub mod example;
+mod export;
 mod ingest;
 mod keys;
 mod recovery;

@@ -40,11 +40,11 @@ pub async fn replay(settings: &Settings, request: ReplayRequest, json: bool) -> 
     if let Some(keyspace) = request.keyspace {
         settings.cql.keyspace = keyspace;
     }
-    let start = match (&request.from_offsets, &request.from_time) {
-        (Some(offsets), _) => StartAt::Offsets(parse_offsets(offsets)?),
-        (None, Some(time)) => StartAt::Timestamp(parse_time(time)?),
-        (None, None) => StartAt::Beginning,
-    };
+    let start = start_at(
+        request.from_offsets.as_deref(),
+        request.from_time.as_deref(),
+    )?
+    .unwrap_or(StartAt::Beginning);
     let partitions = request
         .partitions
         .as_deref()
@@ -142,6 +142,15 @@ pub async fn verify(settings: &Settings, left: &str, right: &str, json: bool) ->
         bail!("keyspaces {left} and {right} differ");
     }
     Ok(())
+}
+
+/// Where `--from-offsets` or `--from-time` says to start; `None` when neither is given.
+pub(crate) fn start_at(offsets: Option<&str>, time: Option<&str>) -> Result<Option<StartAt>> {
+    Ok(match (offsets, time) {
+        (Some(offsets), _) => Some(StartAt::Offsets(parse_offsets(offsets)?)),
+        (None, Some(time)) => Some(StartAt::Timestamp(parse_time(time)?)),
+        (None, None) => None,
+    })
 }
 
 fn parse_offsets(text: &str) -> Result<BTreeMap<i32, i64>> {

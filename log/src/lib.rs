@@ -3,17 +3,20 @@
 //! - [`settings`]: how a deployment is configured (file plus environment, defaults for the local stack);
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
+//! - [`positions`]: where a reader of the whole topic starts (offsets, a time, the beginning);
 //! - [`reader`]: reading one partition between two offsets, for recovery and read-backs;
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
 pub mod error;
 pub mod partitioner;
+pub mod positions;
 pub mod reader;
 pub mod retry;
 pub mod settings;
 pub mod topic;
 
 pub use error::{Error, Result};
+pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, PrivacySettings,

@@ -7,8 +7,6 @@
 
 use crate::apply::{Applier, BatchStats};
 use crate::{Error, ProjectionStore, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{PartitionReader, RawRecord, Settings};
 use sessionlog_schemas::EventDecoder;
@@ -18,15 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a replay starts reading.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StartAt {
-    /// The first offset each partition still holds.
-    Beginning,
-    /// Given offsets by partition; partitions not named start at the beginning.
-    Offsets(BTreeMap<i32, i64>),
-    /// The first record at or after this time (milliseconds since the Unix epoch).
-    Timestamp(i64),
-}
+pub use sessionlog_log::StartAt;
 
 /// One partition's share of a replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -138,7 +128,12 @@ impl Replay {
                 (kafka.clone(), topic.clone(), start.clone(), wanted.clone());
             async move {
                 tokio::task::spawn_blocking(move || {
-                    partition_bounds(&kafka, &topic, &start, wanted.as_deref())
+                    Ok(sessionlog_log::partition_bounds(
+                        &kafka,
+                        &topic,
+                        &start,
+                        wanted.as_deref(),
+                    )?)
                 })
                 .await
                 .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
@@ -280,65 +275,4 @@ where
         .when(|e| matches!(e, Error::Log(_)))
         .notify(|e, wait| tracing::warn!(error = %e, what, ?wait, "kafka unavailable; retrying"))
         .await
-}
-
-/// `(partition, from, until)` for each wanted partition of `topic`.
-fn partition_bounds(
-    kafka: &sessionlog_log::KafkaSettings,
-    topic: &str,
-    start: &StartAt,
-    wanted: Option<&[i32]>,
-) -> Result<Vec<(i32, i64, i64)>> {
-    let timeout = Duration::from_secs(10);
-    let consumer: BaseConsumer = kafka
-        .client_config()
-        .create()
-        .map_err(sessionlog_log::Error::kafka("create replay planner"))?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(sessionlog_log::Error::kafka("fetch topic metadata"))?;
-    let mut partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .filter(|p| wanted.is_none_or(|w| w.contains(p)))
-        .collect();
-    partitions.sort_unstable();
-    let by_time = match start {
-        StartAt::Timestamp(ms) => {
-            let mut query = TopicPartitionList::new();
-            for p in &partitions {
-                query
-                    .add_partition_offset(topic, *p, Offset::Offset(*ms))
-                    .map_err(sessionlog_log::Error::kafka("build time query"))?;
-            }
-            let found = consumer
-                .offsets_for_times(query, timeout)
-                .map_err(sessionlog_log::Error::kafka("find offsets for time"))?;
-            found
-                .elements()
-                .iter()
-                .map(|e| (e.partition(), e.offset()))
-                .collect()
-        }
-        _ => BTreeMap::new(),
-    };
-    let mut bounds = Vec::new();
-    for p in partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, timeout)
-            .map_err(sessionlog_log::Error::kafka("fetch watermarks"))?;
-        let from = match start {
-            StartAt::Beginning => low,
-            StartAt::Offsets(offsets) => offsets.get(&p).copied().unwrap_or(low),
-            // No record at or after the time: nothing to read in that partition.
-            StartAt::Timestamp(_) => match by_time.get(&p) {
-                Some(Offset::Offset(o)) => *o,
-                _ => high,
-            },
-        };
-        bounds.push((p, from.clamp(low, high), high));
-    }
-    Ok(bounds)
 }

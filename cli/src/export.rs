@@ -1,0 +1,96 @@
+//! `sessionlog export-otlp`.
+
+use crate::replay::start_at;
+use anyhow::{Context, Result};
+use sessionlog_export::{ExportOptions, export};
+use sessionlog_log::Settings;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The `export-otlp` command's arguments.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The receiver's OTLP/HTTP traces endpoint, path included, e.g.
+    /// http://127.0.0.1:6006/v1/traces (Phoenix) or http://127.0.0.1:4318/v1/traces.
+    #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
+    pub endpoint: String,
+    /// A header for every request, `name=value` (a receiver's API key); repeatable.
+    #[arg(long = "header")]
+    pub headers: Vec<String>,
+    /// The consumer group; instances with one group share the partitions.
+    #[arg(long, default_value = "sessionlog-otlp-export")]
+    pub group: String,
+    /// Re-export from these offsets, `partition:offset` comma-separated (others from the
+    /// beginning). Moves the group first: stop its other instances.
+    #[arg(long, conflicts_with_all = ["from_time", "from_beginning"])]
+    pub from_offsets: Option<String>,
+    /// Re-export from the first record at or after this time: milliseconds since the epoch
+    /// or RFC 3339 in UTC. Moves the group first: stop its other instances.
+    #[arg(long, conflicts_with = "from_beginning")]
+    pub from_time: Option<String>,
+    /// Re-export the whole log. Moves the group first: stop its other instances.
+    #[arg(long)]
+    pub from_beginning: bool,
+    /// Put message content on the spans (model output, tool arguments and results). Never
+    /// for an erased session; off by default because spans often leave the trust boundary.
+    #[arg(long)]
+    pub with_content: bool,
+    /// Stop once the log is read up to where it ended at the start (a one-off re-export).
+    #[arg(long)]
+    pub until_caught_up: bool,
+    /// The spans' `service.name`, also their Phoenix project.
+    #[arg(long, default_value = "sessionlog")]
+    pub service_name: String,
+}
+
+/// Runs the export until interrupted or caught up, and prints what it did.
+pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()> {
+    let start = match start_at(args.from_offsets.as_deref(), args.from_time.as_deref())? {
+        Some(start) => Some(start),
+        None if args.from_beginning => Some(sessionlog_log::StartAt::Beginning),
+        None => None,
+    };
+    let headers = args
+        .headers
+        .iter()
+        .map(|header| {
+            header
+                .split_once('=')
+                .map(|(name, value)| (name.trim().to_string(), value.to_string()))
+                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))
+        })
+        .collect::<Result<HashMap<_, _>>>()?;
+    let options = ExportOptions {
+        endpoint: args.endpoint.clone(),
+        headers,
+        group_id: args.group,
+        start,
+        with_content: args.with_content,
+        until_caught_up: args.until_caught_up,
+        service_name: args.service_name,
+        batch_wait: Duration::from_millis(50),
+        ..ExportOptions::default()
+    };
+    tracing::info!(endpoint = %args.endpoint, group = %options.group_id, "exporting the log as OTLP spans");
+    let summary = export(settings, options, crate::shutdown_signal())
+        .await
+        .with_context(|| format!("exporting to {}", args.endpoint))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "exported {} spans from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable)",
+            summary.spans,
+            summary.records,
+            summary.seconds,
+            summary.rebuilt_sessions,
+            summary.undecodable
+        );
+    }
+    Ok(())
+}
+
+/// A header for an error message: its name only, the value may be a secret.
+fn redact(header: &str) -> &str {
+    header.split_once('=').map_or("(no name)", |(name, _)| name)
+}

@@ -1,0 +1,572 @@
+//! The log as OpenTelemetry GenAI spans: what one session's events turn into, with ids that
+//! a re-export reproduces.
+//!
+//! The tree is the one the projector writes (`sessionlog_session::trace`): the session is the
+//! root (`invoke_agent {agent}`), model calls (`chat {model}`) hang off it, tool calls
+//! (`execute_tool {tool}`) hang off the model call that asked for them, steering and
+//! approvals are points on the session. A span is exported once, by the event that closes
+//! it, so a receiver gets it whole: a session that has not ended has no root span yet.
+//!
+//! Ids: the trace id is the session id's 16 bytes; a span id is the first 8 bytes of
+//! SHA-256(session id, the seq that opened the span). The same log gives the same ids on
+//! every export, so a receiver that keys spans by id keeps one copy of a re-exported span.
+//!
+//! Pure: no I/O. The export worker feeds [`Trail::follow`] each event of a session in order.
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use sessionlog_schemas::{
+    CallOutcome, Content, EventEnvelope, Micros, Seq, SessionEvent, SessionId,
+};
+use sessionlog_session::SessionState;
+use sessionlog_session::trace::{
+    self as tree, SESSION_SPAN_SEQ, SpanWrite, last_model_call_after, span_of,
+};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where an event sits in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPosition {
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
+
+/// The trace id of `session`'s spans: the session id itself.
+pub fn trace_id(session: SessionId) -> TraceId {
+    TraceId::from_bytes(*session.0.as_bytes())
+}
+
+/// The span id of the span `seq` opened in `session`.
+pub fn span_id(session: SessionId, seq: Seq) -> SpanId {
+    let digest = Sha256::new()
+        .chain_update(session.0.as_bytes())
+        .chain_update(seq.to_be_bytes())
+        .finalize();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&digest[..8]);
+    // An all-zero span id is invalid in OTLP; 2^-64 odds, but a fixed answer costs nothing.
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    SpanId::from_bytes(id)
+}
+
+/// A tool call between its request and its result.
+#[derive(Clone, Debug, Default)]
+struct OpenCall {
+    /// The span it hangs off: the model call that asked for it, or the session.
+    parent: Seq,
+    /// The request's event id, the call's id for a receiver (`gen_ai.tool.call.id`).
+    call_id: String,
+    /// Its arguments, when content is exported.
+    arguments: Option<String>,
+}
+
+/// What the export remembers of one session: its state (the fold), the last model call, and
+/// the tool calls still open.
+#[derive(Clone, Debug)]
+pub struct Trail {
+    /// The session as folded so far.
+    pub state: SessionState,
+    /// The offset of the last event followed.
+    pub applied_offset: i64,
+    last_model_call: Option<Seq>,
+    calls: HashMap<Seq, OpenCall>,
+}
+
+impl Trail {
+    /// A session of which nothing has been followed yet.
+    pub fn new(session: SessionId) -> Self {
+        Self {
+            state: SessionState::empty(session),
+            applied_offset: -1,
+            last_model_call: None,
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Folds `event` (read at `at`) and returns the span it closes, if any. `opened` is the
+    /// same event with its texts opened, when message content is exported: texts are put on
+    /// the spans only from it, and only when they are plain (an erased or unopenable text
+    /// never is).
+    pub fn follow(
+        &mut self,
+        event: &EventEnvelope,
+        at: LogPosition,
+        opened: Option<&EventEnvelope>,
+    ) -> Option<SpanData> {
+        let write = span_of(event, &self.state, self.last_model_call);
+        let accepted = self.state.apply(event).is_accepted();
+        self.applied_offset = at.offset;
+        if !accepted {
+            return None;
+        }
+        let texts = opened.filter(|_| !self.state.erased).map(|e| &e.event);
+        let call = match &event.event {
+            SessionEvent::ToolCallRequested { .. } => {
+                let arguments = match texts {
+                    Some(SessionEvent::ToolCallRequested { arguments, .. }) => plain(arguments),
+                    _ => None,
+                };
+                self.calls.insert(
+                    event.seq,
+                    OpenCall {
+                        parent: self.last_model_call.unwrap_or(SESSION_SPAN_SEQ),
+                        call_id: event.event_id.to_string(),
+                        arguments,
+                    },
+                );
+                None
+            }
+            SessionEvent::ToolCallResult { call_seq, .. } => self.calls.remove(call_seq),
+            _ => None,
+        };
+        self.last_model_call = last_model_call_after(event, self.last_model_call);
+        let write = write.filter(SpanWrite::closes)?;
+        Some(span_data(event, &write, call, &self.state, at, texts))
+    }
+}
+
+/// A text as it may go on a span: only when it reads as plain text.
+fn plain(content: &Content) -> Option<String> {
+    match content {
+        Content::Plain(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// A time from the log as OTLP wants it; before the epoch reads as the epoch.
+fn system_time(micros: Micros) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(u64::try_from(micros).unwrap_or_default())
+}
+
+/// A count from a client as an OTLP integer (which is signed): saturates.
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Dollars from millionths of a dollar, for a chart (not for accounts: those are the rollups).
+fn dollars(micros: u64) -> f64 {
+    // u64 → f64 rounds above 2^53 millionths (9 billion dollars): fine for a chart.
+    micros as f64 / 1e6
+}
+
+/// The scope every exported span names.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("sessionlog-export")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+/// The OTLP span of a closing span write. `call` is the tool call it closes, `state` the
+/// session after the event, `texts` the opened event when content is exported.
+fn span_data(
+    event: &EventEnvelope,
+    write: &SpanWrite,
+    call: Option<OpenCall>,
+    state: &SessionState,
+    at: LogPosition,
+    texts: Option<&SessionEvent>,
+) -> SpanData {
+    let session = write.session_id;
+    let mut attributes = vec![
+        KeyValue::new("gen_ai.conversation.id", session.to_string()),
+        KeyValue::new("sessionlog.span.seq", count(write.span_seq)),
+        KeyValue::new("sessionlog.outcome", write.outcome),
+        KeyValue::new("sessionlog.log.partition", i64::from(at.partition)),
+        KeyValue::new("sessionlog.log.offset", at.offset),
+    ];
+    if let Some(end_seq) = write.end_seq {
+        attributes.push(KeyValue::new("sessionlog.end.seq", count(end_seq)));
+    }
+    let mut status = Status::Ok;
+    let mut fail = |attributes: &mut Vec<KeyValue>, error_type: &'static str| {
+        attributes.push(KeyValue::new("error.type", error_type));
+        status = Status::error(error_type);
+    };
+    let mut parent = write.parent_seq;
+    let mut links = SpanLinks::default();
+    let (name, kind) = match (&event.event, write.span_kind) {
+        (SessionEvent::SessionEnded { .. }, tree::SESSION) => {
+            let agent = &write.name;
+            attributes.extend([
+                KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                KeyValue::new("gen_ai.agent.name", agent.clone()),
+                KeyValue::new("sessionlog.tenant", state.tenant.clone()),
+                KeyValue::new("sessionlog.usage.input_tokens", count(state.tokens_in)),
+                KeyValue::new("sessionlog.usage.output_tokens", count(state.tokens_out)),
+                KeyValue::new("sessionlog.cost_usd", dollars(state.cost_micros)),
+            ]);
+            if write.outcome == "failed" {
+                fail(&mut attributes, "session_failed");
+            }
+            // A fork points at the parent session's root, in the parent's trace.
+            if let Some(fork) = &state.parent {
+                let parent_root = SpanContext::new(
+                    trace_id(fork.parent_session_id),
+                    span_id(fork.parent_session_id, SESSION_SPAN_SEQ),
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                );
+                let mut link = opentelemetry::trace::Link::with_context(parent_root);
+                link.attributes = vec![KeyValue::new(
+                    "sessionlog.fork.parent_seq",
+                    count(fork.parent_seq),
+                )];
+                links.links.push(link);
+            }
+            (format!("invoke_agent {agent}"), SpanKind::Internal)
+        }
+        (
+            SessionEvent::ModelResponse {
+                model,
+                tokens_in,
+                tokens_out,
+                cost_micros,
+                cache_read_tokens,
+                cache_creation_tokens,
+                provider,
+                ..
+            },
+            _,
+        ) => {
+            attributes.extend([
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.request.model", model.clone()),
+                KeyValue::new("gen_ai.response.model", model.clone()),
+                KeyValue::new("gen_ai.usage.input_tokens", count(*tokens_in)),
+                KeyValue::new("gen_ai.usage.output_tokens", count(*tokens_out)),
+                KeyValue::new("sessionlog.cost_usd", dollars(*cost_micros)),
+            ]);
+            if let Some(provider) = provider {
+                attributes.push(KeyValue::new("gen_ai.provider.name", provider.clone()));
+            }
+            if *cache_read_tokens > 0 {
+                attributes.push(KeyValue::new(
+                    "gen_ai.usage.cache_read.input_tokens",
+                    count(*cache_read_tokens),
+                ));
+            }
+            if *cache_creation_tokens > 0 {
+                attributes.push(KeyValue::new(
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    count(*cache_creation_tokens),
+                ));
+            }
+            if let Some(SessionEvent::ModelResponse { content, .. }) = texts
+                && let Some(text) = plain(content)
+            {
+                let messages = serde_json::json!([{
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": text}],
+                }]);
+                attributes.push(KeyValue::new(
+                    "gen_ai.output.messages",
+                    messages.to_string(),
+                ));
+            }
+            (format!("chat {model}"), SpanKind::Client)
+        }
+        (SessionEvent::ToolCallResult { outcome, .. }, _) => {
+            let call = call.unwrap_or_default();
+            parent = Some(if call.parent == 0 {
+                SESSION_SPAN_SEQ
+            } else {
+                call.parent
+            });
+            let tool = &write.name;
+            attributes.extend([
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", tool.clone()),
+                KeyValue::new("gen_ai.tool.type", "function"),
+            ]);
+            if !call.call_id.is_empty() {
+                attributes.push(KeyValue::new("gen_ai.tool.call.id", call.call_id));
+            }
+            if *outcome == CallOutcome::Failed {
+                fail(&mut attributes, "tool_failed");
+            }
+            if texts.is_some() {
+                if let Some(arguments) = call.arguments {
+                    attributes.push(KeyValue::new("gen_ai.tool.call.arguments", arguments));
+                }
+                if let Some(SessionEvent::ToolCallResult { output, .. }) = texts
+                    && let Some(text) = plain(output)
+                {
+                    attributes.push(KeyValue::new("gen_ai.tool.call.result", text));
+                }
+            }
+            (format!("execute_tool {tool}"), SpanKind::Internal)
+        }
+        (_, tree::APPROVAL) => {
+            attributes.push(KeyValue::new("sessionlog.approval.id", write.name.clone()));
+            ("approval".to_string(), SpanKind::Internal)
+        }
+        (_, kind) => (kind.to_string(), SpanKind::Internal),
+    };
+    let start = system_time(write.start_us);
+    let end = system_time(write.end_us.unwrap_or(write.start_us)).max(start);
+    SpanData {
+        span_context: SpanContext::new(
+            trace_id(session),
+            span_id(session, write.span_seq),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: parent.map_or(SpanId::INVALID, |seq| span_id(session, seq)),
+        parent_span_is_remote: false,
+        span_kind: kind,
+        name: name.into(),
+        start_time: start,
+        end_time: end,
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links,
+        status,
+        instrumentation_scope: scope(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::Value;
+    use sessionlog_schemas::{EffectClass, ResultSource, TerminalOutcome};
+    use uuid::Uuid;
+
+    fn envelope(session: SessionId, seq: Seq, event: SessionEvent) -> EventEnvelope {
+        EventEnvelope {
+            event_id: Uuid::now_v7(),
+            session_id: session,
+            seq,
+            writer_epoch: 1,
+            occurred_at: 1_000_000 * i64::try_from(seq).unwrap_or_default(),
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: 1,
+            event,
+            attestation: None,
+        }
+    }
+
+    fn events() -> Vec<SessionEvent> {
+        vec![
+            SessionEvent::SessionStarted {
+                agent: "planner".into(),
+                title: None,
+                tenant: "acme".into(),
+            },
+            SessionEvent::ModelResponse {
+                model: "model-x".into(),
+                tokens_in: 100,
+                tokens_out: 20,
+                cost_micros: 1_500,
+                started_at: 1_500_000,
+                content: Content::plain("call grep"),
+                cache_read_tokens: 7,
+                cache_creation_tokens: 0,
+                provider: Some("openai".into()),
+            },
+            SessionEvent::ToolCallRequested {
+                tool: "grep".into(),
+                arguments: Content::plain("{\"q\":\"bug\"}"),
+                effect: EffectClass::Pure,
+            },
+            SessionEvent::ToolCallResult {
+                call_seq: 3,
+                outcome: CallOutcome::Failed,
+                output: Content::plain("no match"),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            },
+            SessionEvent::SessionEnded {
+                outcome: TerminalOutcome::Completed,
+                reason: None,
+            },
+        ]
+    }
+
+    /// Follows the events, with content when asked; returns the spans by the seq that closed them.
+    fn follow(session: SessionId, with_content: bool) -> Vec<(Seq, SpanData)> {
+        let mut trail = Trail::new(session);
+        let mut spans = Vec::new();
+        for (i, event) in events().into_iter().enumerate() {
+            let seq = Seq::try_from(i + 1).unwrap_or_default();
+            let event = envelope(session, seq, event);
+            let at = LogPosition {
+                partition: 2,
+                offset: 40 + i64::try_from(i).unwrap_or_default(),
+            };
+            let opened = with_content.then(|| event.clone());
+            if let Some(span) = trail.follow(&event, at, opened.as_ref()) {
+                spans.push((seq, span));
+            }
+        }
+        spans
+    }
+
+    fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| &kv.value)
+    }
+
+    #[test]
+    fn spans_follow_the_genai_conventions_and_the_tree() {
+        let session = SessionId(Uuid::now_v7());
+        let spans = follow(session, false);
+        let closed_by: Vec<Seq> = spans.iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(
+            closed_by,
+            [2, 4, 5],
+            "a span is exported by the event that closes it"
+        );
+        let (model, tool, root) = (&spans[0].1, &spans[1].1, &spans[2].1);
+        assert_eq!(model.name, "chat model-x");
+        assert_eq!(model.span_kind, SpanKind::Client);
+        assert_eq!(
+            attribute(model, "gen_ai.operation.name"),
+            Some(&Value::from("chat"))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.provider.name"),
+            Some(&Value::from("openai"))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.request.model"),
+            Some(&Value::from("model-x"))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.usage.input_tokens"),
+            Some(&Value::I64(100))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.usage.output_tokens"),
+            Some(&Value::I64(20))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.usage.cache_read.input_tokens"),
+            Some(&Value::I64(7))
+        );
+        assert_eq!(
+            attribute(model, "gen_ai.conversation.id"),
+            Some(&Value::from(session.to_string()))
+        );
+        assert_eq!(
+            attribute(model, "sessionlog.log.offset"),
+            Some(&Value::I64(41))
+        );
+        assert_eq!(
+            model.end_time.duration_since(model.start_time).ok(),
+            Some(Duration::from_micros(500_000))
+        );
+
+        assert_eq!(tool.name, "execute_tool grep");
+        assert_eq!(
+            attribute(tool, "gen_ai.tool.name"),
+            Some(&Value::from("grep"))
+        );
+        assert_eq!(
+            attribute(tool, "error.type"),
+            Some(&Value::from("tool_failed"))
+        );
+        assert!(matches!(tool.status, Status::Error { .. }));
+        assert!(attribute(tool, "gen_ai.tool.call.id").is_some());
+        // The tool call hangs off the model call that asked for it, which hangs off the root.
+        assert_eq!(tool.parent_span_id, model.span_context.span_id());
+        assert_eq!(model.parent_span_id, root.span_context.span_id());
+        assert_eq!(root.parent_span_id, SpanId::INVALID);
+        assert_eq!(root.name, "invoke_agent planner");
+        assert_eq!(
+            attribute(root, "gen_ai.agent.name"),
+            Some(&Value::from("planner"))
+        );
+        assert_eq!(
+            root.end_time.duration_since(root.start_time).ok(),
+            Some(Duration::from_secs(4))
+        );
+        for (_, span) in &spans {
+            assert_eq!(span.span_context.trace_id(), trace_id(session));
+            // Without the opt-in, no text leaves.
+            for key in [
+                "gen_ai.output.messages",
+                "gen_ai.tool.call.arguments",
+                "gen_ai.tool.call.result",
+            ] {
+                assert!(attribute(span, key).is_none(), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_re_export_gives_the_same_ids() {
+        let session = SessionId(Uuid::now_v7());
+        let ids = |spans: Vec<(Seq, SpanData)>| -> Vec<(TraceId, SpanId, SpanId)> {
+            spans
+                .into_iter()
+                .map(|(_, s)| {
+                    (
+                        s.span_context.trace_id(),
+                        s.span_context.span_id(),
+                        s.parent_span_id,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(ids(follow(session, false)), ids(follow(session, true)));
+        let other = SessionId(Uuid::now_v7());
+        assert_ne!(span_id(session, 2), span_id(other, 2));
+        assert_ne!(span_id(session, 2), span_id(session, 3));
+    }
+
+    #[test]
+    fn content_goes_only_where_opted_in_and_plain() {
+        let session = SessionId(Uuid::now_v7());
+        let spans = follow(session, true);
+        let (model, tool) = (&spans[0].1, &spans[1].1);
+        let messages = attribute(model, "gen_ai.output.messages").map(Value::as_str);
+        assert!(
+            messages.as_ref().is_some_and(|m| m.contains("call grep")),
+            "{messages:?}"
+        );
+        assert_eq!(
+            attribute(tool, "gen_ai.tool.call.arguments"),
+            Some(&Value::from("{\"q\":\"bug\"}"))
+        );
+        assert_eq!(
+            attribute(tool, "gen_ai.tool.call.result"),
+            Some(&Value::from("no match"))
+        );
+    }
+
+    #[test]
+    fn rejected_and_repeated_events_export_nothing() {
+        let session = SessionId(Uuid::now_v7());
+        let mut trail = Trail::new(session);
+        let at = LogPosition {
+            partition: 0,
+            offset: 1,
+        };
+        // A model response before the session started is rejected by the fold.
+        let early = envelope(session, 1, events().remove(1));
+        assert!(trail.follow(&early, at, None).is_none());
+        let start = envelope(session, 1, events().remove(0));
+        assert!(trail.follow(&start, at, None).is_none());
+        let model = envelope(session, 2, events().remove(1));
+        assert!(trail.follow(&model, at, None).is_some());
+        // The same model response again (a duplicate append) is not a second span.
+        assert!(trail.follow(&model, at, None).is_none());
+    }
+}

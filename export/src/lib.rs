@@ -1,0 +1,15 @@
+//! `sessionlog export-otlp`: the session log as OpenTelemetry GenAI spans, sent over OTLP to
+//! a trace server (Arize Phoenix, Jaeger, an OpenTelemetry Collector).
+//!
+//! - [`genai`]: what a session's events turn into (pure): span names, attributes, the tree
+//!   and the ids a re-export reproduces;
+//! - [`worker`]: the consumer group that reads the log, follows each session and exports the
+//!   spans, committing its offsets only once the receiver took them.
+
+pub mod error;
+pub mod genai;
+pub mod worker;
+
+pub use error::{Error, Result};
+pub use genai::{LogPosition, Trail, span_id, trace_id};
+pub use worker::{ExportOptions, ExportSummary, export};

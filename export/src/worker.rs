@@ -1,0 +1,478 @@
+//! The export's consumer group: read a batch, follow each event's session, send the spans the
+//! batch closed to the receiver, and only then commit the batch's offsets. A receiver that is
+//! down holds the export back (retried with backoff) and loses nothing; a crash between the
+//! send and the commit sends a batch twice, with the same ids, which the receiver keys on.
+//!
+//! A session met mid-way (after a restart, a rebalance, or a start from an offset or a time)
+//! is first rebuilt from the log up to the event before, through recovery's rebuild, so its
+//! spans have the same parents and names as if the export had followed it from the start.
+
+use crate::genai::{LogPosition, Trail};
+use crate::{Error, Result};
+use backon::BackoffBuilder;
+use lru::LruCache;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use sessionlog_keys::Opener;
+use sessionlog_log::{RawRecord, Settings, StartAt, retry};
+use sessionlog_recovery::Recovery;
+use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How an export runs.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// The receiver's OTLP/HTTP traces endpoint, `/v1/traces` included.
+    pub endpoint: String,
+    /// Headers sent with every request (a receiver's API key).
+    pub headers: HashMap<String, String>,
+    /// The consumer group: instances with the same group share the partitions.
+    pub group_id: String,
+    /// Move the group here before starting (a re-export); `None`: where it left off, or the
+    /// beginning for a new group.
+    pub start: Option<StartAt>,
+    /// Put message content on the spans (model output, tool arguments and results); never
+    /// for an erased session.
+    pub with_content: bool,
+    /// Stop once every partition is read up to where it ended when the export started.
+    pub until_caught_up: bool,
+    /// The `service.name` and Phoenix project (`openinference.project.name`) of the spans.
+    pub service_name: String,
+    /// At most this many records per batch.
+    pub batch_max: usize,
+    /// How long a batch waits for more records once it has one.
+    pub batch_wait: Duration,
+    /// Sessions followed in memory; beyond it the least recent is rebuilt when met again.
+    pub cache_sessions: usize,
+    /// How long one request to the receiver may take.
+    pub request_timeout: Duration,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        Self {
+            endpoint: "http://127.0.0.1:6006/v1/traces".into(),
+            headers: HashMap::new(),
+            group_id: "sessionlog-otlp-export".into(),
+            start: None,
+            with_content: false,
+            until_caught_up: false,
+            service_name: "sessionlog".into(),
+            batch_max: 2_000,
+            batch_wait: Duration::from_millis(50),
+            cache_sessions: 10_000,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What an export did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ExportSummary {
+    /// Records read.
+    pub records: u64,
+    /// Spans the receiver took.
+    pub spans: u64,
+    /// Sessions met mid-way and rebuilt from the log first.
+    pub rebuilt_sessions: u64,
+    /// Records that did not decode (the projector dead-letters them; the export skips them).
+    pub undecodable: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Spans per OTLP request: keeps a request well under receivers' body limits.
+const SPANS_PER_REQUEST: usize = 512;
+
+/// Runs the export until `shutdown` resolves (or, with `until_caught_up`, until it has read
+/// what the log held when it started).
+pub async fn export(
+    settings: &Settings,
+    options: ExportOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<ExportSummary> {
+    let started = Instant::now();
+    let recovery = Recovery::connect(settings).await?;
+    let decoder = EventDecoder::new(settings.registry.client()?);
+    let exporter = otlp_exporter(&options)?;
+    let topic = settings.kafka.topic.clone();
+    if let Some(start) = &options.start {
+        move_group(settings, &options.group_id, start).await?;
+    }
+    let targets = if options.until_caught_up {
+        Some(catch_up_targets(settings, &options.group_id).await?)
+    } else {
+        None
+    };
+    let rebalanced = Arc::new(AtomicBool::new(false));
+    let consumer: StreamConsumer<Rebalances> = settings
+        .kafka
+        .client_config()
+        .set("group.id", &options.group_id)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create_with_context(Rebalances(Arc::clone(&rebalanced)))
+        .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
+    consumer
+        .subscribe(&[&topic])
+        .map_err(sessionlog_log::Error::kafka("subscribe to the topic"))?;
+
+    let mut follower = Follower {
+        recovery,
+        with_content: options.with_content,
+        trails: LruCache::new(
+            NonZeroUsize::new(options.cache_sessions.max(1)).unwrap_or(NonZeroUsize::MIN),
+        ),
+        summary: ExportSummary::default(),
+    };
+    let mut read: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut last_report = Instant::now();
+    tokio::pin!(shutdown);
+    loop {
+        if let Some(targets) = &targets
+            && caught_up(targets, &read)
+        {
+            break;
+        }
+        // With a target, an idle log is checked again each second; without, wait for records.
+        let idle = if targets.is_some() {
+            Duration::from_secs(1)
+        } else {
+            Duration::MAX
+        };
+        let first = tokio::select! {
+            () = &mut shutdown => break,
+            message = tokio::time::timeout(idle, consumer.recv()) => message,
+        };
+        let Ok(first) = first else { continue };
+        let first = first.map_err(sessionlog_log::Error::kafka("read the topic"))?;
+        let mut records = vec![RawRecord::of(&first)];
+        drop(first);
+        let deadline = tokio::time::Instant::now() + options.batch_wait;
+        while records.len() < options.batch_max.max(1) {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(Ok(message)) => records.push(RawRecord::of(&message)),
+                Ok(Err(e)) => return Err(sessionlog_log::Error::kafka("read the topic")(e).into()),
+                Err(_) => break,
+            }
+        }
+        if rebalanced.swap(false, Ordering::SeqCst) {
+            // Partitions may have moved: a session followed here may have gone on elsewhere.
+            follower.trails.clear();
+        }
+        let mut spans = Vec::new();
+        for record in &records {
+            follower.follow(&decoder, record, &mut spans).await?;
+        }
+        for chunk in spans.chunks(SPANS_PER_REQUEST) {
+            if !send(&exporter, chunk.to_vec(), &mut shutdown).await {
+                // Shut down before the receiver took it: nothing of this batch is committed.
+                follower.summary.seconds = started.elapsed().as_secs_f64();
+                return Ok(follower.summary);
+            }
+            follower.summary.spans += chunk.len() as u64;
+        }
+        let mut commit = TopicPartitionList::new();
+        for record in &records {
+            read.insert(record.partition, record.offset + 1);
+        }
+        for (partition, next) in &read {
+            commit
+                .add_partition_offset(&topic, *partition, Offset::Offset(*next))
+                .map_err(sessionlog_log::Error::kafka("build the commit"))?;
+        }
+        consumer
+            .commit(&commit, CommitMode::Sync)
+            .map_err(sessionlog_log::Error::kafka("commit the export's offsets"))?;
+        follower.summary.records += records.len() as u64;
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            last_report = Instant::now();
+            tracing::info!(
+                records = follower.summary.records,
+                spans = follower.summary.spans,
+                rebuilt_sessions = follower.summary.rebuilt_sessions,
+                "exporting"
+            );
+        }
+    }
+    follower.summary.seconds = started.elapsed().as_secs_f64();
+    Ok(follower.summary)
+}
+
+/// Sends `spans`, retrying with backoff until the receiver takes them; `false` when
+/// `shutdown` came first.
+async fn send(
+    exporter: &opentelemetry_otlp::SpanExporter,
+    spans: Vec<SpanData>,
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+) -> bool {
+    let mut waits = retry::forever().build();
+    loop {
+        match exporter.export(spans.clone()).await {
+            Ok(()) => return true,
+            Err(e) => {
+                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                tracing::warn!(error = %e, ?wait, "the trace receiver did not take the spans; retrying");
+                tokio::select! {
+                    () = &mut *shutdown => return false,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The OTLP/HTTP exporter, over our reqwest client (rustls), with the spans' resource.
+fn otlp_exporter(options: &ExportOptions) -> Result<opentelemetry_otlp::SpanExporter> {
+    let client = reqwest::Client::builder()
+        .timeout(options.request_timeout)
+        .build()
+        .map_err(Error::Client)?;
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(client)
+        .with_endpoint(&options.endpoint)
+        .with_headers(options.headers.clone())
+        .with_timeout(options.request_timeout)
+        .build()
+        .map_err(|source| Error::Exporter {
+            endpoint: options.endpoint.clone(),
+            source,
+        })?;
+    exporter.set_resource(
+        &Resource::builder_empty()
+            .with_attributes([
+                KeyValue::new("service.name", options.service_name.clone()),
+                KeyValue::new("openinference.project.name", options.service_name.clone()),
+            ])
+            .build(),
+    );
+    Ok(exporter)
+}
+
+/// Follows sessions through the records of a batch.
+struct Follower {
+    recovery: Recovery,
+    with_content: bool,
+    trails: LruCache<SessionId, Trail>,
+    summary: ExportSummary,
+}
+
+impl Follower {
+    /// Folds one record into its session's trail, adding the span it closes to `spans`.
+    async fn follow(
+        &mut self,
+        decoder: &EventDecoder,
+        record: &RawRecord,
+        spans: &mut Vec<SpanData>,
+    ) -> Result<()> {
+        let Some(event) = decode(decoder, record).await else {
+            self.summary.undecodable += 1;
+            return Ok(());
+        };
+        let at = LogPosition {
+            partition: record.partition,
+            offset: record.offset,
+        };
+        let session = event.session_id;
+        let opener = self.opener(session).await?;
+        if !self.trails.contains(&session) {
+            let trail = self.trail_before(&event, at, opener.as_ref()).await?;
+            self.trails.put(session, trail);
+        }
+        let Some(trail) = self.trails.get_mut(&session) else {
+            return Ok(());
+        };
+        if trail.applied_offset >= at.offset {
+            return Ok(());
+        }
+        let opened = opener.map(|o| o.open_event(&event).0);
+        if let Some(span) = trail.follow(&event, at, opened.as_ref()) {
+            spans.push(span);
+        }
+        if trail.state.status().has_ended() {
+            self.trails.pop(&session);
+        }
+        Ok(())
+    }
+
+    /// The trail of a session met at `event`: empty at its first event, else rebuilt from the
+    /// log up to the event before (from its first event, not a checkpoint: a checkpoint's
+    /// state does not say which model call asked for a tool call still open).
+    async fn trail_before(
+        &mut self,
+        event: &EventEnvelope,
+        at: LogPosition,
+        opener: Option<&Opener>,
+    ) -> Result<Trail> {
+        let session = event.session_id;
+        let mut trail = Trail::new(session);
+        if event.seq <= 1 {
+            return Ok(trail);
+        }
+        self.summary.rebuilt_sessions += 1;
+        let partition = at.partition;
+        let rebuilt = self
+            .recovery
+            .rebuild_through(session, Some(0), Some(at.offset - 1), |logged, _| {
+                let opened = opener.map(|o| o.open_event(&logged.envelope).0);
+                let position = LogPosition {
+                    partition,
+                    offset: logged.offset,
+                };
+                trail.follow(&logged.envelope, position, opened.as_ref());
+            })
+            .await;
+        match rebuilt {
+            Ok(_) => Ok(trail),
+            // Its start is gone (retention): follow it from here, spans of the calls opened
+            // before hang off the session.
+            Err(sessionlog_recovery::Error::UnknownSession(_)) => {
+                tracing::warn!(%session, "the session's first events are no longer in the log");
+                Ok(Trail::new(session))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What opens `session`'s texts when content is exported: nothing for an erased session.
+    async fn opener(&self, session: SessionId) -> Result<Option<Opener>> {
+        if !self.with_content {
+            return Ok(None);
+        }
+        let status = self
+            .recovery
+            .store()
+            .session_status(session)
+            .await
+            .map_err(sessionlog_recovery::Error::from)?;
+        if status.as_deref() == Some("erased") {
+            return Ok(None);
+        }
+        Ok(Some(self.recovery.opener(session, false).await?))
+    }
+}
+
+/// Decodes a record, riding out a registry outage; `None` for a record that never will
+/// (the projector dead-letters it with its reason).
+async fn decode(decoder: &EventDecoder, record: &RawRecord) -> Option<EventEnvelope> {
+    let payload = record.payload.as_deref()?;
+    let mut waits = retry::forever().build();
+    loop {
+        match decoder.decode(payload).await {
+            Ok(event) => return Some(event),
+            Err(e) if e.is_retriable() => {
+                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => {
+                tracing::warn!(partition = record.partition, offset = record.offset, error = %e, "skipping a record that does not decode");
+                return None;
+            }
+        }
+    }
+}
+
+/// Commits `start` as the group's offsets, so that the group's next members begin there.
+/// Kafka refuses while the group has members.
+async fn move_group(settings: &Settings, group: &str, start: &StartAt) -> Result<()> {
+    let (kafka, topic, group, start) = (
+        settings.kafka.clone(),
+        settings.kafka.topic.clone(),
+        group.to_string(),
+        start.clone(),
+    );
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let bounds = sessionlog_log::partition_bounds(&kafka, &topic, &start, None)?;
+        let consumer: BaseConsumer = kafka
+            .client_config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
+        let mut list = TopicPartitionList::new();
+        for (partition, from, _) in bounds {
+            list.add_partition_offset(&topic, partition, Offset::Offset(from))
+                .map_err(sessionlog_log::Error::kafka("build the start offsets"))?;
+        }
+        consumer
+            .commit(&list, CommitMode::Sync)
+            .map_err(|source| Error::Reset { group, source })
+    })
+    .await
+    .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
+}
+
+/// Per partition: where the log ends now, and where the group starts (its committed offset,
+/// or the partition's first offset for a group that has none).
+async fn catch_up_targets(settings: &Settings, group: &str) -> Result<BTreeMap<i32, (i64, i64)>> {
+    let (kafka, topic, group) = (
+        settings.kafka.clone(),
+        settings.kafka.topic.clone(),
+        group.to_string(),
+    );
+    tokio::task::spawn_blocking(move || -> Result<BTreeMap<i32, (i64, i64)>> {
+        let bounds = sessionlog_log::partition_bounds(&kafka, &topic, &StartAt::Beginning, None)?;
+        let consumer: BaseConsumer = kafka
+            .client_config()
+            .set("group.id", &group)
+            .create()
+            .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
+        let mut list = TopicPartitionList::new();
+        for (partition, _, _) in &bounds {
+            list.add_partition(&topic, *partition);
+        }
+        let committed = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .map_err(sessionlog_log::Error::kafka("read the group's offsets"))?;
+        let committed: BTreeMap<i32, i64> = committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect();
+        Ok(bounds
+            .into_iter()
+            .map(|(p, low, high)| {
+                (
+                    p,
+                    (committed.get(&p).copied().unwrap_or(low).max(low), high),
+                )
+            })
+            .collect())
+    })
+    .await
+    .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
+}
+
+/// Whether every partition has been read up to its target.
+fn caught_up(targets: &BTreeMap<i32, (i64, i64)>, read: &BTreeMap<i32, i64>) -> bool {
+    targets
+        .iter()
+        .all(|(partition, (from, until))| read.get(partition).copied().unwrap_or(*from) >= *until)
+}
+
+/// Flags rebalances for the loop.
+struct Rebalances(Arc<AtomicBool>);
+
+impl ClientContext for Rebalances {}
+
+impl ConsumerContext for Rebalances {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, _: &Rebalance<'_>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
