@@ -13,6 +13,7 @@ pub mod producer;
 pub mod projector;
 
 pub mod recovery;
+pub mod traces;
 
 use anyhow::{Context, Result, bail, ensure};
 use sessionlog_log::{Settings, topic};

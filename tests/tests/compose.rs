@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The services our binary runs; the others are the servers.
-const OUR_SERVICES: [&str; 2] = ["sessionlog-init", "projector"];
+const OUR_SERVICES: [&str; 3] = ["sessionlog-init", "projector", "otlp-export"];
 const SERVERS: [&str; 3] = ["kafka", "schema-registry", "scylla"];
 /// Where the binary reads the `SESSIONLOG_*` variables that are not settings (`SESSIONLOG_LOG`).
 const CLI_SOURCES: [&str; 2] = ["cli/src/main.rs", "cli/src/commands.rs"];
@@ -636,4 +636,31 @@ fn docker_build_context_leaves_out_build_output_and_stack_state() {
             ".dockerignore does not exclude {needed}/ (it has {entries:?})"
         );
     }
+}
+
+#[test]
+fn the_otlp_export_sends_to_the_phoenix_service_once_it_is_healthy() {
+    let compose = compose();
+    let words = command_of(&compose, "otlp-export");
+    let endpoint = words
+        .iter()
+        .skip_while(|w| *w != "--endpoint")
+        .nth(1)
+        .expect("otlp-export passes --endpoint");
+    let (host, port) = url_host_port(endpoint);
+    let phoenix_ports: Vec<u16> = published_ports(&compose, "phoenix")
+        .iter()
+        .map(|p| p.1)
+        .collect();
+    assert!(
+        host == "phoenix" && phoenix_ports.contains(&port) && endpoint.ends_with("/v1/traces"),
+        "otlp-export sends to {endpoint}; Phoenix takes OTLP/HTTP at phoenix:{phoenix_ports:?}/v1/traces"
+    );
+    let condition = service(&compose, "otlp-export")
+        .get("depends_on")
+        .and_then(|d| d.get("phoenix"))
+        .and_then(|d| d.get("condition"))
+        .map(scalar);
+    assert_eq!(condition.as_deref(), Some("service_healthy"));
+    assert!(service(&compose, "phoenix").get("healthcheck").is_some());
 }

@@ -6,83 +6,12 @@ use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 use sessionlog_http::auth::Grant;
 use sessionlog_log::Role;
-use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_schemas::{
-    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
-};
-use sessionlog_tests::projector::{event_log, now_micros, store};
+use sessionlog_producer::Appended;
+use sessionlog_schemas::{SessionEvent, SessionId};
+use sessionlog_tests::projector::{now_micros, store};
+use sessionlog_tests::traces::tool_session;
 use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin, wait_for};
 use std::time::Duration;
-
-/// What the test session appended, to check the spans against.
-struct ToolSession {
-    session: SessionId,
-    start: Appended,
-    model: Appended,
-    calls: Vec<(Appended, Appended)>,
-    steering: Appended,
-    end: Appended,
-}
-
-/// A session that asks a model, runs the two tools it asked for, is steered, and ends.
-async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
-    let log = event_log(stack).await?;
-    let (mut writer, start) = SessionWriter::create(log, "planner", Some("traces")).await?;
-    writer.user_request("find the bug").await?;
-    let model = writer
-        .append(SessionEvent::ModelResponse {
-            model: "model-x".into(),
-            tokens_in: 1_200,
-            tokens_out: 300,
-            cost_micros: 4_500,
-            // Just after the session began: spans by time then list the session first.
-            started_at: start.envelope.occurred_at + 1,
-            content: Content::plain("grep, then read"),
-            cache_read_tokens: 0,
-            cache_creation_tokens: 0,
-            provider: Some("openai".into()),
-        })
-        .await?;
-    let mut calls = Vec::new();
-    for (tool, outcome) in [
-        ("grep", CallOutcome::Succeeded),
-        ("read", CallOutcome::Failed),
-    ] {
-        let request = writer
-            .append(SessionEvent::ToolCallRequested {
-                tool: tool.into(),
-                arguments: Content::plain("{}"),
-                effect: EffectClass::Pure,
-            })
-            .await?;
-        let result = writer
-            .append(SessionEvent::ToolCallResult {
-                call_seq: request.envelope.seq,
-                outcome,
-                output: Content::plain("out"),
-                source: ResultSource::Executed,
-                recorded_by: None,
-                note: None,
-            })
-            .await?;
-        calls.push((request, result));
-    }
-    let steering = writer
-        .append(SessionEvent::SteeringMessage {
-            author: "someone".into(),
-            content: Content::plain("look in src/"),
-        })
-        .await?;
-    let end = writer.close(TerminalOutcome::Completed, None).await?;
-    Ok(ToolSession {
-        session: writer.session_id(),
-        start,
-        model,
-        calls,
-        steering,
-        end,
-    })
-}
 
 /// Runs `sessionlog` with `args` in `stack`'s corner.
 fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {

@@ -1,0 +1,343 @@
+//! `sessionlog export-otlp` against a real trace server: Arize Phoenix, started by
+//! `scripts/stack up --with-traces`. The example session and a tool-calling session are
+//! exported and read back through Phoenix's own span API: every span present, with its
+//! GenAI name and attributes, its parent and its duration. A re-export from the middle of a
+//! session rebuilds it first and gives the same ids, which Phoenix keeps once; content goes
+//! out only when asked for, and never for an erased session.
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+use sessionlog_cli::example::run_example_session;
+use sessionlog_export::{span_id, trace_id};
+use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
+use sessionlog_tests::projector::{event_log, store};
+use sessionlog_tests::traces::tool_session;
+use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Phoenix's address, from the stack's environment.
+fn phoenix() -> Result<(String, String)> {
+    let url = std::env::var("SESSIONLOG_PHOENIX_URL");
+    let endpoint = std::env::var("SESSIONLOG_OTLP_ENDPOINT");
+    match (url, endpoint) {
+        (Ok(url), Ok(endpoint)) => Ok((url, endpoint)),
+        _ => bail!(
+            "SESSIONLOG_PHOENIX_URL and SESSIONLOG_OTLP_ENDPOINT are not set: start the stack with \
+             `scripts/stack up --with-traces` and source .stack/stack.env (scripts/test does both)"
+        ),
+    }
+}
+
+/// Runs `sessionlog export-otlp` in `stack`'s corner until it has caught up; its summary.
+fn export(stack: &TestStack, endpoint: &str, project: &str, extra: &[&str]) -> Result<Value> {
+    let output = std::process::Command::new(sessionlog_bin()?)
+        .args([
+            "--json",
+            "export-otlp",
+            "--until-caught-up",
+            "--endpoint",
+            endpoint,
+        ])
+        .args(["--group", &format!("{}-otlp-{project}", stack.group)])
+        .args(["--service-name", project])
+        .args(extra)
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "export-otlp failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).context("export-otlp --json prints its summary")
+}
+
+/// Every span Phoenix holds in `project`, by span id (hex).
+async fn phoenix_spans(url: &str, project: &str) -> Result<BTreeMap<String, Value>> {
+    let http = reqwest::Client::new();
+    let mut spans = BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut address = reqwest::Url::parse(&format!("{url}/v1/projects/{project}/spans"))?;
+        address.query_pairs_mut().append_pair("limit", "1000");
+        if let Some(cursor) = &cursor {
+            address.query_pairs_mut().append_pair("cursor", cursor);
+        }
+        let response = http.get(address).send().await?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            // The project appears with its first span.
+            return Ok(spans);
+        }
+        let page: Value = response.error_for_status()?.json().await?;
+        for span in page["data"].as_array().context("Phoenix answers data[]")? {
+            let id = span["context"]["span_id"].as_str().context("span_id")?;
+            spans.insert(id.to_string(), span.clone());
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
+            _ => return Ok(spans),
+        }
+    }
+}
+
+/// Waits until Phoenix holds `count` spans in `project`.
+async fn wait_for_spans(url: &str, project: &str, count: usize) -> Result<BTreeMap<String, Value>> {
+    wait_for(
+        &format!("Phoenix to hold {count} spans in project {project}"),
+        Duration::from_secs(60),
+        || async {
+            let spans = phoenix_spans(url, project).await?;
+            Ok((spans.len() >= count).then_some(spans))
+        },
+    )
+    .await
+}
+
+/// An attribute of a span as Phoenix answers it: a flat dotted key, or nested objects.
+fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    let attributes = &span["attributes"];
+    attributes.get(key).or_else(|| {
+        key.split('.')
+            .try_fold(attributes, |value, part| value.get(part))
+    })
+}
+
+/// The span Phoenix holds for the span `seq` opened in `session`.
+fn span_of(spans: &BTreeMap<String, Value>, session: SessionId, seq: Seq) -> Result<&Value> {
+    let id = span_id(session, seq).to_string();
+    let span = spans
+        .get(&id)
+        .with_context(|| format!("no span {id} (seq {seq} of {session}) in Phoenix"))?;
+    ensure!(
+        span["context"]["trace_id"] == trace_id(session).to_string().as_str(),
+        "span {id} is in another trace: {span:#}"
+    );
+    Ok(span)
+}
+
+/// The span's duration in microseconds, from Phoenix's RFC 3339 times.
+fn duration_us(span: &Value) -> Result<i64> {
+    let time = |key: &str| -> Result<i128> {
+        let text = span[key]
+            .as_str()
+            .with_context(|| format!("{key} in {span}"))?;
+        Ok(
+            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                .with_context(|| format!("{key} {text:?}"))?
+                .unix_timestamp_nanos(),
+        )
+    };
+    Ok(i64::try_from(
+        (time("end_time")? - time("start_time")?) / 1_000,
+    )?)
+}
+
+fn started_at(model: &Appended) -> i64 {
+    match &model.envelope.event {
+        sessionlog_schemas::SessionEvent::ModelResponse { started_at, .. } => *started_at,
+        _ => model.envelope.occurred_at,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports() -> Result<()> {
+    let (url, endpoint) = phoenix()?;
+    let stack = TestStack::new("otlp", 2).await?;
+    let _projector = stack.spawn_projector()?;
+    let (example, _) = run_example_session(event_log(&stack).await?).await?;
+    let example = example.session_id();
+    let tools = tool_session(&stack).await?;
+    let project = stack
+        .settings
+        .kafka
+        .topic
+        .replace("session-events-t-", "otlp-");
+
+    let summary = export(&stack, &endpoint, &project, &[])?;
+    // The example: session, model call, tool call; the other: session, model call, two
+    // tool calls, steering.
+    assert_eq!(summary["spans"], 8, "{summary:#}");
+    let spans = wait_for_spans(&url, &project, 8).await?;
+    assert_eq!(spans.len(), 8, "{spans:#?}");
+
+    // The tool-calling session's tree, names and GenAI attributes.
+    let session = tools.session;
+    let root = span_of(&spans, session, 1)?;
+    assert_eq!(root["name"], "invoke_agent planner");
+    assert_eq!(root["parent_id"], Value::Null, "{root:#}");
+    assert_eq!(
+        attribute(root, "gen_ai.operation.name"),
+        Some(&Value::from("invoke_agent"))
+    );
+    assert_eq!(
+        duration_us(root)?,
+        tools.end.envelope.occurred_at - tools.start.envelope.occurred_at
+    );
+    let model = span_of(&spans, session, tools.model.envelope.seq)?;
+    let root_id = span_id(session, 1).to_string();
+    assert_eq!(model["name"], "chat model-x");
+    assert_eq!(model["parent_id"], root_id.as_str());
+    for (key, value) in [
+        ("gen_ai.operation.name", Value::from("chat")),
+        ("gen_ai.provider.name", Value::from("openai")),
+        ("gen_ai.request.model", Value::from("model-x")),
+        ("gen_ai.response.model", Value::from("model-x")),
+        ("gen_ai.usage.input_tokens", Value::from(1_200)),
+        ("gen_ai.usage.output_tokens", Value::from(300)),
+        ("gen_ai.conversation.id", Value::from(session.to_string())),
+        (
+            "sessionlog.log.offset",
+            Value::from(tools.model.position.offset),
+        ),
+    ] {
+        assert_eq!(attribute(model, key), Some(&value), "{key} in {model:#}");
+    }
+    assert_eq!(
+        duration_us(model)?,
+        tools.model.envelope.occurred_at - started_at(&tools.model)
+    );
+    let model_id = span_id(session, tools.model.envelope.seq).to_string();
+    for ((request, result), (tool, failed)) in
+        tools.calls.iter().zip([("grep", false), ("read", true)])
+    {
+        let span = span_of(&spans, session, request.envelope.seq)?;
+        assert_eq!(span["name"], format!("execute_tool {tool}").as_str());
+        assert_eq!(span["parent_id"], model_id.as_str(), "{span:#}");
+        assert_eq!(
+            attribute(span, "gen_ai.tool.name"),
+            Some(&Value::from(tool))
+        );
+        assert_eq!(
+            attribute(span, "gen_ai.tool.call.id"),
+            Some(&Value::from(request.envelope.event_id.to_string()))
+        );
+        assert_eq!(
+            attribute(span, "error.type").is_some(),
+            failed,
+            "error.type on failures only: {span:#}"
+        );
+        assert_eq!(
+            span["status_code"]
+                .as_str()
+                .map(|s| s.eq_ignore_ascii_case("error")),
+            Some(failed),
+            "{span:#}"
+        );
+        assert_eq!(
+            duration_us(span)?,
+            result.envelope.occurred_at - request.envelope.occurred_at
+        );
+        // Without --with-content, no text leaves.
+        assert!(
+            attribute(span, "gen_ai.tool.call.arguments").is_none(),
+            "{span:#}"
+        );
+    }
+    let steering = span_of(&spans, session, tools.steering.envelope.seq)?;
+    assert_eq!(steering["parent_id"], root_id.as_str());
+    // The example session's tool call hangs off its model call.
+    let example_model = span_id(example, 3).to_string();
+    assert_eq!(span_of(&spans, example, 3)?["name"], "chat example-model");
+    assert_eq!(
+        span_of(&spans, example, 4)?["parent_id"],
+        example_model.as_str()
+    );
+
+    // A re-export from the second tool call's result: the session is met mid-way, rebuilt
+    // from the log first, and its spans keep their ids and parents; Phoenix keeps one copy.
+    let (_, read_result) = &tools.calls[1];
+    let from = format!(
+        "{}:{}",
+        read_result.position.partition, read_result.position.offset
+    );
+    // One more session after it, so that its span arriving says Phoenix has taken the
+    // re-export before it.
+    let (writer, _) = SessionWriter::create(event_log(&stack).await?, "closer", None).await?;
+    let mut writer = writer;
+    writer.close(TerminalOutcome::Completed, None).await?;
+    let again = export(&stack, &endpoint, &project, &["--from-offsets", &from])?;
+    assert!(again["rebuilt_sessions"].as_u64() >= Some(1), "{again:#}");
+    assert!(
+        again["spans"].as_u64() >= Some(3),
+        "read, the session and the closer: {again:#}"
+    );
+    let after = wait_for_spans(&url, &project, 9).await?;
+    span_of(&after, writer.session_id(), 1)?;
+    assert_eq!(after.len(), 9, "the re-export duplicated spans: {after:#?}");
+    let read_span = span_of(&after, session, tools.calls[1].0.envelope.seq)?;
+    assert_eq!(read_span["parent_id"], model_id.as_str());
+
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> Result<()> {
+    let (url, endpoint) = phoenix()?;
+    // Sessions of their own: Phoenix keeps the first copy of a span id, in whatever project.
+    let stack = TestStack::new("otlp_content", 2).await?;
+    let _projector = stack.spawn_projector()?;
+    let (example, _) = run_example_session(event_log(&stack).await?).await?;
+    let example = example.session_id();
+    let tools = tool_session(&stack).await?;
+    let session = tools.session;
+    let project = stack
+        .settings
+        .kafka
+        .topic
+        .replace("session-events-t-", "otlp-");
+    let erased = std::process::Command::new(sessionlog_bin()?)
+        .args(["erase", &example.to_string(), "--reason", "otlp test"])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()?;
+    ensure!(
+        erased.status.success(),
+        "erase: {}",
+        String::from_utf8_lossy(&erased.stderr)
+    );
+    let store = store(&stack).await?;
+    wait_for(
+        "the erasure to be projected",
+        Duration::from_secs(60),
+        || async {
+            Ok((store.session_status(example).await?.as_deref() == Some("erased")).then_some(()))
+        },
+    )
+    .await?;
+    export(&stack, &endpoint, &project, &["--with-content"])?;
+    let spans = wait_for_spans(&url, &project, 8).await?;
+    let grep = span_of(&spans, session, tools.calls[0].0.envelope.seq)?;
+    assert_eq!(
+        attribute(grep, "gen_ai.tool.call.arguments"),
+        Some(&Value::from("{}"))
+    );
+    assert_eq!(
+        attribute(grep, "gen_ai.tool.call.result"),
+        Some(&Value::from("out"))
+    );
+    let said = attribute(
+        span_of(&spans, session, tools.model.envelope.seq)?,
+        "gen_ai.output.messages",
+    );
+    assert!(
+        said.and_then(Value::as_str)
+            .is_some_and(|m| m.contains("grep, then read")),
+        "{said:?}"
+    );
+    for seq in [3, 4] {
+        let span = span_of(&spans, example, seq)?;
+        for key in [
+            "gen_ai.output.messages",
+            "gen_ai.tool.call.arguments",
+            "gen_ai.tool.call.result",
+        ] {
+            assert!(
+                attribute(span, key).is_none(),
+                "{key} of an erased session: {span:#}"
+            );
+        }
+    }
+    Ok(())
+}
