@@ -78,8 +78,12 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
+        let lag = match (summary.lag_p50_ms, summary.lag_p99_ms) {
+            (Some(p50), Some(p99)) => format!("; lag p50 {p50:.0} ms, p99 {p99:.0} ms"),
+            _ => String::new(),
+        };
         println!(
-            "exported {} spans from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable)",
+            "exported {} spans from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
             summary.spans,
             summary.records,
             summary.seconds,
