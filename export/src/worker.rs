@@ -101,6 +101,11 @@ pub struct ExportSummary {
 }
 
 impl ExportSummary {
+    /// The lags behind [`Self::lag_p50_ms`] and [`Self::lag_p99_ms`], in µs.
+    pub fn lag_sketch(&self) -> &LatencySketch {
+        &self.lag
+    }
+
     /// Adds the lags of `records`, whose spans the receiver took at `taken_ms` (ms since the
     /// epoch): a re-export of old records counts their age, which is what it is.
     fn add_lags(&mut self, records: &[RawRecord], taken_ms: i64) {

@@ -1,0 +1,375 @@
+//! OTLP export benchmark, against the running stack with its trace server
+//! (`scripts/stack up --with-traces`): does `sessionlog export-otlp` keep up with a fleet's
+//! load, and what does it add to reading the log?
+//!
+//! Each round appends `--rate` events/s for `--duration` seconds over `--sessions` sessions
+//! (model calls and the tool calls they ask for: two spans every three events) while two
+//! readers follow the topic from where it ended before the load, side by side:
+//!
+//! - **ours**: the export (in this process, its own consumer group), sending every span to the
+//!   receiver (Phoenix by default) and committing once it took them;
+//! - **reference**: a plain consumer of the same records that decodes nothing, sends nothing
+//!   and commits each batch: the floor any log reader pays.
+//!
+//! Lag is per record: from its log timestamp to the moment its batch was committed (ours:
+//! after the receiver's answer). Every round prints both readers' p50 and p99 and the ratio of
+//! the p99s; the end prints the median ratio, its spread, and ours against the goal
+//! (p99 ≤ 1 s at 5,000 events/s).
+//!
+//! `cargo run --release -p sessionlog-benches --bin export_bench -- --rounds 5 --duration 30`
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use sessionlog_benches::{
+    Spread, drop_run, isolate_run, partition_ends, prepare_topics, print_table,
+};
+use sessionlog_export::{ExportOptions, ExportSummary};
+use sessionlog_log::{PartitionReader, Settings, StartAt};
+use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
+use sessionlog_schemas::{
+    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, TerminalOutcome,
+};
+use sessionlog_session::usage::LatencySketch;
+use sessionlog_store::{KeyTable, ProjectionStore};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Rounds; each appends a fresh load and measures both readers on it.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Seconds of load per round.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Events appended per second.
+    #[arg(long, default_value_t = 5_000)]
+    rate: u64,
+    /// Concurrent sessions the load spreads over.
+    #[arg(long, default_value_t = 250)]
+    sessions: usize,
+    /// Topic partitions.
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// The receiver's OTLP/HTTP traces endpoint (default: the stack's, `SESSIONLOG_OTLP_ENDPOINT`).
+    #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
+    endpoint: String,
+    /// Keep the run's topic and keyspace.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// One reader's lags over a round, in ms.
+#[derive(Clone, Copy, Debug)]
+struct Lag {
+    p50: f64,
+    p99: f64,
+}
+
+impl Lag {
+    fn of(sketch: &LatencySketch) -> Self {
+        let ms = |q| sketch.quantile(q).unwrap_or_default() as f64 / 1_000.0;
+        Self {
+            p50: ms(0.5),
+            p99: ms(0.99),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut settings = Settings::load(None)?;
+    // Sealing is the producer's cost, measured by projector_bench; here the texts stay plain.
+    settings.privacy.encrypt = false;
+    isolate_run(&mut settings, "export", args.partitions);
+    prepare_topics(&settings).await?;
+    let store = ProjectionStore::migrate(&settings.cql).await?;
+    KeyTable::create(&settings).await?;
+    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    println!(
+        "export bench: {} rounds of {} s at {} events/s over {} sessions, {} partitions, to {}",
+        args.rounds, args.duration, args.rate, args.sessions, args.partitions, args.endpoint
+    );
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    let mut ours_p99 = Vec::new();
+    for round in 1..=args.rounds {
+        let ends = partition_ends(&reader, args.partitions).await?;
+        let (appended, seconds, ours, reference) =
+            measure_round(&args, &settings, &log, round, &ends).await?;
+        let (ours_lag, reference_lag) = (Lag::of(&ours.0), Lag::of(&reference));
+        let ratio = ours_lag.p99 / reference_lag.p99.max(0.001);
+        ratios.push(ratio);
+        ours_p99.push(ours_lag.p99);
+        let row = vec![
+            round.to_string(),
+            format!("{:.0}", appended as f64 / seconds),
+            ours.1.to_string(),
+            format!("{:.0}", ours_lag.p50),
+            format!("{:.0}", ours_lag.p99),
+            format!("{:.0}", reference_lag.p50),
+            format!("{:.0}", reference_lag.p99),
+            format!("{ratio:.2}"),
+        ];
+        println!("round {}", row.join("  "));
+        rows.push(row);
+    }
+    print_table(
+        &[
+            "round",
+            "events/s",
+            "spans",
+            "ours p50 ms",
+            "ours p99 ms",
+            "ref p50 ms",
+            "ref p99 ms",
+            "p99 ours/ref",
+        ],
+        &rows,
+    );
+    let p99 = Spread::of(&ours_p99);
+    println!("ours/reference p99 lag: median {}", Spread::of(&ratios));
+    println!(
+        "ours p99 lag: median {:.0} ms (range {:.0}-{:.0}); goal ≤ 1000 ms at 5,000 events/s: {}",
+        p99.median,
+        p99.min,
+        p99.max,
+        if p99.median <= 1_000.0 && args.rate >= 5_000 {
+            "met"
+        } else {
+            "not met"
+        }
+    );
+    if !args.keep {
+        drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+    }
+    Ok(())
+}
+
+/// One round: both readers from `ends`, the load, then each until it has read everything.
+/// Returns events appended, the load's seconds, ours (lags, spans) and the reference's lags.
+async fn measure_round(
+    args: &Args,
+    settings: &Settings,
+    log: &Arc<EventLog>,
+    round: usize,
+    ends: &BTreeMap<i32, i64>,
+) -> Result<(u64, f64, (LatencySketch, u64), LatencySketch)> {
+    let tag = settings.cql.keyspace.replace("bench_export_", "");
+    let (stop_ours, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = ExportOptions {
+        endpoint: args.endpoint.clone(),
+        group_id: format!("sessionlog-bench-export-{tag}-{round}"),
+        start: Some(StartAt::Offsets(ends.clone())),
+        service_name: format!("bench-export-{tag}"),
+        ..ExportOptions::default()
+    };
+    let group = options.group_id.clone();
+    let ours = {
+        let settings = settings.clone();
+        tokio::spawn(async move {
+            sessionlog_export::export(&settings, options, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let (stop_reference, reference_stopped) = tokio::sync::watch::channel(BTreeMap::new());
+    let reference = tokio::spawn(plain_reader(
+        settings.clone(),
+        ends.clone(),
+        reference_stopped,
+    ));
+
+    let started = Instant::now();
+    let appended = load(args, log).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    let after = partition_ends(&reader, args.partitions).await?;
+    stop_reference.send(after.clone())?;
+    let reference = reference.await??;
+    wait_committed(settings, &group, &after).await?;
+    let _ = stop_ours.send(());
+    let summary: ExportSummary = ours.await??;
+    Ok((
+        appended,
+        seconds,
+        (summary.lag_sketch().clone(), summary.spans),
+        reference,
+    ))
+}
+
+/// Appends `args.rate` events/s for `args.duration` s over `args.sessions` sessions, each a
+/// loop of model call, tool request, tool result; ends them all. Returns the events appended.
+async fn load(args: &Args, log: &Arc<EventLog>) -> Result<u64> {
+    let per_session = args.rate as f64 / args.sessions as f64;
+    let interval = Duration::from_secs_f64(1.0 / per_session);
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let mut tasks = Vec::new();
+    for i in 0..args.sessions {
+        let log = Arc::clone(log);
+        tasks.push(tokio::spawn(async move {
+            let (mut writer, _) = SessionWriter::create(log, "bench-agent", None).await?;
+            let mut appended = 1u64;
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Spread the sessions' first ticks over one interval rather than all at once.
+            tokio::time::sleep(interval.mul_f64((i % 500) as f64 / 500.0)).await;
+            let mut step = 0u64;
+            while Instant::now() < deadline {
+                tick.tick().await;
+                let event = match step % 3 {
+                    0 => SessionEvent::ModelResponse {
+                        model: "bench-model".into(),
+                        tokens_in: 800,
+                        tokens_out: 120,
+                        cost_micros: 900,
+                        started_at: sessionlog_schemas::now_micros() - 1_000,
+                        content: Content::plain("call the tool"),
+                        cache_read_tokens: 0,
+                        cache_creation_tokens: 0,
+                        provider: Some("bench".into()),
+                    },
+                    1 => SessionEvent::ToolCallRequested {
+                        tool: "bench-tool".into(),
+                        arguments: Content::plain("{}"),
+                        effect: EffectClass::Pure,
+                    },
+                    _ => SessionEvent::ToolCallResult {
+                        call_seq: writer.next_seq() - 1,
+                        outcome: CallOutcome::Succeeded,
+                        output: Content::plain("ok"),
+                        source: ResultSource::Executed,
+                        recorded_by: None,
+                        note: None,
+                    },
+                };
+                writer.append(event).await?;
+                step += 1;
+                appended += 1;
+            }
+            writer.close(TerminalOutcome::Completed, None).await?;
+            Ok::<_, anyhow::Error>(appended + 1)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    Ok(total)
+}
+
+/// The reference reader: assigned at `ends`, reads and commits each batch, recording each
+/// record's lag, until it has read up to what `stop` says once it says something.
+async fn plain_reader(
+    settings: Settings,
+    ends: BTreeMap<i32, i64>,
+    stop: tokio::sync::watch::Receiver<BTreeMap<i32, i64>>,
+) -> Result<LatencySketch> {
+    let topic = settings.kafka.topic.clone();
+    let consumer: StreamConsumer = settings
+        .kafka
+        .client_config()
+        .set("group.id", format!("sessionlog-bench-plain-{topic}"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .context("the reference consumer")?;
+    let mut assignment = TopicPartitionList::new();
+    for (partition, offset) in &ends {
+        assignment.add_partition_offset(&topic, *partition, Offset::Offset(*offset))?;
+    }
+    consumer.assign(&assignment)?;
+    let mut lags = LatencySketch::default();
+    let mut read: BTreeMap<i32, i64> = ends.clone();
+    loop {
+        let until = stop.borrow().clone();
+        if !until.is_empty()
+            && until
+                .iter()
+                .all(|(p, end)| read.get(p).copied().unwrap_or(0) >= *end)
+        {
+            return Ok(lags);
+        }
+        let mut batch = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
+        while batch.len() < 2_000 {
+            match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(message) => {
+                    let message = message?;
+                    batch.push((
+                        message.partition(),
+                        message.offset(),
+                        message.timestamp().to_millis(),
+                    ));
+                }
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let mut commit = TopicPartitionList::new();
+        for (partition, offset, _) in &batch {
+            read.insert(*partition, offset + 1);
+        }
+        for (partition, next) in &read {
+            commit.add_partition_offset(&topic, *partition, Offset::Offset(*next))?;
+        }
+        consumer.commit(&commit, CommitMode::Sync)?;
+        let now = now_ms();
+        for (_, _, at) in batch {
+            if let Some(at) = at {
+                lags.insert((now - at).saturating_mul(1_000));
+            }
+        }
+    }
+}
+
+/// Waits until `group` has committed `ends` on every partition.
+async fn wait_committed(settings: &Settings, group: &str, ends: &BTreeMap<i32, i64>) -> Result<()> {
+    let consumer: rdkafka::consumer::BaseConsumer = settings
+        .kafka
+        .client_config()
+        .set("group.id", group)
+        .create()?;
+    let topic = &settings.kafka.topic;
+    let limit = Instant::now() + Duration::from_secs(300);
+    loop {
+        let mut list = TopicPartitionList::new();
+        for partition in ends.keys() {
+            list.add_partition(topic, *partition);
+        }
+        let committed = consumer.committed_offsets(list, Duration::from_secs(10))?;
+        let behind: i64 = ends
+            .iter()
+            .map(|(p, end)| {
+                let at = match committed.find_partition(topic, *p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => o,
+                    _ => 0,
+                };
+                (end - at).max(0)
+            })
+            .sum();
+        if behind == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < limit,
+            "the export is {behind} records behind after 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
