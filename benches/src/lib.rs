@@ -5,7 +5,7 @@
 
 use sessionlog_log::{Settings, topic};
 use sessionlog_store::ProjectionStore;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
 /// cli/src/main.rs), so what it measures of our libraries is what the services do.
@@ -398,4 +398,81 @@ pub fn sessionlog_env(settings: &Settings) -> Vec<(&'static str, String)> {
             settings.privacy.kek_file.clone().unwrap_or_default(),
         ),
     ]
+}
+
+/// A signing key the run's services trust, and tokens minted with it.
+pub struct BenchAuth {
+    key: sessionlog_http::auth::SigningKey,
+    dir: std::path::PathBuf,
+}
+
+impl BenchAuth {
+    /// A fresh key, written where the services' settings will point.
+    pub fn new() -> anyhow::Result<Self> {
+        let key = sessionlog_http::auth::SigningKey::generate()?;
+        let dir =
+            std::env::temp_dir().join(format!("sessionlog-bench-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("jwks.json"), key.jwks().to_string())?;
+        std::fs::write(dir.join("key.pem"), key.pem())?;
+        Ok(Self { key, dir })
+    }
+
+    /// The services' settings that trust the key (and sign recovery's events with it).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "SESSIONLOG_AUTH__JWKS_FILE",
+                self.dir.join("jwks.json").display().to_string(),
+            ),
+            (
+                "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE",
+                self.dir.join("key.pem").display().to_string(),
+            ),
+        ]
+    }
+
+    /// A client holding a harness token, with room for `connections` requests at once.
+    pub fn client(&self, connections: usize, timeout: Duration) -> anyhow::Result<reqwest::Client> {
+        let token = self.key.mint(&sessionlog_http::auth::Grant::new(
+            "bench",
+            &[sessionlog_log::Role::Harness, sessionlog_log::Role::Reader],
+            Duration::from_secs(3600),
+        ))?;
+        Ok(reqwest::Client::builder()
+            .default_headers(sessionlog_http::auth::bearer_headers(&token)?)
+            .pool_max_idle_per_host(connections)
+            .timeout(timeout)
+            .build()?)
+    }
+}
+
+impl Drop for BenchAuth {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits (up to a minute) until the service answers `/health/ready` with 200.
+pub async fn wait_ready(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Ok(answer) = http.get(format!("{base}/health/ready")).send().await
+            && answer.status().is_success()
+        {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            anyhow::bail!("serve-recovery was not ready within a minute at {base}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `127.0.0.1:<port>` with a port free now: bind :0, read it, release it for the service.
+pub fn free_address() -> anyhow::Result<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    Ok(format!("127.0.0.1:{port}"))
 }

@@ -21,9 +21,10 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::StreamExt;
-use sessionlog_benches::{Latencies, Spread, Watched, drop_run, print_table};
-use sessionlog_http::auth::{Grant, SigningKey};
-use sessionlog_log::{PartitionReader, Role, Settings};
+use sessionlog_benches::{
+    BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table, wait_ready,
+};
+use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_store::ProjectionStore;
@@ -152,58 +153,6 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// A signing key the run's services trust, and tokens minted with it.
-struct BenchAuth {
-    key: SigningKey,
-    dir: std::path::PathBuf,
-}
-
-impl BenchAuth {
-    fn new() -> Result<Self> {
-        let key = SigningKey::generate()?;
-        let dir =
-            std::env::temp_dir().join(format!("sessionlog-bench-auth-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("jwks.json"), key.jwks().to_string())?;
-        std::fs::write(dir.join("key.pem"), key.pem())?;
-        Ok(Self { key, dir })
-    }
-
-    /// The services' settings that trust the key (and sign recovery's events with it).
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            (
-                "SESSIONLOG_AUTH__JWKS_FILE",
-                self.dir.join("jwks.json").display().to_string(),
-            ),
-            (
-                "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE",
-                self.dir.join("key.pem").display().to_string(),
-            ),
-        ]
-    }
-
-    /// A client holding a harness token, with room for `connections` requests at once.
-    fn client(&self, connections: usize, timeout: Duration) -> Result<reqwest::Client> {
-        let token = self.key.mint(&Grant::new(
-            "resume-bench",
-            &[Role::Harness, Role::Reader],
-            Duration::from_secs(3600),
-        ))?;
-        Ok(reqwest::Client::builder()
-            .default_headers(sessionlog_http::auth::bearer_headers(&token)?)
-            .pool_max_idle_per_host(connections)
-            .timeout(timeout)
-            .build()?)
-    }
-}
-
-impl Drop for BenchAuth {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Writes the sessions, 64 at a time: start, `--events`, a checkpoint, `--tail`.
 async fn write_sessions(settings: &Settings, args: &Args) -> Result<Vec<SessionId>> {
     let log = Arc::new(EventLog::from_settings(settings).await?);
@@ -243,22 +192,6 @@ async fn write_sessions(settings: &Settings, args: &Args) -> Result<Vec<SessionI
     }
     log.flush(Duration::from_secs(30)).await?;
     Ok(sessions)
-}
-
-/// Waits (up to a minute) until the service answers `/health/ready` with 200.
-async fn wait_ready(http: &reqwest::Client, base: &str) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        if let Ok(answer) = http.get(format!("{base}/health/ready")).send().await
-            && answer.status().is_success()
-        {
-            return Ok(());
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!("serve-recovery was not ready within a minute at {base}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// One round: the reference (a few resumes one at a time), then every session at once.
@@ -509,12 +442,4 @@ fn serial_ratio(round: &Round, fleet: usize) -> f64 {
     } else {
         0.0
     }
-}
-
-/// `127.0.0.1:<port>` with a port free now: bind :0, read it, release it for the service.
-fn free_address() -> Result<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(format!("127.0.0.1:{port}"))
 }
