@@ -14,8 +14,14 @@ pub struct ExportArgs {
     /// http://127.0.0.1:6006/v1/traces (Phoenix) or http://127.0.0.1:4318/v1/traces.
     #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
     pub endpoint: String,
-    /// A header for every request, `name=value` (a receiver's API key); repeatable.
-    #[arg(long = "header")]
+    /// A header for every request, `name=value` (a receiver's API key); repeatable. From the
+    /// environment, comma-separated, to keep a key out of the process list.
+    #[arg(
+        long = "header",
+        env = "SESSIONLOG_OTLP_HEADERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub headers: Vec<String>,
     /// The consumer group; instances with one group share the partitions.
     #[arg(long, default_value = "sessionlog-otlp-export")]
@@ -54,10 +60,18 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
         .headers
         .iter()
         .map(|header| {
-            header
+            let (name, value) = header
                 .split_once('=')
-                .map(|(name, value)| (name.trim().to_string(), value.to_string()))
-                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))
+                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))?;
+            let name = name.trim();
+            // Checked here: the exporter drops a header it cannot send without a word, and a
+            // receiver then refuses every request.
+            reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .with_context(|| format!("--header {name:?}: not a valid header name"))?;
+            reqwest::header::HeaderValue::from_str(value).with_context(|| {
+                format!("--header {name}: the value is not a valid header value")
+            })?;
+            Ok((name.to_string(), value.to_string()))
         })
         .collect::<Result<HashMap<_, _>>>()?;
     let options = ExportOptions {

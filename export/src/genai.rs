@@ -59,7 +59,7 @@ pub fn span_id(session: SessionId, seq: Seq) -> SpanId {
 }
 
 /// A tool call between its request and its result.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct OpenCall {
     /// The span it hangs off: the model call that asked for it, or the session.
     parent: Seq,
@@ -75,10 +75,17 @@ struct OpenCall {
 pub struct Trail {
     /// The session as folded so far.
     pub state: SessionState,
-    /// The offset of the last event followed.
-    pub applied_offset: i64,
+    /// Where the last event followed sits in the log.
+    pub applied: Option<LogPosition>,
     last_model_call: Option<Seq>,
     calls: HashMap<Seq, OpenCall>,
+}
+
+/// The span an event closes, before it is turned into OTLP.
+struct Closed<'a> {
+    write: SpanWrite,
+    call: Option<OpenCall>,
+    texts: Option<&'a SessionEvent>,
 }
 
 impl Trail {
@@ -86,10 +93,17 @@ impl Trail {
     pub fn new(session: SessionId) -> Self {
         Self {
             state: SessionState::empty(session),
-            applied_offset: -1,
+            applied: None,
             last_model_call: None,
             calls: HashMap::new(),
         }
+    }
+
+    /// Whether the record at `at` was followed already (a redelivery): the session's records
+    /// sit on one partition, in order.
+    pub fn has_seen(&self, at: LogPosition) -> bool {
+        self.applied
+            .is_some_and(|seen| seen.partition == at.partition && seen.offset >= at.offset)
     }
 
     /// Folds `event` (read at `at`) and returns the span it closes, if any. `opened` is the
@@ -102,9 +116,36 @@ impl Trail {
         at: LogPosition,
         opened: Option<&EventEnvelope>,
     ) -> Option<SpanData> {
+        let closed = self.advance(event, at, opened)?;
+        Some(span_data(
+            event,
+            &closed.write,
+            closed.call,
+            &self.state,
+            at,
+            closed.texts,
+        ))
+    }
+
+    /// Folds `event` without building its span: catching up on a session's past.
+    pub fn catch_up(
+        &mut self,
+        event: &EventEnvelope,
+        at: LogPosition,
+        opened: Option<&EventEnvelope>,
+    ) {
+        let _ = self.advance(event, at, opened);
+    }
+
+    fn advance<'a>(
+        &mut self,
+        event: &EventEnvelope,
+        at: LogPosition,
+        opened: Option<&'a EventEnvelope>,
+    ) -> Option<Closed<'a>> {
         let write = span_of(event, &self.state, self.last_model_call);
         let accepted = self.state.apply(event).is_accepted();
-        self.applied_offset = at.offset;
+        self.applied = Some(at);
         if !accepted {
             return None;
         }
@@ -130,21 +171,43 @@ impl Trail {
         };
         self.last_model_call = last_model_call_after(event, self.last_model_call);
         let write = write.filter(SpanWrite::closes)?;
-        Some(span_data(event, &write, call, &self.state, at, texts))
+        Some(Closed { write, call, texts })
     }
 }
 
-/// A text as it may go on a span: only when it reads as plain text.
+/// The most of one text a span carries: receivers refuse large requests, and a trace is for
+/// reading, not for keeping whole tool outputs.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+
+/// A text as it may go on a span: only when it reads as plain text, cut at
+/// [`MAX_TEXT_BYTES`] with a marker saying how much was left out.
 fn plain(content: &Content) -> Option<String> {
-    match content {
-        Content::Plain(text) => Some(text.clone()),
-        _ => None,
+    let Content::Plain(text) = content else {
+        return None;
+    };
+    if text.len() <= MAX_TEXT_BYTES {
+        return Some(text.clone());
     }
+    let mut cut = MAX_TEXT_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!(
+        "{}… [{} more bytes not exported]",
+        &text[..cut],
+        text.len() - cut
+    ))
 }
 
-/// A time from the log as OTLP wants it; before the epoch reads as the epoch.
+/// The latest time a span may carry: 9999-12-31T23:59:59.999999Z, well inside what OTLP's
+/// nanoseconds since the epoch (a u64) and every platform's `SystemTime` hold.
+const LATEST_US: u64 = 253_402_300_799_999_999;
+
+/// A time from the log as OTLP wants it; a client's time before the epoch reads as the epoch,
+/// one after [`LATEST_US`] as that.
 fn system_time(micros: Micros) -> SystemTime {
-    UNIX_EPOCH + Duration::from_micros(u64::try_from(micros).unwrap_or_default())
+    let micros = u64::try_from(micros).unwrap_or_default().min(LATEST_US);
+    UNIX_EPOCH + Duration::from_micros(micros)
 }
 
 /// A count from a client as an OTLP integer (which is signed): saturates.
@@ -276,12 +339,13 @@ fn span_data(
             (format!("chat {model}"), SpanKind::Client)
         }
         (SessionEvent::ToolCallResult { outcome, .. }, _) => {
-            let call = call.unwrap_or_default();
-            parent = Some(if call.parent == 0 {
-                SESSION_SPAN_SEQ
-            } else {
-                call.parent
+            // A result whose request the trail never saw hangs off the session.
+            let call = call.unwrap_or(OpenCall {
+                parent: SESSION_SPAN_SEQ,
+                call_id: String::new(),
+                arguments: None,
             });
+            parent = Some(call.parent);
             let tool = &write.name;
             attributes.extend([
                 KeyValue::new("gen_ai.operation.name", "execute_tool"),

@@ -22,13 +22,12 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use sessionlog_keys::Opener;
 use sessionlog_log::{RawRecord, Settings, StartAt, retry};
 use sessionlog_recovery::Recovery;
-use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionId};
+use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::usage::LatencySketch;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::num::NonZeroUsize;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How an export runs.
@@ -87,10 +86,13 @@ pub struct ExportSummary {
     pub spans: u64,
     /// Sessions met mid-way and rebuilt from the log first.
     pub rebuilt_sessions: u64,
+    /// Sessions met mid-way whose first events are no longer in the log: none of their
+    /// spans is exported.
+    pub partial_sessions: u64,
     /// Records that did not decode (the projector dead-letters them; the export skips them).
     pub undecodable: u64,
-    /// Export lag: from a record's log timestamp to the receiver taking its batch, in
-    /// milliseconds, median (within 2.5%).
+    /// Export lag: from a record's log timestamp to the receiver having taken its batch's
+    /// spans, in milliseconds, median (within 2.5%).
     pub lag_p50_ms: Option<f64>,
     /// The lag's 99th percentile.
     pub lag_p99_ms: Option<f64>,
@@ -120,8 +122,9 @@ impl ExportSummary {
     }
 }
 
-/// Spans per OTLP request: keeps a request well under receivers' body limits.
-const SPANS_PER_REQUEST: usize = 512;
+/// Spans per OTLP request: with texts cut at [`crate::genai::MAX_TEXT_BYTES`], a request
+/// stays within a few megabytes, under receivers' body limits.
+const SPANS_PER_REQUEST: usize = 128;
 
 /// Runs the export until `shutdown` resolves (or, with `until_caught_up`, until it has read
 /// what the log held when it started).
@@ -138,23 +141,41 @@ pub async fn export(
     if let Some(start) = &options.start {
         move_group(settings, &options.group_id, start).await?;
     }
-    let targets = if options.until_caught_up {
-        Some(catch_up_targets(settings, &options.group_id).await?)
-    } else {
-        None
-    };
-    let rebalanced = Arc::new(AtomicBool::new(false));
+    let ownership = Arc::new(Ownership::default());
     let consumer: StreamConsumer<Rebalances> = settings
         .kafka
         .client_config()
         .set("group.id", &options.group_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
-        .create_with_context(Rebalances(Arc::clone(&rebalanced)))
+        // A receiver that is down holds a batch (and the poll loop) back while it retries:
+        // stay in the group through an outage of up to an hour rather than rebalance.
+        .set("max.poll.interval.ms", "3600000")
+        .create_with_context(Rebalances(Arc::clone(&ownership)))
         .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
-    consumer
-        .subscribe(&[&topic])
-        .map_err(sessionlog_log::Error::kafka("subscribe to the topic"))?;
+    // A one-off run to the end reads every partition itself (a member of a group would wait
+    // forever on partitions another member holds); a long-running one shares them.
+    let targets = if options.until_caught_up {
+        let targets = catch_up_targets(settings, &options.group_id).await?;
+        let mut assignment = TopicPartitionList::new();
+        for (partition, (from, _)) in &targets {
+            assignment
+                .add_partition_offset(&topic, *partition, Offset::Offset(*from))
+                .map_err(sessionlog_log::Error::kafka("build the assignment"))?;
+        }
+        consumer
+            .assign(&assignment)
+            .map_err(sessionlog_log::Error::kafka(
+                "assign the topic's partitions",
+            ))?;
+        ownership.assigned(targets.keys().copied());
+        Some(targets)
+    } else {
+        consumer
+            .subscribe(&[&topic])
+            .map_err(sessionlog_log::Error::kafka("subscribe to the topic"))?;
+        None
+    };
 
     let mut follower = Follower {
         recovery,
@@ -184,20 +205,28 @@ pub async fn export(
             message = tokio::time::timeout(idle, consumer.recv()) => message,
         };
         let Ok(first) = first else { continue };
-        let first = first.map_err(sessionlog_log::Error::kafka("read the topic"))?;
-        let mut records = vec![RawRecord::of(&first)];
-        drop(first);
+        let mut records = Vec::new();
+        match first {
+            Ok(message) => records.push(RawRecord::of(&message)),
+            // Errors on the queue are reports (a broker restarting): the client recovers.
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the topic");
+                continue;
+            }
+        }
         let deadline = tokio::time::Instant::now() + options.batch_wait;
         while records.len() < options.batch_max.max(1) {
             match tokio::time::timeout_at(deadline, consumer.recv()).await {
                 Ok(Ok(message)) => records.push(RawRecord::of(&message)),
-                Ok(Err(e)) => return Err(sessionlog_log::Error::kafka("read the topic")(e).into()),
+                Ok(Err(e)) => tracing::warn!(error = %e, "reading the topic"),
                 Err(_) => break,
             }
         }
-        if rebalanced.swap(false, Ordering::SeqCst) {
-            // Partitions may have moved: a session followed here may have gone on elsewhere.
-            follower.trails.clear();
+        let revoked = ownership.take_revoked();
+        if !revoked.is_empty() {
+            // Those partitions' sessions go on elsewhere: forget them, and their progress.
+            follower.forget(&revoked);
+            read.retain(|partition, _| !revoked.contains(partition));
         }
         let mut spans = Vec::new();
         for record in &records {
@@ -206,25 +235,21 @@ pub async fn export(
         for chunk in spans.chunks(SPANS_PER_REQUEST) {
             if !send(&exporter, chunk.to_vec(), &mut shutdown).await {
                 // Shut down before the receiver took it: nothing of this batch is committed.
+                commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
                 follower.summary.seconds = started.elapsed().as_secs_f64();
                 return Ok(follower.summary);
             }
             follower.summary.spans += chunk.len() as u64;
         }
-        let mut commit = TopicPartitionList::new();
+        follower
+            .summary
+            .add_lags(&records, sessionlog_schemas::now_micros() / 1_000);
         for record in &records {
-            read.insert(record.partition, record.offset + 1);
+            let next = read.entry(record.partition).or_default();
+            *next = (*next).max(record.offset + 1);
         }
-        for (partition, next) in &read {
-            commit
-                .add_partition_offset(&topic, *partition, Offset::Offset(*next))
-                .map_err(sessionlog_log::Error::kafka("build the commit"))?;
-        }
-        consumer
-            .commit(&commit, CommitMode::Sync)
-            .map_err(sessionlog_log::Error::kafka("commit the export's offsets"))?;
+        commit(&consumer, &topic, &read, &ownership, CommitMode::Async);
         follower.summary.records += records.len() as u64;
-        follower.summary.add_lags(&records, now_ms());
         if last_report.elapsed() >= Duration::from_secs(10) {
             last_report = Instant::now();
             tracing::info!(
@@ -236,16 +261,33 @@ pub async fn export(
             );
         }
     }
+    commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
     follower.summary.seconds = started.elapsed().as_secs_f64();
     Ok(follower.summary)
 }
 
-/// Milliseconds since the Unix epoch now.
-fn now_ms() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+/// Commits the next offset of each partition this instance owns. A failed commit is not lost
+/// work: the next one carries the same offsets, and at worst a batch is sent twice.
+fn commit(
+    consumer: &StreamConsumer<Rebalances>,
+    topic: &str,
+    read: &BTreeMap<i32, i64>,
+    ownership: &Ownership,
+    mode: CommitMode,
+) {
+    let owned = ownership.owned();
+    let mut list = TopicPartitionList::new();
+    for (partition, next) in read.iter().filter(|(p, _)| owned.contains(p)) {
+        if let Err(e) = list.add_partition_offset(topic, *partition, Offset::Offset(*next)) {
+            tracing::warn!(error = %e, partition, "cannot commit the export's offset");
+        }
+    }
+    if list.count() == 0 {
+        return;
+    }
+    if let Err(e) = consumer.commit(&list, mode) {
+        tracing::warn!(error = %e, "committing the export's offsets failed; the next commit carries them");
+    }
 }
 
 /// Sends `spans`, retrying with backoff until the receiver takes them; `false` when
@@ -303,8 +345,14 @@ fn otlp_exporter(options: &ExportOptions) -> Result<opentelemetry_otlp::SpanExpo
 struct Follower {
     recovery: Recovery,
     with_content: bool,
-    trails: LruCache<SessionId, Trail>,
+    trails: LruCache<SessionId, Followed>,
     summary: ExportSummary,
+}
+
+/// A session followed: its trail, and what opens its texts when content is exported.
+struct Followed {
+    trail: Trail,
+    opener: Option<Opener>,
 }
 
 impl Follower {
@@ -315,39 +363,66 @@ impl Follower {
         record: &RawRecord,
         spans: &mut Vec<SpanData>,
     ) -> Result<()> {
-        let Some(event) = decode(decoder, record).await else {
-            self.summary.undecodable += 1;
-            return Ok(());
+        let event = match record.decode(decoder).await {
+            Ok(event) => event,
+            Err(reason) => {
+                // The projector dead-letters it with the reason; recovery skips it too.
+                tracing::warn!(
+                    partition = record.partition,
+                    offset = record.offset,
+                    reason,
+                    "skipping a record that does not decode"
+                );
+                self.summary.undecodable += 1;
+                return Ok(());
+            }
         };
         let at = LogPosition {
             partition: record.partition,
             offset: record.offset,
         };
         let session = event.session_id;
-        let opener = self.opener(session).await?;
         if !self.trails.contains(&session) {
+            let opener = self.opener(session).await?;
             let trail = self.trail_before(&event, at, opener.as_ref()).await?;
-            self.trails.put(session, trail);
+            self.trails.put(session, Followed { trail, opener });
         }
-        let Some(trail) = self.trails.get_mut(&session) else {
+        let Some(followed) = self.trails.get_mut(&session) else {
             return Ok(());
         };
-        if trail.applied_offset >= at.offset {
+        if followed.trail.has_seen(at) {
             return Ok(());
         }
-        let opened = opener.map(|o| o.open_event(&event).0);
-        if let Some(span) = trail.follow(&event, at, opened.as_ref()) {
+        let opened = followed.opener.as_ref().map(|o| o.open_event(&event).0);
+        if let Some(span) = followed.trail.follow(&event, at, opened.as_ref()) {
             spans.push(span);
-        }
-        if trail.state.status().has_ended() {
-            self.trails.pop(&session);
         }
         Ok(())
     }
 
-    /// The trail of a session met at `event`: empty at its first event, else rebuilt from the
-    /// log up to the event before (from its first event, not a checkpoint: a checkpoint's
-    /// state does not say which model call asked for a tool call still open).
+    /// Forgets the sessions of `partitions` (revoked: they go on elsewhere).
+    fn forget(&mut self, partitions: &[i32]) {
+        let gone: Vec<SessionId> = self
+            .trails
+            .iter()
+            .filter(|(_, f)| {
+                f.trail
+                    .applied
+                    .is_some_and(|at| partitions.contains(&at.partition))
+            })
+            .map(|(session, _)| *session)
+            .collect();
+        for session in gone {
+            self.trails.pop(&session);
+        }
+    }
+
+    /// The trail of a session met at `event`: empty at its first record, else rebuilt from
+    /// the log up to the record before (from its first event, not a checkpoint: a
+    /// checkpoint's state does not say which model call asked for a tool call still open).
+    /// Only a start event at seq 1 that the event index does not place elsewhere is taken as
+    /// the first record: a seq is the client's to choose, and a second start for a session
+    /// (rejected by the fold) must not begin it again.
     async fn trail_before(
         &mut self,
         event: &EventEnvelope,
@@ -355,11 +430,22 @@ impl Follower {
         opener: Option<&Opener>,
     ) -> Result<Trail> {
         let session = event.session_id;
-        let mut trail = Trail::new(session);
-        if event.seq <= 1 {
-            return Ok(trail);
+        let starts = matches!(
+            event.event,
+            SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
+        ) && event.seq == 1;
+        if starts {
+            let first = self
+                .recovery
+                .store()
+                .locate(session, 1)
+                .await
+                .map_err(sessionlog_recovery::Error::from)?;
+            if first.is_none_or(|(p, o)| (p, o) == (at.partition, at.offset)) {
+                return Ok(Trail::new(session));
+            }
         }
-        self.summary.rebuilt_sessions += 1;
+        let mut trail = Trail::new(session);
         let partition = at.partition;
         let rebuilt = self
             .recovery
@@ -369,22 +455,30 @@ impl Follower {
                     partition,
                     offset: logged.offset,
                 };
-                trail.follow(&logged.envelope, position, opened.as_ref());
+                trail.catch_up(&logged.envelope, position, opened.as_ref());
             })
             .await;
         match rebuilt {
-            Ok(_) => Ok(trail),
-            // Its start is gone (retention): follow it from here, spans of the calls opened
-            // before hang off the session.
+            Ok(_) => {
+                self.summary.rebuilt_sessions += 1;
+                Ok(trail)
+            }
+            // Its first events are gone (retention): its spans cannot be rebuilt, and a trail
+            // that never saw the start accepts none of its events, so none is exported.
             Err(sessionlog_recovery::Error::UnknownSession(_)) => {
-                tracing::warn!(%session, "the session's first events are no longer in the log");
-                Ok(Trail::new(session))
+                tracing::warn!(
+                    %session,
+                    "the session's first events are no longer in the log; its spans are not exported"
+                );
+                self.summary.partial_sessions += 1;
+                Ok(trail)
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    /// What opens `session`'s texts when content is exported: nothing for an erased session.
+    /// What opens `session`'s texts when content is exported: nothing for a session the
+    /// projection says is erased (without encryption, its texts are still in the log).
     async fn opener(&self, session: SessionId) -> Result<Option<Opener>> {
         if !self.with_content {
             return Ok(None);
@@ -399,27 +493,6 @@ impl Follower {
             return Ok(None);
         }
         Ok(Some(self.recovery.opener(session, false).await?))
-    }
-}
-
-/// Decodes a record, riding out a registry outage; `None` for a record that never will
-/// (the projector dead-letters it with its reason).
-async fn decode(decoder: &EventDecoder, record: &RawRecord) -> Option<EventEnvelope> {
-    let payload = record.payload.as_deref()?;
-    let mut waits = retry::forever().build();
-    loop {
-        match decoder.decode(payload).await {
-            Ok(event) => return Some(event),
-            Err(e) if e.is_retriable() => {
-                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
-                tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => {
-                tracing::warn!(partition = record.partition, offset = record.offset, error = %e, "skipping a record that does not decode");
-                return None;
-            }
-        }
     }
 }
 
@@ -504,13 +577,54 @@ fn caught_up(targets: &BTreeMap<i32, (i64, i64)>, read: &BTreeMap<i32, i64>) -> 
         .all(|(partition, (from, until))| read.get(partition).copied().unwrap_or(*from) >= *until)
 }
 
-/// Flags rebalances for the loop.
-struct Rebalances(Arc<AtomicBool>);
+/// The partitions this instance owns, as the rebalance callbacks report them, and those
+/// revoked since the loop last looked.
+#[derive(Default)]
+struct Ownership {
+    owned: Mutex<HashSet<i32>>,
+    revoked: Mutex<Vec<i32>>,
+}
+
+impl Ownership {
+    fn assigned(&self, partitions: impl IntoIterator<Item = i32>) {
+        locked(&self.owned).extend(partitions);
+    }
+
+    fn revoke(&self, partitions: Vec<i32>) {
+        let mut owned = locked(&self.owned);
+        for partition in &partitions {
+            owned.remove(partition);
+        }
+        locked(&self.revoked).extend(partitions);
+    }
+
+    fn owned(&self) -> HashSet<i32> {
+        locked(&self.owned).clone()
+    }
+
+    fn take_revoked(&self) -> Vec<i32> {
+        std::mem::take(&mut *locked(&self.revoked))
+    }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reports rebalances to the loop.
+struct Rebalances(Arc<Ownership>);
 
 impl ClientContext for Rebalances {}
 
 impl ConsumerContext for Rebalances {
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, _: &Rebalance<'_>) {
-        self.0.store(true, Ordering::SeqCst);
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let partitions = |list: &TopicPartitionList| -> Vec<i32> {
+            list.elements().iter().map(|e| e.partition()).collect()
+        };
+        match rebalance {
+            Rebalance::Assign(list) => self.0.assigned(partitions(list)),
+            Rebalance::Revoke(list) => self.0.revoke(partitions(list)),
+            Rebalance::Error(_) => {}
+        }
     }
 }

@@ -75,6 +75,39 @@ impl RawRecord {
         }
     }
 
+    /// The event the record holds, checked against its key. `Err` carries the reason the
+    /// record will never decode (the projector dead-letters it with that reason); a registry
+    /// outage is not the record's fault, so it is retried until the registry answers.
+    pub async fn decode(
+        &self,
+        decoder: &sessionlog_schemas::EventDecoder,
+    ) -> std::result::Result<sessionlog_schemas::EventEnvelope, String> {
+        use backon::BackoffBuilder;
+        let Some(payload) = self.payload.as_deref() else {
+            return Err("empty record value".into());
+        };
+        let mut waits = retry::forever().build();
+        let event = loop {
+            match decoder.decode(payload).await {
+                Ok(event) => break event,
+                Err(e) if e.is_retriable() => {
+                    let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                    tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let expected_key = event.session_id.to_string();
+        if self.key.as_deref() != Some(expected_key.as_bytes()) {
+            return Err(format!(
+                "record key {:?} is not the event's session id {expected_key}",
+                self.key.as_deref().map(String::from_utf8_lossy)
+            ));
+        }
+        Ok(event)
+    }
+
     /// The value of header `key`, as text, if the record has it.
     pub fn header(&self, key: &str) -> Option<&str> {
         self.headers

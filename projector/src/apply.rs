@@ -219,7 +219,7 @@ impl Applier {
             folded
                 .last_records
                 .insert(record.partition, LastRecord::of(record));
-            match self.decode(record).await {
+            match record.decode(&self.decoder).await {
                 Ok(event) => self.fold_event(event, record, &mut folded).await?,
                 Err(reason) => {
                     tracing::warn!(
@@ -398,34 +398,6 @@ impl Applier {
         rollup.totals.add(contribution);
         rollup.applied_offset = offset;
         folded.touched_usage.insert(id);
-    }
-
-    /// Decodes a record; `Err` carries the reason it belongs in the dead-letter topic.
-    /// A registry outage is not the record's fault: it is retried until the registry answers.
-    async fn decode(&self, record: &RawRecord) -> Result<EventEnvelope, String> {
-        let Some(payload) = record.payload.as_deref() else {
-            return Err("empty record value".into());
-        };
-        let mut waits = retry::forever().build();
-        let event = loop {
-            match self.decoder.decode(payload).await {
-                Ok(event) => break event,
-                Err(e) if e.is_retriable() => {
-                    let wait = waits.next().unwrap_or(retry::MAX_DELAY);
-                    tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        let expected_key = event.session_id.to_string();
-        if record.key.as_deref() != Some(expected_key.as_bytes()) {
-            return Err(format!(
-                "record key {:?} is not the event's session id {expected_key}",
-                record.key.as_deref().map(String::from_utf8_lossy)
-            ));
-        }
-        Ok(event)
     }
 
     async fn entry(&mut self, session: SessionId, partition: i32) -> &mut Projection {

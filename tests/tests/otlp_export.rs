@@ -30,8 +30,15 @@ fn phoenix() -> Result<(String, String)> {
     }
 }
 
-/// Runs `sessionlog export-otlp` in `stack`'s corner until it has caught up; its summary.
-fn export(stack: &TestStack, endpoint: &str, project: &str, extra: &[&str]) -> Result<Value> {
+/// Runs `sessionlog export-otlp` in `stack`'s corner, as consumer group `group` (a suffix),
+/// until it has caught up; its summary.
+fn export(
+    stack: &TestStack,
+    endpoint: &str,
+    project: &str,
+    group: &str,
+    extra: &[&str],
+) -> Result<Value> {
     let output = std::process::Command::new(sessionlog_bin()?)
         .args([
             "--json",
@@ -40,11 +47,15 @@ fn export(stack: &TestStack, endpoint: &str, project: &str, extra: &[&str]) -> R
             "--endpoint",
             endpoint,
         ])
-        .args(["--group", &format!("{}-otlp-{project}", stack.group)])
+        .args(["--group", &format!("{}-otlp-{group}", stack.group)])
         .args(["--service-name", project])
         .args(extra)
         .envs(stack.env())
         .env("SESSIONLOG_CONFIG", "/dev/null")
+        .env(
+            "SESSIONLOG_PRIVACY__ENCRYPT",
+            stack.settings.privacy.encrypt.to_string(),
+        )
         .output()?;
     ensure!(
         output.status.success(),
@@ -54,10 +65,10 @@ fn export(stack: &TestStack, endpoint: &str, project: &str, extra: &[&str]) -> R
     serde_json::from_slice(&output.stdout).context("export-otlp --json prints its summary")
 }
 
-/// Every span Phoenix holds in `project`, by span id (hex).
-async fn phoenix_spans(url: &str, project: &str) -> Result<BTreeMap<String, Value>> {
+/// Every span Phoenix holds in `project`, as it answers them (one entry per stored span).
+async fn phoenix_spans(url: &str, project: &str) -> Result<Vec<Value>> {
     let http = reqwest::Client::new();
-    let mut spans = BTreeMap::new();
+    let mut spans = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let mut address = reqwest::Url::parse(&format!("{url}/v1/projects/{project}/spans"))?;
@@ -71,10 +82,13 @@ async fn phoenix_spans(url: &str, project: &str) -> Result<BTreeMap<String, Valu
             return Ok(spans);
         }
         let page: Value = response.error_for_status()?.json().await?;
-        for span in page["data"].as_array().context("Phoenix answers data[]")? {
-            let id = span["context"]["span_id"].as_str().context("span_id")?;
-            spans.insert(id.to_string(), span.clone());
-        }
+        spans.extend(
+            page["data"]
+                .as_array()
+                .context("Phoenix answers data[]")?
+                .iter()
+                .cloned(),
+        );
         match page["next_cursor"].as_str() {
             Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
             _ => return Ok(spans),
@@ -82,9 +96,10 @@ async fn phoenix_spans(url: &str, project: &str) -> Result<BTreeMap<String, Valu
     }
 }
 
-/// Waits until Phoenix holds `count` spans in `project`.
+/// Waits until Phoenix holds at least `count` spans in `project`; them by span id (hex),
+/// failing if it holds any id twice.
 async fn wait_for_spans(url: &str, project: &str, count: usize) -> Result<BTreeMap<String, Value>> {
-    wait_for(
+    let spans = wait_for(
         &format!("Phoenix to hold {count} spans in project {project}"),
         Duration::from_secs(60),
         || async {
@@ -92,7 +107,18 @@ async fn wait_for_spans(url: &str, project: &str, count: usize) -> Result<BTreeM
             Ok((spans.len() >= count).then_some(spans))
         },
     )
-    .await
+    .await?;
+    let mut by_id = BTreeMap::new();
+    for span in spans {
+        let id = span["context"]["span_id"]
+            .as_str()
+            .context("span_id")?
+            .to_string();
+        if let Some(earlier) = by_id.insert(id.clone(), span) {
+            bail!("Phoenix holds span {id} twice: {earlier:#}");
+        }
+    }
+    Ok(by_id)
 }
 
 /// An attribute of a span as Phoenix answers it: a flat dotted key, or nested objects.
@@ -155,7 +181,25 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
         .topic
         .replace("session-events-t-", "otlp-");
 
-    let summary = export(&stack, &endpoint, &project, &[])?;
+    // First a re-export from the second tool call's result, as if the export had stopped
+    // there: the tool-calling session is met mid-way and rebuilt from the log. Phoenix keeps
+    // the first copy of a span id, so the read call and the session it holds are these.
+    let (_, read_result) = &tools.calls[1];
+    let from = format!(
+        "{}:{}",
+        read_result.position.partition, read_result.position.offset
+    );
+    let midway = export(
+        &stack,
+        &endpoint,
+        &project,
+        "midway",
+        &["--from-offsets", &from],
+    )?;
+    assert!(midway["rebuilt_sessions"].as_u64() >= Some(1), "{midway:#}");
+    assert_eq!(midway["partial_sessions"], 0, "{midway:#}");
+
+    let summary = export(&stack, &endpoint, &project, "all", &[])?;
     // The example: session, model call, tool call; the other: session, model call, two
     // tool calls, steering.
     assert_eq!(summary["spans"], 8, "{summary:#}");
@@ -245,30 +289,28 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
         example_model.as_str()
     );
 
-    // A re-export from the second tool call's result: the session is met mid-way, rebuilt
-    // from the log first, and its spans keep their ids and parents; Phoenix keeps one copy.
-    let (_, read_result) = &tools.calls[1];
-    let from = format!(
-        "{}:{}",
-        read_result.position.partition, read_result.position.offset
-    );
-    // One more session after it, so that its span arriving says Phoenix has taken the
-    // re-export before it.
+    // Everything again, and one more session after it, whose span arriving says Phoenix has
+    // taken the re-sent ones before it: it still holds one copy of each.
     let (writer, _) = SessionWriter::create(event_log(&stack).await?, "closer", None).await?;
     let mut writer = writer;
     writer.close(TerminalOutcome::Completed, None).await?;
-    let again = export(&stack, &endpoint, &project, &["--from-offsets", &from])?;
-    assert!(again["rebuilt_sessions"].as_u64() >= Some(1), "{again:#}");
-    assert!(
-        again["spans"].as_u64() >= Some(3),
-        "read, the session and the closer: {again:#}"
-    );
-    let after = wait_for_spans(&url, &project, 9).await?;
-    span_of(&after, writer.session_id(), 1)?;
-    assert_eq!(after.len(), 9, "the re-export duplicated spans: {after:#?}");
-    let read_span = span_of(&after, session, tools.calls[1].0.envelope.seq)?;
-    assert_eq!(read_span["parent_id"], model_id.as_str());
-
+    let again = export(&stack, &endpoint, &project, "all", &["--from-beginning"])?;
+    assert_eq!(again["spans"], 9, "{again:#}");
+    let closer = span_id(writer.session_id(), 1).to_string();
+    let after = wait_for(
+        "the closer's span in Phoenix",
+        Duration::from_secs(60),
+        || async {
+            let spans = phoenix_spans(&url, &project).await?;
+            Ok(spans
+                .iter()
+                .any(|s| s["context"]["span_id"] == closer.as_str())
+                .then_some(()))
+        },
+    )
+    .await;
+    after?;
+    assert_eq!(wait_for_spans(&url, &project, 9).await?.len(), 9);
     Ok(())
 }
 
@@ -276,7 +318,10 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
 async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> Result<()> {
     let (url, endpoint) = phoenix()?;
     // Sessions of their own: Phoenix keeps the first copy of a span id, in whatever project.
-    let stack = TestStack::new("otlp_content", 2).await?;
+    // Without encryption, so that an erased session's texts are still readable in the log and
+    // only the export's own check keeps them out.
+    let mut stack = TestStack::new("otlp_content", 2).await?;
+    stack.settings.privacy.encrypt = false;
     let _projector = stack.spawn_projector()?;
     let (example, _) = run_example_session(event_log(&stack).await?).await?;
     let example = example.session_id();
@@ -291,6 +336,7 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
         .args(["erase", &example.to_string(), "--reason", "otlp test"])
         .envs(stack.env())
         .env("SESSIONLOG_CONFIG", "/dev/null")
+        .env("SESSIONLOG_PRIVACY__ENCRYPT", "false")
         .output()?;
     ensure!(
         erased.status.success(),
@@ -306,7 +352,7 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
         },
     )
     .await?;
-    export(&stack, &endpoint, &project, &["--with-content"])?;
+    export(&stack, &endpoint, &project, "content", &["--with-content"])?;
     let spans = wait_for_spans(&url, &project, 8).await?;
     let grep = span_of(&spans, session, tools.calls[0].0.envelope.seq)?;
     assert_eq!(

@@ -83,6 +83,10 @@ impl Lag {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.rate > 0 && args.sessions > 0 && args.rounds > 0,
+        "--rate, --sessions and --rounds must be at least 1"
+    );
     let mut settings = Settings::load(None)?;
     // Sealing is the producer's cost, measured by projector_bench; here the texts stay plain.
     settings.privacy.encrypt = false;
@@ -322,7 +326,7 @@ async fn plain_reader(
             commit.add_partition_offset(&topic, *partition, Offset::Offset(*next))?;
         }
         consumer.commit(&commit, CommitMode::Sync)?;
-        let now = now_ms();
+        let now = sessionlog_schemas::now_micros() / 1_000;
         for (_, _, at) in batch {
             if let Some(at) = at {
                 lags.insert((now - at).saturating_mul(1_000));
@@ -365,11 +369,4 @@ async fn wait_committed(settings: &Settings, group: &str, ends: &BTreeMap<i32, i
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn now_ms() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
