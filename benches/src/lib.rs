@@ -200,6 +200,23 @@ pub async fn wait_applied_through(
     }
 }
 
+/// Waits (up to 10 minutes) until the projector has applied everything `settings`' topic
+/// holds now; returns how long it took.
+pub async fn wait_projected(
+    settings: &Settings,
+    store: &ProjectionStore,
+) -> anyhow::Result<Duration> {
+    let reader = sessionlog_log::PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    let ends = partition_ends(&reader, settings.kafka.partitions).await?;
+    wait_applied_through(
+        store,
+        &settings.kafka.topic,
+        &ends,
+        Duration::from_secs(600),
+    )
+    .await
+}
+
 /// Creates the run's topics (those of `settings.kafka`) and registers the event schemas for
 /// its topic: what `sessionlog init` does for Kafka and the registry.
 pub async fn prepare_topics(settings: &Settings) -> anyhow::Result<()> {

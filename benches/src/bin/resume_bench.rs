@@ -24,7 +24,7 @@ use futures::StreamExt;
 use sessionlog_benches::{
     BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table, wait_ready,
 };
-use sessionlog_log::{PartitionReader, Settings};
+use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_store::ProjectionStore;
@@ -106,15 +106,7 @@ async fn main() -> Result<()> {
     let projector = Watched::spawn(project)?;
 
     let sessions = write_sessions(&settings, &args).await?;
-    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let ends = sessionlog_benches::partition_ends(&reader, settings.kafka.partitions).await?;
-    let took = sessionlog_benches::wait_applied_through(
-        &store,
-        &settings.kafka.topic,
-        &ends,
-        Duration::from_secs(600),
-    )
-    .await?;
+    let took = sessionlog_benches::wait_projected(&settings, &store).await?;
     eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;

@@ -22,11 +22,10 @@ use clap::Parser;
 use futures::StreamExt;
 use serde_json::Value;
 use sessionlog_benches::{
-    BenchAuth, Latencies, Spread, Watched, drop_run, free_address, isolate_run, partition_ends,
-    prepare_privacy, prepare_topics, print_table, sessionlog_bin, sessionlog_env,
-    wait_applied_through, wait_ready,
+    BenchAuth, Latencies, Spread, Watched, drop_run, free_address, isolate_run, prepare_privacy,
+    prepare_topics, print_table, sessionlog_bin, sessionlog_env, wait_ready,
 };
-use sessionlog_log::{PartitionReader, Settings};
+use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
@@ -92,15 +91,7 @@ async fn main() -> Result<()> {
     let big = big_session(&log, args.spans).await?;
     let calls = daily_sessions(&log, &args).await?;
     log.flush(Duration::from_secs(30)).await?;
-    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let ends = partition_ends(&reader, settings.kafka.partitions).await?;
-    let took = wait_applied_through(
-        &store,
-        &settings.kafka.topic,
-        &ends,
-        Duration::from_secs(600),
-    )
-    .await?;
+    let took = sessionlog_benches::wait_projected(&settings, &store).await?;
     eprintln!("written and projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
