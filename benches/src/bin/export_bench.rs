@@ -56,8 +56,16 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     partitions: i32,
     /// The receiver's OTLP/HTTP traces endpoint (default: the stack's, `SESSIONLOG_OTLP_ENDPOINT`).
-    #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
-    endpoint: String,
+    #[arg(
+        long,
+        env = "SESSIONLOG_OTLP_ENDPOINT",
+        required_unless_present = "sink"
+    )]
+    endpoint: Option<String>,
+    /// Send to a sink in this process that takes every request at once instead: the export's
+    /// own cost, without a trace server's (Phoenix ingests a few hundred spans/s on 2 cores).
+    #[arg(long)]
+    sink: bool,
     /// Keep the run's topic and keyspace.
     #[arg(long)]
     keep: bool,
@@ -87,6 +95,11 @@ async fn main() -> Result<()> {
         args.rate > 0 && args.sessions > 0 && args.rounds > 0,
         "--rate, --sessions and --rounds must be at least 1"
     );
+    let endpoint = match (&args.endpoint, args.sink) {
+        (_, true) => sink().await?,
+        (Some(endpoint), false) => endpoint.clone(),
+        (None, false) => anyhow::bail!("--endpoint or --sink"),
+    };
     let mut settings = Settings::load(None)?;
     // Sealing is the producer's cost, measured by projector_bench; here the texts stay plain.
     settings.privacy.encrypt = false;
@@ -98,7 +111,7 @@ async fn main() -> Result<()> {
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
     println!(
         "export bench: {} rounds of {} s at {} events/s over {} sessions, {} partitions, to {}",
-        args.rounds, args.duration, args.rate, args.sessions, args.partitions, args.endpoint
+        args.rounds, args.duration, args.rate, args.sessions, args.partitions, endpoint
     );
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
@@ -106,7 +119,7 @@ async fn main() -> Result<()> {
     for round in 1..=args.rounds {
         let ends = partition_ends(&reader, args.partitions).await?;
         let (appended, seconds, ours, reference) =
-            measure_round(&args, &settings, &log, round, &ends).await?;
+            measure_round(&args, &endpoint, &settings, &log, round, &ends).await?;
         let (ours_lag, reference_lag) = (Lag::of(&ours.0), Lag::of(&reference));
         let ratio = ours_lag.p99 / reference_lag.p99.max(0.001);
         ratios.push(ratio);
@@ -160,6 +173,7 @@ async fn main() -> Result<()> {
 /// Returns events appended, the load's seconds, ours (lags, spans) and the reference's lags.
 async fn measure_round(
     args: &Args,
+    endpoint: &str,
     settings: &Settings,
     log: &Arc<EventLog>,
     round: usize,
@@ -168,7 +182,7 @@ async fn measure_round(
     let tag = settings.cql.keyspace.replace("bench_export_", "");
     let (stop_ours, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = ExportOptions {
-        endpoint: args.endpoint.clone(),
+        endpoint: endpoint.to_string(),
         group_id: format!("sessionlog-bench-export-{tag}-{round}"),
         start: Some(StartAt::Offsets(ends.clone())),
         service_name: format!("bench-export-{tag}"),
@@ -333,6 +347,25 @@ async fn plain_reader(
             }
         }
     }
+}
+
+/// An OTLP/HTTP receiver that reads each request's body and answers 200 with an empty
+/// protobuf response: a receiver that is never the bottleneck. Returns its traces endpoint.
+async fn sink() -> Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            let _ = body.len();
+            (
+                [("content-type", "application/x-protobuf")],
+                Vec::<u8>::new(),
+            )
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(format!("http://{address}/v1/traces"))
 }
 
 /// Waits until `group` has committed `ends` on every partition.
