@@ -261,7 +261,7 @@ async fn big_session(log: &Arc<EventLog>, spans: usize) -> Result<SessionId> {
             left -= 1;
         }
     }
-    for chunk in events.chunks(500) {
+    for chunk in events.chunks(128) {
         writer.append_batch(chunk.to_vec()).await?;
     }
     writer.close(TerminalOutcome::Completed, None).await?;
@@ -299,7 +299,7 @@ async fn daily_sessions(log: &Arc<EventLog>, args: &Args) -> Result<u64> {
                 let events = (0..args.calls_per_day)
                     .map(|i| model_call(start + i64::try_from(i).unwrap_or_default()))
                     .collect::<Vec<_>>();
-                for chunk in events.chunks(500) {
+                for chunk in events.chunks(128) {
                     writer.append_batch(chunk.to_vec()).await?;
                 }
                 writer.close(TerminalOutcome::Completed, None).await?;
