@@ -10,6 +10,7 @@
 use crate::genai::{LogPosition, Trail};
 use crate::{Error, Result};
 use backon::BackoffBuilder;
+use futures::{StreamExt, TryStreamExt};
 use lru::LruCache;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -229,9 +230,9 @@ pub async fn export(
             read.retain(|partition, _| !revoked.contains(partition));
         }
         let mut spans = Vec::new();
-        for record in &records {
-            follower.follow(&decoder, record, &mut spans).await?;
-        }
+        follower
+            .follow_batch(&decoder, &records, &mut spans)
+            .await?;
         for chunk in spans.chunks(SPANS_PER_REQUEST) {
             if !send(&exporter, chunk.to_vec(), &mut shutdown).await {
                 // Shut down before the receiver took it: nothing of this batch is committed.
@@ -356,35 +357,77 @@ struct Followed {
 }
 
 impl Follower {
-    /// Folds one record into its session's trail, adding the span it closes to `spans`.
-    async fn follow(
+    /// Folds a batch of records into their sessions' trails, adding the spans they close to
+    /// `spans`. The store is asked where each new session's first record is for the whole
+    /// batch at once, not one session after another.
+    async fn follow_batch(
         &mut self,
         decoder: &EventDecoder,
-        record: &RawRecord,
+        records: &[RawRecord],
         spans: &mut Vec<SpanData>,
     ) -> Result<()> {
-        let event = match record.decode(decoder).await {
-            Ok(event) => event,
-            Err(reason) => {
-                // The projector dead-letters it with the reason; recovery skips it too.
-                tracing::warn!(
-                    partition = record.partition,
-                    offset = record.offset,
-                    reason,
-                    "skipping a record that does not decode"
-                );
-                self.summary.undecodable += 1;
-                return Ok(());
+        let mut events = Vec::with_capacity(records.len());
+        for record in records {
+            match record.decode(decoder).await {
+                Ok(event) => events.push((event, record)),
+                Err(reason) => {
+                    // The projector dead-letters it with the reason; recovery skips it too.
+                    tracing::warn!(
+                        partition = record.partition,
+                        offset = record.offset,
+                        reason,
+                        "skipping a record that does not decode"
+                    );
+                    self.summary.undecodable += 1;
+                }
             }
-        };
-        let at = LogPosition {
-            partition: record.partition,
-            offset: record.offset,
-        };
+        }
+        let starting: HashSet<SessionId> = events
+            .iter()
+            .filter(|(event, _)| starts(event) && !self.trails.contains(&event.session_id))
+            .map(|(event, _)| event.session_id)
+            .collect();
+        let store = self.recovery.store().clone();
+        let first_records: HashMap<SessionId, Option<(i32, i64)>> = futures::stream::iter(starting)
+            .map(|session| {
+                let store = store.clone();
+                async move {
+                    Ok::<_, Error>((
+                        session,
+                        store
+                            .locate(session, 1)
+                            .await
+                            .map_err(sessionlog_recovery::Error::from)?,
+                    ))
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect()
+            .await?;
+        for (event, record) in events {
+            let at = LogPosition {
+                partition: record.partition,
+                offset: record.offset,
+            };
+            let first = first_records.get(&event.session_id).copied();
+            self.follow(&event, at, first, spans).await?;
+        }
+        Ok(())
+    }
+
+    /// Folds one event into its session's trail, adding the span it closes to `spans`.
+    /// `first` is where the store places the session's first record, when it was asked.
+    async fn follow(
+        &mut self,
+        event: &EventEnvelope,
+        at: LogPosition,
+        first: Option<Option<(i32, i64)>>,
+        spans: &mut Vec<SpanData>,
+    ) -> Result<()> {
         let session = event.session_id;
         if !self.trails.contains(&session) {
             let opener = self.opener(session).await?;
-            let trail = self.trail_before(&event, at, opener.as_ref()).await?;
+            let trail = self.trail_before(event, at, first, opener.as_ref()).await?;
             self.trails.put(session, Followed { trail, opener });
         }
         let Some(followed) = self.trails.get_mut(&session) else {
@@ -393,8 +436,8 @@ impl Follower {
         if followed.trail.has_seen(at) {
             return Ok(());
         }
-        let opened = followed.opener.as_ref().map(|o| o.open_event(&event).0);
-        if let Some(span) = followed.trail.follow(&event, at, opened.as_ref()) {
+        let opened = followed.opener.as_ref().map(|o| o.open_event(event).0);
+        if let Some(span) = followed.trail.follow(event, at, opened.as_ref()) {
             spans.push(span);
         }
         Ok(())
@@ -427,20 +470,20 @@ impl Follower {
         &mut self,
         event: &EventEnvelope,
         at: LogPosition,
+        first: Option<Option<(i32, i64)>>,
         opener: Option<&Opener>,
     ) -> Result<Trail> {
         let session = event.session_id;
-        let starts = matches!(
-            event.event,
-            SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
-        ) && event.seq == 1;
-        if starts {
-            let first = self
-                .recovery
-                .store()
-                .locate(session, 1)
-                .await
-                .map_err(sessionlog_recovery::Error::from)?;
+        if starts(event) {
+            let first = match first {
+                Some(first) => first,
+                None => self
+                    .recovery
+                    .store()
+                    .locate(session, 1)
+                    .await
+                    .map_err(sessionlog_recovery::Error::from)?,
+            };
             if first.is_none_or(|(p, o)| (p, o) == (at.partition, at.offset)) {
                 return Ok(Trail::new(session));
             }
@@ -494,6 +537,14 @@ impl Follower {
         }
         Ok(Some(self.recovery.opener(session, false).await?))
     }
+}
+
+/// Whether `event` claims to be its session's first: a start or a fork at seq 1.
+fn starts(event: &EventEnvelope) -> bool {
+    matches!(
+        event.event,
+        SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
+    ) && event.seq == 1
 }
 
 /// Commits `start` as the group's offsets, so that the group's next members begin there.
