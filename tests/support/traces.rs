@@ -77,3 +77,11 @@ pub async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
         end,
     })
 }
+
+/// When a model call started: its `ModelResponse`'s `started_at` (its time otherwise).
+pub fn started_at(model: &Appended) -> i64 {
+    match &model.envelope.event {
+        SessionEvent::ModelResponse { started_at, .. } => *started_at,
+        _ => model.envelope.occurred_at,
+    }
+}

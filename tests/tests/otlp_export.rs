@@ -9,10 +9,10 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 use sessionlog_cli::example::run_example_session;
 use sessionlog_export::{span_id, trace_id};
-use sessionlog_producer::{Appended, SessionWriter};
+use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
 use sessionlog_tests::projector::{event_log, store};
-use sessionlog_tests::traces::tool_session;
+use sessionlog_tests::traces::{started_at, tool_session};
 use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -158,13 +158,6 @@ fn duration_us(span: &Value) -> Result<i64> {
     Ok(i64::try_from(
         (time("end_time")? - time("start_time")?) / 1_000,
     )?)
-}
-
-fn started_at(model: &Appended) -> i64 {
-    match &model.envelope.event {
-        sessionlog_schemas::SessionEvent::ModelResponse { started_at, .. } => *started_at,
-        _ => model.envelope.occurred_at,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

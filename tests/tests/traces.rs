@@ -6,10 +6,9 @@ use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 use sessionlog_http::auth::Grant;
 use sessionlog_log::Role;
-use sessionlog_producer::Appended;
-use sessionlog_schemas::{SessionEvent, SessionId};
+use sessionlog_schemas::SessionId;
 use sessionlog_tests::projector::{now_micros, store};
-use sessionlog_tests::traces::tool_session;
+use sessionlog_tests::traces::{started_at, tool_session};
 use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin, wait_for};
 use std::time::Duration;
 
@@ -371,12 +370,4 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
         "{table}"
     );
     Ok(())
-}
-
-/// When a model call began, from its event.
-fn started_at(model: &Appended) -> i64 {
-    match &model.envelope.event {
-        SessionEvent::ModelResponse { started_at, .. } => *started_at,
-        _ => model.envelope.occurred_at,
-    }
 }
