@@ -221,12 +221,12 @@ fn dollars(micros: u64) -> f64 {
     micros as f64 / 1e6
 }
 
-/// The scope every exported span names.
-fn scope() -> InstrumentationScope {
+/// The scope every exported span names, built once rather than per span.
+static SCOPE: std::sync::LazyLock<InstrumentationScope> = std::sync::LazyLock::new(|| {
     InstrumentationScope::builder("sessionlog-export")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build()
-}
+});
 
 /// The OTLP span of a closing span write. `call` is the tool call it closes, `state` the
 /// session after the event, `texts` the opened event when content is exported.
@@ -397,7 +397,7 @@ fn span_data(
         events: SpanEvents::default(),
         links,
         status,
-        instrumentation_scope: scope(),
+        instrumentation_scope: SCOPE.clone(),
     }
 }
 

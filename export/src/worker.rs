@@ -118,8 +118,14 @@ impl ExportSummary {
                     .insert(taken_ms.saturating_sub(at).saturating_mul(1_000));
             }
         }
+    }
+
+    /// The summary as the export ends: its wall time and lag quantiles, derived once.
+    fn finished(mut self, started: Instant) -> Self {
+        self.seconds = started.elapsed().as_secs_f64();
         let ms = |q| self.lag.quantile(q).map(|us| us as f64 / 1_000.0);
         (self.lag_p50_ms, self.lag_p99_ms) = (ms(0.5), ms(0.99));
+        self
     }
 }
 
@@ -237,8 +243,7 @@ pub async fn export(
             if !send(&exporter, chunk.to_vec(), &mut shutdown).await {
                 // Shut down before the receiver took it: nothing of this batch is committed.
                 commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
-                follower.summary.seconds = started.elapsed().as_secs_f64();
-                return Ok(follower.summary);
+                return Ok(follower.summary.finished(started));
             }
             follower.summary.spans += chunk.len() as u64;
         }
@@ -257,14 +262,13 @@ pub async fn export(
                 records = follower.summary.records,
                 spans = follower.summary.spans,
                 rebuilt_sessions = follower.summary.rebuilt_sessions,
-                lag_p99_ms = ?follower.summary.lag_p99_ms,
+                lag_p99_us = ?follower.summary.lag.quantile(0.99),
                 "exporting"
             );
         }
     }
     commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
-    follower.summary.seconds = started.elapsed().as_secs_f64();
-    Ok(follower.summary)
+    Ok(follower.summary.finished(started))
 }
 
 /// Commits the next offset of each partition this instance owns. A failed commit is not lost

@@ -86,12 +86,16 @@ impl RawRecord {
         let Some(payload) = self.payload.as_deref() else {
             return Err("empty record value".into());
         };
-        let mut waits = retry::forever().build();
+        // Built at the first outage only: this runs for every record the projector reads.
+        let mut waits = None;
         let event = loop {
             match decoder.decode(payload).await {
                 Ok(event) => break event,
                 Err(e) if e.is_retriable() => {
-                    let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                    let wait = waits
+                        .get_or_insert_with(|| retry::forever().build())
+                        .next()
+                        .unwrap_or(retry::MAX_DELAY);
                     tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
                     tokio::time::sleep(wait).await;
                 }
