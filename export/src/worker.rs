@@ -145,9 +145,8 @@ pub async fn export(
     let decoder = EventDecoder::new(settings.registry.client()?);
     let exporter = otlp_exporter(&options)?;
     let topic = settings.kafka.topic.clone();
-    if let Some(start) = &options.start {
-        move_group(settings, &options.group_id, start).await?;
-    }
+    // Where the group starts, per partition, with where the log ends now.
+    let positions = group_positions(settings, &options.group_id, options.start.clone()).await?;
     let ownership = Arc::new(Ownership::default());
     let consumer: StreamConsumer<Rebalances> = settings
         .kafka
@@ -163,7 +162,7 @@ pub async fn export(
     // A one-off run to the end reads every partition itself (a member of a group would wait
     // forever on partitions another member holds); a long-running one shares them.
     let targets = if options.until_caught_up {
-        let targets = catch_up_targets(settings, &options.group_id).await?;
+        let targets = positions;
         let mut assignment = TopicPartitionList::new();
         for (partition, (from, _)) in &targets {
             assignment
@@ -551,17 +550,27 @@ fn starts(event: &EventEnvelope) -> bool {
     ) && event.seq == 1
 }
 
-/// Commits `start` as the group's offsets, so that the group's next members begin there.
-/// Kafka refuses while the group has members.
-async fn move_group(settings: &Settings, group: &str, start: &StartAt) -> Result<()> {
-    let (kafka, topic, group, start) = (
+/// Per partition: where the group starts and where the log ends now. With `start`, the
+/// group is first moved there (its offsets committed: Kafka refuses while the group has
+/// members); without, it starts at its committed offset, or the partition's first offset for
+/// a group that has none.
+async fn group_positions(
+    settings: &Settings,
+    group: &str,
+    start: Option<StartAt>,
+) -> Result<BTreeMap<i32, (i64, i64)>> {
+    let (kafka, topic, group) = (
         settings.kafka.clone(),
         settings.kafka.topic.clone(),
         group.to_string(),
-        start.clone(),
     );
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        let bounds = sessionlog_log::partition_bounds(&kafka, &topic, &start, None)?;
+    tokio::task::spawn_blocking(move || -> Result<BTreeMap<i32, (i64, i64)>> {
+        let bounds = sessionlog_log::partition_bounds(
+            &kafka,
+            &topic,
+            start.as_ref().unwrap_or(&StartAt::Beginning),
+            None,
+        )?;
         let consumer: BaseConsumer = kafka
             .client_config()
             .set("group.id", &group)
@@ -569,34 +578,19 @@ async fn move_group(settings: &Settings, group: &str, start: &StartAt) -> Result
             .create()
             .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
         let mut list = TopicPartitionList::new();
-        for (partition, from, _) in bounds {
-            list.add_partition_offset(&topic, partition, Offset::Offset(from))
-                .map_err(sessionlog_log::Error::kafka("build the start offsets"))?;
+        if start.is_some() {
+            for (partition, from, _) in &bounds {
+                list.add_partition_offset(&topic, *partition, Offset::Offset(*from))
+                    .map_err(sessionlog_log::Error::kafka("build the start offsets"))?;
+            }
+            consumer
+                .commit(&list, CommitMode::Sync)
+                .map_err(|source| Error::Reset { group, source })?;
+            return Ok(bounds
+                .into_iter()
+                .map(|(p, from, high)| (p, (from, high)))
+                .collect());
         }
-        consumer
-            .commit(&list, CommitMode::Sync)
-            .map_err(|source| Error::Reset { group, source })
-    })
-    .await
-    .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
-}
-
-/// Per partition: where the log ends now, and where the group starts (its committed offset,
-/// or the partition's first offset for a group that has none).
-async fn catch_up_targets(settings: &Settings, group: &str) -> Result<BTreeMap<i32, (i64, i64)>> {
-    let (kafka, topic, group) = (
-        settings.kafka.clone(),
-        settings.kafka.topic.clone(),
-        group.to_string(),
-    );
-    tokio::task::spawn_blocking(move || -> Result<BTreeMap<i32, (i64, i64)>> {
-        let bounds = sessionlog_log::partition_bounds(&kafka, &topic, &StartAt::Beginning, None)?;
-        let consumer: BaseConsumer = kafka
-            .client_config()
-            .set("group.id", &group)
-            .create()
-            .map_err(sessionlog_log::Error::kafka("create the export consumer"))?;
-        let mut list = TopicPartitionList::new();
         for (partition, _, _) in &bounds {
             list.add_partition(&topic, *partition);
         }
