@@ -366,6 +366,21 @@ pub async fn plain_and_sealed(
     Ok((plain, sealed, guard))
 }
 
+/// `sessionlog <args>` with `env`, its stderr discarded: a service or projector a benchmark
+/// spawns (with [`Watched::spawn`]) beside its measurements.
+pub fn sessionlog_command(
+    bin: &std::path::Path,
+    args: &[&str],
+    env: &[(&'static str, String)],
+) -> std::process::Command {
+    let mut command = std::process::Command::new(bin);
+    command
+        .args(args)
+        .envs(env.iter().cloned())
+        .stderr(std::process::Stdio::null());
+    command
+}
+
 /// The `sessionlog` binary next to the running benchmark (`$SESSIONLOG_BIN` overrides it).
 pub fn sessionlog_bin() -> anyhow::Result<std::path::PathBuf> {
     if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {

@@ -29,7 +29,6 @@ use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_store::ProjectionStore;
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,23 +97,22 @@ async fn main() -> Result<()> {
     let mut env = sessionlog_benches::sessionlog_env(&settings);
     env.extend(auth.env());
 
-    let mut project = Command::new(&bin);
-    project
-        .arg("project")
-        .envs(env.iter().cloned())
-        .stderr(std::process::Stdio::null());
-    let projector = Watched::spawn(project)?;
+    let projector = Watched::spawn(sessionlog_benches::sessionlog_command(
+        &bin,
+        &["project"],
+        &env,
+    ))?;
 
     let sessions = write_sessions(&settings, &args).await?;
     let took = sessionlog_benches::wait_projected(&settings, &store).await?;
     eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let mut serve = Command::new(&bin);
-    serve
-        .args(["serve-recovery", "--listen", &listen])
-        .envs(env.iter().cloned())
-        .stderr(std::process::Stdio::null());
+    let mut serve = sessionlog_benches::sessionlog_command(
+        &bin,
+        &["serve-recovery", "--listen", &listen],
+        &env,
+    );
     if let Some(readers) = args.readers {
         serve.env("SESSIONLOG_PRODUCER__READERS", readers.to_string());
     }

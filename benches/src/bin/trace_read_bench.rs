@@ -31,7 +31,6 @@ use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
 };
 use sessionlog_store::ProjectionStore;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,12 +79,11 @@ async fn main() -> Result<()> {
     let auth = BenchAuth::new()?;
     let mut env = sessionlog_env(&settings);
     env.extend(auth.env());
-    let mut project = Command::new(&bin);
-    project
-        .arg("project")
-        .envs(env.iter().cloned())
-        .stderr(std::process::Stdio::null());
-    let projector = Watched::spawn(project)?;
+    let projector = Watched::spawn(sessionlog_benches::sessionlog_command(
+        &bin,
+        &["project"],
+        &env,
+    ))?;
 
     let log = Arc::new(EventLog::from_settings(&settings).await?);
     let big = big_session(&log, args.spans).await?;
@@ -95,11 +93,11 @@ async fn main() -> Result<()> {
     eprintln!("written and projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let mut serve = Command::new(&bin);
-    serve
-        .args(["serve-recovery", "--listen", &listen])
-        .envs(env.iter().cloned())
-        .stderr(std::process::Stdio::null());
+    let serve = sessionlog_benches::sessionlog_command(
+        &bin,
+        &["serve-recovery", "--listen", &listen],
+        &env,
+    );
     let service = Watched::spawn(serve)?;
     let base = format!("http://{listen}");
     let http = auth.client(8, Duration::from_secs(60))?;
