@@ -1,0 +1,43 @@
+"""sessionlog for Python harnesses: clients for the ingest and recovery services, a session
+writer with resume, and durable tools that never repeat a recorded side effect."""
+
+from . import errors
+from .client import AsyncClient, Client, Credential
+from .errors import (
+    AwaitingApproval,
+    CallInDoubt,
+    Fenced,
+    NeedsResolution,
+    NotReady,
+    ProblemError,
+    SessionEnded,
+    SessionlogError,
+    ToolFailed,
+    TransportError,
+    UnknownSession,
+    WrongSeq,
+)
+from .ledger import RecordedResult, SessionLedger, ToolCall
+from .models import (
+    Appended,
+    CallOutcome,
+    EffectClass,
+    EventAck,
+    EventPage,
+    HistoryEvent,
+    InDoubtCall,
+    Opened,
+    ResumeBundle,
+    SessionView,
+    TerminalOutcome,
+)
+from .session import AsyncSession, Session
+from .tools import CallInfo, current_call, durable_tool
+
+__all__ = [
+    "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInfo", "CallOutcome",
+    "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent", "InDoubtCall",
+    "NeedsResolution", "NotReady", "Opened", "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView",
+    "SessionEnded", "SessionLedger", "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed",
+    "TransportError", "UnknownSession", "WrongSeq", "current_call", "durable_tool", "errors",
+]

@@ -1,0 +1,153 @@
+"""The HTTP operations, as values both clients send: one place says what each route takes and
+answers, so the sync and async clients differ only in how they wait."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+
+from . import errors
+from .models import Appended, EventAck, EventPage, Opened, ResumeBundle, SessionView, TerminalOutcome
+
+T = TypeVar("T")
+Service = Literal["ingest", "recovery"]
+
+
+@dataclass(frozen=True)
+class Operation(Generic[T]):
+    """One request and how to read its answer."""
+
+    service: Service
+    method: Literal["GET", "POST"]
+    path: str
+    decode: Callable[[Any], T]
+    body: Mapping[str, Any] | None = None
+    params: Mapping[str, str] | None = None
+
+
+def _sid(session_id: str) -> str:
+    # Checked here so that a typo is a clear ValueError, not a 400 after a round trip.
+    return str(uuid.UUID(str(session_id)))
+
+
+def _opt(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def create(agent: str, title: str | None, session_id: str | None) -> Operation[Opened]:
+    body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id else None)
+    return Operation("ingest", "POST", "/v1/sessions", Opened.from_json, body)
+
+
+def claim(session_id: str, writer: str) -> Operation[Opened]:
+    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/claim", Opened.from_json, {"writer": writer})
+
+
+def append(session_id: str, epoch: int, events: Sequence[Mapping[str, Any]]) -> Operation[Appended]:
+    body = {"epoch": epoch, "events": list(events)}
+    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/events", Appended.from_json, body)
+
+
+def checkpoint(session_id: str, epoch: int, workspace_revision: str | None) -> Operation[EventAck]:
+    body = _opt(epoch=epoch, workspace_revision=workspace_revision)
+    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/checkpoint", EventAck.from_json, body)
+
+
+def close(session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None) -> Operation[EventAck]:
+    body = _opt(epoch=epoch, outcome=outcome, reason=reason)
+    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/close", EventAck.from_json, body)
+
+
+def resume(session_id: str, writer: str, context_tokens: int | None) -> Operation[ResumeBundle]:
+    body = _opt(writer=writer, context_tokens=context_tokens)
+    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/resume", ResumeBundle.from_json, body)
+
+
+def session(session_id: str) -> Operation[SessionView]:
+    return Operation("recovery", "GET", f"/v1/sessions/{_sid(session_id)}", SessionView.from_json)
+
+
+def events(
+    session_id: str,
+    *,
+    from_seq: int | None = None,
+    to_seq: int | None = None,
+    kinds: Sequence[str] = (),
+    limit: int | None = None,
+    cursor: str | None = None,
+    inherited: bool = False,
+) -> Operation[EventPage]:
+    params = _opt(
+        from_seq=from_seq,
+        to_seq=to_seq,
+        kinds=",".join(kinds) if kinds else None,
+        limit=limit,
+        cursor=cursor,
+        inherited="true" if inherited else None,
+    )
+    return Operation(
+        "recovery",
+        "GET",
+        f"/v1/sessions/{_sid(session_id)}/events",
+        EventPage.from_json,
+        params={k: str(v) for k, v in params.items()},
+    )
+
+
+def resolve(
+    session_id: str, call_seq: int, succeeded: bool, output: str, reason: str, operator: str | None
+) -> Operation[dict[str, Any]]:
+    body = _opt(call_seq=call_seq, succeeded=succeeded, output=output, reason=reason, operator=operator)
+    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/resolutions", _as_dict, body)
+
+
+def decide(
+    session_id: str, approval_id: str, approved: bool, reason: str | None, decided_by: str | None
+) -> Operation[dict[str, Any]]:
+    body = _opt(approved=approved, reason=reason, decided_by=decided_by)
+    path = f"/v1/sessions/{_sid(session_id)}/approvals/{approval_id}"
+    return Operation("recovery", "POST", path, _as_dict, body)
+
+
+def _as_dict(doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise errors.SessionlogError(f"expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def read_answer(op: Operation[T], response: httpx.Response) -> T:
+    """The decoded answer, or the problem's exception."""
+    try:
+        doc = response.json() if response.content else {}
+    except json.JSONDecodeError:
+        doc = None
+    if response.is_success:
+        if doc is None:
+            raise errors.SessionlogError(f"{op.method} {op.path}: the answer is not JSON")
+        return op.decode(doc)
+    problem = doc if isinstance(doc, dict) else {"detail": response.text[:200]}
+    raise errors.problem_error(response.status_code, problem)
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether sending the same request again may succeed and cannot do anything twice.
+
+    Every operation can be repeated: an append repeats its events' seqs and ids (a duplicate is
+    answered with the first write's position), a create names its session id, a claim or a
+    resume only takes a newer epoch."""
+    if isinstance(error, errors.ProblemError):
+        return error.retryable
+    return isinstance(error, httpx.TransportError)
+
+
+def unreachable(op: Operation[Any], urls: Mapping[str, str], error: httpx.TransportError) -> errors.TransportError:
+    """The error for a service that did not answer until the retry deadline."""
+    return errors.TransportError(
+        f"{op.method} {op.path}: the {op.service} service at {urls[op.service]} did not answer "
+        f"({type(error).__name__}: {error}); is `sessionlog {'ingest' if op.service == 'ingest' else 'serve-recovery'}` running there?"
+    )

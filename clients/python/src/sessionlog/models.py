@@ -1,0 +1,205 @@
+"""What the services answer, as typed values (the JSON shapes are in each service's OpenAPI
+document: ``GET /v1/openapi.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: What running a tool call again would do; recovery settles a call in doubt by it.
+EffectClass = Literal["Pure", "Idempotent", "NonIdempotent"]
+#: How a tool call ended.
+CallOutcome = Literal["Succeeded", "Failed"]
+#: How a session ended.
+TerminalOutcome = Literal["Completed", "Failed", "Cancelled"]
+
+
+@dataclass(frozen=True)
+class EventAck:
+    """One event's durable position in the log."""
+
+    seq: int
+    event_id: str
+    partition: int
+    offset: int
+    #: True when the event had been written before (a retry): the position is the first write's.
+    duplicate: bool
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> EventAck:
+        return EventAck(
+            seq=int(doc["seq"]),
+            event_id=str(doc["event_id"]),
+            partition=int(doc["partition"]),
+            offset=int(doc["offset"]),
+            duplicate=bool(doc.get("duplicate", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A created or claimed session: the epoch to write with and the next seq."""
+
+    session_id: str
+    epoch: int
+    next_seq: int
+    event: EventAck
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Opened:
+        return Opened(
+            session_id=str(doc["session_id"]),
+            epoch=int(doc["epoch"]),
+            next_seq=int(doc["next_seq"]),
+            event=EventAck.from_json(doc["event"]),
+        )
+
+
+@dataclass(frozen=True)
+class Appended:
+    """An append's answer: each event's position, in request order."""
+
+    session_id: str
+    next_seq: int
+    events: list[EventAck]
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Appended:
+        return Appended(
+            session_id=str(doc["session_id"]),
+            next_seq=int(doc["next_seq"]),
+            events=[EventAck.from_json(e) for e in doc["events"]],
+        )
+
+
+@dataclass(frozen=True)
+class InDoubtCall:
+    """A tool call with no recorded result that the resumed harness may settle itself."""
+
+    seq: int
+    event_id: str
+    tool: str
+    effect: EffectClass
+    idempotency_key: str | None
+    #: ``RunAgain`` (a pure call) or ``ReissueWithSameKey`` (an idempotent call its service
+    #: never received).
+    action: str
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> InDoubtCall:
+        call = doc["call"]
+        return InDoubtCall(
+            seq=int(call["seq"]),
+            event_id=str(call["event_id"]),
+            tool=str(call["tool"]),
+            effect=call["effect"],
+            idempotency_key=call.get("idempotency_key"),
+            action=str(doc["action"]),
+        )
+
+
+@dataclass(frozen=True)
+class ResumeBundle:
+    """What a new harness gets when it takes a session over."""
+
+    session_id: str
+    epoch: int
+    next_seq: int
+    #: Calls to settle before going on.
+    in_doubt: list[InDoubtCall]
+    #: The session's state as the log had it (``last_seq``, ``pending_calls``, ``status``...).
+    state: dict[str, Any]
+    #: The working set for the next model call, within the token budget asked for.
+    context: dict[str, Any]
+    #: Results recovery learned from the tools' services and recorded, as log events.
+    resolved: list[dict[str, Any]] = field(default_factory=list)
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> ResumeBundle:
+        state = doc["state"]
+        return ResumeBundle(
+            session_id=str(state["session_id"]),
+            epoch=int(doc["epoch"]),
+            next_seq=int(doc["next_seq"]),
+            in_doubt=[InDoubtCall.from_json(c) for c in doc.get("in_doubt", [])],
+            state=state,
+            context=doc.get("context", {}),
+            resolved=list(doc.get("resolved", [])),
+        )
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """A session rebuilt from the log to its end."""
+
+    #: The folded state (``last_seq``, ``epoch``, ``pending_calls``, ``terminal``, ...), texts opened.
+    state: dict[str, Any]
+    #: ``running``, ``completed``, ``needs_resolution``, ...
+    status: str
+    #: The state's digest, as checkpoints record it.
+    digest: str
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> SessionView:
+        return SessionView(state=dict(doc["rebuilt"]["state"]), status=str(doc["status"]), digest=str(doc["digest"]))
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a range read, its texts opened."""
+
+    session_id: str
+    seq: int
+    kind: str
+    occurred_at: int
+    writer_epoch: int
+    event_id: str
+    causation_id: str | None
+    idempotency_key: str | None
+    #: The kind's fields (``{"content": {"Plain": "..."}}``); ``None`` when the log no longer
+    #: holds the record.
+    data: dict[str, Any] | None
+    #: Text fields that did not open, and why (``erased``, ``sealed``, ``unreadable``).
+    unopened: dict[str, str]
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> HistoryEvent:
+        event = doc.get("event")
+        data = event.get(doc["kind"]) if isinstance(event, dict) else None
+        return HistoryEvent(
+            session_id=str(doc["session_id"]),
+            seq=int(doc["seq"]),
+            kind=str(doc["kind"]),
+            occurred_at=int(doc["occurred_at"]),
+            writer_epoch=int(doc["writer_epoch"]),
+            event_id=str(doc["event_id"]),
+            causation_id=doc.get("causation_id"),
+            idempotency_key=doc.get("idempotency_key"),
+            data=data,
+            unopened=dict(doc.get("unopened", {})),
+        )
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """One page of a range read; pass ``next_cursor`` back for the next."""
+
+    events: list[HistoryEvent]
+    next_cursor: str | None
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> EventPage:
+        return EventPage(
+            events=[HistoryEvent.from_json(e) for e in doc.get("events", [])],
+            next_cursor=doc.get("next_cursor"),
+        )
+
+
+def text_of(content: Any) -> str | None:
+    """The text of a ``Content`` value as a read gives it (``{"Plain": "..."}``), or ``None`` when
+    it did not open."""
+    if isinstance(content, dict) and isinstance(content.get("Plain"), str):
+        return str(content["Plain"])
+    if isinstance(content, str):
+        return content
+    return None

@@ -1,0 +1,299 @@
+"""``Session`` and ``AsyncSession``: one writer of one session, like the Rust ``SessionWriter``.
+
+A session helper numbers its events, resends what an outage left unanswered with the same seqs
+and ids, and knows the session's tool calls, so that ``sessionlog.tools.durable_tool`` can tell a
+call that already ran from one that never did. ``resume`` takes a session over after a crash:
+recovery settles what it can (a recorded result is never run again; an idempotent call is looked
+up by its key) and hands over the calls the new harness settles itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import tenacity
+
+from . import errors
+from .client import AsyncClient, Client
+from .ledger import SessionLedger, ToolCall, new_session_id, now_micros
+from .models import EffectClass, EventAck, EventPage, ResumeBundle, TerminalOutcome
+
+Event = tuple[str, dict[str, Any], dict[str, Any]]
+"""An event to append: its kind, its data, and its envelope fields (``causation_id``,
+``idempotency_key``)."""
+
+
+def _plain(text: str) -> dict[str, str]:
+    return {"Plain": text}
+
+
+def user_request(text: str) -> Event:
+    """A user's request."""
+    return "UserRequest", {"content": _plain(text)}, {}
+
+
+def model_response(
+    model: str,
+    text: str,
+    *,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+    cost_micros: int = 0,
+    started_at: int | None = None,
+    provider: str | None = None,
+) -> Event:
+    """A model's answer, with what it cost; ``started_at`` (microseconds) defaults to now."""
+    data: dict[str, Any] = {
+        "model": model,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "cost_micros": cost_micros,
+        "started_at": now_micros() if started_at is None else started_at,
+        "content": _plain(text),
+    }
+    if provider is not None:
+        data["provider"] = provider
+    return "ModelResponse", data, {}
+
+
+def tool_call(tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None) -> Event:
+    """A tool call's request, before it runs: what recovery settles it by if its result is lost."""
+    envelope = {} if idempotency_key is None else {"idempotency_key": idempotency_key}
+    return "ToolCallRequested", {"tool": tool, "arguments": _plain(arguments), "effect": effect}, envelope
+
+
+def tool_result(call: ToolCall, output: str, *, succeeded: bool = True) -> Event:
+    """The result of ``call``."""
+    data = {
+        "call_seq": call.seq,
+        "outcome": "Succeeded" if succeeded else "Failed",
+        "output": _plain(output),
+        "source": "Executed",
+        "recorded_by": None,
+        "note": None,
+    }
+    return "ToolCallResult", data, {"causation_id": call.event_id, "idempotency_key": call.idempotency_key}
+
+
+def _tool_kinds(last_seq: int) -> dict[str, Any]:
+    return {"kinds": ["ToolCallRequested", "ToolCallResult"], "to_seq": last_seq, "limit": 1000}
+
+
+def _projection_wait(wait_for: float) -> dict[str, Any]:
+    """Polls a read of the last seq until the projector has it: the range read serves the
+    projection, and a resumed writer must see every call the log records before it runs one."""
+    return {
+        "retry": tenacity.retry_if_result(lambda page: not page.events)
+        | tenacity.retry_if_exception_type(errors.UnknownSession),
+        "wait": tenacity.wait_fixed(0.05),
+        "stop": tenacity.stop_after_delay(wait_for),
+        "retry_error_callback": _not_ready,
+    }
+
+
+def _not_ready(state: tenacity.RetryCallState) -> EventPage:
+    raise errors.NotReady(
+        f"the projection did not reach the session's last event within {state.seconds_since_start:.0f}s "
+        "(is `sessionlog project` running for this topic?)"
+    )
+
+
+class Session:
+    """One writer of one session, over a blocking ``Client``."""
+
+    def __init__(self, client: Client, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
+        self.client = client
+        self.ledger = ledger
+        #: The resume bundle, when this writer resumed the session.
+        self.bundle = bundle
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self.ledger.session_id
+
+    @classmethod
+    def start(cls, client: Client, agent: str, title: str | None = None, session_id: str | None = None) -> Session:
+        """Starts a session run by ``agent`` (with a fresh id unless ``session_id`` names one)."""
+        sid = session_id or new_session_id()
+        try:
+            opened = client.create(agent, title, sid)
+        except errors.AlreadyStarted:
+            if session_id is not None:
+                raise
+            # The id is ours and fresh: a retry found the first attempt's start. Claim to write on.
+            opened = client.claim(sid, agent)
+        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq))
+
+    @classmethod
+    def resume(
+        cls, client: Client, session_id: str, writer: str, *, context_tokens: int | None = None, wait_for: float = 30.0
+    ) -> Session:
+        """Takes ``session_id`` over as ``writer`` (the next epoch; the previous writer is fenced)
+        and learns its tool calls. Raises ``NeedsResolution`` when a call's outcome is unknown and
+        its effect forbids running it again, ``AwaitingApproval`` while an approval is pending."""
+        bundle = client.resume(session_id, writer, context_tokens)
+        ledger = SessionLedger.from_bundle(bundle)
+        last_seq = int(bundle.state.get("last_seq", 0))
+        if last_seq > 0:
+            for attempt in tenacity.Retrying(**_projection_wait(wait_for)):
+                with attempt:
+                    page = client.events_page(session_id, from_seq=last_seq, to_seq=last_seq)
+                if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+                    attempt.retry_state.set_result(page)
+            ledger.learn(client.events(session_id, **_tool_kinds(last_seq)))
+        return cls(client, ledger, bundle)
+
+    def append(self, event: Event) -> EventAck:
+        """Appends ``event``, after any event an outage left unanswered; its position."""
+        kind, data, envelope = event
+        self.ledger.event(kind, data, **envelope)
+        try:
+            appended = self.client.append(self.session_id, self.ledger.epoch, self.ledger.unacknowledged)
+        except errors.ProblemError as e:
+            if not e.retryable:
+                self.ledger.refused()
+            raise
+        self.ledger.acknowledged(appended)
+        return appended.events[-1]
+
+    def user_request(self, text: str) -> EventAck:
+        """Appends a user's request."""
+        return self.append(user_request(text))
+
+    def model_response(self, model: str, text: str, **usage: Any) -> EventAck:
+        """Appends a model's answer (``tokens_in``, ``tokens_out``, ``cost_micros``, ``started_at``, ``provider``)."""
+        return self.append(model_response(model, text, **usage))
+
+    def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall:
+        """Records a tool call's request before it runs; the call, to record its result with."""
+        ack = self.append(tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key))
+        call = self.ledger.call_at(ack.seq)
+        assert call is not None, "the ledger learns every acknowledged request"
+        return call
+
+    def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
+        """Records ``call``'s result."""
+        return self.append(tool_result(call, output, succeeded=succeeded))
+
+    def checkpoint(self, workspace_revision: str | None = None) -> EventAck:
+        """Records a checkpoint: where recovery starts reading."""
+        ack = self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+        self.ledger.moved_to(ack.seq)
+        return ack
+
+    def close(self, outcome: TerminalOutcome = "Completed", reason: str | None = None) -> EventAck:
+        """Ends the session."""
+        ack = self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+        self.ledger.moved_to(ack.seq)
+        return ack
+
+
+class AsyncSession:
+    """One writer of one session, over an ``AsyncClient``: ``Session``'s methods, awaited."""
+
+    def __init__(self, client: AsyncClient, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
+        self.client = client
+        self.ledger = ledger
+        #: The resume bundle, when this writer resumed the session.
+        self.bundle = bundle
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self.ledger.session_id
+
+    @classmethod
+    async def start(
+        cls, client: AsyncClient, agent: str, title: str | None = None, session_id: str | None = None
+    ) -> AsyncSession:
+        """Starts a session run by ``agent``: see ``Session.start``."""
+        sid = session_id or new_session_id()
+        try:
+            opened = await client.create(agent, title, sid)
+        except errors.AlreadyStarted:
+            if session_id is not None:
+                raise
+            opened = await client.claim(sid, agent)
+        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq))
+
+    @classmethod
+    async def resume(
+        cls,
+        client: AsyncClient,
+        session_id: str,
+        writer: str,
+        *,
+        context_tokens: int | None = None,
+        wait_for: float = 30.0,
+    ) -> AsyncSession:
+        """Takes ``session_id`` over as ``writer``: see ``Session.resume``."""
+        bundle = await client.resume(session_id, writer, context_tokens)
+        ledger = SessionLedger.from_bundle(bundle)
+        last_seq = int(bundle.state.get("last_seq", 0))
+        if last_seq > 0:
+            async for attempt in tenacity.AsyncRetrying(**_projection_wait(wait_for)):
+                with attempt:
+                    page = await client.events_page(session_id, from_seq=last_seq, to_seq=last_seq)
+                if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+                    attempt.retry_state.set_result(page)
+            ledger.learn([e async for e in client.events(session_id, **_tool_kinds(last_seq))])
+        return cls(client, ledger, bundle)
+
+    async def append(self, event: Event) -> EventAck:
+        """Appends ``event``, after any event an outage left unanswered; its position."""
+        kind, data, envelope = event
+        self.ledger.event(kind, data, **envelope)
+        try:
+            appended = await self.client.append(self.session_id, self.ledger.epoch, self.ledger.unacknowledged)
+        except errors.ProblemError as e:
+            if not e.retryable:
+                self.ledger.refused()
+            raise
+        self.ledger.acknowledged(appended)
+        return appended.events[-1]
+
+    async def user_request(self, text: str) -> EventAck:
+        """Appends a user's request."""
+        return await self.append(user_request(text))
+
+    async def model_response(self, model: str, text: str, **usage: Any) -> EventAck:
+        """Appends a model's answer."""
+        return await self.append(model_response(model, text, **usage))
+
+    async def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall:
+        """Records a tool call's request before it runs."""
+        ack = await self.append(tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key))
+        call = self.ledger.call_at(ack.seq)
+        assert call is not None, "the ledger learns every acknowledged request"
+        return call
+
+    async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
+        """Records ``call``'s result."""
+        return await self.append(tool_result(call, output, succeeded=succeeded))
+
+    async def checkpoint(self, workspace_revision: str | None = None) -> EventAck:
+        """Records a checkpoint."""
+        ack = await self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+        self.ledger.moved_to(ack.seq)
+        return ack
+
+    async def close(self, outcome: TerminalOutcome = "Completed", reason: str | None = None) -> EventAck:
+        """Ends the session."""
+        ack = await self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+        self.ledger.moved_to(ack.seq)
+        return ack
+
+
+def encode_json(value: Any) -> str:
+    """A durable tool's default encoding of arguments and results."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+Encoder = Callable[[Any], str]

@@ -1,0 +1,158 @@
+"""Durable tools: a tool call that runs at most as often as its effect class allows, across crashes.
+
+Frameworks re-run work after a crash (LangGraph re-runs an interrupted node from its start; an
+agent loop asks its model again). A function wrapped by ``durable_tool`` records the call's
+intent in the session's log before it runs and its result after. When the same call (the same
+tool and key) comes again:
+
+- its result is recorded: the recorded result is returned, and the function does not run;
+- it was requested and its outcome never recorded (the harness died in between): it is
+  settled by its effect class exactly as recovery settles it: a pure call runs again; an
+  idempotent call runs again with the same key when its service never received it (recovery
+  asked the service's resolver, and records the result itself when the service did); any other
+  call raises ``CallInDoubt`` and the session waits for an operator.
+
+A call's key names it to its service and to the log: two calls with equal keys are the same
+call. By default it is a digest of the tool's name and arguments; pass ``key=`` to say which
+arguments make a call distinct. Inside the function, ``current_call()`` gives the call's key to
+send to the service.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, cast
+
+from .errors import ToolFailed
+from .ledger import ToolCall
+from .models import EffectClass
+from .session import AsyncSession, Session, encode_json
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """The durable call running now."""
+
+    tool: str
+    idempotency_key: str
+    #: The seq of the call's request in the session.
+    seq: int
+    #: True when this run settles a call a crashed run left in doubt.
+    repeat: bool
+
+
+_CURRENT: ContextVar[CallInfo | None] = ContextVar("sessionlog_durable_call", default=None)
+
+
+def current_call() -> CallInfo:
+    """The durable call running now (its key is what an idempotent service dedupes by)."""
+    info = _CURRENT.get()
+    if info is None:
+        raise RuntimeError("current_call() is only defined inside a durable tool")
+    return info
+
+
+def default_key(tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The key of a call named by its tool and arguments."""
+    digest = hashlib.sha256(encode_json([tool, list(args), kwargs]).encode()).hexdigest()
+    return f"{tool}:{digest[:32]}"
+
+
+def decode_output(output: str) -> Any:
+    """A recorded output: JSON when this library wrote it, else the text a resolver or an
+    operator recorded."""
+    try:
+        return json.loads(output)
+    except ValueError:
+        return output
+
+
+def _recorded(call: ToolCall, decode: Callable[[str], Any]) -> Any:
+    result = call.result
+    assert result is not None
+    if result.output is None:
+        raise ToolFailed(call.tool, call.seq, "its recorded output no longer opens (the session was erased)")
+    if result.outcome != "Succeeded":
+        raise ToolFailed(call.tool, call.seq, result.output)
+    return decode(result.output)
+
+
+def durable_tool(
+    session: Session | AsyncSession | Callable[[], Session | AsyncSession],
+    *,
+    effect: EffectClass,
+    key: Callable[..., str] | None = None,
+    name: str | None = None,
+    decode: Callable[[str], Any] = decode_output,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Makes a function a durable tool of ``session`` (or of the session a callable answers, for
+    tools defined before their session exists). An ``async def`` needs an ``AsyncSession``.
+    Arguments and results are recorded as JSON."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        tool = name or fn.__name__
+
+        def plan(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str, str]:
+            target = session() if callable(session) and not isinstance(session, (Session, AsyncSession)) else session
+            call_key = key(*args, **kwargs) if key is not None else default_key(tool, args, kwargs)
+            return target, call_key, encode_json({"args": list(args), "kwargs": kwargs})
+
+        if inspect.iscoroutinefunction(fn):
+            async_fn = cast(Callable[..., Awaitable[Any]], fn)
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                target, call_key, arguments = plan(args, kwargs)
+                if not isinstance(target, AsyncSession):
+                    raise TypeError(f"durable tool {tool!r} is async: it needs an AsyncSession")
+                kind, call = target.ledger.plan(tool, call_key)
+                if kind == "recorded" and call is not None:
+                    return _recorded(call, decode)
+                if call is None:
+                    call = await target.tool_call(tool, arguments, effect=effect, idempotency_key=call_key)
+                token = _CURRENT.set(CallInfo(tool, call_key, call.seq, kind == "settle"))
+                try:
+                    value = await async_fn(*args, **kwargs)
+                except Exception as e:
+                    await target.tool_result(call, f"{type(e).__name__}: {e}", succeeded=False)
+                    raise
+                finally:
+                    _CURRENT.reset(token)
+                await target.tool_result(call, encode_json(value))
+                return value
+
+            return cast(Callable[P, R], run_async)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            target, call_key, arguments = plan(args, kwargs)
+            if not isinstance(target, Session):
+                raise TypeError(f"durable tool {tool!r} is blocking: it needs a Session")
+            kind, call = target.ledger.plan(tool, call_key)
+            if kind == "recorded" and call is not None:
+                return _recorded(call, decode)
+            if call is None:
+                call = target.tool_call(tool, arguments, effect=effect, idempotency_key=call_key)
+            token = _CURRENT.set(CallInfo(tool, call_key, call.seq, kind == "settle"))
+            try:
+                value = fn(*args, **kwargs)
+            except Exception as e:
+                target.tool_result(call, f"{type(e).__name__}: {e}", succeeded=False)
+                raise
+            finally:
+                _CURRENT.reset(token)
+            target.tool_result(call, encode_json(value))
+            return value
+
+        return cast(Callable[P, R], run)
+
+    return wrap

@@ -1,0 +1,160 @@
+"""The clients against the real ingest and recovery services."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+import sessionlog
+from sessionlog import errors
+from stackcorner import StackCorner, free_port, wait_for
+
+
+def client(corner: StackCorner, token: str | None, **kwargs: Any) -> sessionlog.Client:
+    return sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token, **kwargs)
+
+
+def projected(c: sessionlog.Client, session_id: str, last_seq: int) -> list[sessionlog.HistoryEvent]:
+    """The session's history once the projector has applied ``last_seq``."""
+    wait_for(
+        f"seq {last_seq} of {session_id} in the projection",
+        30,
+        lambda: c.events_page(session_id, from_seq=last_seq, to_seq=last_seq).events or None,
+    )
+    return list(c.events(session_id))
+
+
+def user_event(seq: int, text: str) -> dict[str, Any]:
+    return {"seq": seq, "event_id": str(uuid.uuid4()), "kind": "UserRequest", "data": {"content": {"Plain": text}}}
+
+
+def test_a_resent_append_is_a_duplicate_not_a_second_event(corner: StackCorner, token: str) -> None:
+    with client(corner, token) as c:
+        opened = c.create("py-client", "resend")
+        event = user_event(opened.next_seq, "once")
+        first = c.append(opened.session_id, opened.epoch, [event])
+        again = c.append(opened.session_id, opened.epoch, [event])
+        assert not first.events[0].duplicate
+        assert again.events[0].duplicate
+        assert (again.events[0].partition, again.events[0].offset) == (first.events[0].partition, first.events[0].offset)
+        history = projected(c, opened.session_id, first.events[0].seq)
+        assert [e.kind for e in history] == ["SessionStarted", "UserRequest"]
+
+
+class LoseFirstAnswer(httpx.BaseTransport):
+    """Delivers every request, but loses the answer to the first append (a timeout after the
+    service wrote the events): the client's retry must not write them again."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if request.url.path.endswith("/events") and request.method == "POST" and self.lost == 0:
+            response.read()
+            self.lost += 1
+            raise httpx.ReadTimeout("answer lost", request=request)
+        return response
+
+
+def test_a_lost_answer_is_retried_into_a_duplicate(corner: StackCorner, token: str) -> None:
+    transport = LoseFirstAnswer()
+    with client(corner, token, transport=transport) as c:
+        session = sessionlog.Session.start(c, "py-client", "lost answer")
+        ack = session.user_request("exactly once")
+        assert transport.lost == 1
+        assert ack.duplicate, "the retry found the first write"
+        history = projected(c, session.session_id, ack.seq)
+        assert [e.kind for e in history].count("UserRequest") == 1
+
+
+class Outage(httpx.BaseTransport):
+    """Refuses every append while ``down``; other requests pass."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.down = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.down and request.url.path.endswith("/events"):
+            raise httpx.ConnectError("down", request=request)
+        return self.inner.handle_request(request)
+
+
+def test_events_an_outage_left_unanswered_are_sent_again_first(corner: StackCorner, token: str) -> None:
+    transport = Outage()
+    with client(corner, token, transport=transport, retry_for=0.3) as c:
+        session = sessionlog.Session.start(c, "py-client", "outage")
+        transport.down = True
+        with pytest.raises(errors.TransportError, match="ingest service"):
+            session.user_request("during the outage")
+        transport.down = False
+        ack = session.model_response("m-1", "after it", tokens_in=3, tokens_out=4)
+        history = projected(c, session.session_id, ack.seq)
+        texts = [(e.kind, sessionlog.models.text_of((e.data or {}).get("content"))) for e in history[1:]]
+        assert texts == [("UserRequest", "during the outage"), ("ModelResponse", "after it")]
+
+
+def test_errors_are_raised_as_their_code(corner: StackCorner, token: str) -> None:
+    with client(corner, token) as c:
+        opened = c.create("py-client")
+        with pytest.raises(errors.WrongSeq) as wrong:
+            c.append(opened.session_id, opened.epoch, [user_event(opened.next_seq + 5, "gap")])
+        assert wrong.value.status == 409 and wrong.value.problem["expected_seq"] == opened.next_seq
+        taken = c.claim(opened.session_id, "another-harness")
+        assert taken.epoch == opened.epoch + 1
+        with pytest.raises(errors.Fenced):
+            c.append(opened.session_id, opened.epoch, [user_event(taken.next_seq, "late")])
+        with pytest.raises(errors.UnknownSession):
+            c.resume(str(uuid.uuid4()), "nobody")
+        with pytest.raises(errors.InvalidEvent):
+            c.append(opened.session_id, taken.epoch, [{"seq": taken.next_seq, "kind": "UserRequest", "data": {}}])
+    with client(corner, None) as anonymous, pytest.raises(errors.Unauthenticated):
+        anonymous.create("py-client")
+    with client(corner, corner.token("reader")) as reader, pytest.raises(errors.Forbidden):
+        reader.create("py-client")
+
+
+def test_an_unreachable_service_is_named(corner: StackCorner, token: str) -> None:
+    c = sessionlog.Client(f"http://127.0.0.1:{free_port()}", corner.recovery_url, token=token, retry_for=0.2)
+    with c, pytest.raises(errors.TransportError, match="sessionlog ingest"):
+        c.create("py-client")
+
+
+def test_a_session_writes_every_kind_and_ends(corner: StackCorner, token: str) -> None:
+    with client(corner, token) as c:
+        session = sessionlog.Session.start(c, "py-client", "every kind")
+        session.user_request("list the files")
+        session.model_response("m-1", "calling ls", tokens_in=10, tokens_out=5, cost_micros=7)
+        call = session.tool_call("ls", '{"dir": "."}', effect="Pure")
+        session.tool_result(call, "a.txt b.txt")
+        checkpoint = session.checkpoint("git:abc")
+        assert checkpoint.seq == call.seq + 2
+        end = session.close("Completed")
+        view = c.session(session.session_id)
+        assert view.state["last_seq"] == end.seq and view.status == "completed"
+        assert view.state["tokens_in"] == 10 and not view.state["pending_calls"]
+        with pytest.raises(errors.SessionEnded):
+            session.user_request("after the end")
+
+
+@pytest.mark.anyio
+async def test_the_async_client_resumes_a_session(corner: StackCorner, token: str) -> None:
+    async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as c:
+        first = await sessionlog.AsyncSession.start(c, "py-async", "async")
+        await first.user_request("hello")
+        call = await first.tool_call("search", "q", effect="Pure", idempotency_key="search:q")
+        resumed = await sessionlog.AsyncSession.resume(c, first.session_id, "py-async-2")
+        assert resumed.ledger.epoch == first.ledger.epoch + 1
+        assert resumed.bundle is not None
+        assert [(d.seq, d.action) for d in resumed.bundle.in_doubt] == [(call.seq, "RunAgain")]
+        with pytest.raises(errors.Fenced):
+            await first.user_request("the old writer")
+        await resumed.tool_result(resumed.ledger.plan("search", "search:q")[1] or call, "found")
+        end = await resumed.close("Completed")
+        view = await c.session(first.session_id)
+        assert view.state["last_seq"] == end.seq and not view.state["pending_calls"]
