@@ -14,7 +14,7 @@ from counter_service import Counter, serve  # noqa: E402
 from stackcorner import StackCorner  # noqa: E402
 
 #: Tools the counter service dedupes by key (the others take effect on every call).
-IDEMPOTENT_TOOLS = {"counter", "reissued"}
+IDEMPOTENT_TOOLS = {"counter", "reissued", "agent_counter", "agent_reissued"}
 
 
 @pytest.fixture(scope="session")
@@ -28,8 +28,9 @@ def counter() -> Iterator[tuple[Counter, str]]:
 @pytest.fixture(scope="session")
 def corner(tmp_path_factory: pytest.TempPathFactory, counter: tuple[Counter, str]) -> Iterator[StackCorner]:
     _, url = counter
-    # Recovery asks the service what became of an idempotent call by its key; `reissued` has a
-    # resolver too, and the crash test kills its harness before the call reaches the service.
+    # Recovery asks the service what became of an idempotent call by its key; the `reissued`
+    # tools have a resolver too, and the crash tests kill their harness before the call reaches
+    # the service. Each test module counts on tools of its own.
     resolvers = {tool: f"{url}/{tool}/calls" for tool in IDEMPOTENT_TOOLS}
     corner = StackCorner.create(tmp_path_factory.mktemp("stack"), resolvers)
     yield corner

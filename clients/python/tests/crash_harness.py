@@ -54,7 +54,7 @@ def main() -> int:
         return 3
     say(session=session.session_id)
 
-    @durable_tool(session, effect=args.effect, name=args.tool, key=lambda n: f"{args.tool}-{n}")
+    @durable_tool(session, effect=args.effect, name=args.tool, key=lambda n: f"{session.session_id}-{n}")
     def count(n: int) -> str:
         hang_if("after-intent", args.hang)
         key = current_call().idempotency_key

@@ -4,59 +4,19 @@ harness gets the same result the first run got (or would have)."""
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import subprocess
-import sys
-import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sessionlog
 from counter_service import Counter
+from processes import Harness
 from stackcorner import StackCorner
-
-HERE = Path(__file__).parent
-
-
-class Harness:
-    """One run of crash_harness.py, its stdout read line by line."""
-
-    def __init__(self, corner: StackCorner, token: str, service: str, tool: str, effect: str, *extra: str) -> None:
-        command = [
-            sys.executable, str(HERE / "crash_harness.py"),
-            "--ingest", corner.ingest_url, "--recovery", corner.recovery_url, "--token", token,
-            "--service", service, "--tool", tool, "--effect", effect, *extra,
-        ]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
-        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(json.loads(line))
-
-    def next(self, deadline_s: float = 60) -> dict[str, Any]:
-        """The next line it prints (fails after the deadline)."""
-        try:
-            return self.lines.get(timeout=deadline_s)
-        except queue.Empty:
-            self.process.kill()
-            raise AssertionError(f"the harness said nothing for {deadline_s}s (exit {self.process.poll()})") from None
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL: no handler, no flush, no goodbye
-        self.process.wait(timeout=30)
 
 
 def crash_at(corner: StackCorner, token: str, counter: tuple[Counter, str], tool: str, effect: str, point: str) -> str:
     """Runs a harness until it reaches ``point``, kills it there; the session's id."""
-    harness = Harness(corner, token, counter[1], tool, effect, "--hang", point)
+    harness = Harness("crash_harness.py", corner, token, counter[1], tool, effect, "--hang", point)
     session = harness.next()["session"]
     assert harness.next() == {"at": point}
     harness.kill()
@@ -65,7 +25,7 @@ def crash_at(corner: StackCorner, token: str, counter: tuple[Counter, str], tool
 
 def resume(corner: StackCorner, token: str, counter: tuple[Counter, str], tool: str, effect: str, session: str) -> dict[str, Any]:
     """Resumes ``session`` in a new harness process and runs it to the end; its last line."""
-    harness = Harness(corner, token, counter[1], tool, effect, "--session", session)
+    harness = Harness("crash_harness.py", corner, token, counter[1], tool, effect, "--session", session)
     line = harness.next()
     if "session" in line:
         line = harness.next()

@@ -107,11 +107,19 @@ class SessionLedger:
         self.unacknowledged.append(event)
         return event
 
+    #: The most events one append request takes (the ingest service's limit).
+    MAX_BATCH = 128
+
+    def batch(self) -> list[dict[str, Any]]:
+        """The next events to send: the oldest unacknowledged, at most ``MAX_BATCH``."""
+        return self.unacknowledged[: self.MAX_BATCH]
+
     def acknowledged(self, appended: Appended) -> None:
-        """The service accepted every event sent so far."""
-        for sent, ack in zip(self.unacknowledged, appended.events, strict=False):
+        """The service accepted the first ``len(appended.events)`` events sent."""
+        done = len(appended.events)
+        for sent, ack in zip(self.unacknowledged[:done], appended.events, strict=True):
             self._learn_sent(sent, ack.seq)
-        self.unacknowledged.clear()
+        del self.unacknowledged[:done]
         self.next_seq = appended.next_seq
 
     def refused(self) -> None:
@@ -151,6 +159,10 @@ class SessionLedger:
         if call.effect == "Pure" or call.action in ("RunAgain", "ReissueWithSameKey"):
             return "settle", call
         raise CallInDoubt(tool, call.seq)
+
+    def call_with_key(self, key: str) -> ToolCall | None:
+        """The tool call known by ``key``, whichever its tool."""
+        return next((c for c in self._calls_by_seq.values() if c.idempotency_key == key), None)
 
     def call_at(self, seq: int) -> ToolCall | None:
         """The tool call requested at ``seq``."""

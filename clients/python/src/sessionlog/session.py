@@ -10,7 +10,7 @@ up by its key) and hands over the calls the new harness settles itself.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tenacity
@@ -77,6 +77,11 @@ def tool_result(call: ToolCall, output: str, *, succeeded: bool = True) -> Event
     return "ToolCallResult", data, {"causation_id": call.event_id, "idempotency_key": call.idempotency_key}
 
 
+def retraction(seq: int, retracted_by: str) -> Event:
+    """Withdraws the session's event ``seq`` from the conversation (schema v4); the log keeps both."""
+    return "EventRetracted", {"retracted_seq": seq, "retracted_by": retracted_by}, {}
+
+
 def _tool_kinds(last_seq: int) -> dict[str, Any]:
     return {"kinds": ["ToolCallRequested", "ToolCallResult"], "to_seq": last_seq, "limit": 1000}
 
@@ -135,29 +140,41 @@ class Session:
         and learns its tool calls. Raises ``NeedsResolution`` when a call's outcome is unknown and
         its effect forbids running it again, ``AwaitingApproval`` while an approval is pending."""
         bundle = client.resume(session_id, writer, context_tokens)
-        ledger = SessionLedger.from_bundle(bundle)
+        session = cls(client, SessionLedger.from_bundle(bundle), bundle)
         last_seq = int(bundle.state.get("last_seq", 0))
         if last_seq > 0:
-            for attempt in tenacity.Retrying(**_projection_wait(wait_for)):
-                with attempt:
-                    page = client.events_page(session_id, from_seq=last_seq, to_seq=last_seq)
-                if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
-                    attempt.retry_state.set_result(page)
-            ledger.learn(client.events(session_id, **_tool_kinds(last_seq)))
-        return cls(client, ledger, bundle)
+            session.wait_projected(last_seq, wait_for)
+            session.ledger.learn(client.events(session_id, **_tool_kinds(last_seq)))
+        return session
+
+    def wait_projected(self, seq: int, wait_for: float = 30.0) -> None:
+        """Waits until range reads (the projection) hold the session's event ``seq``."""
+        for attempt in tenacity.Retrying(**_projection_wait(wait_for)):
+            with attempt:
+                page = self.client.events_page(self.session_id, from_seq=seq, to_seq=seq)
+            if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(page)
 
     def append(self, event: Event) -> EventAck:
         """Appends ``event``, after any event an outage left unanswered; its position."""
-        kind, data, envelope = event
-        self.ledger.event(kind, data, **envelope)
-        try:
-            appended = self.client.append(self.session_id, self.ledger.epoch, self.ledger.unacknowledged)
-        except errors.ProblemError as e:
-            if not e.retryable:
-                self.ledger.refused()
-            raise
-        self.ledger.acknowledged(appended)
-        return appended.events[-1]
+        return self.append_all([event])[-1]
+
+    def append_all(self, events: Sequence[Event]) -> list[EventAck]:
+        """Appends ``events`` in order (in requests of at most 128), after any event an outage
+        left unanswered; their positions."""
+        for kind, data, envelope in events:
+            self.ledger.event(kind, data, **envelope)
+        acks: list[EventAck] = []
+        while self.ledger.unacknowledged:
+            try:
+                appended = self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
+            except errors.ProblemError as e:
+                if not e.retryable:
+                    self.ledger.refused()
+                raise
+            self.ledger.acknowledged(appended)
+            acks.extend(appended.events)
+        return acks[len(acks) - len(events) :]
 
     def user_request(self, text: str) -> EventAck:
         """Appends a user's request."""
@@ -233,29 +250,40 @@ class AsyncSession:
     ) -> AsyncSession:
         """Takes ``session_id`` over as ``writer``: see ``Session.resume``."""
         bundle = await client.resume(session_id, writer, context_tokens)
-        ledger = SessionLedger.from_bundle(bundle)
+        session = cls(client, SessionLedger.from_bundle(bundle), bundle)
         last_seq = int(bundle.state.get("last_seq", 0))
         if last_seq > 0:
-            async for attempt in tenacity.AsyncRetrying(**_projection_wait(wait_for)):
-                with attempt:
-                    page = await client.events_page(session_id, from_seq=last_seq, to_seq=last_seq)
-                if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
-                    attempt.retry_state.set_result(page)
-            ledger.learn([e async for e in client.events(session_id, **_tool_kinds(last_seq))])
-        return cls(client, ledger, bundle)
+            await session.wait_projected(last_seq, wait_for)
+            session.ledger.learn([e async for e in client.events(session_id, **_tool_kinds(last_seq))])
+        return session
+
+    async def wait_projected(self, seq: int, wait_for: float = 30.0) -> None:
+        """Waits until range reads (the projection) hold the session's event ``seq``."""
+        async for attempt in tenacity.AsyncRetrying(**_projection_wait(wait_for)):
+            with attempt:
+                page = await self.client.events_page(self.session_id, from_seq=seq, to_seq=seq)
+            if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+                attempt.retry_state.set_result(page)
 
     async def append(self, event: Event) -> EventAck:
         """Appends ``event``, after any event an outage left unanswered; its position."""
-        kind, data, envelope = event
-        self.ledger.event(kind, data, **envelope)
-        try:
-            appended = await self.client.append(self.session_id, self.ledger.epoch, self.ledger.unacknowledged)
-        except errors.ProblemError as e:
-            if not e.retryable:
-                self.ledger.refused()
-            raise
-        self.ledger.acknowledged(appended)
-        return appended.events[-1]
+        return (await self.append_all([event]))[-1]
+
+    async def append_all(self, events: Sequence[Event]) -> list[EventAck]:
+        """Appends ``events`` in order: see ``Session.append_all``."""
+        for kind, data, envelope in events:
+            self.ledger.event(kind, data, **envelope)
+        acks: list[EventAck] = []
+        while self.ledger.unacknowledged:
+            try:
+                appended = await self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
+            except errors.ProblemError as e:
+                if not e.retryable:
+                    self.ledger.refused()
+                raise
+            self.ledger.acknowledged(appended)
+            acks.extend(appended.events)
+        return acks[len(acks) - len(events) :]
 
     async def user_request(self, text: str) -> EventAck:
         """Appends a user's request."""

@@ -61,9 +61,20 @@ def current_call() -> CallInfo:
     return info
 
 
-def default_key(tool: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def named_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments by parameter name (``{"n": 7}`` whether ``f(7)`` or ``f(n=7)``), as the
+    log records them."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return {"args": list(args), "kwargs": kwargs}
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def default_key(tool: str, arguments: dict[str, Any]) -> str:
     """The key of a call named by its tool and arguments."""
-    digest = hashlib.sha256(encode_json([tool, list(args), kwargs]).encode()).hexdigest()
+    digest = hashlib.sha256(encode_json([tool, arguments]).encode()).hexdigest()
     return f"{tool}:{digest[:32]}"
 
 
@@ -103,8 +114,9 @@ def durable_tool(
 
         def plan(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str, str]:
             target = session() if callable(session) and not isinstance(session, (Session, AsyncSession)) else session
-            call_key = key(*args, **kwargs) if key is not None else default_key(tool, args, kwargs)
-            return target, call_key, encode_json({"args": list(args), "kwargs": kwargs})
+            arguments = named_arguments(fn, args, kwargs)
+            call_key = key(*args, **kwargs) if key is not None else default_key(tool, arguments)
+            return target, call_key, encode_json(arguments)
 
         if inspect.iscoroutinefunction(fn):
             async_fn = cast(Callable[..., Awaitable[Any]], fn)
