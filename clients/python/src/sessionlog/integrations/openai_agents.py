@@ -1,0 +1,248 @@
+"""The OpenAI Agents SDK on sessionlog: ``SessionlogSession`` implements the SDK's ``Session``
+protocol over a sessionlog session, so an agent's conversation is the session's log.
+
+Items map to event kinds: a user message is a ``UserRequest``, an assistant message a
+``ModelResponse``, a function call a ``ToolCallRequested`` (its ``call_id`` is the call's
+idempotency key) and its output a ``ToolCallResult``. Any other item (reasoning, hosted tool
+calls) is kept whole, as JSON, in a ``ModelResponse`` whose model names the item's type
+(``openai-agents:item:reasoning``). ``pop_item`` appends an ``EventRetracted`` naming the popped
+item's event, which the fold and the context view honour; the log is never rewritten.
+``clear_session`` retracts every item.
+
+A function tool wrapped by ``SessionlogSession.durable_tool`` records its own request and result
+(see ``sessionlog.tools``), so a harness that crashes mid-call and runs the turn again gets the
+recorded result instead of a second side effect; the SDK's copies of those items are not
+written twice.
+
+    session = SessionlogSession("user-42", AsyncClient(token=TOKEN), writer="support-bot")
+
+    @function_tool
+    @session.durable_tool(effect="Idempotent", key=lambda order: f"refund-{order}")
+    async def refund(order: str) -> str: ...
+
+    await Runner.run(agent, "Refund order 4711", session=session)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+
+from .. import errors
+from ..client import AsyncClient
+from ..models import EffectClass, HistoryEvent, text_of
+from ..session import AsyncSession, Event, model_response, retraction, tool_call, tool_result, user_request
+from ..tools import durable_tool
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+else:
+    TResponseInputItem = dict
+    SessionSettings = Any
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Who the retractions name.
+RETRACTED_BY = "openai-agents:pop_item"
+#: The model name prefix of items kept whole.
+ITEM_MODEL = "openai-agents:item:"
+_ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted"]
+_NAMESPACE = uuid.UUID("5b7e1f5e-2f0c-4c3e-9a55-0c0a5e5510c0")
+
+
+def sessionlog_id(session_id: str) -> str:
+    """The sessionlog session of an SDK session id: the id itself when it is a UUID, else a
+    name-based UUID of it (the same for every process)."""
+    try:
+        return str(uuid.UUID(session_id))
+    except ValueError:
+        return str(uuid.uuid5(_NAMESPACE, session_id))
+
+
+def _text_parts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+class SessionlogSession:
+    """An OpenAI Agents SDK ``Session`` whose items live in a sessionlog session.
+
+    The first call takes the session over as ``writer`` (resume: the next epoch, so a crashed
+    process is fenced, and its tool calls settled), or starts it. ``model`` names assistant
+    messages' model in the log; ``tool_effects`` gives each function tool's effect class
+    (``NonIdempotent`` when not named), which recovery settles an unfinished call by.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        client: AsyncClient,
+        *,
+        writer: str,
+        agent: str | None = None,
+        model: str = "openai-agents",
+        tool_effects: dict[str, EffectClass] | None = None,
+        wait_for: float = 30.0,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings: SessionSettings | None = None
+        self.client = client
+        self.writer_name = writer
+        self.agent = agent or writer
+        self.model = model
+        self.tool_effects = dict(tool_effects or {})
+        self.wait_for = wait_for
+        self._writer: AsyncSession | None = None
+        self._lock = asyncio.Lock()
+        self._durable: set[str] = set()
+        self._durable_calls: set[str] = set()
+
+    @property
+    def writer(self) -> AsyncSession:
+        """The open sessionlog writer (the SDK opens it with its first call)."""
+        if self._writer is None:
+            raise errors.SessionlogError("the session is not open yet: call get_items() (Runner.run does) first")
+        return self._writer
+
+    def durable_tool(
+        self, *, effect: EffectClass, key: Callable[..., str] | None = None, name: str | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Makes an ``async def`` a durable tool of this session (put ``@function_tool`` above it)."""
+
+        def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+            tool = name or fn.__name__
+            self._durable.add(tool)
+            self.tool_effects[tool] = effect
+            return durable_tool(lambda: self.writer, effect=effect, key=key, name=tool)(fn)
+
+        return wrap
+
+    async def open(self) -> AsyncSession:
+        """Takes the session over, or starts it; idempotent."""
+        if self._writer is None:
+            sid = sessionlog_id(self.session_id)
+            try:
+                self._writer = await AsyncSession.resume(self.client, sid, self.writer_name, wait_for=self.wait_for)
+            except errors.UnknownSession:
+                self._writer = await AsyncSession.start(self.client, self.agent, self.session_id, session_id=sid)
+        return self._writer
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The conversation, oldest first (the latest ``limit`` items when given)."""
+        async with self._lock:
+            items = [item for _, item in await self._live_items()]
+        return items[-limit:] if limit is not None and limit > 0 else ([] if limit == 0 else items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Appends items (in requests of at most 128 events)."""
+        async with self._lock:
+            writer = await self.open()
+            events: list[Event] = []
+            for item in items:
+                if item.get("type") == "function_call_output" and writer.ledger.call_with_key(str(item.get("call_id"))) is None:
+                    # Its call may be in this batch: append what came before, so the ledger knows it.
+                    await writer.append_all(events)
+                    events = []
+                event = self._event(writer, dict(item))
+                if event is not None:
+                    events.append(event)
+            await writer.append_all(events)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Retracts the latest item and answers it (``None`` when there is none)."""
+        async with self._lock:
+            live = await self._live_items()
+            if not live:
+                return None
+            seq, item = live[-1]
+            await self.writer.append(retraction(seq, RETRACTED_BY))
+            return item
+
+    async def clear_session(self) -> None:
+        """Retracts every item; the log keeps them (erase the session to destroy their text)."""
+        async with self._lock:
+            live = await self._live_items()
+            await self.writer.append_all([retraction(seq, RETRACTED_BY) for seq, _ in live])
+
+    def _event(self, writer: AsyncSession, item: dict[str, Any]) -> Event | None:
+        kind = str(item.get("type", "message"))
+        # Messages keep their text: a part that is not text (an image, a file) is not recorded.
+        if kind == "message" and item.get("role") == "user":
+            return user_request(_text_parts(item.get("content")))
+        if kind == "message" and item.get("role") == "assistant":
+            return model_response(self.model, _text_parts(item.get("content")))
+        if kind == "function_call":
+            call_id, tool = str(item["call_id"]), str(item["name"])
+            if tool in self._durable:
+                # Its durable wrapper recorded the request (under its own key) before it ran.
+                self._durable_calls.add(call_id)
+                return None
+            effect = self.tool_effects.get(tool, "NonIdempotent")
+            return tool_call(tool, str(item.get("arguments", "")), effect=effect, idempotency_key=call_id)
+        if kind == "function_call_output":
+            call_id = str(item["call_id"])
+            if call_id in self._durable_calls:
+                return None
+            call = writer.ledger.call_with_key(call_id)
+            if call is None:
+                raise errors.SessionlogError(f"function_call_output for call {call_id!r}, whose call is not in the session")
+            output = item.get("output")
+            return tool_result(call, output if isinstance(output, str) else json.dumps(output))
+        return model_response(f"{ITEM_MODEL}{kind}", json.dumps(item, sort_keys=True))
+
+    async def _live_items(self) -> list[tuple[int, TResponseInputItem]]:
+        """Every item the log holds and no retraction withdrew, with its event's seq."""
+        writer = await self.open()
+        last = writer.ledger.next_seq - 1
+        if last < 1:
+            return []
+        await writer.wait_projected(last, self.wait_for)
+        events = [e async for e in self.client.events(writer.session_id, kinds=_ITEM_KINDS, to_seq=last, limit=1000)]
+        writer.ledger.learn(events)
+        retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
+        calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
+        items: list[tuple[int, TResponseInputItem]] = []
+        for event in events:
+            if event.seq in retracted or event.kind == "EventRetracted":
+                continue
+            item = _item(event, calls, self._durable)
+            if item is not None:
+                items.append((event.seq, cast(TResponseInputItem, item)))
+        return items
+
+
+def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
+    data = event.data or {}
+    if event.kind == "UserRequest":
+        return {"role": "user", "content": text_of(data.get("content")) or ""}
+    if event.kind == "ModelResponse":
+        model = str(data.get("model", ""))
+        text = text_of(data.get("content")) or ""
+        if model.startswith(ITEM_MODEL):
+            return cast(dict[str, Any], json.loads(text))
+        return {"role": "assistant", "content": text}
+    if event.kind == "ToolCallRequested":
+        return {
+            "type": "function_call",
+            "call_id": event.idempotency_key or f"call-{event.seq}",
+            "name": str(data.get("tool", "")),
+            "arguments": text_of(data.get("arguments")) or "",
+        }
+    if event.kind == "ToolCallResult":
+        call = calls.get(int(data.get("call_seq", 0)))
+        if call is None:
+            return None
+        output = text_of(data.get("output")) or ""
+        if (call.data or {}).get("tool") in durable and data.get("source") == "Executed":
+            # A durable tool records its value as JSON; the SDK hands a model the text.
+            value = json.loads(output)
+            output = value if isinstance(value, str) else output
+        return {"type": "function_call_output", "call_id": call.idempotency_key or f"call-{call.seq}", "output": output}
+    return None

@@ -1,0 +1,125 @@
+"""The OpenAI Agents SDK session on the real services: items round-trip through the log,
+pop_item and clear_session retract without rewriting it, and an agent killed mid tool call
+resumes in a new process without a second side effect."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import sessionlog
+from counter_service import Counter
+from processes import Harness
+from sessionlog.integrations.openai_agents import SessionlogSession, sessionlog_id
+from stackcorner import StackCorner
+
+USER = {"role": "user", "content": "count the files"}
+CALL = {"type": "function_call", "call_id": "call-7", "name": "ls", "arguments": '{"dir":"."}', "id": "call-7"}
+OUTPUT = {"type": "function_call_output", "call_id": "call-7", "output": "a.txt b.txt"}
+ANSWER = {
+    "id": "msg-1", "type": "message", "role": "assistant", "status": "completed",
+    "content": [{"type": "output_text", "text": "Two files.", "annotations": [], "logprobs": []}],
+}
+REASONING = {"type": "reasoning", "id": "rs-1", "summary": [{"type": "summary_text", "text": "ls first"}]}
+
+
+@pytest.fixture
+async def client(corner: StackCorner, token: str) -> AsyncIterator[sessionlog.AsyncClient]:
+    async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as c:
+        yield c
+
+
+def new_session(client: sessionlog.AsyncClient, name: str | None = None) -> SessionlogSession:
+    return SessionlogSession(name or f"chat-{uuid.uuid4().hex[:8]}", client, writer="py-agents", tool_effects={"ls": "Pure"})
+
+
+@pytest.mark.anyio
+async def test_items_round_trip_through_the_log(client: sessionlog.AsyncClient) -> None:
+    session = new_session(client)
+    assert await session.get_items() == []
+    await session.add_items([USER, CALL, OUTPUT, REASONING, ANSWER])  # type: ignore[list-item]
+    expected: list[dict[str, Any]] = [
+        USER,
+        {k: v for k, v in CALL.items() if k != "id"},
+        OUTPUT,
+        REASONING,
+        {"role": "assistant", "content": "Two files."},
+    ]
+    assert await session.get_items() == expected
+    assert await session.get_items(limit=2) == expected[-2:]
+    # Another process (a new object) takes the session over and reads the same conversation.
+    again = new_session(client, session.session_id)
+    assert await again.get_items() == expected
+    kinds = [e.kind async for e in client.events(sessionlog_id(session.session_id))]
+    assert kinds == ["SessionStarted", "UserRequest", "ToolCallRequested", "ToolCallResult", "ModelResponse", "ModelResponse"]
+
+
+@pytest.mark.anyio
+async def test_pop_and_clear_retract_without_rewriting_the_log(client: sessionlog.AsyncClient) -> None:
+    session = new_session(client)
+    await session.add_items([USER, ANSWER])  # type: ignore[list-item]
+    popped = await session.pop_item()
+    assert popped == {"role": "assistant", "content": "Two files."}
+    assert await session.get_items() == [USER]
+    await session.add_items([{"role": "user", "content": "and the folders?"}])
+    await session.clear_session()
+    assert await session.get_items() == []
+    assert await session.pop_item() is None
+    history = [e async for e in client.events(sessionlog_id(session.session_id))]
+    assert [e.kind for e in history].count("EventRetracted") == 3
+    assert [e.kind for e in history][:3] == ["SessionStarted", "UserRequest", "ModelResponse"], "nothing is rewritten"
+
+
+@pytest.mark.anyio
+async def test_an_agent_run_is_the_sessions_history(client: sessionlog.AsyncClient) -> None:
+    session = new_session(client)
+    runs: list[int] = []
+
+    @function_tool
+    @session.durable_tool(effect="Idempotent", key=lambda n: f"square-{n}")
+    async def square(n: int) -> int:
+        """Squares n."""
+        runs.append(n)
+        return n * n
+
+    model = ScriptedModel([[function_call("square", {"n": 7}, call_id="call-1")], [assistant_message("49")]])
+    agent = Agent(name="math", instructions="Square it.", model=model, tools=[square])
+    result = await Runner.run(agent, "square 7", session=session, run_config=RunConfig(tracing_disabled=True))
+    assert result.final_output == "49" and runs == [7]
+    assert await session.get_items() == [
+        {"role": "user", "content": "square 7"},
+        {"type": "function_call", "call_id": "square-7", "name": "square", "arguments": '{"n":7}'},
+        {"type": "function_call_output", "call_id": "square-7", "output": "49"},
+        {"role": "assistant", "content": "49"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "effect", "point"),
+    [
+        # Done, not recorded: recovery asks the service's resolver and records its answer.
+        ("agent_counter", "Idempotent", "after-effect"),
+        # Recorded as requested, never sent: reissued with its key.
+        ("agent_reissued", "Idempotent", "after-intent"),
+    ],
+)
+def test_a_killed_agent_resumes_without_a_second_side_effect(
+    corner: StackCorner, token: str, counter: tuple[Counter, str], tool: str, effect: str, point: str
+) -> None:
+    name = f"agent-{uuid.uuid4().hex[:8]}"
+    first = Harness("agents_harness.py", corner, token, counter[1], tool, effect, "--session", name, "--hang", point)
+    assert first.next() == {"at": point}
+    first.kill()
+    assert counter[0].total(tool) == (0 if point == "after-intent" else 1)
+    second = Harness("agents_harness.py", corner, token, counter[1], tool, effect, "--session", name, "--resume")
+    done = second.next()
+    second.process.wait(timeout=60)
+    assert done["result"] == "counted", done
+    outputs = [i["output"] for i in done["items"] if i.get("type") == "function_call_output"]
+    assert outputs == [f"{tool} effect #1"], "one call, one result, in the conversation"
+    assert counter[0].total(tool) == 1, "the side effect happened exactly once"
