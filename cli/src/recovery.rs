@@ -381,6 +381,10 @@ fn short_text(event: &HistoryEvent) -> String {
             summary,
             ..
         } => format!("seqs {first_seq}..={last_seq}: {}", text(summary)),
+        SessionEvent::EventRetracted {
+            retracted_seq,
+            retracted_by,
+        } => format!("retracts seq {retracted_seq} ({retracted_by})"),
     };
     one_line(&line, 60)
 }

@@ -242,6 +242,8 @@ pub fn sensitive_fields(
         | E::Checkpoint { .. }
         | E::WriterClaimed { .. }
         | E::SessionForked { .. }
+        // A retraction names a seq and who withdrew it: no text.
+        | E::EventRetracted { .. }
         | E::SessionResumed {} => {}
     }
 }

@@ -232,6 +232,15 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             None,
             None,
         ),
+        (
+            "event_retracted",
+            SessionEvent::EventRetracted {
+                retracted_seq: 2,
+                retracted_by: "openai-agents:pop_item".into(),
+            },
+            None,
+            None,
+        ),
     ];
     events
         .into_iter()

@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 3;
+pub const CURRENT_SCHEMA_VERSION: u32 = 4;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -35,6 +35,7 @@ const KEPT: &[(u32, &str)] = &[
     (1, include_str!("../avro/session-event.v1.avsc")),
     (2, include_str!("../avro/session-event.v2.avsc")),
     (3, include_str!("../avro/session-event.v3.avsc")),
+    (4, include_str!("../avro/session-event.v4.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -489,6 +490,13 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("last_seq", long("last_seq", *last_seq)?),
             field("summarized_by", string(summarized_by)),
             field("summary", content_to_value(summary, c)?),
+        ],
+        E::EventRetracted {
+            retracted_seq,
+            retracted_by,
+        } => vec![
+            field("retracted_seq", long("retracted_seq", *retracted_seq)?),
+            field("retracted_by", string(retracted_by)),
         ],
         E::SessionErased {
             requested_by,
@@ -1218,6 +1226,10 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
             last_seq: f.unsigned("last_seq")?,
             summarized_by: f.string("summarized_by")?,
             summary: f.content("summary", c)?,
+        },
+        "EventRetracted" => E::EventRetracted {
+            retracted_seq: f.unsigned("retracted_seq")?,
+            retracted_by: f.string("retracted_by")?,
         },
         other => return Err(Error::malformed("event", format!("unknown kind {other}"))),
     })

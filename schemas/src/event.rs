@@ -485,11 +485,19 @@ pub enum SessionEvent {
         /// The summary.
         summary: Content,
     },
+    /// Withdraws an earlier event of this session from the conversation (schema v4): the context view
+    /// stops showing it and conversation readers skip it; the log keeps both.
+    EventRetracted {
+        /// The seq of the withdrawn event: an earlier event of this session.
+        retracted_seq: Seq,
+        /// Who withdrew it (a harness, a framework adapter such as `openai-agents:pop_item`).
+        retracted_by: String,
+    },
 }
 
 impl SessionEvent {
     /// Every kind's stable name, in the schema's order (what [`Self::kind`] answers).
-    pub const KINDS: [&'static str; 18] = [
+    pub const KINDS: [&'static str; 19] = [
         "SessionStarted",
         "UserRequest",
         "ModelResponse",
@@ -508,6 +516,7 @@ impl SessionEvent {
         "SessionEnded",
         "SessionErased",
         "ContextSummarized",
+        "EventRetracted",
     ];
 
     /// The event kind's stable name, as in the Avro schema.
@@ -531,6 +540,7 @@ impl SessionEvent {
             Self::SessionEnded { .. } => "SessionEnded",
             Self::SessionErased { .. } => "SessionErased",
             Self::ContextSummarized { .. } => "ContextSummarized",
+            Self::EventRetracted { .. } => "EventRetracted",
         }
     }
 }

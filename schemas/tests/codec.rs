@@ -190,6 +190,10 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                 summary
             }
         ),
+        (small_u64(), text()).prop_map(|(retracted_seq, retracted_by)| E::EventRetracted {
+            retracted_seq,
+            retracted_by
+        }),
     ]
 }
 
@@ -371,6 +375,56 @@ fn a_summary_needs_v3_on_both_sides() {
     assert!(old.is_err(), "{old:?}");
 }
 
+/// A retraction is v4's, as a summary is v3's: a v3 writer refuses it, and a reader of v3
+/// refuses one (the record is dead-lettered) rather than read another kind in its place.
+#[test]
+fn a_retraction_needs_v4_on_both_sides() {
+    let mut e = sample();
+    e.seq = 9;
+    e.event = SessionEvent::EventRetracted {
+        retracted_seq: 8,
+        retracted_by: "openai-agents:pop_item".into(),
+    };
+    for older in [1, 2, 3] {
+        e.schema_version = older;
+        assert!(
+            matches!(
+                encode_body_for_version(older, &e),
+                Err(Error::Unrepresentable { version, .. }) if version == older
+            ),
+            "a v{older} writer wrote a retraction"
+        );
+    }
+    e.schema_version = 4;
+    let body = encode_body(&e).expect("encodes");
+    assert_eq!(decode_body(&body).expect("decodes"), e);
+    let current = BodyDecoder::for_version(4).expect("v4 decoder");
+    for older in [1, 2, 3] {
+        let refused = current
+            .decode_value_as(&body, older)
+            .expect_err(&format!("a v{older} reader read a retraction"));
+        assert!(
+            matches!(refused, Error::Malformed { .. }) && !refused.is_retriable(),
+            "v{older}: {refused:?}"
+        );
+        assert!(
+            refused.to_string().contains("EventRetracted"),
+            "v{older}: {refused}"
+        );
+    }
+    // A summary (v3) still reads with a v3 reader from a v4 body.
+    e.event = SessionEvent::ContextSummarized {
+        first_seq: 1,
+        last_seq: 3,
+        summarized_by: "summariser".into(),
+        summary: Content::plain("what happened"),
+    };
+    let body = encode_body(&e).expect("encodes");
+    current
+        .decode_value_as(&body, 3)
+        .expect("a v3 reader reads a summary a v4 writer wrote");
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -432,8 +486,8 @@ fn v1_can_carry(e: &EventEnvelope) -> bool {
             | E::SessionPaused { reason }
             | E::SessionEnded { reason, .. } => opt_plain(reason),
             E::ResolutionRequired { reason, .. } => plain(reason),
-            // A kind of v3: no older version has a branch for it.
-            E::ContextSummarized { .. } => false,
+            // Kinds of v3 and v4: no older version has a branch for them.
+            E::ContextSummarized { .. } | E::EventRetracted { .. } => false,
             E::UserRequest { .. }
             | E::ToolCallRequested { .. }
             | E::SteeringMessage { .. }
@@ -490,6 +544,11 @@ fn fit_v1(e: &mut EventEnvelope) {
             let mut plan = summary.clone();
             unseal(&mut plan);
             e.event = E::PlanUpdated { plan };
+        }
+        E::EventRetracted { retracted_by, .. } => {
+            e.event = E::WriterClaimed {
+                writer: retracted_by.clone(),
+            };
         }
         _ => {}
     }

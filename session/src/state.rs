@@ -192,6 +192,10 @@ pub struct SessionState {
     /// Operators' records of in-doubt calls, by call seq (left out while empty, as above).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub operator_results: BTreeMap<Seq, OperatorResult>,
+    /// Events withdrawn from the conversation by an `EventRetracted`: the withdrawn seq, to
+    /// the seq of the retraction (left out while empty, as above). The log keeps both.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retracted: BTreeMap<Seq, Seq>,
     /// Paused and not resumed.
     pub paused: bool,
     /// How it ended, once it has.
@@ -241,6 +245,7 @@ impl SessionState {
             pending_approvals: BTreeMap::new(),
             decided_approvals: BTreeMap::new(),
             operator_results: BTreeMap::new(),
+            retracted: BTreeMap::new(),
             paused: false,
             terminal: None,
             erased: false,
@@ -409,6 +414,11 @@ impl SessionState {
         Verdict::Accepted
     }
 
+    /// Whether an `EventRetracted` withdrew the event at `seq`.
+    pub fn is_retracted(&self, seq: Seq) -> bool {
+        self.retracted.contains_key(&seq)
+    }
+
     /// Kind-specific rules: results, resolutions and decisions must refer to something open.
     fn judge_kind(&self, event: &SessionEvent) -> Verdict {
         use SessionEvent as E;
@@ -471,6 +481,32 @@ impl SessionState {
                 reject_invalid(format!(
                     "a summary covers a range within seqs 1..={}: got {first_seq}..={last_seq}",
                     self.last_seq
+                ))
+            }
+            // A retraction names an event this session already holds (judge_sequenced made
+            // this event's seq `last_seq + 1`), once; a retraction is itself never withdrawn,
+            // so what the view shows never depends on undoing an undo.
+            E::EventRetracted { retracted_seq, .. }
+                if *retracted_seq == 0 || *retracted_seq > self.last_seq =>
+            {
+                reject_invalid(format!(
+                    "a retraction names an earlier event of this session, seq 1..={}: got {retracted_seq}",
+                    self.last_seq
+                ))
+            }
+            E::EventRetracted { retracted_seq, .. }
+                if self.retracted.contains_key(retracted_seq) =>
+            {
+                reject_invalid(format!(
+                    "seq {retracted_seq} is already retracted (by seq {})",
+                    self.retracted[retracted_seq]
+                ))
+            }
+            E::EventRetracted { retracted_seq, .. }
+                if self.retracted.values().any(|by| by == retracted_seq) =>
+            {
+                reject_invalid(format!(
+                    "seq {retracted_seq} is a retraction; a retraction cannot be retracted"
                 ))
             }
             E::ModelResponse {
@@ -653,6 +689,11 @@ impl SessionState {
             }
             // Only the context view keeps summaries (crate::context); the state has no use for them.
             E::ContextSummarized { .. } => {}
+            // The withdrawn event stays a fact: its totals, and a tool call it requested (a
+            // side effect may have happened), stay as they are. The context view drops it.
+            E::EventRetracted { retracted_seq, .. } => {
+                self.retracted.insert(*retracted_seq, e.seq);
+            }
         }
     }
 }

@@ -298,6 +298,129 @@ fn nothing_but_erasure_follows_the_end() {
     assert_eq!(state.status(), SessionStatus::Erased);
 }
 
+/// A request to pay: a side effect that may have happened.
+fn pay() -> SessionEvent {
+    SessionEvent::ToolCallRequested {
+        tool: "pay".into(),
+        arguments: Content::plain("$5"),
+        effect: EffectClass::NonIdempotent,
+    }
+}
+
+fn retract(retracted_seq: u64) -> SessionEvent {
+    SessionEvent::EventRetracted {
+        retracted_seq,
+        retracted_by: "openai-agents:pop_item".into(),
+    }
+}
+
+fn invalid_reason(v: &Verdict) -> String {
+    match v {
+        Verdict::Rejected(Rejection::Invalid(reason)) => reason.clone(),
+        other => panic!("expected an invalid rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_retraction_names_an_earlier_event_once() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("first")),
+        ev(3, 1, 0, user("second")),
+        // Itself, a future seq and seq 0: nothing this session holds before it.
+        ev(4, 1, 1, retract(4)),
+        ev(4, 1, 2, retract(9)),
+        ev(4, 1, 3, retract(0)),
+        ev(4, 1, 0, retract(3)),
+        ev(5, 1, 1, retract(3)),
+        // The retraction itself cannot be withdrawn.
+        ev(5, 1, 2, retract(4)),
+        ev(5, 1, 0, retract(2)),
+    ]);
+    for i in [3, 4, 5] {
+        let reason = invalid_reason(&verdicts[i]);
+        assert!(reason.contains("earlier event"), "{reason}");
+        assert!(reason.contains("1..=3"), "{reason}");
+    }
+    assert!(verdicts[6].is_accepted(), "{:?}", verdicts[6]);
+    let reason = invalid_reason(&verdicts[7]);
+    assert!(reason.contains("already retracted (by seq 4)"), "{reason}");
+    let reason = invalid_reason(&verdicts[8]);
+    assert!(reason.contains("cannot be retracted"), "{reason}");
+    assert!(verdicts[9].is_accepted(), "{:?}", verdicts[9]);
+    assert_eq!(state.last_seq, 5);
+    assert_eq!(
+        state.retracted,
+        std::collections::BTreeMap::from([(2, 5), (3, 4)])
+    );
+    assert!(state.is_retracted(3) && !state.is_retracted(4));
+    assert!(
+        state
+            .canonical_json()
+            .contains(r#""retracted":{"2":5,"3":4}"#)
+    );
+}
+
+#[test]
+fn a_retraction_leaves_pending_calls_and_totals_alone() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, model_response(10, 5, 7)),
+        ev(3, 1, 0, pay()),
+        ev(4, 1, 0, retract(3)),
+        ev(5, 1, 0, retract(2)),
+        ev(
+            6,
+            1,
+            0,
+            SessionEvent::ToolCallResult {
+                call_seq: 3,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain("paid"),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            },
+        ),
+    ]);
+    assert!(verdicts.iter().all(Verdict::is_accepted), "{verdicts:?}");
+    // The call was a fact while it was pending, and its result still answers it.
+    assert!(state.pending_calls.is_empty());
+    assert_eq!((state.tool_calls, state.model_calls), (1, 1));
+    assert_eq!(
+        (state.tokens_in, state.tokens_out, state.cost_micros),
+        (10, 5, 7)
+    );
+
+    let (state, _) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, pay()),
+        ev(3, 1, 0, retract(2)),
+    ]);
+    assert!(state.pending_calls.contains_key(&2));
+}
+
+#[test]
+fn a_retraction_after_the_end_is_refused_and_a_session_without_one_keeps_its_digest() {
+    let (_, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("hi")),
+        ev(
+            3,
+            1,
+            0,
+            SessionEvent::SessionEnded {
+                outcome: TerminalOutcome::Completed,
+                reason: None,
+            },
+        ),
+        ev(4, 1, 0, retract(2)),
+    ]);
+    assert_eq!(verdicts[3], Verdict::Rejected(Rejection::AfterTerminal));
+    let (state, _) = apply_all(&[ev(1, 1, 0, started()), ev(2, 1, 0, user("hi"))]);
+    assert!(!state.canonical_json().contains("retracted"));
+}
+
 #[test]
 fn the_digest_names_the_events_not_just_their_effect() {
     let log = [ev(1, 1, 0, started()), ev(2, 1, 0, user("hi"))];
@@ -355,6 +478,8 @@ enum Step {
     Claim(usize),
     /// Writer `w` skips a seq (a bug or a lost event).
     Skip(usize),
+    /// Writer `w` retracts the `i`-th seq before its next (accepted or not, as the fold says).
+    Retract(usize, u64),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -363,6 +488,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..3usize, 0..50usize).prop_map(|(w, i)| Step::Retry(w, i)),
         1 => (0..3usize).prop_map(Step::Claim),
         1 => (0..3usize).prop_map(Step::Skip),
+        1 => (0..3usize, 0..50u64).prop_map(|(w, i)| Step::Retract(w, i)),
     ]
 }
 
@@ -405,6 +531,13 @@ fn log_of(steps: &[Step]) -> Vec<EventEnvelope> {
                 log.push(ev(wr.next, wr.epoch, salt, claim(&format!("w{w}"))));
             }
             Step::Skip(w) => writers[w].next += 1,
+            Step::Retract(w, i) => {
+                let wr = &mut writers[w];
+                let e = ev(wr.next, wr.epoch, salt, retract(i % wr.next));
+                wr.next += 1;
+                wr.sent.push(e.clone());
+                log.push(e);
+            }
         }
     }
     log
