@@ -211,6 +211,15 @@ pub struct LeftOut {
     /// Summaries a later summary covers, whole: it stands for them and their range.
     #[serde(default)]
     pub superseded_summaries: u64,
+    /// Turns the view showed until an `EventRetracted` withdrew them (schema v4; left out
+    /// while 0, so views of sessions without a retraction keep their bytes). The turn and its
+    /// retraction both stay in the log and in range reads.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retracted_turns: u64,
+    /// Summaries the view showed until an `EventRetracted` withdrew them: what one covered
+    /// stays referenced by its range, as an older range (left out while 0, as above).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retracted_summaries: u64,
     /// Turns whose text was cut.
     pub truncated_turns: u64,
     /// Whether the session's payloads were erased (texts removed, skeleton kept).
@@ -271,6 +280,11 @@ pub enum TurnChange {
         first_seq: Seq,
         /// Last seq covered.
         last_seq: Seq,
+    },
+    /// A retraction withdrew the turn at this seq from the recent turns.
+    Retracted {
+        /// The withdrawn turn's seq.
+        seq: Seq,
     },
 }
 
@@ -380,6 +394,14 @@ impl ContextWindow {
                     first_seq: *first_seq,
                     last_seq: *last_seq,
                 };
+            }
+            E::EventRetracted { retracted_seq, .. } => {
+                *self
+                    .left_out
+                    .by_kind
+                    .entry(event.event.kind().into())
+                    .or_default() += 1;
+                return self.retract(*retracted_seq);
             }
             E::SessionErased { .. } => {
                 // The data key is gone: the view keeps the skeleton, not the words.
@@ -502,6 +524,34 @@ impl ContextWindow {
         }
     }
 
+    /// Withdraws the turn or summary at `seq` (an `EventRetracted`'s target) from the view. A
+    /// turn that already left the recent turns stays inside its summary's or older range (the
+    /// range reads back with the retraction); any other event was never shown.
+    fn retract(&mut self, seq: Seq) -> TurnChange {
+        if let Some(at) = self.recent.iter().position(|t| t.seq == seq) {
+            self.recent.remove(at);
+            self.left_out.retracted_turns += 1;
+            return TurnChange::Retracted { seq };
+        }
+        if let Some(at) = self.summaries.iter().position(|s| s.turn.seq == seq) {
+            // The covered turns left the view for this summary, so its range stays referenced:
+            // a reference to turns now, not to the withdrawn summary.
+            let old = self.summaries.remove(at);
+            self.left_out.retracted_summaries += 1;
+            self.push_older(OlderRange {
+                first_seq: old.first_seq,
+                last_seq: old.last_seq,
+                turns: old.covered,
+                summary_seq: None,
+            });
+        }
+        // A summary evicted earlier: its range now stands for turns, not for the summary.
+        for r in self.older.iter_mut().filter(|r| r.summary_seq == Some(seq)) {
+            r.summary_seq = None;
+        }
+        TurnChange::None
+    }
+
     /// Whether a summary's range (kept, or evicted to a reference) starts between `a` and `b`.
     fn summary_starts_between(&self, a: Seq, b: Seq) -> bool {
         let kept = self.summaries.iter().map(|s| s.first_seq);
@@ -571,6 +621,10 @@ impl Turn {
         }
         self
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A text cut to `chars` characters, and whether it was cut.
@@ -670,10 +724,9 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_summary_replaces_the_turns_it_covers_and_keeps_their_range() {
-        let mut w = ContextWindow::default();
-        for seq in 1..=10 {
+    /// Folds a user request at each of `seqs`.
+    fn user_turns(w: &mut ContextWindow, seqs: std::ops::RangeInclusive<Seq>) {
+        for seq in seqs {
             w.apply(&event(
                 seq,
                 SessionEvent::UserRequest {
@@ -681,6 +734,12 @@ mod tests {
                 },
             ));
         }
+    }
+
+    #[test]
+    fn a_summary_replaces_the_turns_it_covers_and_keeps_their_range() {
+        let mut w = ContextWindow::default();
+        user_turns(&mut w, 1..=10);
         let change = w.apply(&summary(11, 3, 7));
         assert_eq!(
             change,
@@ -811,6 +870,57 @@ mod tests {
         assert!((2..=14).all(|seq| w.reaches(seq)));
     }
 
+    fn retraction(seq: Seq, retracted_seq: Seq) -> EventEnvelope {
+        event(
+            seq,
+            SessionEvent::EventRetracted {
+                retracted_seq,
+                retracted_by: "openai-agents:pop_item".into(),
+            },
+        )
+    }
+
+    /// A retracted turn leaves the recent turns and is counted; a retracted summary leaves the
+    /// view and its range stays referenced; a retraction of anything else shows nothing new.
+    #[test]
+    fn a_retraction_withdraws_a_turn_or_a_summary_and_keeps_every_range() {
+        let mut w = ContextWindow::default();
+        user_turns(&mut w, 1..=6);
+        assert_eq!(w.apply(&retraction(7, 6)), TurnChange::Retracted { seq: 6 });
+        let seqs: Vec<Seq> = w.recent.iter().map(|t| t.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
+        assert_eq!(w.left_out.retracted_turns, 1);
+        assert_eq!(w.left_out.by_kind.get("EventRetracted"), Some(&1));
+
+        w.apply(&summary(8, 1, 3));
+        assert_eq!(w.apply(&retraction(9, 8)), TurnChange::None);
+        assert!(w.summaries.is_empty(), "{:?}", w.summaries);
+        assert_eq!(w.left_out.retracted_summaries, 1);
+        let older: Vec<(Seq, Seq, Option<Seq>)> = w
+            .older
+            .iter()
+            .map(|r| (r.first_seq, r.last_seq, r.summary_seq))
+            .collect();
+        assert_eq!(older, [(1, 3, None)]);
+        assert!((1..=5).all(|seq| w.reaches(seq)));
+
+        // A retraction (seq 7) is not a turn: nothing the view shows changes.
+        let before = w.clone();
+        assert_eq!(w.apply(&retraction(10, 7)), TurnChange::None);
+        assert_eq!(
+            (w.recent.clone(), w.older.clone()),
+            (before.recent, before.older)
+        );
+        assert_eq!(w.left_out.retracted_turns, 1);
+    }
+
+    /// A view without retractions serialises as it did before schema v4.
+    #[test]
+    fn left_out_without_retractions_keeps_its_bytes() {
+        let json = serde_json::to_string(&LeftOut::default()).expect("json");
+        assert!(!json.contains("retracted"), "{json}");
+    }
+
     /// The example in the README's "The context view", exactly.
     #[test]
     fn the_readme_example() {
@@ -878,29 +988,45 @@ mod tests {
 
     proptest::proptest! {
         /// Every turn the view leaves out stays reachable from it, by a summary's range or an
-        /// older range, whatever the policy and wherever summaries fall.
+        /// older range, or was retracted, whatever the policy and wherever summaries and
+        /// retractions fall; and no retracted turn or summary is shown.
         #[test]
         fn every_turn_left_out_is_reachable(
             recent_turns in 1usize..6,
             summaries in 1usize..4,
-            steps in proptest::collection::vec((0u8..4, 0u64..40, 0u64..40), 1..400),
+            steps in proptest::collection::vec((0u8..6, 0u64..40, 0u64..40), 1..400),
         ) {
             let policy = ContextPolicy { recent_turns, summaries, ..ContextPolicy::default() };
             let mut w = ContextWindow::new(policy);
             let mut turns = Vec::new();
+            // Retracted seq -> the retraction's seq, as the fold keeps them.
+            let mut retracted: BTreeMap<Seq, Seq> = BTreeMap::new();
             let mut seq = 0;
             for (what, a, b) in steps {
                 seq += 1;
-                let e = match what {
-                    0 if seq > 1 => {
+                // A retraction as the fold accepts one: an earlier seq, not yet retracted,
+                // not itself a retraction (found from `a` backwards, mostly recent seqs).
+                let target = (1..seq)
+                    .rev()
+                    .skip(a as usize % seq as usize)
+                    .find(|s| !retracted.contains_key(s) && !retracted.values().any(|by| by == s));
+                let e = match (what, target) {
+                    (0, _) if seq > 1 => {
                         // A summary of a range within what the session holds.
                         let (x, y) = ((seq - 1).min(a + 1), (seq - 1).min(b + 1));
                         summary(seq, x.min(y), x.max(y))
                     }
-                    1 => event(seq, SessionEvent::Checkpoint {
+                    (1, _) => event(seq, SessionEvent::Checkpoint {
                         state_digest: String::new(),
                         workspace_revision: None,
                     }),
+                    (2, Some(target)) => {
+                        retracted.insert(target, seq);
+                        event(seq, SessionEvent::EventRetracted {
+                            retracted_seq: target,
+                            retracted_by: "test".into(),
+                        })
+                    }
                     _ => {
                         turns.push(seq);
                         event(seq, SessionEvent::UserRequest { content: Content::plain("t") })
@@ -912,8 +1038,23 @@ mod tests {
                 proptest::prop_assert!(w.older.len() <= OLDER_RANGES);
             }
             for t in turns {
-                proptest::prop_assert!(w.reaches(t), "turn {} unreachable: {:?}", t, w);
+                proptest::prop_assert!(
+                    w.reaches(t) || retracted.contains_key(&t),
+                    "turn {} unreachable: {:?}", t, w
+                );
             }
+            for t in &w.recent {
+                proptest::prop_assert!(!retracted.contains_key(&t.seq), "retracted turn {} shown", t.seq);
+            }
+            for s in &w.summaries {
+                proptest::prop_assert!(!retracted.contains_key(&s.turn.seq), "retracted summary {} shown", s.turn.seq);
+            }
+            let withdrawn = w.left_out.retracted_turns + w.left_out.retracted_summaries;
+            proptest::prop_assert!(withdrawn <= retracted.len() as u64);
+            proptest::prop_assert_eq!(
+                w.left_out.by_kind.get("EventRetracted").copied().unwrap_or(0),
+                retracted.len() as u64
+            );
         }
     }
 }

@@ -189,6 +189,10 @@ pub(crate) struct ContextRow {
     summaries: MaybeUnset<String>,
     policy: MaybeUnset<String>,
     write_timestamp: i64,
+    /// Not a column: whether the view's summaries have so far only gained newer ones (no
+    /// retraction withdrew one), which is what lets an unchanged `summaries` go unset.
+    #[scylla(skip)]
+    summaries_one_way: bool,
 }
 
 /// Unsets each listed column of `row` whose value equals the one in `written`.
@@ -246,6 +250,7 @@ impl ContextRow {
             summaries: Set(to_json(&window.summaries)),
             policy: Set(to_json(&window.policy)),
             write_timestamp: window.applied_offset,
+            summaries_one_way: window.left_out.retracted_summaries == 0,
         }
     }
 }
@@ -254,8 +259,13 @@ impl Rewritten for ContextRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
         // Not `older_ranges` or `first_turn_seq`: a summary can take a range or every recent
         // turn out again, back to an earlier value. Summaries only ever gain a newer one (or
-        // lose their texts, once); the policy is set when the session starts.
-        unset_unchanged!(self, written: recent_turns, left_out, summaries, policy);
+        // lose their texts, once) until a retraction withdraws one, which can take them back
+        // to an earlier value: from then on they are always sent. The policy is set when the
+        // session starts.
+        unset_unchanged!(self, written: recent_turns, left_out, policy);
+        if self.summaries_one_way {
+            unset_unchanged!(self, written: summaries);
+        }
         self
     }
 }
@@ -306,7 +316,7 @@ pub(crate) enum Table {
     ContextView,
     ContextTurns,
     ErasedTurns,
-    /// The turns a summary replaced, by seq range.
+    /// The turns a summary replaced (or a retraction withdrew), by seq range.
     SummarizedTurns,
     /// Every checkpoint row of an erased session.
     ErasedCheckpoints,
@@ -562,9 +572,10 @@ impl CqlRow {
         Self::new(Table::ContextView, changes(row, &mut written.context))
     }
 
-    /// The `context_turns` rows an event at `offset` changed: the turn it added, or, when it
-    /// erased the session, a deletion of every turn (older ones included) and the window's
-    /// turns again without their text. Each turn is written once, so a batch costs what its
+    /// The `context_turns` rows an event at `offset` changed: the turn it added, the turns a
+    /// summary or a retraction took out of the window, or, when it erased the session, a
+    /// deletion of every turn (older ones included) and the window's turns again without
+    /// their text. Each turn is written once, so a batch costs what its
     /// events add, not the whole window again. Write timestamps are offsets, the rewrite's one
     /// above the deletion's, so writing these again after a crash changes nothing. Absent
     /// values stay unset rather than null: a turn row is only ever written over its deletion,
@@ -607,6 +618,12 @@ impl CqlRow {
             } => vec![Self::new(
                 Table::SummarizedTurns,
                 (offset, session.0, to_i64(first_seq), to_i64(last_seq)),
+            )],
+            // The same deletion for the one turn a retraction withdrew, at the retraction's
+            // offset, so the stored window loads without it.
+            TurnChange::Retracted { seq } => vec![Self::new(
+                Table::SummarizedTurns,
+                (offset, session.0, to_i64(seq), to_i64(seq)),
             )],
             TurnChange::Erased => {
                 std::iter::once(Self::new(Table::ErasedTurns, (offset, session.0)))
@@ -748,7 +765,9 @@ mod tests {
 
     /// A summary can empty the window, so the first turn can go back to an earlier value: a
     /// stale write from an instance that lost the partition could then outlive an unset cell
-    /// (review of the context-offloading change).
+    /// (review of the context-offloading change). A retraction can take the summaries back to
+    /// an earlier value too ([A] → [A, B] → [A]): once one withdrew a summary, they are sent
+    /// every time.
     #[test]
     fn a_context_row_always_sends_what_a_summary_can_take_back() {
         let state = SessionState::empty(SessionId(Uuid::now_v7()));
@@ -760,6 +779,28 @@ mod tests {
         assert!(is_set(&again.first_turn_seq), "first_turn_seq left unset");
         assert!(is_set(&again.older_ranges), "older_ranges left unset");
         assert!(!is_set(&again.policy), "the policy is set once");
+        assert!(!is_set(&again.summaries), "unchanged summaries sent");
+        window.left_out.retracted_summaries = 1;
+        let _ = changes(ContextRow::of(&window, &state), &mut written);
+        let again = changes(ContextRow::of(&window, &state), &mut written);
+        assert!(
+            is_set(&again.summaries),
+            "summaries left unset after a retraction"
+        );
+    }
+
+    /// A retracted turn's row is deleted at the retraction's offset, like a summary's turns.
+    #[test]
+    fn a_retracted_turn_is_deleted_at_the_retractions_offset() {
+        let session = SessionId(Uuid::now_v7());
+        let rows = CqlRow::turns(
+            session,
+            &ContextWindow::default(),
+            TurnChange::Retracted { seq: 8 },
+            41,
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].table, Table::SummarizedTurns);
     }
 
     #[test]
