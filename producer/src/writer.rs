@@ -689,6 +689,18 @@ impl SessionWriter {
         .await
     }
 
+    /// Appends a retraction of this session's event at `retracted_seq`, by `retracted_by` (a
+    /// harness, or an adapter such as `openai-agents:pop_item`): the context view stops showing
+    /// it; the log and range reads keep both. The fold refuses a seq that is not an earlier
+    /// event, one already retracted, or a retraction.
+    pub async fn retract(&mut self, retracted_seq: Seq, retracted_by: &str) -> Result<Appended> {
+        self.append(SessionEvent::EventRetracted {
+            retracted_seq,
+            retracted_by: retracted_by.into(),
+        })
+        .await
+    }
+
     fn envelope(
         &self,
         seq: Seq,
