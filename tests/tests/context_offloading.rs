@@ -1,19 +1,24 @@
 //! Context offloading on the real stack: summaries shown in place of the turns they cover,
 //! every turn the view leaves out readable again by range, the policy chosen by agent name and
-//! recorded in the view, and forks that inherit their parent's view at the fork point (at a
-//! checkpoint and at a seq).
+//! recorded in the view, forks that inherit their parent's view at the fork point (at a
+//! checkpoint and at a seq), and retractions (`EventRetracted`, over HTTP) that withdraw a
+//! turn from the view while the log and range reads keep both.
 //!
 //! The projector runs as a separate `sessionlog project` process given the same `[context]`
 //! policies as the test's `Recovery`.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::context::ResumeContext;
 use sessionlog_recovery::{EventRange, ForkAt, Recovery};
 use sessionlog_schemas::{Content, Seq, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextPolicy};
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::{TestStack, all_pages};
+use sessionlog_tests::ingest::{IngestInstance, user_request};
+use sessionlog_tests::projector::{
+    assert_same_tables, event_log, replay_into, store, wait_caught_up,
+};
+use sessionlog_tests::{ServedProcess, TestStack, all_pages, sessionlog_bin};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -290,5 +295,184 @@ async fn a_parent_erased_after_the_fork_leaves_its_child_no_text() -> Result<()>
         inherited.turns
     );
     ensure!(inherited.plan.as_deref() != Some("the parent's plan"));
+    Ok(())
+}
+
+/// An `EventRetracted` event of an append request.
+fn retraction(seq: Seq, retracted_seq: Seq) -> Value {
+    json!({
+        "seq": seq,
+        "event_id": uuid::Uuid::now_v7(),
+        "kind": "EventRetracted",
+        "data": { "retracted_seq": retracted_seq, "retracted_by": "openai-agents:pop_item" },
+    })
+}
+
+/// The seqs of the turns a resume context (JSON) shows.
+fn turn_seqs(context: &Value) -> Result<Vec<u64>> {
+    context["turns"]
+        .as_array()
+        .context("no turns in the context")?
+        .iter()
+        .map(|t| t["seq"].as_u64().context("a turn without a seq"))
+        .collect()
+}
+
+/// `Session.pop_item()` of the OpenAI Agents SDK integration, over HTTP: the retracted turn
+/// leaves the projected view and the resume context, the range read keeps both events, and
+/// a retraction of a future or an already retracted seq is refused with nothing appended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retraction_over_http_withdraws_the_turn_and_the_log_keeps_both() -> Result<()> {
+    let stack = stack("ctx_retract").await?;
+    let _projector = stack.spawn_projector()?;
+    let ingest = IngestInstance::start(&stack).await?;
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let http = sessionlog_tests::auth::client()?;
+
+    let (status, created) = ingest
+        .post("/v1/sessions", json!({"agent": "narrow"}))
+        .await?;
+    ensure!(status == 201, "create: {status} {created}");
+    let session = created["session_id"]
+        .as_str()
+        .context("no session_id")?
+        .to_string();
+    let events = format!("/v1/sessions/{session}/events");
+    let append = |events_json: Vec<Value>| {
+        let body = json!({"epoch": 1, "events": events_json});
+        ingest.post(&events, body)
+    };
+    let turns: Vec<Value> = (2..=4)
+        .map(|seq| user_request(seq, &uuid::Uuid::now_v7(), &format!("turn {seq}")))
+        .collect();
+    let (status, answer) = append(turns).await?;
+    ensure!(status == 200, "turns: {status} {answer}");
+    let (status, answer) = append(vec![retraction(5, 4)]).await?;
+    ensure!(status == 200, "the retraction: {status} {answer}");
+
+    // A future seq, the same seq again, and the retraction itself: refused, nothing appended.
+    for (retracted, why) in [
+        (9, "earlier event"),
+        (4, "already retracted"),
+        (5, "cannot be retracted"),
+    ] {
+        let (status, problem) = append(vec![retraction(6, retracted)]).await?;
+        ensure!(
+            status == 422 && problem["code"] == "invalid_event",
+            "retracting seq {retracted}: {status} {problem}"
+        );
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        ensure!(
+            detail.contains(why),
+            "retracting seq {retracted}: {problem}"
+        );
+    }
+    // Seq 6 is still free.
+    let (status, answer) = append(vec![user_request(6, &uuid::Uuid::now_v7(), "turn 6")]).await?;
+    ensure!(status == 200, "turn 6: {status} {answer}");
+
+    // The projector's view and its stored turn rows no longer hold seq 4.
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let id: SessionId = session.parse()?;
+    let stored = store
+        .load_context(id)
+        .await?
+        .context("the projector stored no view")?;
+    let stored_seqs: Vec<Seq> = stored.recent.iter().map(|t| t.seq).collect();
+    ensure!(stored_seqs == [2, 3, 6], "projected turns {stored_seqs:?}");
+    ensure!(
+        stored.left_out.retracted_turns == 1,
+        "{:?}",
+        stored.left_out
+    );
+
+    // The resume context over HTTP: without the retracted turn, and saying one was retracted.
+    let response = http
+        .post(format!("{}/v1/sessions/{session}/resume", recovery.base))
+        .json(&json!({"writer": "harness-2"}))
+        .send()
+        .await?;
+    let status = response.status();
+    let bundle: Value = response.json().await?;
+    ensure!(status == 200, "resume: {status} {bundle}");
+    let context = &bundle["context"];
+    ensure!(
+        turn_seqs(context)? == [2, 3, 6],
+        "resumed turns: {}",
+        context["turns"]
+    );
+    let texts: Vec<&str> = context["turns"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["text"].as_str())
+        .collect();
+    ensure!(texts == ["turn 2", "turn 3", "turn 6"], "texts {texts:?}");
+    ensure!(
+        context["left_out"]["retracted_turns"] == 1
+            && context["left_out"]["by_kind"]["EventRetracted"] == 1,
+        "left_out: {}",
+        context["left_out"]
+    );
+    ensure!(
+        bundle["state"]["retracted"] == json!({"4": 5}),
+        "state: {}",
+        bundle["state"]
+    );
+
+    // The range read keeps the turn and its retraction.
+    let response = http
+        .get(format!(
+            "{}/v1/sessions/{session}/events?from_seq=4&to_seq=5",
+            recovery.base
+        ))
+        .send()
+        .await?;
+    let status = response.status();
+    let page: Value = response.json().await?;
+    ensure!(status == 200, "range read: {status} {page}");
+    let read: Vec<(u64, &str)> = page["events"]
+        .as_array()
+        .context("no events")?
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap_or(0),
+                e["kind"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    ensure!(
+        read == [(4, "UserRequest"), (5, "EventRetracted")],
+        "range read: {read:?}"
+    );
+    let withdrawn = &page["events"][1]["event"]["EventRetracted"];
+    ensure!(
+        *withdrawn == json!({"retracted_seq": 4, "retracted_by": "openai-agents:pop_item"}),
+        "the retraction read back as {withdrawn}"
+    );
+
+    // `sessionlog events` names what the retraction withdrew.
+    let output = std::process::Command::new(sessionlog_bin()?)
+        .args(["events", &session, "--from", "5", "--to", "5"])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .output()?;
+    let printed = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() || !printed.contains("retracts seq 4") {
+        bail!(
+            "sessionlog events: {} {printed} {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    // A replay gives the projector's tables, the retracted turn's deleted row included.
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let live = &stack.settings.cql.keyspace;
+    let fresh = format!("{live}_r");
+    replay_into(&stack, &fresh).await?;
+    assert_same_tables(&store, live, &fresh).await?;
     Ok(())
 }
