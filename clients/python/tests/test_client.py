@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -154,7 +155,57 @@ async def test_the_async_client_resumes_a_session(corner: StackCorner, token: st
         assert [(d.seq, d.action) for d in resumed.bundle.in_doubt] == [(call.seq, "RunAgain")]
         with pytest.raises(errors.Fenced):
             await first.user_request("the old writer")
-        await resumed.tool_result(resumed.ledger.plan("search", "search:q")[1] or call, "found")
+        kind, doubt = resumed.ledger.plan("search", "search:q")
+        assert kind == "settle" and doubt is not None and doubt.seq == call.seq
+        await resumed.tool_result(doubt, "found")
         end = await resumed.close("Completed")
         view = await c.session(first.session_id)
         assert view.state["last_seq"] == end.seq and not view.state["pending_calls"]
+
+
+def after_an_outage(c: sessionlog.Client, transport: Outage) -> sessionlog.Session:
+    """A session whose user request an outage left unanswered (past the client's retries)."""
+    session = sessionlog.Session.start(c, "py-client", "after an outage")
+    transport.down = True
+    with pytest.raises(errors.TransportError):
+        session.user_request("during the outage")
+    transport.down = False
+    return session
+
+
+def test_a_checkpoint_sends_what_an_outage_left_unanswered_first(corner: StackCorner, token: str) -> None:
+    transport = Outage()
+    with client(corner, token, transport=transport, retry_for=0.3) as c:
+        session = after_an_outage(c, transport)
+        checkpoint = session.checkpoint()
+        ack = session.model_response("m-1", "after it")
+        history = projected(c, session.session_id, ack.seq)
+        assert [e.kind for e in history[1:]] == ["UserRequest", "Checkpoint", "ModelResponse"]
+        assert checkpoint.seq == history[2].seq
+
+
+def test_a_refused_event_does_not_take_the_backlog_with_it(corner: StackCorner, token: str) -> None:
+    transport = Outage()
+    with client(corner, token, transport=transport, retry_for=0.3) as c:
+        session = after_an_outage(c, transport)
+        with pytest.raises(errors.InvalidEvent):
+            session.append(("UserRequest", {}, {}))  # no content: refused
+        ack = session.model_response("m-1", "after it")
+        history = projected(c, session.session_id, ack.seq)
+        assert [e.kind for e in history[1:]] == ["UserRequest", "ModelResponse"]
+
+
+@pytest.mark.anyio
+async def test_concurrent_appends_take_turns(corner: StackCorner, token: str) -> None:
+    async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as c:
+        session = await sessionlog.AsyncSession.start(c, "py-client", "concurrent")
+        calls = await asyncio.gather(
+            *(session.tool_call(f"tool-{i}", str(i), effect="Pure", idempotency_key=f"k{i}") for i in range(6))
+        )
+        assert [call.tool for call in calls] == [f"tool-{i}" for i in range(6)]
+        assert len({call.seq for call in calls}) == 6
+        results = await asyncio.gather(*(session.tool_result(call, call.tool) for call in calls))
+        assert len({r.seq for r in results}) == 6
+        for call in calls:
+            recorded = session.ledger.call_at(call.seq)
+            assert recorded is not None and recorded.result is not None and recorded.result.output == call.tool

@@ -27,8 +27,10 @@ def test_unanswered_events_keep_their_seqs_and_ids_until_acknowledged() -> None:
     ledger.acknowledged(Appended("s", 4, [ack(2), ack(3)]))
     assert ledger.unacknowledged == [] and ledger.next_seq == 4
     ledger.event("UserRequest", {})
-    ledger.refused()
-    assert ledger.unacknowledged == [] and ledger.next_seq == 4
+    ledger.failed(errors.Unavailable(503, {"code": "unavailable"}))
+    assert len(ledger.unacknowledged) == 1, "an outage keeps the event, to be sent again"
+    ledger.failed(errors.InvalidEvent(422, {"code": "invalid_event"}))
+    assert ledger.unacknowledged == [] and ledger.next_seq == 4, "a refusal drops it"
 
 
 def test_a_durable_call_is_fresh_recorded_or_settled_by_its_effect() -> None:

@@ -4,6 +4,7 @@ resumes in a new process without a second side effect."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -123,3 +124,48 @@ def test_a_killed_agent_resumes_without_a_second_side_effect(
     outputs = [i["output"] for i in done["items"] if i.get("type") == "function_call_output"]
     assert outputs == [f"{tool} effect #1"], "one call, one result, in the conversation"
     assert counter[0].total(tool) == 1, "the side effect happened exactly once"
+
+
+@pytest.mark.anyio
+async def test_parallel_and_failing_durable_tools_keep_the_conversation(client: sessionlog.AsyncClient) -> None:
+    session = new_session(client)
+
+    @function_tool
+    @session.durable_tool(effect="Pure")
+    async def square(n: int) -> int:
+        """Squares n; refuses 13."""
+        if n == 13:
+            raise ValueError("unlucky")
+        return n * n
+
+    steps = [
+        [
+            {"type": "reasoning", "id": "rs-1", "summary": []},
+            function_call("square", {"n": 2}, call_id="c1"),
+            function_call("square", {"n": 3}, call_id="c2"),
+            function_call("square", {"n": 13}, call_id="c3"),
+        ],
+        [assistant_message("4, 9 and no")],
+    ]
+    agent = Agent(name="math", instructions="Square them.", model=ScriptedModel(steps), tools=[square])  # type: ignore[arg-type]
+    await Runner.run(agent, "square 2, 3, 13", session=session, run_config=RunConfig(tracing_disabled=True))
+    items: list[dict[str, Any]] = [dict(i) for i in await session.get_items()]
+    types = [i.get("type", i.get("role")) for i in items]
+    assert types[:2] == ["user", "reasoning"], "a reasoning item stays before the calls it led to"
+    outputs = {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
+    calls = {i["call_id"]: i["arguments"] for i in items if i.get("type") == "function_call"}
+    assert sorted(outputs[k] for k in calls if calls[k] != '{"n":13}') == ["4", "9"]
+    assert [outputs[k] for k in calls if calls[k] == '{"n":13}'] == ["ValueError: unlucky"]
+
+
+@pytest.mark.anyio
+async def test_two_processes_opening_a_new_session_the_later_one_writes(client: sessionlog.AsyncClient) -> None:
+    name = f"chat-{uuid.uuid4().hex[:8]}"
+    first, second = new_session(client, name), new_session(client, name)
+    await asyncio.gather(first.open(), second.open())
+    earlier, later = sorted([first, second], key=lambda s: s.writer.ledger.epoch)
+    assert later.writer.ledger.epoch > earlier.writer.ledger.epoch, "the second to open took it over"
+    await later.add_items([USER])  # type: ignore[list-item]
+    with pytest.raises(sessionlog.Fenced):
+        await earlier.add_items([USER])  # type: ignore[list-item]
+    assert await new_session(client, name).get_items() == [USER]

@@ -137,9 +137,11 @@ def read_answer(op: Operation[T], response: httpx.Response) -> T:
 def retryable(error: BaseException) -> bool:
     """Whether sending the same request again may succeed and cannot do anything twice.
 
-    Every operation can be repeated: an append repeats its events' seqs and ids (a duplicate is
-    answered with the first write's position), a create names its session id, a claim or a
-    resume only takes a newer epoch."""
+    An append repeats its events' seqs and ids (a duplicate is answered with the first write's
+    position), a create names its session id, a claim or a resume only takes a newer epoch. The
+    rest are safe to repeat but not silent about it: a repeated checkpoint records a second one,
+    a close whose first attempt landed answers ``SessionEnded``, a resolution or a decision
+    ``NotInDoubt`` or ``NoSuchApproval``."""
     if isinstance(error, errors.ProblemError):
         return error.retryable
     return isinstance(error, httpx.TransportError)

@@ -293,6 +293,55 @@ class RegistryUnavailable(Unavailable):
     code_name = "registry_unavailable"
 
 
+
+class ServiceUnavailable(Unavailable):
+    """Kafka, the registry or CQL is down behind the service; retried."""
+
+    code_name = "unavailable"
+
+
+class KeyStoreUnavailable(Unavailable):
+    """The key store (the sessions' data keys) cannot be reached; retried."""
+
+    code_name = "key_store_unavailable"
+
+
+class NotStarted(Conflict):
+    """The session's first event is not in the log yet."""
+
+    code_name = "not_started"
+
+
+class ForkOfWaitingSession(Conflict):
+    """A session that waits for an approval or an operator cannot be forked."""
+
+    code_name = "fork_of_waiting_session"
+
+
+class IndexMismatch(InternalError):
+    """The projection's event index disagrees with the log (a replay is due)."""
+
+    code_name = "index_mismatch"
+
+
+class UnsupportedMediaType(ProblemError):
+    """The body is not ``application/json``."""
+
+    code_name = "unsupported_media_type"
+
+
+class MethodNotAllowed(ProblemError):
+    """The route does not take this method."""
+
+    code_name = "method_not_allowed"
+
+
+class UnreadableBody(BadRequest):
+    """The body could not be read."""
+
+    code_name = "unreadable_body"
+
+
 _BY_CODE: dict[str, type[ProblemError]] = {
     cls.code_name: cls
     for cls in [
@@ -302,11 +351,14 @@ _BY_CODE: dict[str, type[ProblemError]] = {
         StartDeleted, AwaitingApproval, NeedsResolution, UnverifiedDecision, SessionErased, TooMany,
         TooLargeBody, InvalidRequest, InvalidEvent, ReservedKind, SealedContent, NotInDoubt,
         NoSuchApproval, BadForkPoint, Backpressure, NotAcknowledged, RegistryUnavailable,
+        ServiceUnavailable, KeyStoreUnavailable, NotStarted, ForkOfWaitingSession, IndexMismatch,
+        UnsupportedMediaType, MethodNotAllowed, UnreadableBody,
     ]
 }
 _BY_STATUS: dict[int, type[ProblemError]] = {
-    400: BadRequest, 401: Unauthenticated, 403: Forbidden, 404: NotFound, 409: Conflict,
-    413: TooLarge, 422: Unprocessable, 500: InternalError, 503: Unavailable,
+    400: BadRequest, 401: Unauthenticated, 403: Forbidden, 404: NotFound, 405: MethodNotAllowed,
+    409: Conflict, 413: TooLarge, 415: UnsupportedMediaType, 422: Unprocessable, 500: InternalError,
+    503: Unavailable,
 }
 
 

@@ -122,9 +122,16 @@ class SessionLedger:
         del self.unacknowledged[:done]
         self.next_seq = appended.next_seq
 
-    def refused(self) -> None:
-        """The service refused the events (a 4xx): they are not in the log and will not be sent."""
-        self.unacknowledged.clear()
+    def queue(self, events: Iterable[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
+        """Numbers ``events`` (kind, data, envelope fields) after everything sent so far."""
+        for kind, data, envelope in events:
+            self.event(kind, data, **envelope)
+
+    def failed(self, error: Exception) -> None:
+        """Sending failed with ``error``. A refusal (a 4xx) means the events sent are not in the
+        log and never will be: they are dropped. Anything else keeps them, to be sent again."""
+        if not getattr(error, "retryable", True):
+            self.unacknowledged.clear()
 
     def moved_to(self, seq: int) -> None:
         """The service appended an event at ``seq`` itself (a checkpoint, a close)."""
@@ -180,9 +187,10 @@ class SessionLedger:
 
     def _remember(self, call: ToolCall) -> None:
         known = self._calls_by_seq.get(call.seq)
-        if known is not None and call.action is None:
-            # The bundle's in-doubt list said what to do with it; the history does not.
-            call.action = known.action
+        if known is not None:
+            # What this writer learned (the bundle's action, a result) stands: a re-read adds to it.
+            call.action = call.action or known.action
+            call.result = call.result or known.result
         self._calls_by_seq[call.seq] = call
         if call.idempotency_key is not None:
             self._calls_by_key[(call.tool, call.idempotency_key)] = call

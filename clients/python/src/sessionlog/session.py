@@ -9,7 +9,9 @@ up by its key) and hands over the calls the new harness settles itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -113,6 +115,8 @@ class Session:
         self.ledger = ledger
         #: The resume bundle, when this writer resumed the session.
         self.bundle = bundle
+        # Appends take turns: the ledger numbers events and matches answers in sending order.
+        self._turn = threading.RLock()
 
     @property
     def session_id(self) -> str:
@@ -160,21 +164,29 @@ class Session:
         return self.append_all([event])[-1]
 
     def append_all(self, events: Sequence[Event]) -> list[EventAck]:
-        """Appends ``events`` in order (in requests of at most 128), after any event an outage
-        left unanswered; their positions."""
-        for kind, data, envelope in events:
-            self.ledger.event(kind, data, **envelope)
+        """Appends ``events`` in order (in requests of at most 128), after the events an outage
+        left unanswered; their positions. Appends on one session take turns."""
+        with self._turn:
+            self._send_unacknowledged()
+            self.ledger.queue(events)
+            return self._send_unacknowledged()
+
+    def send_unacknowledged(self) -> None:
+        """Sends the events an outage left unanswered (durable tools do before each call)."""
+        with self._turn:
+            self._send_unacknowledged()
+
+    def _send_unacknowledged(self) -> list[EventAck]:
         acks: list[EventAck] = []
         while self.ledger.unacknowledged:
             try:
                 appended = self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
             except errors.ProblemError as e:
-                if not e.retryable:
-                    self.ledger.refused()
+                self.ledger.failed(e)
                 raise
             self.ledger.acknowledged(appended)
             acks.extend(appended.events)
-        return acks[len(acks) - len(events) :]
+        return acks
 
     def user_request(self, text: str) -> EventAck:
         """Appends a user's request."""
@@ -198,16 +210,21 @@ class Session:
         return self.append(tool_result(call, output, succeeded=succeeded))
 
     def checkpoint(self, workspace_revision: str | None = None) -> EventAck:
-        """Records a checkpoint: where recovery starts reading."""
-        ack = self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
-        self.ledger.moved_to(ack.seq)
-        return ack
+        """Records a checkpoint (after the events an outage left unanswered): where recovery
+        starts reading."""
+        with self._turn:
+            self._send_unacknowledged()
+            ack = self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+            self.ledger.moved_to(ack.seq)
+            return ack
 
     def close(self, outcome: TerminalOutcome = "Completed", reason: str | None = None) -> EventAck:
-        """Ends the session."""
-        ack = self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
-        self.ledger.moved_to(ack.seq)
-        return ack
+        """Ends the session (after the events an outage left unanswered)."""
+        with self._turn:
+            self._send_unacknowledged()
+            ack = self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+            self.ledger.moved_to(ack.seq)
+            return ack
 
 
 class AsyncSession:
@@ -218,6 +235,8 @@ class AsyncSession:
         self.ledger = ledger
         #: The resume bundle, when this writer resumed the session.
         self.bundle = bundle
+        # Appends take turns: the ledger numbers events and matches answers in sending order.
+        self._turn = asyncio.Lock()
 
     @property
     def session_id(self) -> str:
@@ -271,19 +290,27 @@ class AsyncSession:
 
     async def append_all(self, events: Sequence[Event]) -> list[EventAck]:
         """Appends ``events`` in order: see ``Session.append_all``."""
-        for kind, data, envelope in events:
-            self.ledger.event(kind, data, **envelope)
+        async with self._turn:
+            await self._send_unacknowledged()
+            self.ledger.queue(events)
+            return await self._send_unacknowledged()
+
+    async def send_unacknowledged(self) -> None:
+        """Sends the events an outage left unanswered (durable tools do before each call)."""
+        async with self._turn:
+            await self._send_unacknowledged()
+
+    async def _send_unacknowledged(self) -> list[EventAck]:
         acks: list[EventAck] = []
         while self.ledger.unacknowledged:
             try:
                 appended = await self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
             except errors.ProblemError as e:
-                if not e.retryable:
-                    self.ledger.refused()
+                self.ledger.failed(e)
                 raise
             self.ledger.acknowledged(appended)
             acks.extend(appended.events)
-        return acks[len(acks) - len(events) :]
+        return acks
 
     async def user_request(self, text: str) -> EventAck:
         """Appends a user's request."""
@@ -307,16 +334,20 @@ class AsyncSession:
         return await self.append(tool_result(call, output, succeeded=succeeded))
 
     async def checkpoint(self, workspace_revision: str | None = None) -> EventAck:
-        """Records a checkpoint."""
-        ack = await self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
-        self.ledger.moved_to(ack.seq)
-        return ack
+        """Records a checkpoint: see ``Session.checkpoint``."""
+        async with self._turn:
+            await self._send_unacknowledged()
+            ack = await self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+            self.ledger.moved_to(ack.seq)
+            return ack
 
     async def close(self, outcome: TerminalOutcome = "Completed", reason: str | None = None) -> EventAck:
-        """Ends the session."""
-        ack = await self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
-        self.ledger.moved_to(ack.seq)
-        return ack
+        """Ends the session: see ``Session.close``."""
+        async with self._turn:
+            await self._send_unacknowledged()
+            ack = await self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+            self.ledger.moved_to(ack.seq)
+            return ack
 
 
 def encode_json(value: Any) -> str:

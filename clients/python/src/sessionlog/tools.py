@@ -16,6 +16,11 @@ A call's key names it to its service and to the log: two calls with equal keys a
 call. By default it is a digest of the tool's name and arguments; pass ``key=`` to say which
 arguments make a call distinct. Inside the function, ``current_call()`` gives the call's key to
 send to the service.
+
+A call that raises is recorded as failed, and the same call answers ``ToolFailed`` from then on
+(give a retry its own key). If the result cannot be recorded (the service unreachable past the
+client's retries), the caller gets the error and the result is kept: the next call of any
+durable tool of the session records it first, and the same call then answers it.
 """
 
 from __future__ import annotations
@@ -73,9 +78,13 @@ def named_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
 
 def default_key(tool: str, arguments: dict[str, Any]) -> str:
-    """The key of a call named by its tool and arguments."""
-    digest = hashlib.sha256(encode_json([tool, arguments]).encode()).hexdigest()
-    return f"{tool}:{digest[:32]}"
+    """The key of a call named by its tool and arguments. Arguments that are not JSON (a
+    framework's context object) would give every run another key, so they need ``key=``."""
+    try:
+        canonical = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"))
+    except TypeError as e:
+        raise TypeError(f"durable tool {tool!r}: its arguments are not all JSON ({e}); pass key= to name its calls") from e
+    return f"{tool}:{hashlib.sha256(canonical.encode()).hexdigest()[:32]}"
 
 
 def decode_output(output: str) -> Any:
@@ -126,6 +135,8 @@ def durable_tool(
                 target, call_key, arguments = plan(args, kwargs)
                 if not isinstance(target, AsyncSession):
                     raise TypeError(f"durable tool {tool!r} is async: it needs an AsyncSession")
+                # A result an outage kept from the log goes there first: then it is recorded.
+                await target.send_unacknowledged()
                 kind, call = target.ledger.plan(tool, call_key)
                 if kind == "recorded" and call is not None:
                     return _recorded(call, decode)
@@ -149,6 +160,7 @@ def durable_tool(
             target, call_key, arguments = plan(args, kwargs)
             if not isinstance(target, Session):
                 raise TypeError(f"durable tool {tool!r} is blocking: it needs a Session")
+            target.send_unacknowledged()
             kind, call = target.ledger.plan(tool, call_key)
             if kind == "recorded" and call is not None:
                 return _recorded(call, decode)

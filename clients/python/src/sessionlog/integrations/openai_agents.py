@@ -131,7 +131,13 @@ class SessionlogSession:
             try:
                 self._writer = await AsyncSession.resume(self.client, sid, self.writer_name, wait_for=self.wait_for)
             except errors.UnknownSession:
-                self._writer = await AsyncSession.start(self.client, self.agent, self.session_id, session_id=sid)
+                try:
+                    self._writer = await AsyncSession.start(self.client, self.agent, self.session_id, session_id=sid)
+                except errors.AlreadyStarted:
+                    # Another process (or our own retried create) started it first: take it over.
+                    self._writer = await AsyncSession.resume(
+                        self.client, sid, self.writer_name, wait_for=self.wait_for
+                    )
         return self._writer
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -209,13 +215,33 @@ class SessionlogSession:
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
         items: list[tuple[int, TResponseInputItem]] = []
+        # Where the run of durable calls the last items belong to began, if they do.
+        durable_run: int | None = None
         for event in events:
             if event.seq in retracted or event.kind == "EventRetracted":
                 continue
             item = _item(event, calls, self._durable)
-            if item is not None:
-                items.append((event.seq, cast(TResponseInputItem, item)))
+            if item is None:
+                continue
+            entry = (event.seq, cast(TResponseInputItem, item))
+            if self._is_durable(event, calls):
+                durable_run = len(items) if durable_run is None else durable_run
+                items.append(entry)
+            elif item.get("type") == "reasoning" and durable_run is not None:
+                # A durable call is recorded while it runs, before the SDK saves the turn that
+                # asked for it; the turn's reasoning belongs before the call (the API checks).
+                items.insert(durable_run, entry)
+                durable_run += 1
+            else:
+                durable_run = None
+                items.append(entry)
         return items
+
+    def _is_durable(self, event: HistoryEvent, calls: dict[int, HistoryEvent]) -> bool:
+        data = event.data or {}
+        if event.kind == "ToolCallResult":
+            data = calls[int(data.get("call_seq", 0))].data or {} if int(data.get("call_seq", 0)) in calls else {}
+        return event.kind in ("ToolCallRequested", "ToolCallResult") and data.get("tool") in self._durable
 
 
 def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
@@ -240,9 +266,12 @@ def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]
         if call is None:
             return None
         output = text_of(data.get("output")) or ""
-        if (call.data or {}).get("tool") in durable and data.get("source") == "Executed":
+        if (call.data or {}).get("tool") in durable and data.get("source") == "Executed" and data.get("outcome") == "Succeeded":
             # A durable tool records its value as JSON; the SDK hands a model the text.
-            value = json.loads(output)
+            try:
+                value = json.loads(output)
+            except ValueError:
+                value = None
             output = value if isinstance(value, str) else output
         return {"type": "function_call_output", "call_id": call.idempotency_key or f"call-{call.seq}", "output": output}
     return None
