@@ -105,12 +105,12 @@ enum Command {
     Inspect {
         /// The session id.
         session: String,
-        /// Wait (up to --timeout seconds) until the projection reaches this seq.
+        /// Wait (up to --timeout) until the projection reaches this seq.
         #[arg(long)]
         wait_for_seq: Option<u64>,
-        /// How long --wait-for-seq waits.
-        #[arg(long, default_value_t = 60)]
-        timeout: u64,
+        /// How long --wait-for-seq waits: `30s`, `2m`, `500ms` (a bare number is seconds).
+        #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+        timeout: Duration,
     },
     /// Rebuild a session from the log (from its latest verified checkpoint) and print it.
     Recover {
@@ -431,12 +431,12 @@ async fn inspect(
     settings: &Settings,
     session: &SessionId,
     wait_for_seq: Option<u64>,
-    timeout: u64,
+    timeout: Duration,
     json: bool,
 ) -> Result<()> {
     // Read-only: a missing or outdated keyspace is an error naming the command to run.
     let store = ProjectionStore::open(&settings.cql).await?;
-    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let deadline = Instant::now() + timeout;
     let projected = loop {
         let row = store.load_session(*session).await?;
         let reached = match (&row, wait_for_seq) {
@@ -450,9 +450,10 @@ async fn inspect(
         }
         if Instant::now() > deadline {
             bail!(
-                "session {session} did not reach seq {} in the projection within {timeout}s \
-                 (is `sessionlog project` running?)",
-                wait_for_seq.unwrap_or_default()
+                "session {session} did not reach seq {} in the projection within {} \
+                 (is `sessionlog project` running? a longer --timeout waits more)",
+                wait_for_seq.unwrap_or_default(),
+                crate::duration::show(timeout)
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -546,4 +547,32 @@ fn print(json: bool, value: &impl Serialize, human: impl FnOnce() -> String) -> 
         println!("{}", human());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sessionlog").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn inspect_takes_a_timeout_with_units() {
+        let id = "0190e5b8-0000-7000-8000-000000000001";
+        let timeout = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Inspect { timeout, .. }) => Some(timeout),
+            _ => None,
+        };
+        assert_eq!(
+            timeout(&["inspect", id, "--wait-for-seq", "2", "--timeout", "30s"]),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            timeout(&["inspect", id, "--timeout", "60"]),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(timeout(&["inspect", id]), Some(Duration::from_secs(60)));
+        assert!(parse(&["inspect", id, "--timeout", "soon"]).is_err());
+    }
 }

@@ -30,8 +30,8 @@ pub struct ExportArgs {
     /// beginning). Moves the group first: stop its other instances.
     #[arg(long, conflicts_with_all = ["from_time", "from_beginning"])]
     pub from_offsets: Option<String>,
-    /// Re-export from the first record at or after this time: milliseconds since the epoch
-    /// or RFC 3339 in UTC. Moves the group first: stop its other instances.
+    /// Re-export from the first record at or after this time: milliseconds since the epoch,
+    /// RFC 3339 in UTC, or how long ago (`2h`). Moves the group first: stop its other instances.
     #[arg(long, conflicts_with = "from_beginning")]
     pub from_time: Option<String>,
     /// Re-export the whole log. Moves the group first: stop its other instances.

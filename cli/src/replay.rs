@@ -19,8 +19,8 @@ pub struct ReplayRequest {
     /// Start offsets, `partition:offset` comma-separated (others start at the beginning).
     #[arg(long, conflicts_with = "from_time")]
     pub from_offsets: Option<String>,
-    /// Start at the first record at or after this time: milliseconds since the epoch or
-    /// RFC 3339 in UTC (`2025-01-31T12:00:00Z`).
+    /// Start at the first record at or after this time: milliseconds since the epoch, RFC 3339
+    /// in UTC (`2025-01-31T12:00:00Z`), or how long ago (`2h`, `30m`).
     #[arg(long)]
     pub from_time: Option<String>,
     /// Only these partitions, comma-separated.
@@ -164,15 +164,28 @@ fn parse_offsets(text: &str) -> Result<BTreeMap<i32, i64>> {
         .collect()
 }
 
-/// Milliseconds since the epoch, or an RFC 3339 time like `2025-01-31T12:00:00Z`.
+/// Milliseconds since the epoch, an RFC 3339 time like `2025-01-31T12:00:00Z`, or a duration
+/// with units meaning that long ago (`2h`, `30m`, `1d`).
 fn parse_time(text: &str) -> Result<i64> {
-    if let Ok(ms) = text.parse::<i64>() {
+    parse_time_at(text, time::OffsetDateTime::now_utc())
+}
+
+/// [`parse_time`] with "now" given, so that a relative time can be tested.
+fn parse_time_at(text: &str, now: time::OffsetDateTime) -> Result<i64> {
+    let time = if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
-    }
-    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .with_context(|| {
-            format!("{text:?}: expected milliseconds or RFC 3339 like 2025-01-31T12:00:00Z")
-        })?;
+    } else if let Ok(ago) = humantime::parse_duration(text.trim()) {
+        now.checked_sub(time::Duration::try_from(ago).context("a duration out of range")?)
+            .with_context(|| format!("{text:?} ago is out of range"))?
+    } else {
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+            .with_context(|| {
+                format!(
+                    "{text:?}: expected milliseconds since the epoch, RFC 3339 like \
+                     2025-01-31T12:00:00Z, or how long ago like 2h"
+                )
+            })?
+    };
     i64::try_from(time.unix_timestamp_nanos() / 1_000_000)
         .with_context(|| format!("{text:?} is out of range"))
 }
@@ -190,6 +203,17 @@ mod tests {
             Some(1_709_251_201_500)
         );
         assert!(parse_time("yesterday").is_err());
+    }
+
+    #[test]
+    fn a_duration_is_that_long_ago() {
+        let now = time::macros::datetime!(2026-12-02 12:00 UTC);
+        let at = |text: &str| parse_time_at(text, now).ok();
+        assert_eq!(at("2h"), Some(1_796_205_600_000));
+        assert_eq!(at("90m"), at("1h 30m"));
+        assert_eq!(at("500ms"), Some(1_796_212_800_000 - 500));
+        // A bare number stays milliseconds since the epoch, as before.
+        assert_eq!(at("1000"), Some(1000));
     }
 
     #[test]

@@ -54,9 +54,10 @@ pub struct GrantArgs {
 pub struct MintArgs {
     #[command(flatten)]
     grant: GrantArgs,
-    /// How long it is valid, in seconds.
-    #[arg(long, default_value_t = 3600)]
-    ttl_secs: u64,
+    /// How long it is valid: `1h`, `30m`, `7d` (a bare number is seconds). `--ttl-secs` is
+    /// the older name, still accepted.
+    #[arg(long, alias = "ttl-secs", default_value = "1h", value_parser = crate::duration::parse)]
+    ttl: Duration,
 }
 
 /// `sessionlog token api-key`.
@@ -94,11 +95,7 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
                 tenant: Some(args.grant.tenant),
                 issuer: settings.auth.issuer.clone(),
                 audience: settings.auth.audience.clone(),
-                ..Grant::new(
-                    &args.grant.subject,
-                    &args.grant.roles,
-                    Duration::from_secs(args.ttl_secs),
-                )
+                ..Grant::new(&args.grant.subject, &args.grant.roles, args.ttl)
             })?;
             println!("{token}");
             Ok(())
@@ -189,4 +186,35 @@ pub(crate) fn write_private(path: &Path, text: &str) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     file.write_all(text.as_bytes())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Mint {
+        #[command(flatten)]
+        args: MintArgs,
+    }
+
+    fn ttl(extra: &[&str]) -> Option<Duration> {
+        let base = ["mint", "--subject", "a", "--role", "reader"];
+        Mint::try_parse_from(base.iter().chain(extra))
+            .ok()
+            .map(|m| m.args.ttl)
+    }
+
+    #[test]
+    fn the_ttl_takes_units_and_the_older_flag_takes_seconds() {
+        assert_eq!(ttl(&["--ttl", "2h"]), Some(Duration::from_secs(7200)));
+        assert_eq!(ttl(&["--ttl", "90"]), Some(Duration::from_secs(90)));
+        assert_eq!(
+            ttl(&["--ttl-secs", "3600"]),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(ttl(&[]), Some(Duration::from_secs(3600)));
+        assert_eq!(ttl(&["--ttl", "2 fortnights"]), None);
+    }
 }
