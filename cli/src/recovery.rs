@@ -385,6 +385,8 @@ fn short_text(event: &HistoryEvent) -> String {
             retracted_seq,
             retracted_by,
         } => format!("retracts seq {retracted_seq} ({retracted_by})"),
+        // The framework and its key, never the state: it is the framework's, and large.
+        SessionEvent::FrameworkStateSaved { framework, key, .. } => format!("{framework} {key}"),
     };
     one_line(&line, 60)
 }

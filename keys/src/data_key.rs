@@ -220,6 +220,8 @@ pub fn sensitive_fields(
         }
         E::PlanUpdated { plan } => visit("plan", plan),
         E::ContextSummarized { summary, .. } => visit("summary", summary),
+        // A framework's saved state (a LangGraph checkpoint) holds the conversation itself.
+        E::FrameworkStateSaved { state, .. } => visit("state", state),
         E::ApprovalRequested { action, .. } => visit("action", action),
         E::ApprovalDecided {
             reason: Some(reason),

@@ -30,7 +30,7 @@ pub const MAX_LIMIT: u64 = 1000;
 const MAX_ANCESTORS: usize = 1000;
 
 /// Every kind of event, as [`SessionEvent::kind`] names it: what a kinds filter may ask for.
-pub const KINDS: [&str; 19] = SessionEvent::KINDS;
+pub const KINDS: [&str; 20] = SessionEvent::KINDS;
 
 /// Which part of a session's history to read, as a caller asks for it: nothing is trusted
 /// until [`EventRange::validate`] (which [`Recovery::events`] runs) accepts it.
@@ -692,6 +692,11 @@ mod tests {
                 retracted_seq: 1,
                 retracted_by: String::new(),
             },
+            SessionEvent::FrameworkStateSaved {
+                framework: String::new(),
+                key: String::new(),
+                state: text(),
+            },
         ];
         assert_eq!(events.len(), KINDS.len());
         for (i, event) in events.iter().enumerate() {
@@ -723,6 +728,7 @@ mod tests {
             SessionEvent::SessionErased { .. } => 16,
             SessionEvent::ContextSummarized { .. } => 17,
             SessionEvent::EventRetracted { .. } => 18,
+            SessionEvent::FrameworkStateSaved { .. } => 19,
         }
     }
 }

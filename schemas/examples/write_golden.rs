@@ -241,6 +241,18 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             None,
             None,
         ),
+        (
+            "framework_state_saved",
+            SessionEvent::FrameworkStateSaved {
+                framework: "langgraph".into(),
+                key: "checkpoint::1ef4f797-8335-6428-8001-8a1503f9b875".into(),
+                state: Content::plain(
+                    r#"{"v":1,"id":"1ef4f797-8335-6428-8001-8a1503f9b875","channel_values":{"messages":"gAWVAAAA"}}"#,
+                ),
+            },
+            None,
+            None,
+        ),
     ];
     events
         .into_iter()

@@ -498,6 +498,15 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("retracted_seq", long("retracted_seq", *retracted_seq)?),
             field("retracted_by", string(retracted_by)),
         ],
+        E::FrameworkStateSaved {
+            framework,
+            key,
+            state,
+        } => vec![
+            field("framework", string(framework)),
+            field("key", string(key)),
+            field("state", content_to_value(state, c)?),
+        ],
         E::SessionErased {
             requested_by,
             reason,
@@ -1230,6 +1239,11 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         "EventRetracted" => E::EventRetracted {
             retracted_seq: f.unsigned("retracted_seq")?,
             retracted_by: f.string("retracted_by")?,
+        },
+        "FrameworkStateSaved" => E::FrameworkStateSaved {
+            framework: f.string("framework")?,
+            key: f.string("key")?,
+            state: f.content("state", c)?,
         },
         other => return Err(Error::malformed("event", format!("unknown kind {other}"))),
     })

@@ -493,11 +493,21 @@ pub enum SessionEvent {
         /// Who withdrew it (a harness, a framework adapter such as `openai-agents:pop_item`).
         retracted_by: String,
     },
+    /// A framework's own state, saved in the log (schema v4): a LangGraph checkpoint or pending
+    /// write, kept sealed like any text and read back by range reads. The fold does not interpret it.
+    FrameworkStateSaved {
+        /// Which framework wrote it (`langgraph`).
+        framework: String,
+        /// The framework's name for it (`checkpoint:{ns}:{id}`, `writes:{ns}:{id}:{task}:{idx}`).
+        key: String,
+        /// The state itself (the framework's serialisation, e.g. JSON with base64 blobs): sealed.
+        state: Content,
+    },
 }
 
 impl SessionEvent {
     /// Every kind's stable name, in the schema's order (what [`Self::kind`] answers).
-    pub const KINDS: [&'static str; 19] = [
+    pub const KINDS: [&'static str; 20] = [
         "SessionStarted",
         "UserRequest",
         "ModelResponse",
@@ -517,6 +527,7 @@ impl SessionEvent {
         "SessionErased",
         "ContextSummarized",
         "EventRetracted",
+        "FrameworkStateSaved",
     ];
 
     /// The event kind's stable name, as in the Avro schema.
@@ -541,6 +552,7 @@ impl SessionEvent {
             Self::SessionErased { .. } => "SessionErased",
             Self::ContextSummarized { .. } => "ContextSummarized",
             Self::EventRetracted { .. } => "EventRetracted",
+            Self::FrameworkStateSaved { .. } => "FrameworkStateSaved",
         }
     }
 }

@@ -194,6 +194,13 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             retracted_seq,
             retracted_by
         }),
+        (text(), text(), content()).prop_map(|(framework, key, state)| {
+            E::FrameworkStateSaved {
+                framework,
+                key,
+                state,
+            }
+        }),
     ]
 }
 
@@ -375,6 +382,38 @@ fn a_summary_needs_v3_on_both_sides() {
     assert!(old.is_err(), "{old:?}");
 }
 
+/// Checks that `event` is v4's alone: every older writer refuses it, and a reader of any older
+/// version refuses a v4 body holding it (the record is dead-lettered), naming the kind, rather
+/// than read another kind in its place. Returns the v4 body.
+fn only_v4_carries(mut e: EventEnvelope) -> Vec<u8> {
+    let kind = e.event.kind();
+    for older in [1, 2, 3] {
+        e.schema_version = older;
+        assert!(
+            matches!(
+                encode_body_for_version(older, &e),
+                Err(Error::Unrepresentable { version, .. }) if version == older
+            ),
+            "a v{older} writer wrote a {kind}"
+        );
+    }
+    e.schema_version = 4;
+    let body = encode_body(&e).expect("encodes");
+    assert_eq!(decode_body(&body).expect("decodes"), e);
+    let current = BodyDecoder::for_version(4).expect("v4 decoder");
+    for older in [1, 2, 3] {
+        let refused = current
+            .decode_value_as(&body, older)
+            .expect_err(&format!("a v{older} reader read a {kind}"));
+        assert!(
+            matches!(refused, Error::Malformed { .. }) && !refused.is_retriable(),
+            "v{older}: {refused:?}"
+        );
+        assert!(refused.to_string().contains(kind), "v{older}: {refused}");
+    }
+    body
+}
+
 /// A retraction is v4's, as a summary is v3's: a v3 writer refuses it, and a reader of v3
 /// refuses one (the record is dead-lettered) rather than read another kind in its place.
 #[test]
@@ -385,34 +424,9 @@ fn a_retraction_needs_v4_on_both_sides() {
         retracted_seq: 8,
         retracted_by: "openai-agents:pop_item".into(),
     };
-    for older in [1, 2, 3] {
-        e.schema_version = older;
-        assert!(
-            matches!(
-                encode_body_for_version(older, &e),
-                Err(Error::Unrepresentable { version, .. }) if version == older
-            ),
-            "a v{older} writer wrote a retraction"
-        );
-    }
-    e.schema_version = 4;
-    let body = encode_body(&e).expect("encodes");
-    assert_eq!(decode_body(&body).expect("decodes"), e);
-    let current = BodyDecoder::for_version(4).expect("v4 decoder");
-    for older in [1, 2, 3] {
-        let refused = current
-            .decode_value_as(&body, older)
-            .expect_err(&format!("a v{older} reader read a retraction"));
-        assert!(
-            matches!(refused, Error::Malformed { .. }) && !refused.is_retriable(),
-            "v{older}: {refused:?}"
-        );
-        assert!(
-            refused.to_string().contains("EventRetracted"),
-            "v{older}: {refused}"
-        );
-    }
+    only_v4_carries(e.clone());
     // A summary (v3) still reads with a v3 reader from a v4 body.
+    e.schema_version = 4;
     e.event = SessionEvent::ContextSummarized {
         first_seq: 1,
         last_seq: 3,
@@ -420,9 +434,34 @@ fn a_retraction_needs_v4_on_both_sides() {
         summary: Content::plain("what happened"),
     };
     let body = encode_body(&e).expect("encodes");
-    current
+    BodyDecoder::for_version(4)
+        .expect("v4 decoder")
         .decode_value_as(&body, 3)
         .expect("a v3 reader reads a summary a v4 writer wrote");
+}
+
+/// A framework's saved state (a LangGraph checkpoint) is v4's too, in the branch after the
+/// retraction's: older writers and readers refuse it, sealed or not.
+#[test]
+fn a_framework_state_needs_v4_on_both_sides() {
+    let mut e = sample();
+    e.seq = 5;
+    e.event = SessionEvent::FrameworkStateSaved {
+        framework: "langgraph".into(),
+        key: "checkpoint::1ef4f797".into(),
+        state: Content::plain(r#"{"v":1,"channel_values":{}}"#),
+    };
+    only_v4_carries(e.clone());
+    e.event = SessionEvent::FrameworkStateSaved {
+        framework: "langgraph".into(),
+        key: "writes::1ef4f797:task-1:0".into(),
+        state: Content::Sealed {
+            key_id: "g1:5:state".into(),
+            nonce: vec![7; 12],
+            ciphertext: vec![9; 40],
+        },
+    };
+    only_v4_carries(e);
 }
 
 #[test]
@@ -487,7 +526,9 @@ fn v1_can_carry(e: &EventEnvelope) -> bool {
             | E::SessionEnded { reason, .. } => opt_plain(reason),
             E::ResolutionRequired { reason, .. } => plain(reason),
             // Kinds of v3 and v4: no older version has a branch for them.
-            E::ContextSummarized { .. } | E::EventRetracted { .. } => false,
+            E::ContextSummarized { .. }
+            | E::EventRetracted { .. }
+            | E::FrameworkStateSaved { .. } => false,
             E::UserRequest { .. }
             | E::ToolCallRequested { .. }
             | E::SteeringMessage { .. }
@@ -549,6 +590,11 @@ fn fit_v1(e: &mut EventEnvelope) {
             e.event = E::WriterClaimed {
                 writer: retracted_by.clone(),
             };
+        }
+        E::FrameworkStateSaved { state, .. } => {
+            let mut plan = state.clone();
+            unseal(&mut plan);
+            e.event = E::PlanUpdated { plan };
         }
         _ => {}
     }

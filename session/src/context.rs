@@ -914,6 +914,33 @@ mod tests {
         assert_eq!(w.left_out.retracted_turns, 1);
     }
 
+    /// A framework's saved state is not a turn: the view counts it by kind and shows nothing
+    /// of it, and its retraction changes nothing shown.
+    #[test]
+    fn a_framework_state_is_counted_not_shown() {
+        let mut w = ContextWindow::default();
+        user_turns(&mut w, 1..=2);
+        let saved = event(
+            3,
+            SessionEvent::FrameworkStateSaved {
+                framework: "langgraph".into(),
+                key: "checkpoint::1".into(),
+                state: Content::plain("{}"),
+            },
+        );
+        assert_eq!(w.apply(&saved), TurnChange::None);
+        let seqs: Vec<Seq> = w.recent.iter().map(|t| t.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+        assert_eq!(w.left_out.by_kind.get("FrameworkStateSaved"), Some(&1));
+        let before = w.clone();
+        assert_eq!(w.apply(&retraction(4, 3)), TurnChange::None);
+        assert_eq!(
+            (w.recent.clone(), w.older.clone(), w.summaries.clone()),
+            (before.recent, before.older, before.summaries)
+        );
+        assert_eq!(w.left_out.retracted_turns, 0);
+    }
+
     /// A view without retractions serialises as it did before schema v4.
     #[test]
     fn left_out_without_retractions_keeps_its_bytes() {

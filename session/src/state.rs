@@ -509,6 +509,15 @@ impl SessionState {
                     "seq {retracted_seq} is a retraction; a retraction cannot be retracted"
                 ))
             }
+            // A framework's saved state is read back by its framework and key: without them
+            // it could be found by no one. What the state holds is the framework's own.
+            E::FrameworkStateSaved { framework, key, .. }
+                if framework.is_empty() || key.is_empty() =>
+            {
+                reject_invalid(format!(
+                    "a framework state names its framework and its key: got framework {framework:?}, key {key:?}"
+                ))
+            }
             E::ModelResponse {
                 tokens_in,
                 tokens_out,
@@ -694,6 +703,9 @@ impl SessionState {
             E::EventRetracted { retracted_seq, .. } => {
                 self.retracted.insert(*retracted_seq, e.seq);
             }
+            // A framework's state is the framework's to read back (range reads); the fold
+            // keeps nothing of it.
+            E::FrameworkStateSaved { .. } => {}
         }
     }
 }

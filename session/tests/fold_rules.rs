@@ -421,6 +421,60 @@ fn a_retraction_after_the_end_is_refused_and_a_session_without_one_keeps_its_dig
     assert!(!state.canonical_json().contains("retracted"));
 }
 
+fn framework_state(framework: &str, key: &str) -> SessionEvent {
+    SessionEvent::FrameworkStateSaved {
+        framework: framework.into(),
+        key: key.into(),
+        state: Content::plain(r#"{"v":1,"channel_values":{"messages":"gAWV"}}"#),
+    }
+}
+
+/// A framework's saved state is the framework's: the fold accepts it when it names its
+/// framework and key, keeps nothing of it (the state is what any other event of no meaning to
+/// the fold leaves), and it is retractable like any event.
+#[test]
+fn a_framework_state_needs_a_framework_and_a_key_and_changes_nothing_else() {
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("hi")),
+        ev(3, 1, 1, framework_state("", "checkpoint::1")),
+        ev(3, 1, 2, framework_state("langgraph", "")),
+        ev(3, 1, 0, framework_state("langgraph", "checkpoint::1")),
+    ]);
+    for (i, empty) in [(2, "framework \"\""), (3, "key \"\"")] {
+        let reason = invalid_reason(&verdicts[i]);
+        assert!(
+            reason.contains("names its framework and its key"),
+            "{reason}"
+        );
+        assert!(reason.contains(empty), "{reason}");
+    }
+    assert!(verdicts[4].is_accepted(), "{:?}", verdicts[4]);
+    assert_eq!(state.last_seq, 3);
+    // The same as a user request at that seq: seq, time and history move, nothing else.
+    let (as_if_a_turn, _) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, user("hi")),
+        ev(3, 1, 0, user("something")),
+    ]);
+    assert_eq!(state, as_if_a_turn);
+    assert!(!state.canonical_json().contains("langgraph"));
+
+    // Withdrawn by a retraction (delete_thread, prune), like any event.
+    let (state, verdicts) = apply_all(&[
+        ev(1, 1, 0, started()),
+        ev(2, 1, 0, framework_state("langgraph", "checkpoint::1")),
+        ev(3, 1, 0, framework_state("langgraph", "writes::1:task:0")),
+        ev(4, 1, 0, retract(2)),
+        ev(5, 1, 0, retract(3)),
+    ]);
+    assert!(verdicts.iter().all(Verdict::is_accepted), "{verdicts:?}");
+    assert_eq!(
+        state.retracted,
+        std::collections::BTreeMap::from([(2, 4), (3, 5)])
+    );
+}
+
 #[test]
 fn the_digest_names_the_events_not_just_their_effect() {
     let log = [ev(1, 1, 0, started()), ev(2, 1, 0, user("hi"))];
