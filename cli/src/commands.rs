@@ -196,6 +196,13 @@ enum Command {
     /// Erase a session: append SessionErased, destroy its data key (every sealed copy of its
     /// texts becomes unreadable), keep a receipt; or print where an erasure stands (--status).
     Erase(crate::keys::EraseArgs),
+    /// The session-event schema versions registered for the events topic against the ones this
+    /// build keeps: `list` them, or `check` (exit 1 on drift, naming the fix).
+    Schemas {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::schemas::SchemasCommand,
+    },
     /// Print a service's OpenAPI 3.1 document (what it serves at /v1/openapi.json) as JSON.
     /// Needs no servers.
     Openapi {
@@ -280,6 +287,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Token { dir, command } => crate::token::run(&settings, dir, command),
         Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),
         Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
+        Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
         Command::Openapi { service } => print_openapi(service),
     }
 }

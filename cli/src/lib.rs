@@ -9,6 +9,7 @@ mod ingest;
 mod keys;
 mod recovery;
 mod replay;
+mod schemas;
 mod serve;
 mod token;
 mod trace;
