@@ -14,7 +14,7 @@ from counter_service import Counter, serve  # noqa: E402
 from stackcorner import StackCorner  # noqa: E402
 
 #: Tools the counter service dedupes by key (the others take effect on every call).
-IDEMPOTENT_TOOLS = {"counter", "reissued", "agent_counter", "agent_reissued"}
+IDEMPOTENT_TOOLS = {"counter", "reissued", "agent_counter", "agent_reissued", "graph_counter"}
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +46,11 @@ def token(corner: StackCorner) -> str:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Prints the LangGraph conformance suite's result under pytest's own summary line."""
+    from test_langgraph import SUMMARY
+
+    for line in SUMMARY:
+        terminalreporter.write_line(line)

@@ -99,6 +99,11 @@ def events(
     )
 
 
+def fork(session_id: str, at_seq: int, agent: str, child_id: str | None) -> Operation[dict[str, Any]]:
+    body = _opt(at_seq=at_seq, agent=agent, session_id=_sid(child_id) if child_id else None)
+    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/fork", _as_dict, body)
+
+
 def resolve(
     session_id: str, call_seq: int, succeeded: bool, output: str, reason: str, operator: str | None
 ) -> Operation[dict[str, Any]]:

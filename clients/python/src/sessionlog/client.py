@@ -145,6 +145,11 @@ class Client(_Base):
                 return
             cursor = page.next_cursor
 
+    def fork(self, session_id: str, at_seq: int, agent: str, child_id: str | None = None) -> dict[str, Any]:
+        """Starts a session from ``session_id``'s history through ``at_seq`` (operator role);
+        ``child_id`` names the new session (a fresh id when absent)."""
+        return self.send(_api.fork(session_id, at_seq, agent, child_id))
+
     def resolve(
         self, session_id: str, call_seq: int, *, succeeded: bool, output: str, reason: str, operator: str | None = None
     ) -> dict[str, Any]:
@@ -238,6 +243,10 @@ class AsyncClient(_Base):
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def fork(self, session_id: str, at_seq: int, agent: str, child_id: str | None = None) -> dict[str, Any]:
+        """Starts a session from ``session_id``'s history through ``at_seq``: see ``Client.fork``."""
+        return await self.send(_api.fork(session_id, at_seq, agent, child_id))
 
     async def resolve(
         self, session_id: str, call_seq: int, *, succeeded: bool, output: str, reason: str, operator: str | None = None

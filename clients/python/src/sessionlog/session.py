@@ -107,6 +107,20 @@ def _not_ready(state: tenacity.RetryCallState) -> EventPage:
     )
 
 
+async def await_projected(client: AsyncClient, session_id: str, seq: int, wait_for: float = 30.0) -> None:
+    """Waits until range reads (the projection) hold ``session_id``'s event ``seq``."""
+    async for attempt in tenacity.AsyncRetrying(**_projection_wait(wait_for)):
+        with attempt:
+            page = await client.events_page(session_id, from_seq=seq, to_seq=seq)
+        if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+            attempt.retry_state.set_result(page)
+
+
+def framework_state(framework: str, key: str, state: str) -> Event:
+    """A framework's own state, kept sealed in the log (schema v4)."""
+    return "FrameworkStateSaved", {"framework": framework, "key": key, "state": _plain(state)}, {}
+
+
 class Session:
     """One writer of one session, over a blocking ``Client``."""
 
@@ -278,11 +292,7 @@ class AsyncSession:
 
     async def wait_projected(self, seq: int, wait_for: float = 30.0) -> None:
         """Waits until range reads (the projection) hold the session's event ``seq``."""
-        async for attempt in tenacity.AsyncRetrying(**_projection_wait(wait_for)):
-            with attempt:
-                page = await self.client.events_page(self.session_id, from_seq=seq, to_seq=seq)
-            if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
-                attempt.retry_state.set_result(page)
+        await await_projected(self.client, self.session_id, seq, wait_for)
 
     async def append(self, event: Event) -> EventAck:
         """Appends ``event``, after any event an outage left unanswered; its position."""

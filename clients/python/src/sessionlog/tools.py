@@ -32,15 +32,34 @@ import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from .errors import ToolFailed
-from .ledger import ToolCall
-from .models import EffectClass
+from .ledger import SessionLedger, ToolCall
+from .models import EffectClass, EventAck
 from .session import AsyncSession, Session, encode_json
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class BlockingWriter(Protocol):
+    """What a blocking durable tool needs of its session's writer: ``Session`` has it, and so
+    does a framework adapter that writes on a loop of its own (the LangGraph saver)."""
+
+    @property
+    def ledger(self) -> SessionLedger: ...
+
+    def send_unacknowledged(self) -> None: ...
+
+    def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall: ...
+
+    def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck: ...
+
+
+Writer = BlockingWriter | AsyncSession
 
 
 @dataclass(frozen=True)
@@ -107,7 +126,7 @@ def _recorded(call: ToolCall, decode: Callable[[str], Any]) -> Any:
 
 
 def durable_tool(
-    session: Session | AsyncSession | Callable[[], Session | AsyncSession],
+    session: Writer | Callable[[], Writer],
     *,
     effect: EffectClass,
     key: Callable[..., str] | None = None,
@@ -158,8 +177,8 @@ def durable_tool(
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             target, call_key, arguments = plan(args, kwargs)
-            if not isinstance(target, Session):
-                raise TypeError(f"durable tool {tool!r} is blocking: it needs a Session")
+            if isinstance(target, AsyncSession):
+                raise TypeError(f"durable tool {tool!r} is blocking: it needs a Session, not an AsyncSession")
             target.send_unacknowledged()
             kind, call = target.ledger.plan(tool, call_key)
             if kind == "recorded" and call is not None:

@@ -1,0 +1,536 @@
+"""LangGraph on sessionlog: ``SessionlogSaver`` is a ``BaseCheckpointSaver`` that keeps a
+thread's checkpoints and pending writes in a sessionlog session's log.
+
+A thread is a session (its id when the thread id is a UUID, else a name-based UUID of it). Each
+checkpoint and each pending write is a ``FrameworkStateSaved`` event (framework ``langgraph``),
+its state sealed under the session's key like any text and read back by range reads, so the
+graph's state has the log's guarantees: acknowledged means durable, and a new process on any
+machine resumes the thread where the last one stopped. Nothing is rewritten: ``delete_thread``,
+``prune`` and ``delete_for_runs`` append markers that readers honour (``sessionlog erase``
+destroys the text itself), and ``copy_thread`` is a fork, so the copy keeps its lineage.
+
+Every thread a saver starts is also recorded in its catalogue session (one per ``catalogue``
+name), so ``list(None)`` and ``delete_for_runs`` reach threads other processes wrote.
+
+Both the blocking and the async methods run on one event loop the saver owns, in a thread of its
+own: one implementation serves both, whichever loop (if any) the caller runs.
+
+    saver = SessionlogSaver(token=TOKEN)          # roles harness, reader (and operator to copy)
+    graph = builder.compile(checkpointer=saver)
+    graph.invoke(inputs, {"configurable": {"thread_id": "ticket-4711"}})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import json
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.config import get_config
+
+from .. import errors
+from ..client import AsyncClient, Credential
+from ..ledger import SessionLedger, ToolCall
+from ..models import EffectClass, EventAck, HistoryEvent, text_of
+from ..session import AsyncSession, await_projected, framework_state
+from ..tools import durable_tool
+
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+FRAMEWORK = "langgraph"
+_NAMESPACE = uuid.UUID("0f6b1d2e-4f53-4a39-8d7e-6c1f3b2a9e11")
+
+
+def thread_session_id(thread_id: str) -> str:
+    """The session of a LangGraph thread: the id itself when it is a UUID, else a UUIDv5 of it."""
+    try:
+        return str(uuid.UUID(thread_id))
+    except ValueError:
+        return str(uuid.uuid5(_NAMESPACE, f"thread:{thread_id}"))
+
+
+def _typed(value: tuple[str, bytes]) -> list[str]:
+    return [value[0], base64.b64encode(value[1]).decode()]
+
+
+def _untyped(value: list[str]) -> tuple[str, bytes]:
+    return value[0], base64.b64decode(value[1])
+
+
+@dataclass
+class _Saved:
+    """One checkpoint as the log has it (still serialised)."""
+
+    checkpoint: tuple[str, bytes]
+    metadata: tuple[str, bytes]
+    parent_id: str | None
+
+
+@dataclass
+class _Write:
+    task_id: str
+    channel: str
+    value: tuple[str, bytes]
+    task_path: str
+    idx: int
+
+
+@dataclass
+class ThreadState:
+    """A thread folded from its ``FrameworkStateSaved`` events (pure: no I/O).
+
+    Markers withdraw what came before them: ``clear`` the whole thread (its inherited part
+    too), ``deleted`` one checkpoint and its writes."""
+
+    checkpoints: dict[str, dict[str, _Saved]] = field(default_factory=dict)
+    writes: dict[tuple[str, str], dict[tuple[str, int], _Write]] = field(default_factory=dict)
+
+    @staticmethod
+    def fold(events: Sequence[HistoryEvent]) -> ThreadState:
+        thread = ThreadState()
+        for event in events:
+            data = event.data or {}
+            if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK:
+                continue
+            text = text_of(data.get("state"))
+            if text is None:
+                raise errors.SessionlogError(
+                    f"LangGraph state at seq {event.seq} of {event.session_id} does not open "
+                    f"({event.unopened or 'no text'}): was the session erased?"
+                )
+            thread.apply(json.loads(text))
+        return thread
+
+    def apply(self, state: dict[str, Any]) -> None:
+        kind, ns = state["type"], state.get("ns", "")
+        if kind == "checkpoint":
+            self.checkpoints.setdefault(ns, {})[state["id"]] = _Saved(
+                _untyped(state["checkpoint"]), _untyped(state["metadata"]), state.get("parent")
+            )
+        elif kind == "write":
+            stored = self.writes.setdefault((ns, state["checkpoint_id"]), {})
+            inner = (state["task_id"], int(state["idx"]))
+            # A special channel (error, interrupt, resume, scheduled) is overwritten; any other
+            # write is kept as first written, so a repeated put_writes changes nothing.
+            if inner[1] < 0 or inner not in stored:
+                stored[inner] = _Write(
+                    state["task_id"], state["channel"], _untyped(state["value"]), state.get("task_path", ""), inner[1]
+                )
+        elif kind == "deleted":
+            self.checkpoints.get(ns, {}).pop(state["id"], None)
+            self.writes.pop((ns, state["id"]), None)
+        elif kind == "clear":
+            self.checkpoints.clear()
+            self.writes.clear()
+
+    def pending_writes(self, ns: str, checkpoint_id: str) -> list[_Write]:
+        stored = self.writes.get((ns, checkpoint_id), {})
+        return sorted(stored.values(), key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+
+
+class SessionlogSaver(BaseCheckpointSaver[int]):
+    """A LangGraph checkpointer on sessionlog (see the module's documentation).
+
+    (``builtins.list`` in its annotations: its own ``list`` method shadows the builtin there.)
+    """
+
+    def __init__(
+        self,
+        ingest_url: str = "http://127.0.0.1:8090",
+        recovery_url: str = "http://127.0.0.1:8095",
+        *,
+        token: Credential | None = None,
+        writer: str = "langgraph",
+        catalogue: str = "langgraph",
+        serde: SerializerProtocol | None = None,
+        wait_for: float = 30.0,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.writer_name = writer
+        self.catalogue_id = str(uuid.uuid5(_NAMESPACE, f"catalogue:{catalogue}"))
+        self.wait_for = wait_for
+        self._client = AsyncClient(ingest_url, recovery_url, token=token)
+        self._writers: dict[str, AsyncSession] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sessionlog-saver", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Closes the connections and stops the saver's loop (once; later calls do nothing)."""
+        if not self._loop.is_running():
+            return
+        self._run(self._client.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def durable_tool(
+        self, *, effect: EffectClass, key: Callable[..., str] | None = None, name: str | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Makes a blocking function a durable tool of the running graph's thread (see
+        ``sessionlog.tools``): when LangGraph runs an interrupted node again after a crash, a
+        call whose result the log holds answers it instead of running again."""
+
+        def writer() -> _ThreadWriter:
+            thread_id = str(get_config()["configurable"]["thread_id"])
+            session = self._run(self._writer(thread_id))
+            assert session is not None
+            return _ThreadWriter(self, session)
+
+        return durable_tool(writer, effect=effect, key=key, name=name)
+
+    # -- the two faces over one implementation ------------------------------------------------
+
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+    async def _await(self, work: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._await(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._run(self._list(config, filter, before, limit))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for found in await self._await(self._list(config, filter, before, limit)):
+            yield found
+
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        return self._run(self._put(config, checkpoint, metadata))
+
+    async def aput(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
+        return await self._await(self._put(config, checkpoint, metadata))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._run(self._put_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await self._await(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._mark(thread_id, lambda _: [{"type": "clear"}]))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._await(self._mark(thread_id, lambda _: [{"type": "clear"}]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._await(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._await(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._prune(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._await(self._prune(thread_ids, strategy))
+
+    # -- on the saver's loop --------------------------------------------------------------------
+
+    def _lock(self, thread_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(thread_id, asyncio.Lock())
+
+    async def _writer(self, thread_id: str, *, create: bool = True) -> AsyncSession | None:
+        """The writer of ``thread_id``'s session: taken over (resume) or started."""
+        if thread_id in self._writers:
+            return self._writers[thread_id]
+        sid = thread_session_id(thread_id)
+        try:
+            writer = await AsyncSession.resume(self._client, sid, self.writer_name, wait_for=self.wait_for)
+        except errors.UnknownSession:
+            if not create:
+                return None
+            try:
+                writer = await AsyncSession.start(self._client, self.writer_name, f"langgraph thread {thread_id}", sid)
+            except errors.AlreadyStarted:
+                writer = await AsyncSession.resume(self._client, sid, self.writer_name, wait_for=self.wait_for)
+            if thread_id != self.catalogue_id:
+                await self._catalogue(thread_id)
+        self._writers[thread_id] = writer
+        return writer
+
+    async def _catalogue(self, thread_id: str) -> None:
+        """Records ``thread_id`` in the catalogue, taking the catalogue over if another process did."""
+        event = framework_state(FRAMEWORK, f"thread:{thread_id}", json.dumps({"type": "thread", "thread_id": thread_id}))
+        for _ in range(3):
+            writer = await self._writer(self.catalogue_id)
+            assert writer is not None
+            try:
+                await writer.append(event)
+                return
+            except errors.Fenced:
+                del self._writers[self.catalogue_id]
+        raise errors.SessionlogError("the LangGraph catalogue is being taken over by other processes; try again")
+
+    async def _last_seq(self, thread_id: str) -> int | None:
+        """The thread session's last seq (``None`` when it does not exist)."""
+        writer = self._writers.get(thread_id)
+        if writer is not None:
+            return writer.ledger.next_seq - 1
+        try:
+            view = await self._client.session(thread_session_id(thread_id))
+        except errors.UnknownSession:
+            return None
+        # A copy reads its source's history through the fork point: wait for that too.
+        parent = view.state.get("parent")
+        if isinstance(parent, dict):
+            await await_projected(
+                self._client, str(parent["parent_session_id"]), int(parent["parent_seq"]), self.wait_for
+            )
+        return int(view.state.get("last_seq", 0))
+
+    async def _load(self, thread_id: str) -> ThreadState | None:
+        last = await self._last_seq(thread_id)
+        if last is None:
+            return None
+        sid = thread_session_id(thread_id)
+        await await_projected(self._client, sid, last, self.wait_for)
+        events = [
+            e async for e in self._client.events(sid, kinds=["FrameworkStateSaved"], inherited=True, limit=1000)
+        ]
+        return ThreadState.fold(events)
+
+    def _tuple(self, thread_id: str, ns: str, checkpoint_id: str, thread: ThreadState) -> CheckpointTuple:
+        saved = thread.checkpoints[ns][checkpoint_id]
+        parent = (
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": saved.parent_id}}
+            if saved.parent_id
+            else None
+        )
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}},
+            checkpoint=self.serde.loads_typed(saved.checkpoint),
+            metadata=self.serde.loads_typed(saved.metadata),
+            parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=[
+                (w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in thread.pending_writes(ns, checkpoint_id)
+            ],
+        )
+
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
+        async with self._lock(thread_id):
+            thread = await self._load(thread_id)
+        if thread is None or not thread.checkpoints.get(ns):
+            return None
+        checkpoint_id = get_checkpoint_id(config) or max(thread.checkpoints[ns])
+        if checkpoint_id not in thread.checkpoints[ns]:
+            return None
+        return self._tuple(thread_id, ns, checkpoint_id, thread)
+
+    async def _threads(self) -> builtins.list[str]:
+        """Every thread the catalogue records."""
+        last = await self._last_seq(self.catalogue_id)
+        if last is None:
+            return []
+        await await_projected(self._client, self.catalogue_id, last, self.wait_for)
+        found: builtins.list[str] = []
+        async for event in self._client.events(self.catalogue_id, kinds=["FrameworkStateSaved"], limit=1000):
+            text = text_of((event.data or {}).get("state"))
+            if text is not None:
+                thread_id = str(json.loads(text)["thread_id"])
+                found += [] if thread_id in found else [thread_id]
+        return found
+
+    async def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> builtins.list[CheckpointTuple]:
+        configurable = config["configurable"] if config else {}
+        threads = [str(configurable["thread_id"])] if "thread_id" in configurable else await self._threads()
+        wanted_ns = configurable.get("checkpoint_ns")
+        wanted_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        found: builtins.list[CheckpointTuple] = []
+        for thread_id in threads:
+            async with self._lock(thread_id):
+                thread = await self._load(thread_id)
+            for ns, saved in (thread.checkpoints if thread else {}).items():
+                if wanted_ns is not None and ns != wanted_ns:
+                    continue
+                for checkpoint_id in sorted(saved, reverse=True):
+                    if (wanted_id and checkpoint_id != wanted_id) or (before_id and checkpoint_id >= before_id):
+                        continue
+                    assert thread is not None
+                    found_tuple = self._tuple(thread_id, ns, checkpoint_id, thread)
+                    if filter and any(found_tuple.metadata.get(k) != v for k, v in filter.items()):
+                        continue
+                    if limit is not None and len(found) >= limit:
+                        return found
+                    found.append(found_tuple)
+        return found
+
+    async def _put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata) -> RunnableConfig:
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
+        state = {
+            "type": "checkpoint",
+            "ns": ns,
+            "id": checkpoint["id"],
+            "parent": configurable.get("checkpoint_id"),
+            "checkpoint": _typed(self.serde.dumps_typed(checkpoint)),
+            "metadata": _typed(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
+        }
+        async with self._lock(thread_id):
+            writer = await self._writer(thread_id)
+            assert writer is not None
+            await writer.append(framework_state(FRAMEWORK, f"checkpoint:{ns}:{checkpoint['id']}", json.dumps(state)))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    async def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> None:
+        configurable = config["configurable"]
+        thread_id, ns = str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
+        checkpoint_id = str(configurable["checkpoint_id"])
+        events = []
+        for idx, (channel, value) in enumerate(writes):
+            index = WRITES_IDX_MAP.get(channel, idx)
+            state = {
+                "type": "write", "ns": ns, "checkpoint_id": checkpoint_id, "task_id": task_id,
+                "task_path": task_path, "idx": index, "channel": channel,
+                "value": _typed(self.serde.dumps_typed(value)),
+            }
+            key = f"writes:{ns}:{checkpoint_id}:{task_id}:{index}"
+            events.append(framework_state(FRAMEWORK, key, json.dumps(state)))
+        async with self._lock(thread_id):
+            writer = await self._writer(thread_id)
+            assert writer is not None
+            await writer.append_all(events)
+
+    async def _mark(self, thread_id: str, markers: Any) -> None:
+        """Appends the markers ``markers(thread)`` answers for the thread, if it exists."""
+        async with self._lock(thread_id):
+            thread = await self._load(thread_id)
+            if thread is None:
+                return
+            found = markers(thread)
+            if not found:
+                return
+            writer = await self._writer(thread_id, create=False)
+            if writer is None:
+                return
+            await writer.append_all(
+                [framework_state(FRAMEWORK, f"{m['type']}:{m.get('ns', '')}:{m.get('id', '')}", json.dumps(m)) for m in found]
+            )
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        if not runs:
+            return
+
+        def of_runs(thread: ThreadState) -> builtins.list[dict[str, Any]]:
+            return [
+                {"type": "deleted", "ns": ns, "id": cid}
+                for ns, saved in thread.checkpoints.items()
+                for cid, s in saved.items()
+                if self.serde.loads_typed(s.metadata).get("run_id") in runs
+            ]
+
+        for thread_id in await self._threads():
+            await self._mark(thread_id, of_runs)
+
+    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
+
+        def older(thread: ThreadState) -> builtins.list[dict[str, Any]]:
+            if strategy == "delete":
+                return [{"type": "clear"}] if thread.checkpoints else []
+            return [
+                {"type": "deleted", "ns": ns, "id": cid}
+                for ns, saved in thread.checkpoints.items()
+                for cid in sorted(saved)[:-1]
+            ]
+
+        for thread_id in thread_ids:
+            await self._mark(thread_id, older)
+
+    async def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        last = await self._last_seq(source_thread_id)
+        if last is None:
+            return
+        target = thread_session_id(target_thread_id)
+        # A fork: the target reads the source's history through `last` as its own past, and
+        # keeps the lineage (`sessionlog lineage`). Forking needs the operator role.
+        await self._client.fork(thread_session_id(source_thread_id), last, self.writer_name, target)
+        await self._catalogue(target_thread_id)
+
+
+class _ThreadWriter:
+    """A thread's writer, for blocking durable tools: each step runs on the saver's loop."""
+
+    def __init__(self, saver: SessionlogSaver, session: AsyncSession) -> None:
+        self._saver, self._session = saver, session
+
+    @property
+    def ledger(self) -> SessionLedger:
+        return self._session.ledger
+
+    def send_unacknowledged(self) -> None:
+        self._saver._run(self._session.send_unacknowledged())
+
+    def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall:
+        return self._saver._run(self._session.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key))
+
+    def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
+        return self._saver._run(self._session.tool_result(call, output, succeeded=succeeded))
