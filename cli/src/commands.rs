@@ -4,7 +4,7 @@
 use crate::example;
 use crate::recovery::parse_session;
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::EventLog;
@@ -35,6 +35,13 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// Whether `--json` was given: errors are then printed as a JSON object too.
+    pub fn json(&self) -> bool {
+        self.json
+    }
 }
 
 /// The format of the log lines on stderr.
@@ -203,6 +210,13 @@ enum Command {
         #[command(subcommand)]
         command: crate::schemas::SchemasCommand,
     },
+    /// Print a shell completion script: `source <(sessionlog completions bash)`, or save it
+    /// where the shell loads completions from. Needs no servers.
+    Completions {
+        /// Which shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print a service's OpenAPI 3.1 document (what it serves at /v1/openapi.json) as JSON.
     /// Needs no servers.
     Openapi {
@@ -223,9 +237,19 @@ enum HttpService {
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
-    if let Command::Openapi { service } = cli.command {
-        // Before the settings: printing the document needs none.
-        return print_openapi(service);
+    // Before the settings: printing a document or a script needs none.
+    match cli.command {
+        Command::Openapi { service } => return print_openapi(service),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "sessionlog",
+                &mut std::io::stdout(),
+            );
+            return Ok(());
+        }
+        _ => {}
     }
     let settings = Settings::load(cli.config.as_deref()).context("loading settings")?;
     match cli.command {
@@ -289,6 +313,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
         Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
         Command::Openapi { service } => print_openapi(service),
+        Command::Completions { .. } => Ok(()),
     }
 }
 

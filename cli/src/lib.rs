@@ -4,6 +4,7 @@
 mod commands;
 mod duration;
 pub mod example;
+pub mod exit;
 mod export;
 mod ingest;
 mod keys;

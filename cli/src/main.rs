@@ -9,15 +9,19 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Exit statuses: 0 ok, 1 a difference or a failed check, 2 usage, 3 a server unavailable
+/// (`sessionlog_cli::exit`).
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = sessionlog_cli::Cli::parse();
+    let cli = match sessionlog_cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // The arguments were refused, so `--json` is looked for among them as given.
+        Err(e) => return sessionlog_cli::exit::usage(e, std::env::args().any(|a| a == "--json")),
+    };
     sessionlog_cli::init_logging(cli.log_format);
+    let json = cli.json();
     match sessionlog_cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => sessionlog_cli::exit::report(&e, json),
     }
 }
