@@ -11,39 +11,22 @@ Prints JSON lines: {"at": POINT}, then {"result": FINAL_OUTPUT, "items": [...]} 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import sys
-import time
 import uuid
-from typing import Any
 
 import httpx
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import sessionlog
+from harness_io import arguments, hang_if, say
 from sessionlog import current_call
 from sessionlog.integrations.openai_agents import SessionlogSession
 
 
-def say(**what: Any) -> None:
-    print(json.dumps(what), flush=True)
-
-
-def hang_if(point: str, hang: str | None) -> None:
-    if point == hang:
-        say(at=point)
-        while True:  # the test kills this process here
-            time.sleep(60)
-
-
 async def main() -> int:
-    parser = argparse.ArgumentParser()
-    for name in ("--ingest", "--recovery", "--token", "--service", "--tool", "--effect", "--session"):
-        parser.add_argument(name, required=True)
-    parser.add_argument("--hang")
+    parser = arguments(session_required=True)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     client = sessionlog.AsyncClient(args.ingest, args.recovery, token=args.token)

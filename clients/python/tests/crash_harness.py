@@ -12,35 +12,17 @@ one JSON object per line: {"session": ID}, {"at": POINT}, {"result": ...} or {"e
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
-from typing import Any
 
 import httpx
 
 import sessionlog
+from harness_io import arguments, hang_if, say
 from sessionlog import current_call, durable_tool
 
 
-def say(**what: Any) -> None:
-    print(json.dumps(what), flush=True)
-
-
-def hang_if(point: str, hang: str | None) -> None:
-    if point == hang:
-        say(at=point)
-        while True:  # the test kills this process here
-            time.sleep(60)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    for name in ("--ingest", "--recovery", "--token", "--service", "--tool", "--effect"):
-        parser.add_argument(name, required=True)
-    parser.add_argument("--session")
-    parser.add_argument("--hang")
+    parser = arguments(session_required=False)
     args = parser.parse_args()
     client = sessionlog.Client(args.ingest, args.recovery, token=args.token)
     try:

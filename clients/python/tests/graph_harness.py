@@ -13,10 +13,7 @@ Prints JSON lines: {"at": POINT}, {"waiting": QUESTION}, {"result": STATE} or {"
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
 from typing import Any, TypedDict
 
 import httpx
@@ -24,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 import sessionlog
+from harness_io import arguments, hang_if, say
 from sessionlog import current_call
 from sessionlog.integrations.langgraph import SessionlogSaver
 
@@ -33,22 +31,8 @@ class Ticket(TypedDict, total=False):
     approved: bool
 
 
-def say(**what: Any) -> None:
-    print(json.dumps(what), flush=True)
-
-
-def hang_if(point: str, hang: str | None) -> None:
-    if point == hang:
-        say(at=point)
-        while True:  # the test kills this process here
-            time.sleep(60)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    for name in ("--ingest", "--recovery", "--token", "--service", "--tool", "--effect", "--session"):
-        parser.add_argument(name, required=True)
-    parser.add_argument("--hang")
+    parser = arguments(session_required=True)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--approve", action="store_true")
     args = parser.parse_args()

@@ -1,0 +1,32 @@
+"""What the harness scripts share: their common arguments, and how they report and hang."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+
+def arguments(session_required: bool) -> argparse.ArgumentParser:
+    """The arguments every harness takes: the services, a token, the tool service and tool, the
+    effect class, the session (or thread), and where to hang."""
+    parser = argparse.ArgumentParser()
+    for name in ("--ingest", "--recovery", "--token", "--service", "--tool", "--effect"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--session", required=session_required)
+    parser.add_argument("--hang")
+    return parser
+
+
+def say(**what: Any) -> None:
+    """One JSON line on stdout, flushed: what the test reads."""
+    print(json.dumps(what), flush=True)
+
+
+def hang_if(point: str, hang: str | None) -> None:
+    """At the point the test asked for: say so and wait to be killed."""
+    if point == hang:
+        say(at=point)
+        while True:  # the test kills this process here
+            time.sleep(60)
