@@ -24,6 +24,9 @@ pub struct ForkArgs {
     /// The agent that runs the branch.
     #[arg(long, default_value = "sessionlog-cli")]
     pub agent: String,
+    /// The new session's id (a UUID); a fresh one when absent. Refused if it is taken.
+    #[arg(long = "child", value_name = "ID")]
+    pub child: Option<String>,
 }
 
 /// A range of a session's history.
@@ -155,9 +158,10 @@ pub async fn fork(settings: &Settings, args: &ForkArgs) -> Result<Output> {
         (None, Some(seq)) => ForkAt::Checkpoint(seq),
         _ => bail!("say where to fork: --at-seq N or --at-checkpoint N"),
     };
+    let child = args.child.as_deref().map(parse_session).transpose()?;
     let first = connect(settings)
         .await?
-        .fork(parse_session(&args.session)?, at, &args.agent)
+        .fork_by(parse_session(&args.session)?, at, &args.agent, None, child)
         .await?;
     let human = format!(
         "forked {} at seq {} into new session {} (partition {}, offset {})",

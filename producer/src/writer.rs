@@ -134,13 +134,32 @@ impl SessionWriter {
         tenant: &str,
         forked_by: Option<&str>,
     ) -> Result<(Self, Appended)> {
+        Self::fork_into(log, None, fork_point, agent, tenant, forked_by).await
+    }
+
+    /// [`Self::fork`] into the child `child` names (a framework that chooses its copies' ids,
+    /// such as LangGraph's `copy_thread`), or a fresh UUIDv7 when `None`. A given id may be
+    /// taken: as with [`Self::create_in`], it is caught up first and an existing session
+    /// refused with [`Rejection::AlreadyStarted`] before anything is written, and the start is
+    /// read back, so of two forks racing into one id exactly one succeeds.
+    pub async fn fork_into(
+        log: Arc<EventLog>,
+        child: Option<SessionId>,
+        fork_point: ForkPoint,
+        agent: &str,
+        tenant: &str,
+        forked_by: Option<&str>,
+    ) -> Result<(Self, Appended)> {
         let forked = SessionEvent::SessionForked {
             fork_point,
             agent: agent.to_string(),
             tenant: tenant.to_string(),
             forked_by: forked_by.map(String::from),
         };
-        Self::start(log, SessionId::new(), forked, true).await
+        match child {
+            Some(child) => Self::start(log, child, forked, false).await,
+            None => Self::start(log, SessionId::new(), forked, true).await,
+        }
     }
 
     /// Writes the first event of `session`. A `fresh` id (a new UUIDv7) cannot be taken, so

@@ -46,16 +46,20 @@ impl Recovery {
     /// or an operator, or has a non-idempotent call in doubt: a child starts `Running` with no
     /// pending calls or approvals, so it would walk past the gate (see docs/design.md, Forks).
     pub async fn fork(&self, parent: SessionId, at: ForkAt, agent: &str) -> Result<Appended> {
-        self.fork_by(parent, at, agent, None).await
+        self.fork_by(parent, at, agent, None, None).await
     }
 
-    /// [`Self::fork`] for a verified caller, whom the child's first event names (`forked_by`).
+    /// [`Self::fork`] for a verified caller, whom the child's first event names (`forked_by`),
+    /// into the child id `child` when given (else a fresh UUIDv7). A `child` that is already a
+    /// session is refused (the producer's `Rejection::AlreadyStarted`, 409 `already_started`
+    /// over HTTP) and nothing is written.
     pub async fn fork_by(
         &self,
         parent: SessionId,
         at: ForkAt,
         agent: &str,
         by: Option<&str>,
+        child: Option<SessionId>,
     ) -> Result<Appended> {
         let seq = match at {
             ForkAt::Checkpoint(seq) | ForkAt::Seq(seq) => seq,
@@ -100,8 +104,9 @@ impl Recovery {
             parent_offset: event.offset,
         };
         // The child belongs to the parent's tenant: a fork never moves a session's data across.
-        let (_, first) = SessionWriter::fork(
+        let (_, first) = SessionWriter::fork_into(
             Arc::clone(self.log()),
+            child,
             fork_point,
             agent,
             &at_fork.tenant,

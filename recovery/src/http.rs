@@ -96,6 +96,7 @@ impl From<Error> for Problem {
             Error::Ended { .. } => (StatusCode::CONFLICT, "session_ended"),
             Error::AwaitingApproval { .. } => (StatusCode::CONFLICT, "awaiting_approval"),
             Error::NeedsResolution { .. } => (StatusCode::CONFLICT, "needs_resolution"),
+            Error::Paused { .. } => (StatusCode::CONFLICT, "session_paused"),
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
@@ -217,6 +218,11 @@ struct ForkRequest {
     at_checkpoint: Option<u64>,
     /// The agent that runs the branch.
     agent: String,
+    /// The child's id (a framework's own name for the copy, such as LangGraph's
+    /// `copy_thread` destination); a fresh UUIDv7 when absent. One already taken is refused
+    /// with 409 `already_started`, and nothing is written.
+    #[serde(default)]
+    session_id: Option<SessionId>,
 }
 
 /// An operator's outcome for an in-doubt tool call.
@@ -293,7 +299,7 @@ async fn get_session(
     responses(
         (status = 200, description = "resumed", body = ResumeBundleView),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`session_ended`, `awaiting_approval`, `needs_resolution`, `fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`session_ended`, `session_paused` (`sessionlog unpause` first), `awaiting_approval`, `needs_resolution`, `fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -330,7 +336,7 @@ async fn resume(
         (status = 200, description = "forked", body = Forked),
         (status = 400, description = "`malformed_json`, `bad_session_id`, `bad_request_body` (not exactly one fork point)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fork_of_waiting_session`: the parent awaits an approval or an operator at the fork point", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fork_of_waiting_session`: the parent awaits an approval or an operator at the fork point; `already_started`: a session with the requested `session_id` exists (nothing was written)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 415, description = "`unsupported_media_type`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `bad_fork_point`", body = ProblemDocument, content_type = "application/problem+json"),
         ServerProblems,
@@ -357,7 +363,7 @@ async fn fork(
     };
     let by = caller.on_behalf("");
     let first = recovery
-        .fork_by(session, at, &request.agent, Some(&by))
+        .fork_by(session, at, &request.agent, Some(&by), request.session_id)
         .await?;
     caller.audit("fork", session);
     Ok(Json(Forked {
