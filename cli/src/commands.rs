@@ -179,6 +179,14 @@ enum Command {
     Resolve(crate::recovery::ResolveArgs),
     /// Record a decision on a pending approval.
     Approve(crate::recovery::ApproveArgs),
+    /// Pause a session: record why (and, as the writer, who); resume refuses it until
+    /// `unpause`. Takes the session over, fencing the harness that was writing.
+    Pause(crate::operate::PauseArgs),
+    /// Lift a pause: the session can be resumed again.
+    Unpause(crate::operate::UnpauseArgs),
+    /// Append a steering message for the agent (author and text). Takes the session over,
+    /// fencing the harness that was writing; it sees the message when it resumes.
+    Steer(crate::operate::SteerArgs),
     /// Run the recovery HTTP service until interrupted.
     ServeRecovery {
         /// Address to listen on (default from settings: 127.0.0.1:8095).
@@ -307,6 +315,9 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Events(args) => crate::recovery::events(&settings, &args, cli.json).await,
         Command::Resolve(args) => emit(cli.json, crate::recovery::resolve(&settings, &args).await?),
         Command::Approve(args) => emit(cli.json, crate::recovery::approve(&settings, &args).await?),
+        Command::Pause(args) => emit(cli.json, crate::operate::pause(&settings, &args).await?),
+        Command::Unpause(args) => emit(cli.json, crate::operate::unpause(&settings, &args).await?),
+        Command::Steer(args) => emit(cli.json, crate::operate::steer(&settings, &args).await?),
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
         Command::Token { dir, command } => crate::token::run(&settings, dir, command),
         Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),

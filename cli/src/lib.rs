@@ -8,6 +8,7 @@ pub mod exit;
 mod export;
 mod ingest;
 mod keys;
+mod operate;
 mod recovery;
 mod replay;
 mod schemas;

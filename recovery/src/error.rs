@@ -47,6 +47,15 @@ pub enum Error {
         /// The seqs of the calls in doubt.
         calls: Vec<u64>,
     },
+    /// An operator paused the session (`sessionlog pause`): no writer may take it over until
+    /// it is unpaused.
+    #[error(
+        "session {session} is paused by an operator; run `sessionlog unpause {session}` before resuming it"
+    )]
+    Paused {
+        /// The session.
+        session: String,
+    },
     /// An operator named a call that is not in doubt: it has a recorded result, or never existed.
     #[error("session {session} has no tool call in doubt at seq {call_seq}")]
     NotInDoubt {
@@ -158,6 +167,7 @@ impl Error {
                 | Self::Ended { .. }
                 | Self::AwaitingApproval { .. }
                 | Self::NeedsResolution { .. }
+                | Self::Paused { .. }
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }
                 | Self::BadForkPoint { .. }

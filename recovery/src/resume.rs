@@ -286,7 +286,8 @@ enum Settlement {
     NeedsOperator(String),
 }
 
-/// Refuses to resume a session that ended, awaits a decision, or awaits an operator.
+/// Refuses to resume a session that ended, is paused, awaits a decision, or awaits an
+/// operator.
 fn check_resumable(state: &SessionState) -> Result<()> {
     let session = state.session_id.to_string();
     if let Some(outcome) = state.terminal {
@@ -300,6 +301,9 @@ fn check_resumable(state: &SessionState) -> Result<()> {
             session,
             outcome: "erased".into(),
         });
+    }
+    if state.paused {
+        return Err(Error::Paused { session });
     }
     if let Some(approval) = state.pending_approvals.values().next() {
         return Err(Error::AwaitingApproval {
