@@ -510,7 +510,13 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         target = thread_session_id(target_thread_id)
         # A fork: the target reads the source's history through `last` as its own past, and
         # keeps the lineage (`sessionlog lineage`). Forking needs the operator role.
-        await self._client.fork(thread_session_id(source_thread_id), last, self.writer_name, target)
+        forked = await self._client.fork(thread_session_id(source_thread_id), last, self.writer_name, target)
+        if forked.get("session_id") != target:
+            # A recovery service older than the fork's `session_id` picks an id of its own.
+            raise errors.SessionlogError(
+                f"the recovery service forked {source_thread_id!r} into {forked.get('session_id')}, not {target}: "
+                "copy_thread needs a recovery service of this release"
+            )
         await self._catalogue(target_thread_id)
 
 
