@@ -300,6 +300,12 @@ class ServiceUnavailable(Unavailable):
     code_name = "unavailable"
 
 
+class SessionPaused(Conflict):
+    """The session is paused (`sessionlog pause`): resume waits for `sessionlog unpause`."""
+
+    code_name = "session_paused"
+
+
 class KeyStoreUnavailable(Unavailable):
     """The key store (the sessions' data keys) cannot be reached; retried."""
 
@@ -351,7 +357,7 @@ _BY_CODE: dict[str, type[ProblemError]] = {
         StartDeleted, AwaitingApproval, NeedsResolution, UnverifiedDecision, SessionErased, TooMany,
         TooLargeBody, InvalidRequest, InvalidEvent, ReservedKind, SealedContent, NotInDoubt,
         NoSuchApproval, BadForkPoint, Backpressure, NotAcknowledged, RegistryUnavailable,
-        ServiceUnavailable, KeyStoreUnavailable, NotStarted, ForkOfWaitingSession, IndexMismatch,
+        ServiceUnavailable, SessionPaused, KeyStoreUnavailable, NotStarted, ForkOfWaitingSession, IndexMismatch,
         UnsupportedMediaType, MethodNotAllowed, UnreadableBody,
     ]
 }
