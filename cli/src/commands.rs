@@ -218,6 +218,15 @@ enum Command {
         #[command(subcommand)]
         command: crate::schemas::SchemasCommand,
     },
+    /// The events topic and its partitions, each projector group's lag per partition and live
+    /// instances, dead letters, the registered schemas and the store; exits 1 naming each
+    /// problem and its fix when something is unhealthy, 3 when a server cannot be reached.
+    Status {
+        /// A projector consumer group to report on; repeat for several (default:
+        /// `[projector] group_id`, the group `sessionlog project` joins).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+    },
     /// Print a shell completion script: `source <(sessionlog completions bash)`, or save it
     /// where the shell loads completions from. Needs no servers.
     Completions {
@@ -323,6 +332,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),
         Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
         Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
+        Command::Status { groups } => crate::status::run(&settings, groups, cli.json).await,
         Command::Openapi { service } => print_openapi(service),
         Command::Completions { .. } => Ok(()),
     }

@@ -13,6 +13,7 @@ mod recovery;
 mod replay;
 mod schemas;
 mod serve;
+mod status;
 mod token;
 mod trace;
 

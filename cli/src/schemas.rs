@@ -232,7 +232,9 @@ pub fn compare(kept: &[(u32, &str)], registered: &[Registered]) -> Result<Vec<Li
     Ok(lines)
 }
 
-fn human(report: &Report) -> String {
+/// The subject, its compatibility level and the kept and registered versions as a table (what
+/// `list` prints before the drift; `sessionlog status` prints it too).
+pub fn versions_table(report: &Report) -> String {
     let mut text = format!(
         "subject {} at {}\ncompatibility {}\n{:<6} {:<9} {:<6} status",
         report.subject,
@@ -255,6 +257,11 @@ fn human(report: &Report) -> String {
             line.status
         ));
     }
+    text
+}
+
+fn human(report: &Report) -> String {
+    let mut text = versions_table(report);
     if report.drift.is_empty() {
         text.push_str("\nno drift: the registry has every version this build keeps");
     }

@@ -1,6 +1,7 @@
 //! The session log on Kafka.
 //!
 //! - [`settings`]: how a deployment is configured (file plus environment, defaults for the local stack);
+//! - [`group`]: a consumer group's lag per partition and its live members, a topic's depth;
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
 //! - [`positions`]: where a reader of the whole topic starts (offsets, a time, the beginning);
@@ -8,6 +9,7 @@
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
 pub mod error;
+pub mod group;
 pub mod partitioner;
 pub mod positions;
 pub mod reader;
@@ -16,6 +18,9 @@ pub mod settings;
 pub mod topic;
 
 pub use error::{Error, Result};
+pub use group::{
+    GroupMember, GroupStatus, PartitionLag, PartitionSpan, TopicSpan, group_status, topic_span,
+};
 pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{

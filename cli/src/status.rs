@@ -1,0 +1,364 @@
+//! `sessionlog status`: the events topic, each projector group's lag and live instances, the
+//! dead-letter depth, the registered schemas and the store, and whether all of it is healthy.
+//!
+//! The facts come from the libraries (`log` for Kafka, `store` for CQL, `schemas list` for the
+//! registry); this module only judges them ([`problems`]) and prints them.
+
+use crate::schemas;
+use anyhow::{Result, bail};
+use serde::Serialize;
+use sessionlog_log::{GroupStatus, Settings, TopicSpan, group_status, topic_span};
+use sessionlog_store::ProjectionStore;
+
+/// What `status` gathered: the facts, then the problems found in them.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// The events topic and its partitions.
+    pub topic: TopicSpan,
+    /// The dead-letter topic and its partitions.
+    pub dead_letter_topic: TopicSpan,
+    /// Records in the dead-letter topic: end minus start over its partitions.
+    pub dead_letters: i64,
+    /// Each projector group asked about.
+    pub groups: Vec<GroupStatus>,
+    /// The schema versions registered for the events subject, and the level.
+    pub schemas: schemas::Report,
+    /// The projection keyspace.
+    pub store: StoreHealth,
+    /// Whether nothing is wrong.
+    pub healthy: bool,
+    /// What is wrong, each with its fix.
+    pub problems: Vec<Problem>,
+}
+
+/// Where the projection keyspace stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreHealth {
+    /// The CQL nodes.
+    pub nodes: String,
+    /// The keyspace.
+    pub keyspace: String,
+    /// `migrated`, `missing` or `outdated`.
+    pub state: &'static str,
+    /// What the store said when it is not `migrated`.
+    pub detail: Option<String>,
+}
+
+/// Something unhealthy and what fixes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// What is wrong.
+    pub problem: String,
+    /// The command or setting that fixes it.
+    pub fix: String,
+}
+
+/// Runs `sessionlog status`: prints the status and fails (exit 1) when something is unhealthy.
+/// A server that cannot be reached fails the command with its error (exit 3).
+pub async fn run(settings: &Settings, groups: Vec<String>, json: bool) -> Result<()> {
+    let status = gather(settings, groups).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        println!("{}", human(&status));
+    }
+    if !status.healthy {
+        bail!(
+            "{} problem(s); each is listed with its fix above",
+            status.problems.len()
+        );
+    }
+    Ok(())
+}
+
+async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
+    let groups = if groups.is_empty() {
+        vec![settings.projector.group_id.clone()]
+    } else {
+        groups
+    };
+    let kafka = &settings.kafka;
+    let topic = topic_span(kafka, &kafka.topic).await?;
+    let dead_letter_topic = topic_span(kafka, &kafka.dead_letter_topic).await?;
+    let mut group_statuses = Vec::with_capacity(groups.len());
+    for group in &groups {
+        group_statuses.push(group_status(kafka, &kafka.topic, group).await?);
+    }
+    let schemas = schemas::report(settings).await?;
+    let store = store_health(settings).await?;
+    let mut status = Status {
+        dead_letters: dead_letter_topic.records(),
+        topic,
+        dead_letter_topic,
+        groups: group_statuses,
+        schemas,
+        store,
+        healthy: true,
+        problems: Vec::new(),
+    };
+    status.problems = problems(&status);
+    status.healthy = status.problems.is_empty();
+    Ok(status)
+}
+
+/// Opens the keyspace read-only as every reading command does: a missing or outdated keyspace
+/// is a finding, a store that cannot be reached an error.
+async fn store_health(settings: &Settings) -> Result<StoreHealth> {
+    use sessionlog_store::Error as E;
+    let (state, detail) = match ProjectionStore::open(&settings.cql).await {
+        Ok(_) => ("migrated", None),
+        Err(e @ E::NoKeyspace { .. }) => ("missing", Some(e.to_string())),
+        Err(e @ E::SchemaBehind { .. }) => ("outdated", Some(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(StoreHealth {
+        nodes: settings.cql.nodes.clone(),
+        keyspace: settings.cql.keyspace.clone(),
+        state,
+        detail,
+    })
+}
+
+/// The health rules over the gathered facts: the events topic missing, a group with lag and no
+/// live instance, dead letters, schema drift (as `schemas check` finds it), and a keyspace
+/// missing or outdated.
+pub fn problems(status: &Status) -> Vec<Problem> {
+    let mut found = Vec::new();
+    if !status.topic.exists() {
+        found.push(Problem {
+            problem: format!("the events topic {} does not exist", status.topic.topic),
+            fix: "sessionlog init (or set kafka.topic, SESSIONLOG_KAFKA__TOPIC)".into(),
+        });
+    }
+    for group in &status.groups {
+        let lag = group.total_lag();
+        if group.members.is_empty() && lag > 0 {
+            found.push(Problem {
+                problem: format!(
+                    "group {} is {lag} record(s) behind {} and has no live instance",
+                    group.group, status.topic.topic
+                ),
+                fix: format!(
+                    "start a projector: sessionlog project --group {}",
+                    group.group
+                ),
+            });
+        }
+    }
+    if status.dead_letters > 0 {
+        found.push(Problem {
+            problem: format!(
+                "{} dead letter(s) in {}",
+                status.dead_letters, status.dead_letter_topic.topic
+            ),
+            fix: format!(
+                "read them (each record's headers say why the projector refused it) and fix the \
+                 cause; they expire after retention.dead_letter_retention_ms, or delete them \
+                 with kafka-delete-records.sh on {}",
+                status.dead_letter_topic.topic
+            ),
+        });
+    }
+    found.extend(status.schemas.drift.iter().map(|d| Problem {
+        problem: format!("schema drift: {}", d.problem),
+        fix: d.fix.clone(),
+    }));
+    if status.store.state != "migrated" {
+        found.push(Problem {
+            problem: format!(
+                "keyspace {} is {}{}",
+                status.store.keyspace,
+                status.store.state,
+                status
+                    .store
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            ),
+            fix: "sessionlog init (or set cql.keyspace, SESSIONLOG_CQL__KEYSPACE)".into(),
+        });
+    }
+    found
+}
+
+fn human(status: &Status) -> String {
+    let mut text = String::new();
+    let topic = |span: &TopicSpan, what: &str| {
+        if span.exists() {
+            format!(
+                "{what:<18} {} ({} partitions, {} records)\n",
+                span.topic,
+                span.partitions.len(),
+                span.records()
+            )
+        } else {
+            format!("{what:<18} {} (does not exist)\n", span.topic)
+        }
+    };
+    text.push_str(&topic(&status.topic, "topic"));
+    text.push_str(&topic(&status.dead_letter_topic, "dead-letter topic"));
+    text.push_str(&format!("{:<18} {}\n", "dead letters", status.dead_letters));
+    for group in &status.groups {
+        text.push_str(&format!(
+            "\ngroup {} ({}): {} live instance(s), lag {}\n",
+            group.group,
+            group.state,
+            group.members.len(),
+            group.total_lag()
+        ));
+        text.push_str(&format!(
+            "  {:<9} {:>10} {:>10} {:>10} {:>8}\n",
+            "partition", "start", "end", "committed", "lag"
+        ));
+        for p in &group.partitions {
+            text.push_str(&format!(
+                "  {:<9} {:>10} {:>10} {:>10} {:>8}\n",
+                p.partition,
+                p.start,
+                p.end,
+                p.committed.map_or_else(|| "-".into(), |c| c.to_string()),
+                p.lag
+            ));
+        }
+        for m in &group.members {
+            text.push_str(&format!(
+                "  instance {} ({} at {})\n",
+                m.member_id, m.client_id, m.host
+            ));
+        }
+    }
+    text.push('\n');
+    text.push_str(&schemas::versions_table(&status.schemas));
+    text.push('\n');
+    text.push_str(&format!(
+        "\nstore {} keyspace {}: {}\n",
+        status.store.nodes, status.store.keyspace, status.store.state
+    ));
+    if status.healthy {
+        text.push_str("\nhealthy");
+    } else {
+        text.push_str(&format!(
+            "\nunhealthy: {} problem(s)",
+            status.problems.len()
+        ));
+        for p in &status.problems {
+            text.push_str(&format!("\n  {}\n    fix: {}", p.problem, p.fix));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sessionlog_log::{GroupMember, PartitionLag, PartitionSpan};
+
+    fn span(topic: &str, ends: &[i64]) -> TopicSpan {
+        TopicSpan {
+            topic: topic.into(),
+            partitions: ends
+                .iter()
+                .enumerate()
+                .map(|(p, end)| PartitionSpan {
+                    partition: p as i32,
+                    start: 0,
+                    end: *end,
+                })
+                .collect(),
+        }
+    }
+
+    fn group(lags: &[i64], members: usize) -> GroupStatus {
+        GroupStatus {
+            group: "g".into(),
+            state: if members > 0 { "Stable" } else { "Empty" }.into(),
+            members: (0..members)
+                .map(|i| GroupMember {
+                    member_id: format!("m{i}"),
+                    client_id: "rdkafka".into(),
+                    host: "/127.0.0.1".into(),
+                })
+                .collect(),
+            partitions: lags
+                .iter()
+                .enumerate()
+                .map(|(p, lag)| PartitionLag {
+                    partition: p as i32,
+                    start: 0,
+                    end: 10,
+                    committed: Some(10 - lag),
+                    lag: *lag,
+                })
+                .collect(),
+        }
+    }
+
+    fn healthy() -> Status {
+        Status {
+            topic: span("t", &[10, 10]),
+            dead_letter_topic: span("t-dlq", &[0, 0]),
+            dead_letters: 0,
+            groups: vec![group(&[0, 0], 1)],
+            schemas: schemas::Report {
+                registry: "http://r".into(),
+                subject: "t-value".into(),
+                compatibility: Some("BACKWARD_TRANSITIVE".into()),
+                compatibility_source: Some("subject"),
+                versions: Vec::new(),
+                drift: Vec::new(),
+            },
+            store: StoreHealth {
+                nodes: "n".into(),
+                keyspace: "k".into(),
+                state: "migrated",
+                detail: None,
+            },
+            healthy: true,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_caught_up_group_with_an_instance_and_nothing_else_wrong_is_healthy() {
+        assert_eq!(problems(&healthy()), Vec::new());
+        // No instance is fine while nothing is behind; lag is fine while one runs.
+        let mut idle = healthy();
+        idle.groups = vec![group(&[0, 0], 0), group(&[3, 0], 2)];
+        assert_eq!(problems(&idle), Vec::new());
+    }
+
+    #[test]
+    fn lag_without_a_live_instance_names_the_group_and_the_command() {
+        let mut status = healthy();
+        status.groups = vec![group(&[2, 5], 0)];
+        let found = problems(&status);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].problem.contains("7 record(s) behind"), "{found:?}");
+        assert_eq!(
+            found[0].fix,
+            "start a projector: sessionlog project --group g"
+        );
+    }
+
+    #[test]
+    fn dead_letters_drift_and_the_keyspace_are_each_a_problem_with_a_fix() {
+        let mut status = healthy();
+        status.dead_letters = 4;
+        status.schemas.drift = vec![schemas::Drift {
+            problem: "the compatibility level of t-value is BACKWARD".into(),
+            fix: "sessionlog init".into(),
+        }];
+        status.store.state = "outdated";
+        status.topic = span("t", &[]);
+        let found = problems(&status);
+        let fixes: Vec<&str> = found.iter().map(|p| p.fix.as_str()).collect();
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(found[0].problem.contains("does not exist"), "{found:?}");
+        assert!(found[1].problem.contains("4 dead letter(s) in t-dlq"));
+        assert!(found[2].problem.starts_with("schema drift: "));
+        assert_eq!(fixes[2], "sessionlog init");
+        assert!(found[3].problem.contains("keyspace k is outdated"));
+        assert!(fixes[3].starts_with("sessionlog init"));
+    }
+}
