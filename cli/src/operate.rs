@@ -4,7 +4,7 @@
 //! `approve` and `resolve` do), so the harness that was writing is fenced: its next append is
 //! refused and it must resume. A paused session cannot be resumed until it is unpaused.
 
-use crate::recovery::{Output, parse_session};
+use crate::recovery::{Output, parse_session, recorded};
 use anyhow::{Context, Result};
 use clap::Args;
 use sessionlog_log::Settings;
@@ -117,16 +117,9 @@ async fn append(
     .await
     .with_context(|| format!("taking over session {session} to append the {what}"))?;
     let appended = writer.append(event).await?;
-    let human = format!(
-        "recorded the {what} as seq {} of session {} (epoch {}, offset {}); the harness that \
-         was writing is fenced",
-        appended.envelope.seq,
-        appended.envelope.session_id,
-        appended.envelope.writer_epoch,
-        appended.position.offset
-    );
-    Ok(Output {
-        json: serde_json::json!({"recorded": appended.envelope, "offset": appended.position.offset}),
-        human,
-    })
+    let mut output = recorded(appended, what)?;
+    output
+        .human
+        .push_str("; the harness that was writing is fenced");
+    Ok(output)
 }

@@ -445,7 +445,8 @@ pub async fn approve(settings: &Settings, args: &ApproveArgs) -> Result<Output> 
     recorded(appended, "decision")
 }
 
-fn recorded(appended: sessionlog_producer::Appended, what: &str) -> Result<Output> {
+/// What a command that appended `what` prints: its seq, epoch and offset.
+pub(crate) fn recorded(appended: sessionlog_producer::Appended, what: &str) -> Result<Output> {
     let human = format!(
         "recorded the {what} as seq {} of session {} (epoch {}, offset {})",
         appended.envelope.seq,
