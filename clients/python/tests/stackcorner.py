@@ -70,6 +70,17 @@ def stack_env() -> dict[str, str]:
 
 
 @dataclass
+class Service:
+    """One process of the built binary: how it was started, so that it can be started again."""
+
+    args: tuple[str, ...]
+    log: Path
+    #: The base URL of an HTTP service, "" for the others.
+    url: str
+    process: subprocess.Popen[bytes]
+
+
+@dataclass
 class StackCorner:
     """The services of one test run, and credentials for them."""
 
@@ -78,9 +89,17 @@ class StackCorner:
     ingest_url: str = ""
     recovery_url: str = ""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: By name (``projector-1``, ``ingest-2``, ``recovery``): what ``kill`` and ``start`` act on.
+    services: dict[str, Service] = field(default_factory=dict)
+    #: Every ingest instance's base URL, in order.
+    ingest_urls: list[str] = field(default_factory=list)
+    #: The projectors' consumer group.
+    group: str = ""
 
     @staticmethod
-    def create(workdir: Path, resolvers: dict[str, str]) -> StackCorner:
+    def create(workdir: Path, resolvers: dict[str, str], projectors: int = 1, ingests: int = 1) -> StackCorner:
+        """Initialises a topic and keyspace of its own and starts ``projectors`` projectors,
+        ``ingests`` ingest instances and a recovery service on them."""
         tag = f"py_{uuid.uuid4().hex[:8]}"
         env = stack_env()
         env.update(
@@ -100,9 +119,12 @@ class StackCorner:
         corner.run("token", "init")
         corner.run("keys", "init", "--out", str(workdir / "kek.key"))
         corner.run("init")
-        corner.spawn("project", "--group", f"sessionlog-t-{tag}")
-        corner.ingest_url = corner.serve("ingest")
-        corner.recovery_url = corner.serve("serve-recovery")
+        corner.group = f"sessionlog-t-{tag}"
+        for n in range(1, projectors + 1):
+            corner.keep(f"projector-{n}", corner.spawn("project", "--group", corner.group, "--listen", "", log_name=f"projector-{n}"), "")
+        corner.ingest_urls = [corner.serve("ingest", f"ingest-{n}") for n in range(1, ingests + 1)]
+        corner.ingest_url = corner.ingest_urls[0]
+        corner.recovery_url = corner.serve("serve-recovery", "recovery")
         return corner
 
     def run(self, *args: str) -> str:
@@ -112,24 +134,48 @@ class StackCorner:
             raise RuntimeError(f"sessionlog {' '.join(args)} failed: {done.stderr.decode()[-2000:]}")
         return done.stdout.decode()
 
-    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{args[0]}.log", "wb")  # noqa: SIM115 - closed with the process
+    def spawn(self, *args: str, log_name: str | None = None) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{log_name or args[0]}.log", "ab")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen([sessionlog_bin(), *args], env=self.env, stdout=log, stderr=log)
         self.processes.append(process)
         return process
 
-    def serve(self, command: str) -> str:
-        """Starts an HTTP service on a free port and waits until it is ready; its base URL."""
-        base = f"http://127.0.0.1:{free_port()}"
-        process = self.spawn(command, "--listen", base.removeprefix("http://"))
+    def keep(self, name: str, process: subprocess.Popen[bytes], url: str) -> None:
+        """Remembers ``process`` as the service ``name``."""
+        assert isinstance(process.args, list)
+        self.services[name] = Service(tuple(str(a) for a in process.args[1:]), self.workdir / f"{name}.log", url, process)
+
+    def serve(self, command: str, name: str | None = None, base: str | None = None) -> str:
+        """Starts an HTTP service (on ``base``, else a free port) and waits until it is ready;
+        its base URL."""
+        name = name or command
+        base = base or f"http://127.0.0.1:{free_port()}"
+        process = self.spawn(command, "--listen", base.removeprefix("http://"), log_name=name)
+        self.keep(name, process, base)
+        self.wait_ready(name, 60)
+        return base
+
+    def wait_ready(self, name: str, deadline_s: float) -> None:
+        """Waits until the HTTP service ``name`` answers ready (fails if its process exits)."""
+        service = self.services[name]
 
         def ready() -> bool | None:
-            if process.poll() is not None:
-                raise RuntimeError(f"sessionlog {command} exited: see {self.workdir}/{command}.log")
-            return httpx.get(f"{base}/health/ready", timeout=2).status_code == 200 or None
+            if service.process.poll() is not None:
+                raise RuntimeError(f"sessionlog {service.args[0]} exited: see {service.log}")
+            return httpx.get(f"{service.url}/health/ready", timeout=2).status_code == 200 or None
 
-        wait_for(f"sessionlog {command} to be ready", 60, ready)
-        return base
+        wait_for(f"sessionlog {service.args[0]} ({name}) to be ready", deadline_s, ready)
+
+    def kill(self, name: str) -> None:
+        """Kills the service ``name`` with SIGKILL: no handler runs, nothing is flushed."""
+        process = self.services[name].process
+        process.kill()
+        process.wait(timeout=30)
+
+    def start(self, name: str) -> None:
+        """Starts the service ``name`` again as it was started (an HTTP service on the same port)."""
+        service = self.services[name]
+        service.process = self.spawn(*service.args, log_name=name)
 
     def token(self, *roles: str, subject: str = "py-tests", session: str | None = None) -> str:
         """A token for ``subject`` with ``roles``."""

@@ -1,0 +1,349 @@
+"""The chaos soak (run by `scripts/soak --minutes N`, which brings up a stack of its own).
+
+Starts 2 projectors, 2 ingest instances and the recovery service of the built binary on a topic
+and keyspace of their own, a counting tool service, and harnesses (soak_harness.py) that run
+sessions with a non-idempotent tool call in every turn. Every 20-40 s it kills one process with
+SIGKILL, taking the kinds in a shuffled round so that every kind is killed: a Kafka broker, a
+projector, an ingest instance, the recovery service, Cassandra, the registry or a harness; then
+starts it again and waits until it is ready. A few records that cannot be decoded are put in the
+topic on purpose.
+
+At the end it stops the harnesses, waits until the projectors have caught up and checks:
+acknowledged events lost 0, events accepted twice 0, side effects repeated 0, the projection
+equal to a clean replay of the log (`sessionlog replay` into a fresh keyspace, then `verify`), and
+dead letters exactly the records it injected. It prints the figures as a table and exits 1 when
+an invariant fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter as Tally
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import sessionlog  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from counter_service import Counter, serve  # noqa: E402
+from stackcorner import REPO, StackCorner, sessionlog_bin, wait_for  # noqa: E402
+
+#: The tool the harnesses call (soak_harness.TOOL): every call that reaches it counts.
+TOOL = "soak_charge"
+#: What the soak kills, one of each per round.
+KINDS = ("broker", "projector", "ingest", "recovery", "cassandra", "registry", "harness")
+BROKERS = ("kafka", "kafka-2", "kafka-3")
+
+
+@dataclass
+class HarnessProcess:
+    """One harness: its process, and what it said."""
+
+    name: str
+    state: Path
+    acks: Path
+    command: list[str]
+    process: subprocess.Popen[str] | None = None
+    said: Tally[str] = field(default_factory=Tally)
+    errors: Tally[str] = field(default_factory=Tally)
+
+    def start(self) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, env=env, text=True)
+        threading.Thread(target=self._read, args=(self.process,), daemon=True).start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            said = json.loads(line)
+            self.said[said["event"]] += 1
+            if "error" in said:
+                self.errors[said["error"]] += 1
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+@dataclass
+class Soak:
+    """The processes of the soak and the figures it keeps."""
+
+    corner: StackCorner
+    harnesses: list[HarnessProcess]
+    rng: random.Random
+    kills: Tally[str] = field(default_factory=Tally)
+    #: Seconds from a kill until the process answered ready again, by kind.
+    downtime: dict[str, list[float]] = field(default_factory=dict)
+    injected: set[tuple[int, int]] = field(default_factory=set)
+    max_lag: int = 0
+    lag_polls: int = 0
+    harness_exits: int = 0
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def stack(self, *args: str) -> None:
+        """Runs `scripts/stack ARGS` on the soak's own stack (its environment names it)."""
+        subprocess.run([str(REPO / "scripts" / "stack"), *args], check=True, stdout=subprocess.DEVNULL)
+
+    def kill_one(self, kind: str) -> str:
+        """Kills one process of ``kind`` with SIGKILL and starts it again; what it killed."""
+        started = time.monotonic()
+        if kind == "broker":
+            victim = self.rng.choice(BROKERS)
+            self.stack("kill", victim)
+            self.stack("start", victim)
+        elif kind in ("cassandra", "registry"):
+            victim = kind
+            self.stack("kill", victim)
+            self.stack("start", victim)
+        elif kind == "harness":
+            harness = self.rng.choice(self.harnesses)
+            victim = harness.name
+            harness.kill()
+            harness.start()
+        else:
+            victim = self.rng.choice([n for n in self.corner.services if n.startswith(kind)])
+            self.corner.kill(victim)
+            self.corner.start(victim)
+            if self.corner.services[victim].url:
+                self.corner.wait_ready(victim, 180)
+        self.kills[kind] += 1
+        self.downtime.setdefault(kind, []).append(time.monotonic() - started)
+        return victim
+
+    def inject_dead_letter(self) -> None:
+        """Puts a record no decoder accepts into the events topic, and notes where it landed."""
+        env = self.corner.env
+        producer = Producer({"bootstrap.servers": env["SESSIONLOG_KAFKA__BOOTSTRAP"], "enable.idempotence": True})
+        landed: list[tuple[int, int]] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                landed.append((msg.partition(), msg.offset()))
+
+        producer.produce(env["SESSIONLOG_KAFKA__TOPIC"], key=str(uuid.uuid4()).encode(), value=b"\x00soak: not avro", on_delivery=delivered)
+        producer.flush(60)
+        if not landed:
+            raise RuntimeError("an injected record was not acknowledged within 60s")
+        self.injected.update(landed)
+
+    def watch_lag(self) -> None:
+        """Polls the projectors' lag every few seconds until the soak stops; keeps the maximum."""
+        while not self.stopping.wait(5):
+            lag = self.lag()
+            if lag is not None:
+                self.lag_polls += 1
+                self.max_lag = max(self.max_lag, lag)
+
+    def lag(self) -> int | None:
+        """The projector group's total lag, per `sessionlog status` (None while a server is down)."""
+        done = subprocess.run(
+            [sessionlog_bin(), "status", "--group", self.corner.group, "--json"],
+            env=self.corner.env, capture_output=True, timeout=120, text=True,
+        )
+        if done.returncode not in (0, 1) or not done.stdout.strip():
+            return None
+        status = json.loads(done.stdout)
+        return sum(int(p["lag"]) for g in status["groups"] for p in g["partitions"])
+
+    def keep_harnesses_running(self) -> None:
+        for harness in self.harnesses:
+            if harness.process is not None and harness.process.poll() is not None:
+                self.harness_exits += 1
+                harness.start()
+
+
+def read_acks(harnesses: list[HarnessProcess]) -> list[dict[str, Any]]:
+    acks: list[dict[str, Any]] = []
+    for harness in harnesses:
+        if harness.acks.exists():
+            for line in harness.acks.read_text().splitlines():
+                if line.strip():
+                    acks.append(json.loads(line))
+    return acks
+
+
+def dead_letter_origins(env: dict[str, str]) -> set[tuple[int, int]]:
+    """The (partition, offset) of the record behind each dead letter in the dead-letter topic."""
+    consumer = Consumer({
+        "bootstrap.servers": env["SESSIONLOG_KAFKA__BOOTSTRAP"], "group.id": f"soak-dlq-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False,
+    })
+    topic = env["SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC"]
+    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+    origins: set[tuple[int, int]] = set()
+    for partition in metadata.partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        if high <= low:
+            continue
+        consumer.assign([TopicPartition(topic, partition, low)])
+        read = low
+        while read < high:
+            msg = consumer.poll(30)
+            if msg is None:
+                raise TimeoutError(f"reading {topic}[{partition}] stalled at {read} of {high}")
+            if msg.error():
+                continue
+            raw = cast(list[tuple[str, bytes]], msg.headers() or [])
+            headers = {k: v.decode() for k, v in raw}
+            origins.add((int(headers["sessionlog.origin.partition"]), int(headers["sessionlog.origin.offset"])))
+            read = int(msg.offset() or read) + 1
+    consumer.close()
+    return origins
+
+
+def check(soak: Soak, counter: Counter, token: str) -> list[tuple[str, int | str, bool]]:
+    """The invariants, each with its figure and whether it holds."""
+    corner = soak.corner
+    acks = read_acks(soak.harnesses)
+    client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token, retry_for=120.0)
+    by_session: dict[str, dict[int, str]] = {}
+    for sid in sorted({a["session"] for a in acks}):
+        by_session[sid] = {e.seq: e.event_id for e in client.events(sid)}
+    lost = sum(1 for a in acks if by_session[a["session"]].get(a["seq"]) != a["event_id"])
+    twice = sum(len(events) - len(set(events.values())) for events in by_session.values())
+    repeated = sum(n - 1 for (tool, _), n in counter.effects.items() if tool == TOOL and n > 1)
+
+    replica = f"{corner.env['SESSIONLOG_CQL__KEYSPACE']}_replay"
+    corner.run("replay", "--keyspace", replica)
+    verify = subprocess.run(
+        [sessionlog_bin(), "verify", "--left", corner.env["SESSIONLOG_CQL__KEYSPACE"], "--right", replica],
+        env=corner.env, capture_output=True, text=True, timeout=600,
+    )
+    origins = dead_letter_origins(corner.env)
+    return [
+        ("acknowledged events", len(acks), True),
+        ("acknowledged events lost", lost, lost == 0),
+        ("events accepted twice", twice, twice == 0),
+        ("side effects", sum(n for (tool, _), n in counter.effects.items() if tool == TOOL), True),
+        ("side effects repeated", repeated, repeated == 0),
+        ("projection = clean replay (verify)", "equal" if verify.returncode == 0 else verify.stdout[-300:], verify.returncode == 0),
+        ("dead letters / injected", f"{len(origins)} / {len(soak.injected)}", origins == soak.injected),
+    ]
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    """A Markdown table of two columns (what the README quotes)."""
+    width = max(len(k) for k, _ in rows)
+    head = f"| {'figure'.ljust(width)} | value |\n|{'-' * (width + 2)}|-------|"
+    return "\n".join([head, *(f"| {k.ljust(width)} | {v} |" for k, v in rows)])
+
+
+def run(
+    args: argparse.Namespace, rng: random.Random, corner: StackCorner, service_url: str,
+    harnesses: list[HarnessProcess], counter: Counter,
+) -> tuple[Soak, list[tuple[str, int | str, bool]]]:
+    """Runs the load and the kills for ``args.minutes``, then checks the invariants."""
+    token = corner.token("harness", "reader", subject="soak")
+    for n in range(args.harnesses):
+        name = f"harness-{n + 1}"
+        command = [
+            sys.executable, str(HERE / "soak_harness.py"), "--ingest", corner.ingest_urls[n % len(corner.ingest_urls)],
+            "--recovery", corner.recovery_url, "--token", token, "--service", service_url, "--name", name,
+            "--state", str(args.workdir / f"{name}.session"), "--acks", str(args.workdir / f"{name}.acks"),
+        ]
+        harnesses.append(HarnessProcess(name, args.workdir / f"{name}.session", args.workdir / f"{name}.acks", command))
+    soak = Soak(corner, harnesses, rng)
+    for harness in harnesses:
+        harness.start()
+    watcher = threading.Thread(target=soak.watch_lag, daemon=True)
+    watcher.start()
+
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    injections = sorted(started + (end - started) * f for f in (0.2, 0.5, 0.8))
+    bag: list[str] = []
+    next_kill = started + rng.uniform(20, 40)
+    while time.monotonic() < end:
+        soak.keep_harnesses_running()
+        now = time.monotonic()
+        if injections and now >= injections[0]:
+            injections.pop(0)
+            soak.inject_dead_letter()
+            print(f"[soak] {now - started:6.0f}s injected an undecodable record", flush=True)
+        if now >= next_kill:
+            if not bag:
+                bag = list(KINDS)
+                rng.shuffle(bag)
+            kind = bag.pop()
+            victim = soak.kill_one(kind)
+            events = len(read_acks(harnesses))
+            print(f"[soak] {now - started:6.0f}s killed {victim} ({kind}), back after "
+                  f"{soak.downtime[kind][-1]:.1f}s; {events} events acknowledged so far", flush=True)
+            next_kill = time.monotonic() + rng.uniform(20, 40)
+        # Cadence of the control loop, not a wait for anything to happen.
+        time.sleep(0.5)
+    for harness in harnesses:
+        harness.kill()
+    soak.stopping.set()
+
+    print("[soak] load stopped; waiting for the projectors to catch up", flush=True)
+    lag_zero: Callable[[], bool | None] = lambda: soak.lag() == 0 or None
+    wait_for("the projectors to catch up (lag 0)", 300, lag_zero)
+    return soak, check(soak, counter, corner.token("reader", subject="soak-check"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--harnesses", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--workdir", type=Path, required=True)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    print(f"[soak] seed {seed}, {args.minutes:g} min, {args.harnesses} harnesses, work dir {args.workdir}", flush=True)
+
+    # A TERM (Ctrl-C, a CI timeout) still stops every process this soak started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    counter = Counter(idempotent=set())
+    server, service_url = serve(counter)
+    corner = StackCorner.create(args.workdir, {TOOL: f"{service_url}/{TOOL}/calls"}, projectors=2, ingests=2)
+    harnesses: list[HarnessProcess] = []
+    try:
+        soak, results = run(args, rng, corner, service_url, harnesses, counter)
+    finally:
+        for harness in harnesses:
+            harness.kill()
+        corner.stop()
+        server.shutdown()
+
+    kills = ", ".join(f"{k} {soak.kills[k]}" for k in KINDS)
+    back = ", ".join(f"{k} {max(v):.0f}s" for k, v in sorted(soak.downtime.items()))
+    said = Tally[str]()
+    errors = Tally[str]()
+    for harness in harnesses:
+        said.update(harness.said)
+        errors.update(harness.errors)
+    rows = [
+        ("minutes", f"{args.minutes:g} (seed {seed})"),
+        ("sessions ended", str(said["ended"])),
+        ("kills", f"{sum(soak.kills.values())}: {kills}"),
+        ("longest time back to ready", back or "-"),
+        ("harness resumes (recoveries)", str(said["resumed"])),
+        ("sessions left needing an operator", str(said["abandoned"])),
+        ("harness retries after an error", f"{said['retry']} ({', '.join(f'{k} {v}' for k, v in errors.most_common()) or '-'})"),
+        ("max projector lag (events)", f"{soak.max_lag} over {soak.lag_polls} polls"),
+    ]
+    rows += [(name, f"{figure} {'ok' if ok else 'FAILED'}" if name not in ("acknowledged events", "side effects") else str(figure)) for name, figure, ok in results]
+    print(table(rows))
+    return 0 if all(ok for _, _, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
