@@ -73,13 +73,13 @@ pub struct ReplayArgs {
 pub async fn run(settings: &Settings, command: DlqCommand, json: bool) -> Result<()> {
     let dead_letters = DeadLetters::new(&settings.kafka)?;
     match command {
-        DlqCommand::List(args) => list(&dead_letters, &args, json).await,
+        DlqCommand::List(args) => list(&dead_letters, &settings.kafka.topic, &args, json).await,
         DlqCommand::Show { dead_letter } => show(settings, &dead_letters, dead_letter, json).await,
         DlqCommand::Replay(args) => replay(settings, &dead_letters, &args, json).await,
     }
 }
 
-/// One dead letter on a line of `list`.
+/// One dead letter on a line of `list` (and what `show` says first).
 #[derive(Debug, Serialize)]
 struct Line {
     partition: i32,
@@ -111,6 +111,8 @@ impl Line {
 #[derive(Debug, Serialize)]
 struct ListReport {
     topic: String,
+    /// The events topic (`kafka.topic`): where the projector's dead letters come from.
+    events_topic: String,
     /// The partitions asked about (all by default).
     partitions: Vec<i32>,
     /// Dead letters those partitions hold now.
@@ -120,11 +122,17 @@ struct ListReport {
     dead_letters: Vec<Line>,
 }
 
-async fn list(dead_letters: &DeadLetters, args: &ListArgs, json: bool) -> Result<()> {
+async fn list(
+    dead_letters: &DeadLetters,
+    events_topic: &str,
+    args: &ListArgs,
+    json: bool,
+) -> Result<()> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let listing = dead_letters.list(&args.partitions, limit).await?;
     let report = ListReport {
         topic: listing.span.topic.clone(),
+        events_topic: events_topic.to_string(),
         partitions: listing
             .span
             .partitions
@@ -145,10 +153,11 @@ async fn list(dead_letters: &DeadLetters, args: &ListArgs, json: bool) -> Result
 
 fn list_text(report: &ListReport) -> String {
     let mut text = format!(
-        "dead-letter topic {}: {} dead letter(s) in {} partition(s)",
+        "dead-letter topic {}: {} dead letter(s) in {} partition(s); origins in {} unless named",
         report.topic,
         report.total,
-        report.partitions.len()
+        report.partitions.len(),
+        report.events_topic
     );
     let listed = i64::try_from(report.listed).unwrap_or(i64::MAX);
     if listed < report.total {
@@ -160,17 +169,21 @@ fn list_text(report: &ListReport) -> String {
         return text;
     }
     text.push_str(&format!(
-        "\n{:<12} {:<23}  {:<28} {:<36}  REASON",
+        "\n{:<11}  {:<23}  {:<11}  {:<36}  REASON",
         "DEAD LETTER", "TIME (UTC)", "ORIGIN", "SESSION (KEY)"
     ));
     for line in &report.dead_letters {
+        let origin = match &line.origin {
+            Some(o) if o.topic == report.events_topic => format!("{}:{}", o.partition, o.offset),
+            other => origin_text(other.as_ref()),
+        };
         text.push_str(&format!(
-            "\n{:<12} {:<23}  {:<28} {:<36}  {}",
+            "\n{:<11}  {:<23}  {:<11}  {:<36}  {}",
             format!("{}:{}", line.partition, line.offset),
             time_text(line.timestamp_ms),
-            origin_text(line.origin.as_ref()),
+            origin,
             line.key.as_deref().unwrap_or("-"),
-            line.reason.as_deref().unwrap_or("- (no reason header)")
+            reason_text(line.reason.as_deref())
         ));
     }
     text
@@ -180,15 +193,10 @@ fn list_text(report: &ListReport) -> String {
 #[derive(Debug, Serialize)]
 struct Shown {
     topic: String,
-    partition: i32,
-    offset: i64,
-    timestamp_ms: Option<i64>,
-    reason: Option<String>,
-    origin: Option<Origin>,
-    key: Option<String>,
+    #[serde(flatten)]
+    letter: Line,
     /// Every header in order, its value as text.
     headers: Vec<HeaderText>,
-    value_bytes: usize,
     /// The schema id its framing names, if it is framed.
     schema_id: Option<u32>,
     /// The envelope, if the value decodes now.
@@ -259,13 +267,8 @@ async fn show(
         _ => None,
     };
     let shown = Shown {
-        topic: dead_letters.topic().to_string(),
-        partition: id.partition,
-        offset: id.offset,
-        timestamp_ms: letter.record.timestamp_ms,
-        reason: letter.reason.clone(),
-        origin: letter.origin.clone(),
-        key: key_text(&letter),
+        topic: dead_letters.dead_letter_topic().to_string(),
+        letter: Line::of(&letter),
         headers: letter
             .record
             .headers
@@ -275,7 +278,6 @@ async fn show(
                 value: String::from_utf8_lossy(value).into_owned(),
             })
             .collect(),
-        value_bytes: payload.len(),
         schema_id: unframe(payload).ok().map(|(id, _)| id),
         decoded: match &decoded {
             Some(Ok(event)) => Some(Envelope::of(event)),
@@ -299,16 +301,16 @@ async fn show(
 
 fn show_text(shown: &Shown) -> String {
     let mut text = format!(
-        "dead letter {}:{} of {}\n  dead-lettered  {}\n  reason         {}\n  origin         {}\n  \
+        "dead letter {}:{} of {}\n  dead-lettered  {} UTC\n  reason         {}\n  origin         {}\n  \
          key            {}\n  value          {} bytes{}",
-        shown.partition,
-        shown.offset,
+        shown.letter.partition,
+        shown.letter.offset,
         shown.topic,
-        time_text(shown.timestamp_ms),
-        shown.reason.as_deref().unwrap_or("- (no reason header)"),
-        origin_text(shown.origin.as_ref()),
-        shown.key.as_deref().unwrap_or("-"),
-        shown.value_bytes,
+        time_text(shown.letter.timestamp_ms),
+        reason_text(shown.letter.reason.as_deref()),
+        origin_text(shown.letter.origin.as_ref()),
+        shown.letter.key.as_deref().unwrap_or("-"),
+        shown.letter.value_bytes,
         shown
             .schema_id
             .map(|id| format!(", schema id {id}"))
@@ -348,7 +350,8 @@ fn show_text(shown: &Shown) -> String {
 /// What became of one chosen dead letter.
 #[derive(Debug, Serialize)]
 struct Replayed {
-    dead_letter: DeadLetterId,
+    /// Its address, `PARTITION:OFFSET`.
+    dead_letter: String,
     /// `appended`, `would_append` (a dry run), `not_found`, `refused` (it does not come from
     /// this deployment's projector, or has no key or value), `undecodable` (still), `failed`
     /// (the append failed) or `not_attempted` (an earlier append failed).
@@ -423,7 +426,7 @@ async fn replay(
             Planned::Ready(letter, event) => (letter, event),
         };
         let mut record = Replayed {
-            dead_letter: letter.id,
+            dead_letter: letter.id.to_string(),
             outcome: "would_append",
             detail: None,
             event: Some(event),
@@ -484,7 +487,7 @@ async fn plan(
 ) -> Result<Planned> {
     let done = |outcome, detail: String, event| {
         Planned::Done(Replayed {
-            dead_letter: id,
+            dead_letter: id.to_string(),
             outcome,
             detail: Some(detail),
             event,
@@ -520,14 +523,18 @@ fn replay_text(report: &ReplayReport) -> String {
             .as_ref()
             .map(|e| format!("{} seq {} of {}", e.kind, e.seq, e.session_id))
             .unwrap_or_default();
-        let outcome = match (&r.appended, &r.detail) {
-            (Some(at), _) => format!("appended at {}:{}", at.partition, at.offset),
-            (None, Some(detail)) => format!("{}: {}", r.outcome.replace('_', " "), detail),
-            (None, None) => r.outcome.replace('_', " "),
+        let detail = r.detail.as_deref().unwrap_or_default();
+        let outcome = match (r.outcome, &r.appended) {
+            (_, Some(at)) => format!("appended at {}:{}", at.partition, at.offset),
+            ("would_append", None) => "would append".to_string(),
+            // Its detail says what was not found.
+            ("not_found", None) => detail.to_string(),
+            ("undecodable", None) => format!("not replayed: {detail}"),
+            (other, None) => format!("{}: {detail}", other.replace('_', " ")),
         };
         text.push_str(&format!(
             "\n  {:<12} {outcome}{}",
-            r.dead_letter.to_string(),
+            r.dead_letter,
             if what.is_empty() {
                 String::new()
             } else {
@@ -535,16 +542,18 @@ fn replay_text(report: &ReplayReport) -> String {
             }
         ));
     }
-    text.push_str(&format!(
-        "\n{} appended, {} would be, {} not replayed",
-        report.appended,
-        report
-            .records
-            .iter()
-            .filter(|r| r.outcome == "would_append")
-            .count(),
-        report.failed
-    ));
+    text.push_str(&if report.dry_run {
+        format!(
+            "\n{} would be appended, {} not",
+            report.records.len() - report.failed,
+            report.failed
+        )
+    } else {
+        format!(
+            "\n{} appended, {} not replayed",
+            report.appended, report.failed
+        )
+    });
     text
 }
 
@@ -556,6 +565,11 @@ fn key_text(letter: &DeadLetter) -> Option<String> {
 
 fn value_bytes(letter: &DeadLetter) -> usize {
     letter.record.payload.as_ref().map_or(0, Vec::len)
+}
+
+/// A reason header on one line (it is a header: anything may be in it).
+fn reason_text(reason: Option<&str>) -> String {
+    reason.map_or_else(|| "- (no reason header)".into(), |r| one_line(r, 300))
 }
 
 fn origin_text(origin: Option<&Origin>) -> String {
@@ -584,15 +598,11 @@ fn hex_prefix(bytes: &[u8], n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Cli;
     use clap::Parser;
-
-    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("sessionlog").chain(args.iter().copied()))
-    }
 
     #[test]
     fn selections_are_addresses_or_all_never_both_or_neither() {
+        let parse = |args: &[&str]| crate::Cli::try_parse_from([&["sessionlog"], args].concat());
         assert!(parse(&["dlq", "replay", "0:1", "2:5"]).is_ok());
         assert!(parse(&["dlq", "replay", "--all", "--dry-run"]).is_ok());
         assert!(parse(&["dlq", "replay", "--all", "--partition", "1"]).is_ok());

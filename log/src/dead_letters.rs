@@ -35,7 +35,7 @@ pub const ORIGIN_OFFSET: &str = "sessionlog.origin.offset";
 pub const REPLAYED_FROM: &str = "sessionlog.replayed.from";
 
 /// Where a dead letter sits in the dead-letter topic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DeadLetterId {
     /// Its partition of the dead-letter topic.
     pub partition: i32,
@@ -175,14 +175,14 @@ impl DeadLetters {
     }
 
     /// The dead-letter topic's name.
-    pub fn topic(&self) -> &str {
+    pub fn dead_letter_topic(&self) -> &str {
         &self.kafka.dead_letter_topic
     }
 
     /// The dead-letter topic's partitions and what each holds; [`Error::TopicMissing`] if the
     /// cluster does not have it.
     pub async fn span(&self) -> Result<TopicSpan> {
-        let span = topic_span(&self.kafka, self.topic()).await?;
+        let span = topic_span(&self.kafka, self.dead_letter_topic()).await?;
         if !span.exists() {
             return Err(Error::TopicMissing {
                 topic: span.topic,
