@@ -9,7 +9,7 @@
 //! projection gets them. Replayed twice, the log holds three copies of each event and the
 //! projection has each once: the fold takes the second copy for a duplicate, not for a
 //! rejection. Garbage is refused as still undecodable (exit 1); an unknown address is exit 1,
-//! a malformed one exit 2.
+//! a malformed one exit 2, an unreachable registry exit 3 with nothing appended.
 
 use anyhow::{Context, Result, ensure};
 use rdkafka::message::Message;
@@ -272,6 +272,22 @@ async fn dead_letters_are_listed_shown_and_replayed_into_the_projection_once() -
         );
     }
 
+    // With the registry unreachable, show prints what it has and exits 3; replay appends
+    // nothing and exits 3.
+    let mut offline = stack.clone();
+    offline.settings.registry.url = "http://127.0.0.1:1/apis/ccompat/v7".into();
+    let start_address = address(&start_letter)?;
+    let unreached = offline.sessionlog(&["dlq", "show", &start_address, "--json"])?;
+    let partial: Value = serde_json::from_slice(&unreached.stdout)?;
+    ensure!(
+        unreached.status.code() == Some(3)
+            && partial["decoded"].is_null()
+            && partial["reason"].as_str().is_some(),
+        "{partial}"
+    );
+    let unreached = offline.sessionlog(&["dlq", "replay", &start_address])?;
+    ensure!(unreached.status.code() == Some(3), "{unreached:?}");
+
     // Addresses that hold nothing are exit 1; malformed ones and bad selections exit 2.
     let nothing = dlq(&stack, &["show", "0:999999"])?;
     ensure!(
@@ -327,7 +343,7 @@ async fn dead_letters_are_listed_shown_and_replayed_into_the_projection_once() -
     );
     ensure!(
         events_topic(&stack).await? == log_before,
-        "a dry run appends nothing"
+        "a dry run, and a replay without the registry, append nothing"
     );
 
     // The cause fixed (a projector reading the right registry), the session's dead letters
