@@ -62,7 +62,11 @@ pub struct ReplayArgs {
     #[arg(long)]
     all: bool,
     /// With --all: only this partition of the dead-letter topic; repeat for several.
-    #[arg(long = "partition", conflicts_with = "dead_letters", value_parser = clap::value_parser!(i32).range(0..))]
+    #[arg(
+        long = "partition",
+        conflicts_with = "dead_letters",
+        value_parser = clap::value_parser!(i32).range(0..)
+    )]
     partitions: Vec<i32>,
     /// Decode and report what would be appended; append nothing.
     #[arg(long)]
