@@ -227,6 +227,13 @@ enum Command {
         #[arg(long = "group")]
         groups: Vec<String>,
     },
+    /// Dead letters, the records the projector could not project: `list` them, `show` one,
+    /// `replay` chosen ones into the events topic once their cause is fixed.
+    Dlq {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::dlq::DlqCommand,
+    },
     /// Print a shell completion script: `source <(sessionlog completions bash)`, or save it
     /// where the shell loads completions from. Needs no servers.
     Completions {
@@ -333,6 +340,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
         Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
         Command::Status { groups } => crate::status::run(&settings, groups, cli.json).await,
+        Command::Dlq { command } => crate::dlq::run(&settings, command, cli.json).await,
         Command::Openapi { service } => print_openapi(service),
         Command::Completions { .. } => Ok(()),
     }

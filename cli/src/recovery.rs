@@ -307,7 +307,7 @@ fn event_line(event: &HistoryEvent, inherited: bool) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) of a time in microseconds since the Unix epoch.
-fn utc(micros: i64) -> String {
+pub(crate) fn utc(micros: i64) -> String {
     let of_day = micros.rem_euclid(86_400_000_000);
     let (seconds, millis) = (of_day / 1_000_000, of_day % 1_000_000 / 1_000);
     format!(
@@ -396,7 +396,7 @@ fn short_text(event: &HistoryEvent) -> String {
 }
 
 /// `text` on one line (line breaks as spaces), cut to `max` characters with an ellipsis.
-fn one_line(text: &str, max: usize) -> String {
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let flat: String = text
         .trim()
         .chars()

@@ -152,10 +152,11 @@ pub fn problems(status: &Status) -> Vec<Problem> {
                 status.dead_letters, status.dead_letter_topic.topic
             ),
             fix: format!(
-                "read them (each record's headers say why the projector refused it) and fix the \
-                 cause; they expire after retention.dead_letter_retention_ms, or delete them \
-                 with kafka-delete-records.sh on {}",
-                status.dead_letter_topic.topic
+                "sessionlog dlq list shows each with why the projector refused it; fix the cause, \
+                 then sessionlog dlq replay puts them back into {} (they expire after \
+                 retention.dead_letter_retention_ms, or delete them with \
+                 kafka-delete-records.sh on {})",
+                status.topic.topic, status.dead_letter_topic.topic
             ),
         });
     }
@@ -356,6 +357,10 @@ mod tests {
         assert_eq!(found.len(), 4, "{found:?}");
         assert!(found[0].problem.contains("does not exist"), "{found:?}");
         assert!(found[1].problem.contains("4 dead letter(s) in t-dlq"));
+        assert!(
+            fixes[1].starts_with("sessionlog dlq list") && fixes[1].contains("dlq replay"),
+            "{found:?}"
+        );
         assert!(found[2].problem.starts_with("schema drift: "));
         assert_eq!(fixes[2], "sessionlog init");
         assert!(found[3].problem.contains("keyspace k is outdated"));

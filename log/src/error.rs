@@ -33,6 +33,26 @@ pub enum Error {
         /// What differs.
         problem: String,
     },
+    /// The schema registry could not be asked for a record's schema (an outage: try again).
+    #[error("reading a record's schema from the registry (registry.url)")]
+    Registry(#[source] sessionlog_schemas::Error),
+    /// A topic the settings name is not on the cluster.
+    #[error("topic {topic} does not exist (`sessionlog init` creates it; {setting} names it)")]
+    TopicMissing {
+        /// Which topic.
+        topic: String,
+        /// The setting that names it.
+        setting: &'static str,
+    },
+    /// A dead letter's address is not `PARTITION:OFFSET`.
+    #[error(
+        "{text:?} is not a dead letter: expected PARTITION:OFFSET of the dead-letter topic, \
+         such as 0:17 (`sessionlog dlq list` shows them)"
+    )]
+    BadDeadLetterId {
+        /// What was given.
+        text: String,
+    },
     /// A blocking Kafka call's task died.
     #[error("background task failed: {0}")]
     Task(String),

@@ -1,6 +1,7 @@
 //! The session log on Kafka.
 //!
 //! - [`settings`]: how a deployment is configured (file plus environment, defaults for the local stack);
+//! - [`dead_letters`]: the dead-letter topic: its headers, reading dead letters, replaying them;
 //! - [`group`]: a consumer group's lag per partition and its live members, a topic's depth;
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
@@ -8,6 +9,7 @@
 //! - [`reader`]: reading one partition between two offsets, for recovery and read-backs;
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
+pub mod dead_letters;
 pub mod error;
 pub mod group;
 pub mod partitioner;
@@ -17,6 +19,7 @@ pub mod retry;
 pub mod settings;
 pub mod topic;
 
+pub use dead_letters::{DeadLetter, DeadLetterId, DeadLetters, Lookup, Replayer};
 pub use error::{Error, Result};
 pub use group::{
     GroupMember, GroupStatus, PartitionLag, PartitionSpan, TopicSpan, group_status, topic_span,

@@ -83,15 +83,12 @@ impl RawRecord {
         decoder: &sessionlog_schemas::EventDecoder,
     ) -> std::result::Result<sessionlog_schemas::EventEnvelope, String> {
         use backon::BackoffBuilder;
-        let Some(payload) = self.payload.as_deref() else {
-            return Err("empty record value".into());
-        };
         // Built at the first outage only: this runs for every record the projector reads.
         let mut waits = None;
-        let event = loop {
-            match decoder.decode(payload).await {
-                Ok(event) => break event,
-                Err(e) if e.is_retriable() => {
+        loop {
+            match self.try_decode(decoder).await {
+                Ok(decoded) => return decoded,
+                Err(Error::Registry(e)) => {
                     let wait = waits
                         .get_or_insert_with(|| retry::forever().build())
                         .next()
@@ -99,17 +96,35 @@ impl RawRecord {
                     tracing::warn!(error = %e, ?wait, "schema registry unavailable; retrying");
                     tokio::time::sleep(wait).await;
                 }
-                Err(e) => return Err(e.to_string()),
+                // `try_decode` fails only with a registry outage.
+                Err(other) => return Err(other.to_string()),
             }
+        }
+    }
+
+    /// One attempt at [`Self::decode`], for a caller that must not wait out an outage (an
+    /// operator's command): `Ok` holds what `decode` answers, `Err` a registry outage
+    /// ([`Error::Registry`]).
+    pub async fn try_decode(
+        &self,
+        decoder: &sessionlog_schemas::EventDecoder,
+    ) -> Result<std::result::Result<sessionlog_schemas::EventEnvelope, String>> {
+        let Some(payload) = self.payload.as_deref() else {
+            return Ok(Err("empty record value".into()));
+        };
+        let event = match decoder.decode(payload).await {
+            Ok(event) => event,
+            Err(e) if e.is_retriable() => return Err(Error::Registry(e)),
+            Err(e) => return Ok(Err(e.to_string())),
         };
         let expected_key = event.session_id.to_string();
         if self.key.as_deref() != Some(expected_key.as_bytes()) {
-            return Err(format!(
+            return Ok(Err(format!(
                 "record key {:?} is not the event's session id {expected_key}",
                 self.key.as_deref().map(String::from_utf8_lossy)
-            ));
+            )));
         }
-        Ok(event)
+        Ok(Ok(event))
     }
 
     /// The value of header `key`, as text, if the record has it.

@@ -11,7 +11,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::statistics::Statistics;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use sessionlog_log::{KafkaSettings, PartitionReader, ProjectorSettings, RawRecord, Settings};
+use sessionlog_log::{
+    KafkaSettings, PartitionReader, ProjectorSettings, RawRecord, Settings, dead_letters,
+};
 use sessionlog_schemas::EventDecoder;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -479,9 +481,9 @@ impl Projector {
             let mut sent = HashSet::new();
             let next = reader
                 .read_to_end(dead_partition, mark, &mut |r: RawRecord| {
-                    let origin = r.header("sessionlog.origin.offset");
-                    if r.header("sessionlog.origin.topic") == Some(origin_topic.as_str())
-                        && r.header("sessionlog.origin.partition") == Some(&origin_partition)
+                    let origin = r.header(dead_letters::ORIGIN_OFFSET);
+                    if r.header(dead_letters::ORIGIN_TOPIC) == Some(origin_topic.as_str())
+                        && r.header(dead_letters::ORIGIN_PARTITION) == Some(&origin_partition)
                         && let Some(offset) = origin.and_then(|o| o.parse::<i64>().ok())
                         && offset >= floor
                     {
@@ -580,19 +582,19 @@ impl Projector {
         let offset = record.offset.to_string();
         let headers = OwnedHeaders::new()
             .insert(Header {
-                key: "sessionlog.reason",
+                key: dead_letters::REASON,
                 value: Some(reason),
             })
             .insert(Header {
-                key: "sessionlog.origin.topic",
+                key: dead_letters::ORIGIN_TOPIC,
                 value: Some(self.topic.as_str()),
             })
             .insert(Header {
-                key: "sessionlog.origin.partition",
+                key: dead_letters::ORIGIN_PARTITION,
                 value: Some(partition.as_str()),
             })
             .insert(Header {
-                key: "sessionlog.origin.offset",
+                key: dead_letters::ORIGIN_OFFSET,
                 value: Some(offset.as_str()),
             });
         let mut out: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.dead_letter_topic)

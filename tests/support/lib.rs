@@ -135,6 +135,17 @@ impl TestStack {
         env
     }
 
+    /// Runs the `sessionlog` binary with `args` in this test's corner (no settings file) and
+    /// waits for it to exit.
+    pub fn sessionlog(&self, args: &[&str]) -> Result<std::process::Output> {
+        std::process::Command::new(sessionlog_bin()?)
+            .args(args)
+            .envs(self.env())
+            .env("SESSIONLOG_CONFIG", "/dev/null")
+            .output()
+            .with_context(|| format!("running sessionlog {args:?}"))
+    }
+
     /// Starts `sessionlog project` as a separate process in this test's consumer group.
     pub fn spawn_projector(&self) -> Result<ChildGuard> {
         projector::spawn_projector_with(self, &[])

@@ -6,18 +6,13 @@
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use sessionlog_schemas::{schema_versions, value_subject};
-use sessionlog_tests::{TestStack, sessionlog_bin};
+use sessionlog_tests::TestStack;
 use std::process::Output;
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 fn sessionlog(stack: &TestStack, args: &[&str]) -> Result<Output> {
-    std::process::Command::new(sessionlog_bin()?)
-        .args(args)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .output()
-        .with_context(|| format!("running sessionlog {args:?}"))
+    stack.sessionlog(args)
 }
 
 /// `schemas <command> --json`: the exit code and the report.

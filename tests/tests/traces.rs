@@ -9,16 +9,12 @@ use sessionlog_log::Role;
 use sessionlog_schemas::SessionId;
 use sessionlog_tests::projector::{now_micros, store};
 use sessionlog_tests::traces::{started_at, tool_session};
-use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin, wait_for};
+use sessionlog_tests::{ServedProcess, TestStack, wait_for};
 use std::time::Duration;
 
 /// Runs `sessionlog` with `args` in `stack`'s corner.
 fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(sessionlog_bin()?)
-        .args(args)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .output()?)
+    stack.sessionlog(args)
 }
 
 #[tokio::test(flavor = "multi_thread")]
