@@ -2,6 +2,7 @@
 //! the binary is a thin `main.rs` and tests can inspect the commands without parsing source.
 
 mod commands;
+mod doctor;
 mod duration;
 pub mod example;
 pub mod exit;
