@@ -542,17 +542,22 @@ fn kafka_image_is_the_version_the_native_stack_runs() {
             .get("image")
             .expect("kafka has an image"),
     );
-    let common = read("scripts/lib/common.sh");
-    let version = common
-        .lines()
-        .find_map(|l| l.strip_prefix("KAFKA_VERSION="))
-        .expect("scripts/lib/common.sh sets KAFKA_VERSION")
-        .trim();
+    let version = pinned("scripts/lib/common.sh", "KAFKA_VERSION=");
     assert_eq!(
         image,
         format!("apache/kafka:{version}"),
         "compose runs {image}, the native stack (and so the tests) Kafka {version}"
     );
+}
+
+/// The version `file` pins on its line starting with `prefix` (`KAFKA_VERSION=`).
+fn pinned(file: &str, prefix: &str) -> String {
+    read(file)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("{file} has no line {prefix}..."))
+        .trim()
+        .to_string()
 }
 
 /// The `FROM` lines of the Dockerfile, as (image, stage name).
@@ -870,12 +875,7 @@ fn the_servers_images_are_pinned_to_the_versions_the_scripts_run() {
             "`{name}` is not pinned to a release: {tag}"
         );
     }
-    let requirements = read("scripts/phoenix-requirements.txt");
-    let phoenix = requirements
-        .lines()
-        .find_map(|l| l.strip_prefix("arize-phoenix=="))
-        .expect("scripts/phoenix-requirements.txt pins arize-phoenix")
-        .trim();
+    let phoenix = pinned("scripts/phoenix-requirements.txt", "arize-phoenix==");
     assert_eq!(
         image_tag(&compose, "phoenix"),
         format!("version-{phoenix}"),
