@@ -92,8 +92,8 @@ impl StdError for Unreachable {}
 /// request it understood. Recognised: the registry unreachable (network errors, timeouts and
 /// 5xx answers, in the registry client and `schemas list|check`); CQL nodes that cannot be
 /// connected to (not those that refuse the credentials or TLS); Kafka's all brokers down,
-/// transport failures, resolve failures and timed-out operations or messages; and a refused,
-/// reset or timed-out connection anywhere.
+/// transport failures, resolve failures and timed-out operations or messages; a refused,
+/// reset or timed-out connection anywhere; and [`Unreachable`].
 pub fn unavailable(error: &(dyn StdError + 'static)) -> bool {
     if error.is::<Unreachable>() {
         return true;
