@@ -1107,6 +1107,8 @@ mod tests {
     #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
     fn resolve_says_where_each_value_came_from_and_never_shows_a_secret() {
         figment::Jail::expect_with(|jail| {
+            // The stack's variables (tests run with them exported) would be sources too.
+            jail.clear_env();
             jail.create_file(
                 "s.toml",
                 "[kafka]\ntopic = \"from-file\"\n[cql]\npassword = \"hunter2-file\"\n\
