@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# The `sessionlog` binary (init, project, example, inspect, recover) in a small Debian image.
+# The `sessionlog` binary (every command: init, project, ingest, serve-recovery, export-otlp, doctor,
+# ...) in a small Debian image; docker-compose.yml runs each service from it.
 #
 #   docker build -t sessionlog:local .
 #   docker run --rm sessionlog:local --help
@@ -29,9 +30,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim AS runtime
 # ca-certificates: for a registry or brokers reached over TLS (rustls and OpenSSL read the system
-# roots); libssl3: librdkafka's TLS, linked dynamically.
+# roots); libssl3: librdkafka's TLS, linked dynamically; curl: the compose healthchecks ask each
+# service's /health/ready with it.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 curl \
     && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /app --create-home sessionlog
 COPY --from=builder /usr/local/bin/sessionlog /usr/local/bin/sessionlog

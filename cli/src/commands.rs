@@ -234,6 +234,10 @@ enum Command {
         #[command(subcommand)]
         command: crate::dlq::DlqCommand,
     },
+    /// Check the deployment: the settings and where each came from, every server they name
+    /// (with what it runs), the topics against `[retention]` and `[kafka]`, the keyspaces, and
+    /// the brokers' clocks; exits 1 naming each problem's fix, 3 when a server does not answer.
+    Doctor(crate::doctor::DoctorArgs),
     /// Print a shell completion script: `source <(sessionlog completions bash)`, or save it
     /// where the shell loads completions from. Needs no servers.
     Completions {
@@ -341,6 +345,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
         Command::Status { groups } => crate::status::run(&settings, groups, cli.json).await,
         Command::Dlq { command } => crate::dlq::run(&settings, command, cli.json).await,
+        Command::Doctor(args) => crate::doctor::run(cli.config.as_deref(), args, cli.json).await,
         Command::Openapi { service } => print_openapi(service),
         Command::Completions { .. } => Ok(()),
     }

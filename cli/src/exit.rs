@@ -75,13 +75,29 @@ fn print(message: &str, code: u8, json: bool) {
     }
 }
 
+/// Servers a command found unreachable among other findings it reported (`sessionlog
+/// doctor` checks every server and prints what it found before it fails): exit status 3.
+#[derive(Debug)]
+pub struct Unreachable(pub String);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for Unreachable {}
+
 /// Whether `error` says a server could not be reached, as opposed to refused us or failed a
 /// request it understood. Recognised: the registry unreachable (network errors, timeouts and
 /// 5xx answers, in the registry client and `schemas list|check`); CQL nodes that cannot be
 /// connected to (not those that refuse the credentials or TLS); Kafka's all brokers down,
-/// transport failures, resolve failures and timed-out operations or messages; and a refused,
-/// reset or timed-out connection anywhere.
+/// transport failures, resolve failures and timed-out operations or messages; a refused,
+/// reset or timed-out connection anywhere; and [`Unreachable`].
 pub fn unavailable(error: &(dyn StdError + 'static)) -> bool {
+    if error.is::<Unreachable>() {
+        return true;
+    }
     if let Some(e) = error.downcast_ref::<sessionlog_schemas::Error>() {
         return matches!(e, sessionlog_schemas::Error::RegistryUnreachable { .. });
     }

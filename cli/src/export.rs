@@ -3,6 +3,7 @@
 use crate::replay::start_at;
 use anyhow::{Context, Result};
 use sessionlog_export::{ExportOptions, export};
+use sessionlog_http::{CHECK_TIMEOUT, Readiness};
 use sessionlog_log::Settings;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -47,6 +48,10 @@ pub struct ExportArgs {
     /// The spans' `service.name`, also their Phoenix project.
     #[arg(long, default_value = "sessionlog")]
     pub service_name: String,
+    /// Serve `/metrics` (Prometheus) and `/health` on this address, e.g. 0.0.0.0:9101: ready
+    /// while Kafka and the receiver answer. Not served without it.
+    #[arg(long)]
+    pub listen: Option<String>,
 }
 
 /// Runs the export until interrupted or caught up, and prints what it did.
@@ -56,24 +61,23 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
         None if args.from_beginning => Some(sessionlog_log::StartAt::Beginning),
         None => None,
     };
-    let headers = args
-        .headers
-        .iter()
-        .map(|header| {
-            let (name, value) = header
-                .split_once('=')
-                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))?;
-            let name = name.trim();
-            // Checked here: the exporter drops a header it cannot send without a word, and a
-            // receiver then refuses every request.
-            reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                .with_context(|| format!("--header {name:?}: not a valid header name"))?;
-            reqwest::header::HeaderValue::from_str(value).with_context(|| {
-                format!("--header {name}: the value is not a valid header value")
-            })?;
-            Ok((name.to_string(), value.to_string()))
-        })
-        .collect::<Result<HashMap<_, _>>>()?;
+    let headers = parse_headers(&args.headers)?;
+    if let Some(listen) = &args.listen {
+        let readiness = Readiness::new().kafka(&settings.kafka).with("receiver", {
+            let (endpoint, headers) = (args.endpoint.clone(), headers.clone());
+            move || {
+                let (endpoint, headers) = (endpoint.clone(), headers.clone());
+                async move { receiver_ready(&endpoint, &headers).await }
+            }
+        });
+        crate::serve::serve(
+            listen,
+            &[sessionlog_export::describe_metrics],
+            readiness,
+            None,
+        )
+        .await?;
+    }
     let options = ExportOptions {
         endpoint: args.endpoint.clone(),
         headers,
@@ -106,6 +110,41 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
         );
     }
     Ok(())
+}
+
+/// Whether the receiver takes an (empty) export: what the export needs to make progress.
+async fn receiver_ready(endpoint: &str, headers: &HashMap<String, String>) -> Result<(), String> {
+    let probe = sessionlog_export::probe_receiver(endpoint, headers, CHECK_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    if (200..300).contains(&probe.status) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{endpoint} answered an empty export with HTTP {}",
+            probe.status
+        ))
+    }
+}
+
+/// `name=value` headers for an OTLP receiver, checked as the exporter would send them (it drops
+/// a header it cannot send without a word, and a receiver then refuses every request).
+pub(crate) fn parse_headers(headers: &[String]) -> Result<HashMap<String, String>> {
+    headers
+        .iter()
+        .map(|header| {
+            let (name, value) = header
+                .split_once('=')
+                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))?;
+            let name = name.trim();
+            reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .with_context(|| format!("--header {name:?}: not a valid header name"))?;
+            reqwest::header::HeaderValue::from_str(value).with_context(|| {
+                format!("--header {name}: the value is not a valid header value")
+            })?;
+            Ok((name.to_string(), value.to_string()))
+        })
+        .collect()
 }
 
 /// A header for an error message: its name only, the value may be a secret.

@@ -3,6 +3,7 @@
 
 mod commands;
 mod dlq;
+mod doctor;
 mod duration;
 pub mod example;
 pub mod exit;

@@ -1,6 +1,6 @@
-//! `/metrics` (Prometheus) and the health routes (JSON) for a running projector:
-//! `/health/live` while the process serves, `/health/ready` (and `/health`) while Kafka and
-//! the store answer and the projector's loop is not stuck behind its lag.
+//! `/metrics` (Prometheus) and the health routes (JSON) for the processes that serve no API of
+//! their own (a projector, an OTLP export): `/health/live` while the process serves,
+//! `/health/ready` (and `/health`) while the servers it needs answer and its loop is not stuck.
 
 use anyhow::{Context, Result};
 use axum::Router;
@@ -14,8 +14,15 @@ use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Installs the process's metrics recorder and serves it, with the projector's health, on
-/// `listen`. The server runs on a background task for the life of the process.
+/// What `/health/ready` adds beside its checks: a name and a JSON value (the projector's
+/// progress), read at each request.
+pub type Detail = (
+    &'static str,
+    Arc<dyn Fn() -> serde_json::Value + Send + Sync>,
+);
+
+/// Serves a projector's metrics and health on `listen`: ready while Kafka and the store
+/// answer and its loop is not stuck behind its lag, with its progress in the answer.
 pub async fn serve_metrics(
     listen: &str,
     settings: &Settings,
@@ -33,19 +40,44 @@ pub async fn serve_metrics(
                 async move { verdict }
             })
     };
+    let detail: Detail = (
+        "projector",
+        Arc::new(move || serde_json::to_value(health.report()).unwrap_or_default()),
+    );
+    serve(
+        listen,
+        &[sessionlog_projector::describe_metrics],
+        readiness,
+        Some(detail),
+    )
+    .await
+}
+
+/// Installs the process's metrics recorder (with `describe`'s help texts) and serves, on
+/// `listen`, `/metrics`, `/health/live`, and `/health/ready` (and `/health`) answering
+/// `readiness`'s checks and `detail`. The server runs on a background task for the life of the
+/// process.
+pub async fn serve(
+    listen: &str,
+    describe: &[fn()],
+    readiness: Readiness,
+    detail: Option<Detail>,
+) -> Result<()> {
     let ready = move || {
-        let (readiness, health) = (readiness.clone(), Arc::clone(&health));
+        let (readiness, detail) = (readiness.clone(), detail.clone());
         async move {
             let (status, checks) = readiness.answer().await;
-            let body = serde_json::json!({
+            let mut body = serde_json::json!({
                 "status": checks.status,
                 "checks": checks.checks,
-                "projector": health.report(),
             });
+            if let Some((name, value)) = detail {
+                body[name] = value();
+            }
             (status, axum::Json(body)).into_response()
         }
     };
-    let handle = sessionlog_http::metrics::install(&[sessionlog_projector::describe_metrics]);
+    let handle = sessionlog_http::metrics::install(describe);
     let app = Router::new()
         .route(
             "/metrics",

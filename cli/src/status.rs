@@ -103,7 +103,7 @@ async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
 
 /// Opens the keyspace read-only as every reading command does: a missing or outdated keyspace
 /// is a finding, a store that cannot be reached an error.
-async fn store_health(settings: &Settings) -> Result<StoreHealth> {
+pub(crate) async fn store_health(settings: &Settings) -> Result<StoreHealth> {
     use sessionlog_store::Error as E;
     let (state, detail) = match ProjectionStore::open(&settings.cql).await {
         Ok(_) => ("migrated", None),

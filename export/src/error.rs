@@ -20,6 +20,18 @@ pub enum Error {
         /// Why.
         source: opentelemetry_otlp::ExporterBuildError,
     },
+    /// The receiver did not answer (`sessionlog doctor`).
+    #[error(
+        "the OTLP receiver at {endpoint} did not answer: {source} (is it up? --otlp-endpoint or \
+         SESSIONLOG_OTLP_ENDPOINT names it, /v1/traces included)"
+    )]
+    ReceiverUnreachable {
+        /// The endpoint asked.
+        endpoint: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
     /// The HTTP client for the receiver could not be built.
     #[error("cannot build the HTTP client for the receiver: {0}")]
     Client(#[source] reqwest::Error),

@@ -3,13 +3,19 @@
 //!
 //! - [`genai`]: what a session's events turn into (pure): span names, attributes, the tree
 //!   and the ids a re-export reproduces;
+//! - [`observe`]: the metrics a running export keeps;
+//! - [`probe`]: whether a receiver answers, and what it is (`sessionlog doctor`);
 //! - [`worker`]: the consumer group that reads the log, follows each session and exports the
 //!   spans, committing its offsets only once the receiver took them.
 
 pub mod error;
 pub mod genai;
+pub mod observe;
+pub mod probe;
 pub mod worker;
 
 pub use error::{Error, Result};
 pub use genai::{LogPosition, Trail, span_id, trace_id};
+pub use observe::describe_metrics;
+pub use probe::{ReceiverProbe, probe_receiver};
 pub use worker::{ExportOptions, ExportSummary, export};

@@ -114,8 +114,9 @@ impl ExportSummary {
     fn add_lags(&mut self, records: &[RawRecord], taken_ms: i64) {
         for record in records {
             if let Some(at) = record.timestamp_ms {
-                self.lag
-                    .insert(taken_ms.saturating_sub(at).saturating_mul(1_000));
+                let lag_ms = taken_ms.saturating_sub(at);
+                self.lag.insert(lag_ms.saturating_mul(1_000));
+                metrics::histogram!(crate::observe::LAG_SECONDS).record(lag_ms as f64 / 1_000.0);
             }
         }
     }
@@ -245,6 +246,7 @@ pub async fn export(
                 return Ok(follower.summary.finished(started));
             }
             follower.summary.spans += chunk.len() as u64;
+            metrics::counter!(crate::observe::SPANS).increment(chunk.len() as u64);
         }
         follower
             .summary
@@ -255,6 +257,7 @@ pub async fn export(
         }
         commit(&consumer, &topic, &read, &ownership, CommitMode::Async);
         follower.summary.records += records.len() as u64;
+        metrics::counter!(crate::observe::RECORDS).increment(records.len() as u64);
         if last_report.elapsed() >= Duration::from_secs(10) {
             last_report = Instant::now();
             tracing::info!(
@@ -306,6 +309,7 @@ async fn send(
         match exporter.export(spans.clone()).await {
             Ok(()) => return true,
             Err(e) => {
+                metrics::counter!(crate::observe::SEND_FAILURES).increment(1);
                 let wait = waits.next().unwrap_or(retry::MAX_DELAY);
                 tracing::warn!(error = %e, ?wait, "the trace receiver did not take the spans; retrying");
                 tokio::select! {

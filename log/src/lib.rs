@@ -2,6 +2,8 @@
 //!
 //! - [`settings`]: how a deployment is configured (file plus environment, defaults for the local stack);
 //! - [`dead_letters`]: the dead-letter topic: its headers, reading dead letters, replaying them;
+//! - [`cluster`]: whether each bootstrap address and broker answers, the protocol each speaks,
+//!   and each broker's clock against this host's (`sessionlog doctor`);
 //! - [`group`]: a consumer group's lag per partition and its live members, a topic's depth;
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
@@ -10,6 +12,7 @@
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
 pub mod dead_letters;
+pub mod cluster;
 pub mod error;
 pub mod group;
 pub mod partitioner;
@@ -28,6 +31,6 @@ pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, PrivacySettings,
-    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, RetentionSettings,
-    Role, Secret, Settings,
+    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Resolution,
+    ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
 };

@@ -650,56 +650,243 @@ pub const LIBRDKAFKA_ENV_PREFIX: &str = "SESSIONLOG_KAFKA__LIBRDKAFKA__";
 impl Settings {
     /// Defaults, then `file` (or `sessionlog.toml` if it exists, or `$SESSIONLOG_CONFIG`), then the environment.
     pub fn load(file: Option<&Path>) -> crate::Result<Self> {
-        let env_file = std::env::var_os("SESSIONLOG_CONFIG").map(std::path::PathBuf::from);
-        let file = file.map(Path::to_path_buf).or(env_file);
-        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
-        match &file {
-            // A file the user named must exist: a typo should not silently mean "defaults".
-            Some(path) => figment = figment.merge(Toml::file_exact(path)),
-            None => figment = figment.merge(Toml::file(DEFAULT_FILE)),
+        extract(&layers(file))
+    }
+
+    /// Like [`Settings::load`], and says where each value came from (`sessionlog doctor`):
+    /// the default, the settings file, or the environment variable that set it. Secrets are
+    /// redacted in what it returns (see [`is_secret`]).
+    pub fn resolve(file: Option<&Path>) -> crate::Result<Resolution> {
+        let figment = layers(file);
+        let settings = extract(&figment)?;
+        let tree = serde_json::to_value(&settings).map_err(|e| crate::Error::BadSetting {
+            key: "(all)".into(),
+            problem: format!("the settings do not serialise: {e}"),
+        })?;
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let mut values = Vec::new();
+        let mut path = Vec::new();
+        walk(&tree, &mut path, &mut |path, value| {
+            let secret = is_secret(path);
+            let shown = match value {
+                serde_json::Value::String(text) if secret && !text.is_empty() => {
+                    serde_json::Value::String(REDACTED.into())
+                }
+                other => other.clone(),
+            };
+            values.push(ResolvedSetting {
+                key: path.join("."),
+                value: shown,
+                secret,
+                source: source_of(&figment, &env, path),
+            });
+        });
+        let file = figment.metadata().find_map(|m| match &m.source {
+            Some(figment::Source::File(path)) => Some(path.display().to_string()),
+            _ => None,
+        });
+        Ok(Resolution {
+            settings,
+            file,
+            values,
+        })
+    }
+}
+
+/// The layers settings are read from, later ones winning: defaults, the file, the environment.
+fn layers(file: Option<&Path>) -> Figment {
+    let env_file = std::env::var_os("SESSIONLOG_CONFIG").map(std::path::PathBuf::from);
+    let file = file.map(Path::to_path_buf).or(env_file);
+    let figment = Figment::from(Serialized::defaults(Settings::default()));
+    let figment = match &file {
+        // A file the user named must exist: a typo should not silently mean "defaults".
+        Some(path) => figment.merge(Toml::file_exact(path)),
+        None => figment.merge(Toml::file(DEFAULT_FILE)),
+    };
+    // Every setting lives in a section, so a settings variable has a `__`; the other
+    // `SESSIONLOG_*` variables (`SESSIONLOG_LOG`, `SESSIONLOG_CONFIG`, the scripts' own) are
+    // not settings. librdkafka's are read in `extract`: figment would nest their dots.
+    figment.merge(
+        Env::prefixed("SESSIONLOG_")
+            .filter(|key| {
+                key.as_str().contains("__")
+                    && !key
+                        .as_str()
+                        .to_ascii_uppercase()
+                        .starts_with("KAFKA__LIBRDKAFKA__")
+            })
+            .split("__"),
+    )
+}
+
+/// The settings the layers make, checked.
+fn extract(figment: &Figment) -> crate::Result<Settings> {
+    let mut settings: Settings = figment
+        .extract()
+        .map_err(|e| crate::Error::Config(Box::new(e)))?;
+    settings.retention.validate()?;
+    settings.projector.validate()?;
+    settings
+        .context
+        .validate()
+        .map_err(|problem| crate::Error::BadSetting {
+            key: "context".into(),
+            problem,
+        })?;
+    settings
+        .kafka
+        .librdkafka
+        .extend(librdkafka_from_env(std::env::vars()));
+    Ok(settings)
+}
+
+/// What a secret's value is shown as once it is set.
+pub const REDACTED: &str = "<redacted>";
+
+/// Settings the way a process resolved them, and where each value came from.
+#[derive(Clone, Debug)]
+pub struct Resolution {
+    /// The settings themselves (secrets included: for the clients, never for printing).
+    pub settings: Settings,
+    /// The settings file read, if one was.
+    pub file: Option<String>,
+    /// Every value, by key in document order, secrets redacted.
+    pub values: Vec<ResolvedSetting>,
+}
+
+/// One setting's value and where it came from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResolvedSetting {
+    /// The key, `section.key` (`kafka.librdkafka.security.protocol` for a librdkafka
+    /// property, `context.agents.NAME.turns` for a nested one).
+    pub key: String,
+    /// The value; [`REDACTED`] for a secret that is set.
+    pub value: serde_json::Value,
+    /// Whether it is a password, token or key, shown redacted.
+    pub secret: bool,
+    /// Where it came from.
+    pub source: SettingSource,
+}
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SettingSource {
+    /// The built-in default: nothing set it.
+    Default,
+    /// A settings file.
+    File {
+        /// The file's path.
+        path: String,
+    },
+    /// An environment variable.
+    Env {
+        /// The variable's name.
+        variable: String,
+    },
+}
+
+impl std::fmt::Display for SettingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingSource::Default => f.write_str("default"),
+            SettingSource::File { path } => write!(f, "file {path}"),
+            SettingSource::Env { variable } => write!(f, "env {variable}"),
         }
-        let mut settings: Settings = figment
-            // Every setting lives in a section, so a settings variable has a `__`; the other
-            // `SESSIONLOG_*` variables (`SESSIONLOG_LOG`, `SESSIONLOG_CONFIG`, the scripts'
-            // own) are not settings. librdkafka's are read below: figment would nest their dots.
-            .merge(
-                Env::prefixed("SESSIONLOG_")
-                    .filter(|key| {
-                        key.as_str().contains("__")
-                            && !key
-                                .as_str()
-                                .to_ascii_uppercase()
-                                .starts_with("KAFKA__LIBRDKAFKA__")
-                    })
-                    .split("__"),
-            )
-            .extract()
-            .map_err(|e| crate::Error::Config(Box::new(e)))?;
-        settings.retention.validate()?;
-        settings.projector.validate()?;
-        settings
-            .context
-            .validate()
-            .map_err(|problem| crate::Error::BadSetting {
-                key: "context".into(),
-                problem,
-            })?;
-        settings
-            .kafka
-            .librdkafka
-            .extend(librdkafka_from_env(std::env::vars()));
-        Ok(settings)
+    }
+}
+
+/// Whether the setting at `path` holds a secret: a password, a token, a key-encryption key, a
+/// private key inline, or a librdkafka property that carries credentials. Judged by name, so
+/// a new secret setting must have one of these words in its key (every [`Secret`] does).
+pub fn is_secret(path: &[String]) -> bool {
+    let Some(key) = path.last().map(|k| k.to_ascii_lowercase()) else {
+        return false;
+    };
+    [
+        "password",
+        "secret",
+        "token",
+        "key.pem",
+        "jaas.config",
+        "oauthbearer.config",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+        || key == "kek"
+}
+
+/// Calls `leaf` with the path of every value in `tree` that is not an object with members
+/// (arrays and empty maps are values too).
+fn walk(
+    tree: &serde_json::Value,
+    path: &mut Vec<String>,
+    leaf: &mut impl FnMut(&[String], &serde_json::Value),
+) {
+    match tree {
+        serde_json::Value::Object(members) if !members.is_empty() => {
+            for (key, value) in members {
+                path.push(key.clone());
+                walk(value, path, leaf);
+                path.pop();
+            }
+        }
+        other => leaf(path, other),
+    }
+}
+
+/// Where the value at `path` came from: a librdkafka variable, else the layer figment took it
+/// from.
+fn source_of(figment: &Figment, env: &[(String, String)], path: &[String]) -> SettingSource {
+    if let [section, map, name] = path
+        && section == "kafka"
+        && map == "librdkafka"
+        && let Some((variable, _)) = env
+            .iter()
+            .find(|(key, _)| librdkafka_property(key).as_ref() == Some(name))
+    {
+        return SettingSource::Env {
+            variable: variable.clone(),
+        };
+    }
+    let mut value = figment.find_value("").ok();
+    for key in path {
+        value = value
+            .and_then(|v| v.into_dict())
+            .and_then(|mut d| d.remove(key));
+    }
+    let Some(metadata) = value.and_then(|v| figment.get_metadata(v.tag()).cloned()) else {
+        return SettingSource::Default;
+    };
+    match metadata.source {
+        Some(figment::Source::File(file)) => SettingSource::File {
+            path: file.display().to_string(),
+        },
+        _ if metadata.name.contains("environment") => {
+            // The variable as it was written (figment matches names case-insensitively).
+            let canonical = format!("SESSIONLOG_{}", path.join("__")).to_ascii_uppercase();
+            let variable = env
+                .iter()
+                .map(|(key, _)| key)
+                .find(|key| key.to_ascii_uppercase() == canonical)
+                .cloned()
+                .unwrap_or(canonical);
+            SettingSource::Env { variable }
+        }
+        _ => SettingSource::Default,
     }
 }
 
 /// The librdkafka properties named by `SESSIONLOG_KAFKA__LIBRDKAFKA__*` variables.
 fn librdkafka_from_env(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
-    vars.filter_map(|(key, value)| {
-        let name = key.strip_prefix(LIBRDKAFKA_ENV_PREFIX)?;
-        Some((name.to_ascii_lowercase().replace('_', "."), value))
-    })
-    .filter(|(name, _)| !name.is_empty())
-    .collect()
+    vars.filter_map(|(key, value)| Some((librdkafka_property(&key)?, value)))
+        .collect()
+}
+
+/// The librdkafka property a `SESSIONLOG_KAFKA__LIBRDKAFKA__*` variable sets, if it is one.
+fn librdkafka_property(variable: &str) -> Option<String> {
+    let name = variable.strip_prefix(LIBRDKAFKA_ENV_PREFIX)?;
+    (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "."))
 }
 
 #[cfg(test)]
@@ -914,6 +1101,100 @@ mod tests {
             assert_eq!(s.projector.trace_day_buckets, 64);
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn resolve_says_where_each_value_came_from_and_never_shows_a_secret() {
+        figment::Jail::expect_with(|jail| {
+            // The stack's variables (tests run with them exported) would be sources too.
+            jail.clear_env();
+            jail.create_file(
+                "s.toml",
+                "[kafka]\ntopic = \"from-file\"\n[cql]\npassword = \"hunter2-file\"\n\
+                 [kafka.librdkafka]\n\"security.protocol\" = \"SSL\"\n",
+            )?;
+            jail.set_env("SESSIONLOG_REGISTRY__URL", "http://registry:8081");
+            jail.set_env("SESSIONLOG_REGISTRY__BEARER_TOKEN", "hunter2-token");
+            jail.set_env(
+                "SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_PASSWORD",
+                "hunter2-sasl",
+            );
+            let resolved =
+                Settings::resolve(Some(Path::new("s.toml"))).map_err(|e| e.to_string())?;
+            let find = |key: &str| {
+                resolved
+                    .values
+                    .iter()
+                    .find(|v| v.key == key)
+                    .cloned()
+                    .ok_or_else(|| format!("{key} not resolved"))
+            };
+            let file = SettingSource::File {
+                path: resolved.file.clone().ok_or("no file")?,
+            };
+            assert!(
+                resolved
+                    .file
+                    .as_deref()
+                    .is_some_and(|f| f.ends_with("s.toml"))
+            );
+            assert_eq!(find("kafka.topic")?.source, file);
+            assert_eq!(find("kafka.topic")?.value, "from-file");
+            let url = find("registry.url")?;
+            assert_eq!(
+                (url.value.as_str(), &url.source),
+                (
+                    Some("http://registry:8081"),
+                    &SettingSource::Env {
+                        variable: "SESSIONLOG_REGISTRY__URL".into()
+                    }
+                )
+            );
+            assert_eq!(find("kafka.bootstrap")?.source, SettingSource::Default);
+            assert_eq!(find("kafka.librdkafka.security.protocol")?.source, file);
+            let sasl = find("kafka.librdkafka.sasl.password")?;
+            assert!(sasl.secret && sasl.value == REDACTED, "{sasl:?}");
+            assert_eq!(
+                sasl.source,
+                SettingSource::Env {
+                    variable: "SESSIONLOG_KAFKA__LIBRDKAFKA__SASL_PASSWORD".into()
+                }
+            );
+            assert_eq!(find("cql.password")?.source, file);
+            assert!(find("registry.bearer_token")?.secret);
+            // An unset secret shows as empty, not as redacted.
+            assert_eq!(find("registry.password")?.value, "");
+            let shown = serde_json::to_string(&resolved.values).map_err(|e| e.to_string())?;
+            assert!(!shown.contains("hunter2"), "{shown}");
+            // The settings themselves keep the secrets for the clients.
+            assert_eq!(resolved.settings.cql.password.expose(), "hunter2-file");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn secrets_are_known_by_their_names() {
+        let secret = |key: &str| is_secret(&key.split('.').map(String::from).collect::<Vec<_>>());
+        for key in [
+            "registry.password",
+            "registry.bearer_token",
+            "cql.password",
+            "privacy.kek",
+            "kafka.librdkafka.sasl.password",
+            "kafka.librdkafka.ssl.key.password",
+            "kafka.librdkafka.sasl.oauthbearer.client.secret",
+        ] {
+            assert!(secret(key), "{key}");
+        }
+        for key in [
+            "registry.url",
+            "privacy.kek_file",
+            "cql.username",
+            "kafka.librdkafka.sasl.username",
+        ] {
+            assert!(!secret(key), "{key}");
+        }
     }
 
     #[test]

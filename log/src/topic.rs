@@ -54,11 +54,7 @@ impl ConfigDifference {
     /// The Kafka command that changes this value and nothing else (an incremental change);
     /// `sessionlog init --apply` does the same.
     pub fn fix_command(&self, bootstrap: &str) -> String {
-        format!(
-            "kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics \
-             --entity-name {} --add-config {}={}",
-            self.topic, self.key, self.wanted
-        )
+        add_config_command(bootstrap, &self.topic, &self.key, &self.wanted)
     }
 }
 
@@ -381,26 +377,13 @@ fn check_each(
 
 /// Number of partitions of `topic`, from the cluster's metadata.
 pub async fn partition_count(settings: &KafkaSettings, topic: &str) -> Result<i32> {
-    let settings = settings.clone();
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer = metadata_client(&settings)?;
-        let metadata = consumer
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .map_err(Error::kafka("fetch metadata"))?;
-        let t = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-            .ok_or_else(|| Error::TopicMismatch {
-                topic: topic.clone(),
-                problem: "does not exist (run `sessionlog init`)".into(),
-            })?;
-        Ok(t.partitions().len() as i32)
-    })
-    .await
-    .unwrap_or_else(|e| Err(join_error(e)))
+    match topic_layout(settings, topic).await? {
+        (0, _) => Err(Error::TopicMismatch {
+            topic: topic.to_string(),
+            problem: "does not exist (run `sessionlog init`)".into(),
+        }),
+        (partitions, _) => Ok(partitions),
+    }
 }
 
 /// The partition count sessions are placed by: `[kafka] partitions`, which must be the count
@@ -414,9 +397,20 @@ pub async fn partition_count(settings: &KafkaSettings, topic: &str) -> Result<i3
 /// topic in use.
 pub async fn pinned_partitions(settings: &KafkaSettings) -> Result<i32> {
     let live = partition_count(settings, &settings.topic).await?;
-    let pinned = settings.partitions;
+    match unpinned(live, settings.partitions) {
+        None => Ok(live),
+        Some(problem) => Err(Error::TopicMismatch {
+            topic: settings.topic.clone(),
+            problem,
+        }),
+    }
+}
+
+/// What is wrong when the events topic has `live` partitions and `[kafka] partitions` pins
+/// `pinned` (see [`pinned_partitions`]); `None` when they agree.
+pub fn unpinned(live: i32, pinned: i32) -> Option<String> {
     if live == pinned {
-        return Ok(pinned);
+        return None;
     }
     let why = if live > pinned {
         "if partitions were added to the topic, sessions written before were placed by the \
@@ -425,15 +419,264 @@ pub async fn pinned_partitions(settings: &KafkaSettings) -> Result<i32> {
     } else {
         "sessions would be looked for on partitions the topic does not have"
     };
-    Err(Error::TopicMismatch {
-        topic: settings.topic.clone(),
-        problem: format!(
-            "has {live} partitions but [kafka] partitions (SESSIONLOG_KAFKA__PARTITIONS) pins \
-             {pinned}: every component places sessions by the pinned count, which must be the \
-             count the topic was created with; if the topic was created with {live}, set it to \
-             {live}; {why}"
-        ),
+    Some(format!(
+        "has {live} partitions but [kafka] partitions (SESSIONLOG_KAFKA__PARTITIONS) pins \
+         {pinned}: every component places sessions by the pinned count, which must be the \
+         count the topic was created with; if the topic was created with {live}, set it to \
+         {live}; {why}"
+    ))
+}
+
+/// A topic as the cluster has it, and what about it differs from what sessionlog and the
+/// settings want (`sessionlog doctor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TopicCheck {
+    /// The topic.
+    pub topic: String,
+    /// Whether the cluster has it.
+    pub exists: bool,
+    /// Its partitions.
+    pub partitions: i32,
+    /// The fewest replicas any of its partitions has.
+    pub replication_factor: i32,
+    /// The configuration values checked, as the brokers report them.
+    pub configs: BTreeMap<String, Option<String>>,
+    /// What differs, each with its fix.
+    pub findings: Vec<TopicFinding>,
+}
+
+/// Something about a topic that differs from what is wanted, and what fixes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TopicFinding {
+    /// The topic.
+    pub topic: String,
+    /// What differs.
+    pub problem: String,
+    /// The command or setting that fixes it.
+    pub fix: String,
+    /// The setting involved (`retention.retention_ms`, `kafka.partitions`, ...), if one is.
+    pub setting: Option<&'static str>,
+}
+
+/// The configuration keys [`check_topics`] reports.
+const CHECKED_CONFIGS: [&str; 5] = [
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "min.insync.replicas",
+    "message.timestamp.type",
+];
+
+/// Describes the events and dead-letter topics (partitions, replicas, configuration) and
+/// judges them with [`topic_findings`]. Changes nothing.
+pub async fn check_topics(
+    settings: &KafkaSettings,
+    retention: &RetentionSettings,
+) -> Result<Vec<TopicCheck>> {
+    let admin = admin_client(settings)?;
+    let mut checks = Vec::new();
+    for (name, wanted) in wanted_configs(settings, retention) {
+        let (partitions, replication_factor) = topic_layout(settings, &name).await?;
+        let exists = partitions > 0;
+        let configs = if exists {
+            let described = describe_topic(&admin, &name).await?;
+            CHECKED_CONFIGS
+                .iter()
+                .map(|key| {
+                    let value = described.get(*key).and_then(|(v, _)| v.clone());
+                    (key.to_string(), value)
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let layout = TopicLayout {
+            exists,
+            partitions,
+            replication_factor,
+            events: name == settings.topic,
+        };
+        checks.push(TopicCheck {
+            findings: topic_findings(settings, &name, &layout, &configs, &wanted),
+            topic: name,
+            exists,
+            partitions,
+            replication_factor,
+            configs,
+        });
+    }
+    Ok(checks)
+}
+
+/// A topic's partitions and the fewest replicas any has (0, 0: the topic does not exist).
+async fn topic_layout(settings: &KafkaSettings, topic: &str) -> Result<(i32, i32)> {
+    let settings = settings.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer = metadata_client(&settings)?;
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map_err(Error::kafka("fetch metadata"))?;
+        let Some(t) = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+        else {
+            return Ok((0, 0));
+        };
+        let partitions = i32::try_from(t.partitions().len()).unwrap_or(i32::MAX);
+        let replicas = t
+            .partitions()
+            .iter()
+            .map(|p| i32::try_from(p.replicas().len()).unwrap_or(i32::MAX))
+            .min()
+            .unwrap_or(0);
+        Ok((partitions, replicas))
     })
+    .await
+    .unwrap_or_else(|e| Err(join_error(e)))
+}
+
+/// What [`topic_findings`] needs to know of a topic besides its configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct TopicLayout {
+    /// Whether the cluster has it.
+    pub exists: bool,
+    /// Its partitions.
+    pub partitions: i32,
+    /// The fewest replicas any partition has.
+    pub replication_factor: i32,
+    /// Whether it is the events topic (whose partition count is pinned).
+    pub events: bool,
+}
+
+/// What differs between a topic and what sessionlog and the settings want: it exists; its
+/// retention is `[retention]`'s (as `init` compares it); `cleanup.policy=delete` (compaction
+/// would delete history); `min.insync.replicas` as set, and at most its replicas (or no
+/// `acks=all` write succeeds); at least `kafka.replication_factor` replicas; and, for the
+/// events topic, the pinned partition count.
+pub fn topic_findings(
+    settings: &KafkaSettings,
+    topic: &str,
+    layout: &TopicLayout,
+    configs: &BTreeMap<String, Option<String>>,
+    wanted: &[WantedConfig],
+) -> Vec<TopicFinding> {
+    let finding = |problem: String, fix: String, setting: Option<&'static str>| TopicFinding {
+        topic: topic.to_string(),
+        problem,
+        fix,
+        setting,
+    };
+    let bootstrap = settings.bootstrap.as_str();
+    if !layout.exists {
+        return vec![finding(
+            format!("topic {topic} does not exist"),
+            "sessionlog init (or name the existing topics in kafka.topic and \
+             kafka.dead_letter_topic)"
+                .into(),
+            Some(if layout.events {
+                "kafka.topic"
+            } else {
+                "kafka.dead_letter_topic"
+            }),
+        )];
+    }
+    let mut found: Vec<TopicFinding> = differences(topic, configs, wanted)
+        .into_iter()
+        .map(|d| {
+            finding(
+                d.to_string(),
+                format!("sessionlog init --apply, or {}", d.fix_command(bootstrap)),
+                Some(d.setting),
+            )
+        })
+        .collect();
+    let value = |key: &str| configs.get(key).cloned().flatten();
+    if let Some(policy) = value("cleanup.policy")
+        && policy.trim() != "delete"
+    {
+        found.push(finding(
+            format!(
+                "topic {topic}: cleanup.policy is {policy}; history is append-only and \
+                 compaction would delete events, so it must be delete"
+            ),
+            add_config_command(bootstrap, topic, "cleanup.policy", "delete"),
+            None,
+        ));
+    }
+    let min_isr = value("min.insync.replicas").and_then(|v| v.trim().parse::<i32>().ok());
+    if let Some(min_isr) = min_isr {
+        if min_isr != settings.min_insync_replicas {
+            found.push(finding(
+                format!(
+                    "topic {topic}: min.insync.replicas is {min_isr}, the settings want {} \
+                     (kafka.min_insync_replicas)",
+                    settings.min_insync_replicas
+                ),
+                format!(
+                    "{}, or set kafka.min_insync_replicas to {min_isr}",
+                    add_config_command(
+                        bootstrap,
+                        topic,
+                        "min.insync.replicas",
+                        &settings.min_insync_replicas.to_string()
+                    )
+                ),
+                Some("kafka.min_insync_replicas"),
+            ));
+        }
+        if min_isr > layout.replication_factor {
+            found.push(finding(
+                format!(
+                    "topic {topic}: min.insync.replicas {min_isr} exceeds its {} replica(s), so \
+                     no write with acks=all can succeed",
+                    layout.replication_factor
+                ),
+                add_config_command(
+                    bootstrap,
+                    topic,
+                    "min.insync.replicas",
+                    &layout.replication_factor.to_string(),
+                ),
+                None,
+            ));
+        }
+    }
+    if layout.replication_factor < settings.replication_factor {
+        found.push(finding(
+            format!(
+                "topic {topic}: a partition has {} replica(s), fewer than \
+                 kafka.replication_factor {}",
+                layout.replication_factor, settings.replication_factor
+            ),
+            format!(
+                "add replicas with kafka-reassign-partitions.sh --bootstrap-server {bootstrap} \
+                 (a plan with {} replicas per partition of {topic}), or lower \
+                 kafka.replication_factor",
+                settings.replication_factor
+            ),
+            Some("kafka.replication_factor"),
+        ));
+    }
+    if layout.events
+        && let Some(problem) = unpinned(layout.partitions, settings.partitions)
+    {
+        found.push(finding(
+            format!("topic {topic} {problem}"),
+            format!("set kafka.partitions to {}", layout.partitions),
+            Some("kafka.partitions"),
+        ));
+    }
+    found
+}
+
+/// The Kafka command that sets one configuration value of a topic, leaving the others.
+pub fn add_config_command(bootstrap: &str, topic: &str, key: &str, value: &str) -> String {
+    format!(
+        "kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics \
+         --entity-name {topic} --add-config {key}={value}"
+    )
 }
 
 /// The ids of the brokers the cluster reports as live.
@@ -452,7 +695,12 @@ pub async fn live_brokers(settings: &KafkaSettings) -> Result<Vec<i32>> {
     .unwrap_or_else(|e| Err(join_error(e)))
 }
 
-async fn wait_for_leaders(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<()> {
+/// Waits until every partition of `topic` has a leader, for at most `limit`.
+pub(crate) async fn wait_for_leaders(
+    settings: &KafkaSettings,
+    topic: &str,
+    limit: Duration,
+) -> Result<()> {
     let deadline = Instant::now() + limit;
     let settings = settings.clone();
     let topic = topic.to_string();
@@ -554,6 +802,111 @@ mod tests {
         let keys: Vec<&str> = found.iter().map(|d| d.key.as_str()).collect();
         assert_eq!(keys, ["retention.ms", "retention.bytes"]);
         assert!(found.iter().all(|d| &d.topic == dlq));
+    }
+
+    fn layout(partitions: i32, replication_factor: i32) -> TopicLayout {
+        TopicLayout {
+            exists: true,
+            partitions,
+            replication_factor,
+            events: true,
+        }
+    }
+
+    /// The findings on the events topic described as `pairs` with `layout`.
+    fn events_findings(
+        kafka: &KafkaSettings,
+        retention: &RetentionSettings,
+        pairs: &[(&str, &str)],
+        layout: TopicLayout,
+    ) -> Vec<TopicFinding> {
+        let wanted = wanted_configs(kafka, retention);
+        topic_findings(
+            kafka,
+            &wanted[0].0,
+            &layout,
+            &described(pairs),
+            &wanted[0].1,
+        )
+    }
+
+    #[test]
+    fn a_topic_as_init_creates_it_has_no_findings() {
+        let found = events_findings(
+            &KafkaSettings::default(),
+            &RetentionSettings::default(),
+            &[
+                ("retention.ms", "-1"),
+                ("retention.bytes", "-1"),
+                ("cleanup.policy", "delete"),
+                ("min.insync.replicas", "1"),
+            ],
+            layout(6, 1),
+        );
+        assert_eq!(found, Vec::new());
+    }
+
+    #[test]
+    fn each_way_a_topic_differs_is_a_finding_naming_its_fix() {
+        let kafka = KafkaSettings {
+            replication_factor: 3,
+            min_insync_replicas: 2,
+            ..KafkaSettings::default()
+        };
+        let retention = RetentionSettings {
+            retention_ms: 86_400_000,
+            ..RetentionSettings::default()
+        };
+        let found = events_findings(
+            &kafka,
+            &retention,
+            &[
+                ("retention.ms", "-1"),
+                ("retention.bytes", "-1"),
+                ("cleanup.policy", "compact"),
+                ("min.insync.replicas", "2"),
+            ],
+            layout(4, 1),
+        );
+        let problems: Vec<&str> = found.iter().map(|f| f.problem.as_str()).collect();
+        assert_eq!(found.len(), 5, "{problems:#?}");
+        assert!(problems[0].contains("retention.ms is -1, the settings want 86400000"));
+        assert!(
+            found[0]
+                .fix
+                .starts_with("sessionlog init --apply, or kafka-configs.sh")
+        );
+        assert!(found[0].fix.ends_with("--add-config retention.ms=86400000"));
+        assert_eq!(found[0].setting, Some("retention.retention_ms"));
+        assert!(problems[1].contains("cleanup.policy is compact"));
+        assert!(found[1].fix.ends_with("--add-config cleanup.policy=delete"));
+        assert!(problems[2].contains("min.insync.replicas 2 exceeds its 1 replica(s)"));
+        assert!(problems[3].contains("fewer than kafka.replication_factor 3"));
+        assert!(problems[4].contains("has 4 partitions but [kafka] partitions"));
+        assert_eq!(found[4].fix, "set kafka.partitions to 4");
+
+        // The dead-letter topic's partitions are not pinned; a missing topic is one finding.
+        let dlq = TopicLayout {
+            events: false,
+            ..layout(4, 3)
+        };
+        assert!(
+            topic_findings(
+                &kafka,
+                "dlq",
+                &dlq,
+                &described(&[("retention.ms", "-1")]),
+                &[]
+            )
+            .is_empty()
+        );
+        let missing = TopicLayout {
+            exists: false,
+            ..layout(0, 0)
+        };
+        let found = topic_findings(&kafka, "gone", &missing, &BTreeMap::new(), &[]);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].fix.starts_with("sessionlog init"));
     }
 
     #[test]

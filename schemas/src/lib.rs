@@ -34,7 +34,7 @@ pub use event::{
     sealable,
 };
 pub use registry::{
-    CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAccess,
-    RegistryCredentials, SchemaRegistry, value_subject,
+    CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAbout,
+    RegistryAccess, RegistryCredentials, SchemaRegistry, value_subject,
 };
 pub use wire::{frame, unframe};

@@ -104,6 +104,16 @@ pub struct RegistryAccess {
     pub ca_file: Option<std::path::PathBuf>,
 }
 
+/// What a registry says about itself ([`SchemaRegistry::about`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegistryAbout {
+    /// Its software and version, when it reports them.
+    pub version: Option<String>,
+    /// Its global compatibility level; `None` when `GET /config` found nothing there, so the
+    /// URL does not point at a Confluent-compatible API.
+    pub compatibility: Option<String>,
+}
+
 /// A handle on a schema registry; cheap to clone, and clones share the schema cache.
 #[derive(Clone, Debug)]
 pub struct SchemaRegistry {
@@ -249,6 +259,72 @@ impl SchemaRegistry {
             .await
             .map_err(|e| self.unreachable(e))?;
         self.succeeded(response, &format!("GET {url}")).await
+    }
+
+    /// What the registry says about itself: its software and version, e.g. `Confluent Schema
+    /// Registry 8.3.0` (`GET /v1/metadata/version`) or `Apicurio Registry 3.3.3` (whose
+    /// Confluent-compatible API lives under `/apis/ccompat/v7`: `GET
+    /// /apis/registry/v3/system/info` beside it), and its global compatibility level (`GET
+    /// /config`), which every Confluent-compatible API serves. A registry that cannot be
+    /// reached is [`Error::RegistryUnreachable`], as for any request.
+    pub async fn about(&self) -> Result<RegistryAbout> {
+        #[derive(serde::Deserialize)]
+        struct Confluent {
+            version: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Apicurio {
+            name: Option<String>,
+            version: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Config {
+            #[serde(rename = "compatibilityLevel")]
+            compatibility_level: String,
+        }
+        let url = &self.inner.url;
+        let compatibility = self
+            .get_json::<Config>(&format!("{url}/config"))
+            .await?
+            .map(|c| c.compatibility_level);
+        let mut version = self
+            .get_json::<Confluent>(&format!("{url}/v1/metadata/version"))
+            .await?
+            .map(|answer| format!("Confluent Schema Registry {}", answer.version));
+        if version.is_none()
+            && let Some((base, _)) = url.split_once("/apis/ccompat/")
+        {
+            version = self
+                .get_json::<Apicurio>(&format!("{base}/apis/registry/v3/system/info"))
+                .await?
+                .map(|answer| {
+                    let name = answer.name.unwrap_or_else(|| "Apicurio Registry".into());
+                    format!("{name} {}", answer.version)
+                });
+        }
+        Ok(RegistryAbout {
+            version,
+            compatibility,
+        })
+    }
+
+    /// GETs `url` and reads its JSON answer; `None` for a 404 or an answer of another shape.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Option<T>> {
+        let response = self
+            .authed(self.inner.http.get(url))
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let request = format!("GET {url}");
+        if !response.status().is_success() {
+            self.succeeded(response, &request).await?;
+            return Ok(None);
+        }
+        Ok(response.json::<T>().await.ok())
     }
 
     /// `request` with the registry's credentials.

@@ -20,6 +20,11 @@ pub struct ProjectionStore {
     pub(crate) writes: Option<Arc<Writes>>,
 }
 
+/// The hint of a connect error that is no answer rather than a refusal (`sessionlog`'s exit
+/// status reads it as a server unavailable).
+pub(crate) const UNREACHABLE_HINT: &str = "is the store up? cql.nodes (SESSIONLOG_CQL__NODES) \
+     names it; a node that requires TLS needs cql.tls_ca_file";
+
 pub(crate) async fn session_for(settings: &CqlSettings) -> Result<Session> {
     let mut builder = SessionBuilder::new()
         .known_nodes(settings.node_list())
@@ -38,8 +43,7 @@ pub(crate) async fn session_for(settings: &CqlSettings) -> Result<Session> {
             "check cql.tls_ca_file (SESSIONLOG_CQL__TLS_CA_FILE): the CA that signed the nodes' \
              certificates, or none for a node without TLS"
         } else {
-            "is the store up? cql.nodes (SESSIONLOG_CQL__NODES) names it; a node that requires \
-             TLS needs cql.tls_ca_file"
+            UNREACHABLE_HINT
         };
         Error::Connect {
             nodes: settings.nodes.clone(),

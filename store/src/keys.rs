@@ -13,7 +13,7 @@
 //! bring a destroyed key back; rotating the KEK after erasures makes any such copy useless.
 
 use crate::connect::session_for;
-use crate::migrations::valid_keyspace_name;
+use crate::migrations::{create_keyspace_cql, valid_keyspace_name};
 use crate::{Error, Result};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -249,13 +249,7 @@ impl KeyTable {
 /// Creates the key keyspace and its tables if they are missing.
 async fn create_schema(session: &Session, keyspace: &str, replication_factor: u32) -> Result<()> {
     session
-        .query_unpaged(
-            format!(
-                "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
-                 {{'class': 'NetworkTopologyStrategy', 'replication_factor': {replication_factor}}}"
-            ),
-            (),
-        )
+        .query_unpaged(create_keyspace_cql(keyspace, replication_factor), ())
         .await
         .map_err(Error::cql("create key keyspace"))?;
     for statement in SCHEMA {

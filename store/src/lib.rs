@@ -12,6 +12,8 @@
 //!   lists operators ask for (a session's children, sessions awaiting someone) and the rows
 //!   tests check;
 //! - [`verify`]: comparing two keyspaces table by table;
+//! - [`nodes`]: each contact point and node of the cluster, its release, and how keyspaces
+//!   are replicated (`sessionlog doctor`);
 //! - `topic_guard`: telling the topic a keyspace was projected from from another of the same
 //!   name ([`ProjectionStore::check_topic`]);
 //! - `expire`: with `[retention] ended_session_ttl_secs`, giving an ended session's rows a TTL
@@ -28,6 +30,7 @@ mod error;
 mod expire;
 pub mod keys;
 pub mod migrations;
+pub mod nodes;
 pub mod read;
 pub mod rows;
 mod statements;

@@ -422,6 +422,19 @@ pub fn valid_keyspace_name(name: &str) -> Result<()> {
     }
 }
 
+/// The statement that creates `keyspace` if it is missing, with `replication_factor` replicas
+/// in every data center: `NetworkTopologyStrategy` with the `replication_factor` shorthand,
+/// which Cassandra (4.0 and later) and ScyllaDB both accept. Not `SimpleStrategy`: ScyllaDB
+/// refuses it for keyspaces that use tablets, the default since 2025.4. A keyspace an older
+/// build created with `SimpleStrategy` is left as it is (`IF NOT EXISTS`) and keeps working.
+/// Every keyspace we create (the projections', a replay's, the key store's) is made by it.
+pub fn create_keyspace_cql(keyspace: &str, replication_factor: u32) -> String {
+    format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+         {{'class': 'NetworkTopologyStrategy', 'replication_factor': {replication_factor}}}"
+    )
+}
+
 /// Whether `keyspace` exists (both Cassandra and ScyllaDB list keyspaces in
 /// `system_schema.keyspaces`, by their lower-case name).
 pub async fn keyspace_exists(session: &Session, keyspace: &str) -> Result<bool> {
@@ -498,11 +511,7 @@ pub async fn migrate_through(
             .map_err(Error::cql("migrate"))?;
         Ok::<_, Error>(())
     };
-    ddl(format!(
-        "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = \
-         {{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
-    ))
-    .await?;
+    ddl(create_keyspace_cql(ks, replication_factor)).await?;
     ddl(format!(
         "CREATE TABLE IF NOT EXISTS {ks}.schema_migrations (
             version int PRIMARY KEY, description text, applied_at_us bigint)"
@@ -610,6 +619,20 @@ mod tests {
         let versions: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
         assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
         assert_eq!(latest_version(), *versions.last().unwrap_or(&0));
+    }
+
+    #[test]
+    fn keyspaces_are_created_with_network_topology_strategy_and_the_factor() {
+        let cql = create_keyspace_cql("sessionlog", 3);
+        assert!(
+            cql.starts_with("CREATE KEYSPACE IF NOT EXISTS sessionlog "),
+            "{cql}"
+        );
+        assert!(
+            cql.contains("{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"),
+            "{cql}"
+        );
+        assert!(!cql.contains("SimpleStrategy"), "{cql}");
     }
 
     #[test]

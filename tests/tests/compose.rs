@@ -1,8 +1,9 @@
 //! The docker-compose deployment agrees with the code it deploys.
 //!
 //! No Docker engine runs here, so these tests parse `docker-compose.yml` and the `Dockerfile`
-//! and compare them with `Settings::default()` and the `sessionlog` binary's commands: a port,
-//! a setting name or a subcommand that drifts on one side fails here instead of at
+//! and compare them with `Settings::default()`, the `sessionlog` binary's commands, the CQL the
+//! store creates keyspaces with and the versions `scripts/` runs: a port, a setting name, a
+//! subcommand, a service or an image that drifts on one side fails here instead of at
 //! `docker compose up`. No servers are needed.
 
 use serde_json::Value as Json;
@@ -12,7 +13,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The services our binary runs; the others are the servers.
-const OUR_SERVICES: [&str; 3] = ["sessionlog-init", "projector", "otlp-export"];
+const OUR_SERVICES: [&str; 5] = [
+    "sessionlog-init",
+    "projector",
+    "ingest",
+    "recovery",
+    "otlp-export",
+];
 const SERVERS: [&str; 3] = ["kafka", "schema-registry", "scylla"];
 /// Where the binary reads the `SESSIONLOG_*` variables that are not settings (`SESSIONLOG_LOG`).
 const CLI_SOURCES: [&str; 2] = ["cli/src/main.rs", "cli/src/commands.rs"];
@@ -96,9 +103,10 @@ fn command_of(compose: &Yaml, name: &str) -> Vec<String> {
     }
 }
 
-/// `(host port, container port)` for each published port, short (`[ip:]host:container`) or
-/// long (`{published, target}`) syntax.
-fn published_ports(compose: &Yaml, name: &str) -> Vec<(u16, u16)> {
+/// `(host port, container port)` for each port a service publishes, short (`[ip:][host:]container`)
+/// or long (`{published, target}`) syntax; no host port when Docker is left to pick one (what
+/// a service scaled to several replicas needs).
+fn ports(compose: &Yaml, name: &str) -> Vec<(Option<u16>, u16)> {
     let Some(Yaml::Sequence(ports)) = service(compose, name).get("ports") else {
         return Vec::new();
     };
@@ -106,10 +114,7 @@ fn published_ports(compose: &Yaml, name: &str) -> Vec<(u16, u16)> {
         .iter()
         .map(|p| match p {
             Yaml::Mapping(_) => (
-                parse_port(&scalar(
-                    p.get("published")
-                        .expect("long port syntax without `published`"),
-                )),
+                p.get("published").map(|h| parse_port(&scalar(h))),
                 parse_port(&scalar(
                     p.get("target").expect("long port syntax without `target`"),
                 )),
@@ -118,13 +123,17 @@ fn published_ports(compose: &Yaml, name: &str) -> Vec<(u16, u16)> {
                 let short = scalar(p);
                 let short = short.split('/').next().unwrap_or_default(); // drop `/tcp`
                 let parts: Vec<&str> = short.rsplitn(3, ':').collect();
-                assert!(
-                    parts.len() >= 2,
-                    "service `{name}`: port `{short}` publishes no host port"
-                );
-                (parse_port(parts[1]), parse_port(parts[0]))
+                (parts.get(1).map(|h| parse_port(h)), parse_port(parts[0]))
             }
         })
+        .collect()
+}
+
+/// `(host port, container port)` for each port published on a host port of its own.
+fn published_ports(compose: &Yaml, name: &str) -> Vec<(u16, u16)> {
+    ports(compose, name)
+        .into_iter()
+        .filter_map(|(host, container)| Some((host?, container)))
         .collect()
 }
 
@@ -236,16 +245,18 @@ fn our_services_start_in_order_on_healthy_servers() {
             "`{server}` has no healthcheck, so `service_healthy` never holds"
         );
     }
-    let condition = service(&compose, "projector")
-        .get("depends_on")
-        .and_then(|d| d.get("sessionlog-init"))
-        .and_then(|d| d.get("condition"))
-        .map(scalar);
-    assert_eq!(
-        condition.as_deref(),
-        Some("service_completed_successfully"),
-        "the projector must start only after `sessionlog init` succeeded"
-    );
+    for name in OUR_SERVICES.iter().filter(|n| **n != "sessionlog-init") {
+        let condition = service(&compose, name)
+            .get("depends_on")
+            .and_then(|d| d.get("sessionlog-init"))
+            .and_then(|d| d.get("condition"))
+            .map(scalar);
+        assert_eq!(
+            condition.as_deref(),
+            Some("service_completed_successfully"),
+            "`{name}` must start only after `sessionlog init` succeeded"
+        );
+    }
 }
 
 #[test]
@@ -531,17 +542,22 @@ fn kafka_image_is_the_version_the_native_stack_runs() {
             .get("image")
             .expect("kafka has an image"),
     );
-    let common = read("scripts/lib/common.sh");
-    let version = common
-        .lines()
-        .find_map(|l| l.strip_prefix("KAFKA_VERSION="))
-        .expect("scripts/lib/common.sh sets KAFKA_VERSION")
-        .trim();
+    let version = pinned("scripts/lib/common.sh", "KAFKA_VERSION=");
     assert_eq!(
         image,
         format!("apache/kafka:{version}"),
         "compose runs {image}, the native stack (and so the tests) Kafka {version}"
     );
+}
+
+/// The version `file` pins on its line starting with `prefix` (`KAFKA_VERSION=`).
+fn pinned(file: &str, prefix: &str) -> String {
+    read(file)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("{file} has no line {prefix}..."))
+        .trim()
+        .to_string()
 }
 
 /// The `FROM` lines of the Dockerfile, as (image, stage name).
@@ -663,4 +679,249 @@ fn the_otlp_export_sends_to_the_phoenix_service_once_it_is_healthy() {
         .map(scalar);
     assert_eq!(condition.as_deref(), Some("service_healthy"));
     assert!(service(&compose, "phoenix").get("healthcheck").is_some());
+}
+
+/// The binary's long-running services: the subcommands that serve `/health` (they take
+/// `--listen`), each with the default port of its settings' `listen`, if it has one.
+fn serving_commands() -> BTreeMap<String, Option<u16>> {
+    let defaults = Settings::default();
+    let default_port = |listen: &str| Some(host_port(listen).1);
+    cli_subcommands()
+        .into_iter()
+        .filter(|(_, flags)| flags.iter().any(|f| f == "listen"))
+        .map(|(command, _)| {
+            let port = match command.as_str() {
+                "ingest" => default_port(&defaults.ingest.listen),
+                "serve-recovery" => default_port(&defaults.recovery.listen),
+                _ => None,
+            };
+            (command, port)
+        })
+        .collect()
+}
+
+/// The compose services running `sessionlog <command>`.
+fn services_running(compose: &Yaml, command: &str) -> Vec<String> {
+    OUR_SERVICES
+        .iter()
+        .filter(|name| command_of(compose, name).first().map(String::as_str) == Some(command))
+        .map(|name| name.to_string())
+        .collect()
+}
+
+/// A service's healthcheck as words: `["CMD", tool, args...]`, or the shell line split.
+fn healthcheck_words(compose: &Yaml, name: &str) -> Vec<String> {
+    let test = service(compose, name)
+        .get("healthcheck")
+        .and_then(|h| h.get("test"))
+        .unwrap_or_else(|| panic!("`{name}` has no healthcheck"));
+    let words: Vec<String> = match test {
+        Yaml::Sequence(words) => words.iter().map(scalar).collect(),
+        Yaml::String(line) => line.split_whitespace().map(String::from).collect(),
+        other => panic!("`{name}`: healthcheck test is neither a list nor a string: {other:?}"),
+    };
+    match words.first().map(String::as_str) {
+        Some("CMD") => words[1..].to_vec(),
+        Some("CMD-SHELL") => words[1..]
+            .iter()
+            .flat_map(|w| w.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .collect(),
+        _ => words,
+    }
+}
+
+/// The packages the Dockerfile's runtime stage installs with apt-get.
+fn runtime_packages() -> Vec<String> {
+    let dockerfile = read("Dockerfile");
+    let runtime = &dockerfile[dockerfile.rfind("\nFROM ").expect("a runtime stage")..];
+    runtime
+        .split("apt-get install")
+        .skip(1)
+        .flat_map(|rest| {
+            rest.split("&&")
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter(|w| !w.starts_with('-') && *w != "\\")
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn every_service_we_ship_runs_with_a_readiness_healthcheck_on_the_port_it_listens_on() {
+    let compose = compose();
+    let commands = serving_commands();
+    for expected in ["project", "ingest", "serve-recovery", "export-otlp"] {
+        assert!(
+            commands.contains_key(expected),
+            "`sessionlog {expected}` no longer takes --listen: {commands:?}"
+        );
+    }
+    let installed = runtime_packages();
+    for (command, default_port) in &commands {
+        let names = services_running(&compose, command);
+        assert!(
+            !names.is_empty(),
+            "no compose service runs `sessionlog {command}`, a service we ship"
+        );
+        for name in names {
+            let words = command_of(&compose, &name);
+            let listen = words
+                .iter()
+                .skip_while(|w| *w != "--listen")
+                .nth(1)
+                .unwrap_or_else(|| panic!("`{name}` runs `sessionlog {command}` without --listen"));
+            let (host, port) = host_port(listen);
+            assert!(
+                host == "0.0.0.0" || host == "[::]",
+                "`{name}` listens on {listen}: inside a container, other containers, the \
+                 published port and the healthcheck need 0.0.0.0"
+            );
+            if let Some(default_port) = default_port {
+                assert_eq!(
+                    port, *default_port,
+                    "`{name}` listens on {port}, the settings' default (and the README) say {default_port}"
+                );
+            }
+            assert!(
+                ports(&compose, &name)
+                    .iter()
+                    .any(|(_, container)| *container == port),
+                "`{name}` does not publish {port}, where it serves /metrics"
+            );
+            let check = healthcheck_words(&compose, &name);
+            let url = check
+                .iter()
+                .find(|w| w.starts_with("http://"))
+                .unwrap_or_else(|| panic!("`{name}`'s healthcheck asks no URL: {check:?}"));
+            assert!(
+                url == &format!("http://localhost:{port}/health/ready")
+                    || url == &format!("http://127.0.0.1:{port}/health/ready"),
+                "`{name}`'s healthcheck asks {url}, not /health/ready on {port}, where it listens"
+            );
+            let tool = &check[0];
+            assert!(
+                tool == "sessionlog" || installed.contains(tool),
+                "`{name}`'s healthcheck runs {tool}, which the runtime image does not install \
+                 (it installs {installed:?})"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_projector_scales_without_a_fixed_name_host_port_or_instance_id() {
+    let compose = compose();
+    let projector = service(&compose, "projector");
+    assert!(
+        projector.get("container_name").is_none(),
+        "a container_name stops `docker compose up --scale projector=3`"
+    );
+    let fixed: Vec<u16> = ports(&compose, "projector")
+        .iter()
+        .filter_map(|(host, _)| *host)
+        .collect();
+    assert!(
+        fixed.is_empty(),
+        "the projector publishes fixed host ports {fixed:?}: a second replica could not bind them"
+    );
+    assert!(
+        !env_of(&compose, "projector").contains_key("SESSIONLOG_PROJECTOR__INSTANCE_ID"),
+        "every replica would share one [projector] instance_id and fence the others"
+    );
+}
+
+#[test]
+fn the_store_creates_keyspaces_scylladb_with_tablets_accepts() {
+    let cql = sessionlog_store::migrations::create_keyspace_cql("sessionlog", 1);
+    assert!(
+        cql.contains("'class': 'NetworkTopologyStrategy'") && !cql.contains("SimpleStrategy"),
+        "the store creates keyspaces with `{cql}`; ScyllaDB refuses SimpleStrategy with tablets"
+    );
+    let image = scalar(
+        service(&compose(), "scylla")
+            .get("image")
+            .expect("scylla has an image"),
+    );
+    assert!(image.starts_with("scylladb/scylla:"), "{image}");
+}
+
+/// The tag of `name`'s image.
+fn image_tag(compose: &Yaml, name: &str) -> String {
+    let image = scalar(
+        service(compose, name)
+            .get("image")
+            .unwrap_or_else(|| panic!("`{name}` has no image")),
+    );
+    image
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_string())
+        .unwrap_or_else(|| panic!("`{name}` runs {image} without a tag"))
+}
+
+#[test]
+fn the_servers_images_are_pinned_to_the_versions_the_scripts_run() {
+    let compose = compose();
+    for name in SERVERS.iter().chain(&["phoenix"]) {
+        let tag = image_tag(&compose, name);
+        assert!(
+            tag != "latest"
+                && tag
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit() || c == 'v'),
+            "`{name}` is not pinned to a release: {tag}"
+        );
+    }
+    let phoenix = pinned("scripts/phoenix-requirements.txt", "arize-phoenix==");
+    assert_eq!(
+        image_tag(&compose, "phoenix"),
+        format!("version-{phoenix}"),
+        "compose runs another Phoenix than scripts/stack up --with-traces"
+    );
+    // Confluent Platform N+4 is built on Apache Kafka N (7.x on 3.x, 8.x on 4.x).
+    let major = |version: &str| -> u32 {
+        version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{version} has no major version"))
+    };
+    let kafka = major(&image_tag(&compose, "kafka"));
+    let confluent = major(&image_tag(&compose, "schema-registry"));
+    assert_eq!(
+        confluent,
+        kafka + 4,
+        "cp-schema-registry {confluent}.x belongs with Kafka {}.x, the compose broker is {kafka}.x",
+        confluent - 4
+    );
+}
+
+#[test]
+fn the_files_the_comments_name_exist() {
+    for file in ["docker-compose.yml", "Dockerfile"] {
+        let text = read(file);
+        let comments = text
+            .lines()
+            .filter_map(|l| l.split_once('#').map(|(_, c)| c))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for word in comments.split(|c: char| c.is_whitespace() || "(),;`".contains(c)) {
+            let path = word.trim_end_matches(['.', ':']);
+            let repo_path = path.contains('/')
+                && !path.starts_with(['/', '.', '<'])
+                && !path.contains("://")
+                && [".rs", ".sh", ".txt", ".toml", ".tmpl", ".md", ".yml"]
+                    .iter()
+                    .any(|ext| path.ends_with(ext));
+            if repo_path {
+                assert!(
+                    repo_root().join(path).exists(),
+                    "{file} names {path} in a comment, which does not exist"
+                );
+            }
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! exported and read back through Phoenix's own span API: every span present, with its
 //! GenAI name and attributes, its parent and its duration. A re-export from the middle of a
 //! session rebuilds it first and gives the same ids, which Phoenix keeps once; content goes
-//! out only when asked for, and never for an erased session.
+//! out only when asked for, and never for an erased session. A running export serves its
+//! readiness (Kafka and the receiver) and metrics with `--listen`.
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
@@ -13,7 +14,7 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
 use sessionlog_tests::projector::{event_log, store};
 use sessionlog_tests::traces::{started_at, tool_session};
-use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
+use sessionlog_tests::{ChildGuard, TestStack, free_address, sessionlog_bin, wait_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -378,5 +379,96 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
             );
         }
     }
+    Ok(())
+}
+
+/// Starts a long-running `sessionlog export-otlp --listen` to `endpoint` in `stack`'s corner;
+/// its process and the address it serves `/metrics` and `/health` on.
+fn running_export(stack: &TestStack, endpoint: &str, group: &str) -> Result<(ChildGuard, String)> {
+    let listen = free_address()?;
+    let child = std::process::Command::new(sessionlog_bin()?)
+        .args(["export-otlp", "--endpoint", endpoint, "--listen", &listen])
+        .args(["--group", &format!("{}-otlp-{group}", stack.group)])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("spawning sessionlog export-otlp")?;
+    Ok((ChildGuard(child), format!("http://{listen}")))
+}
+
+/// `/health/ready` once it answers with `status`: its body.
+async fn readiness(base: &str, status: u16) -> Result<Value> {
+    let http = reqwest::Client::new();
+    let url = format!("{base}/health/ready");
+    wait_for(
+        &format!("{url} to answer {status}"),
+        Duration::from_secs(60),
+        || {
+            let request = http.get(&url).send();
+            async move {
+                match request.await {
+                    Ok(answer) if answer.status() == status => Ok(Some(answer.json().await?)),
+                    _ => Ok(None),
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// The value of the metric `name` (no labels) in a Prometheus text page.
+fn metric(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Result<()> {
+    let (_, endpoint) = phoenix()?;
+    let stack = TestStack::new("otlp_listen", 1).await?;
+    let (mut export, base) = running_export(&stack, &endpoint, "listen")?;
+    let ready = readiness(&base, 200).await?;
+    ensure!(
+        ready["checks"]["kafka"]["ok"] == true && ready["checks"]["receiver"]["ok"] == true,
+        "{ready:#}"
+    );
+
+    // A session of 5 spans (session, model call, two tool calls, steering) is sent and counted.
+    tool_session(&stack).await?;
+    let http = reqwest::Client::new();
+    let page = wait_for(
+        "the export to count the session's spans in /metrics",
+        Duration::from_secs(90),
+        || {
+            let request = http.get(format!("{base}/metrics")).send();
+            async move {
+                let page = request.await?.text().await?;
+                Ok((metric(&page, "sessionlog_export_spans_total") >= Some(5.0)).then_some(page))
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        metric(&page, "sessionlog_export_records_total") >= Some(7.0),
+        "the session's records are counted too: {page}"
+    );
+    export.assert_running()?;
+
+    // An export whose receiver does not answer is not ready, and says why.
+    let nowhere = format!("http://{}/v1/traces", free_address()?);
+    let (_stuck, stuck_base) = running_export(&stack, &nowhere, "nowhere")?;
+    let not_ready = readiness(&stuck_base, 503).await?;
+    ensure!(
+        not_ready["checks"]["receiver"]["ok"] == false
+            && not_ready["checks"]["kafka"]["ok"] == true,
+        "{not_ready:#}"
+    );
     Ok(())
 }

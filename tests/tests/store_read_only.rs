@@ -1,9 +1,10 @@
 //! Commands that only read never create or migrate a keyspace: a missing one is an error that
 //! says to run `sessionlog init`, an outdated one an error that says which command upgrades it,
-//! and the writers' way in (`init`, `project`, a replay) upgrades an existing keyspace.
+//! and the writers' way in (`init`, `project`, a replay) upgrades an existing keyspace, whatever
+//! replication strategy an earlier build created it with.
 
 use anyhow::{Context, Result, bail};
-use sessionlog_store::{Error, ProjectionStore, Wait, migrations};
+use sessionlog_store::{Error, ProjectionStore, Wait, migrations, nodes};
 use sessionlog_tests::projector::store;
 use sessionlog_tests::{TestStack, sessionlog_bin};
 use std::process::{Command, Output};
@@ -98,5 +99,64 @@ async fn an_outdated_keyspace_is_refused_by_readers_and_upgraded_by_writers() ->
     let parent = sessionlog_schemas::SessionId(uuid::Uuid::now_v7());
     assert!(upgraded.children(parent).await?.is_empty());
     assert!(upgraded.awaiting(Wait::Operator).await?.is_empty());
+    Ok(())
+}
+
+/// The replication class of `keyspace`, as `system_schema` names it.
+async fn replication_class(store: &ProjectionStore, keyspace: &str) -> Result<String> {
+    let replication = nodes::replication(store.cql(), keyspace)
+        .await?
+        .with_context(|| format!("keyspace {keyspace} does not exist"))?;
+    replication
+        .get("class")
+        .cloned()
+        .with_context(|| format!("{keyspace} has no replication class: {replication:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn new_keyspaces_use_network_topology_and_an_older_simple_strategy_one_still_migrates()
+-> Result<()> {
+    let stack = TestStack::new("rstrat", 1).await?;
+    let probe = store(&stack).await?;
+    // What this build creates (ScyllaDB refuses SimpleStrategy for keyspaces with tablets).
+    for keyspace in [
+        &stack.settings.cql.keyspace,
+        &stack.settings.privacy.keyspace,
+    ] {
+        let class = replication_class(&probe, keyspace).await?;
+        assert!(
+            class.ends_with("NetworkTopologyStrategy"),
+            "{keyspace}: {class}"
+        );
+    }
+
+    // A keyspace as an earlier build created it, with SimpleStrategy and migrations 1 to 3:
+    // the writers' way in upgrades it (twice: migrating is idempotent) and leaves its strategy.
+    let mut old = stack.settings.cql.clone();
+    old.keyspace = format!("{}_simple", old.keyspace);
+    probe
+        .cql()
+        .query_unpaged(
+            format!(
+                "CREATE KEYSPACE {} WITH replication = \
+                 {{'class': 'SimpleStrategy', 'replication_factor': 1}}",
+                old.keyspace
+            ),
+            (),
+        )
+        .await?;
+    migrations::migrate_through(probe.cql(), &old.keyspace, old.replication_factor, 3).await?;
+    ProjectionStore::migrate(&old).await?;
+    ProjectionStore::migrate(&old).await?;
+    let upgraded = ProjectionStore::open(&old).await?;
+    assert!(
+        upgraded
+            .children(sessionlog_schemas::SessionId(uuid::Uuid::now_v7()))
+            .await?
+            .is_empty()
+    );
+    let class = replication_class(&probe, &old.keyspace).await?;
+    assert!(class.ends_with("SimpleStrategy"), "{class}");
+    probe.drop_keyspace(&old.keyspace).await?;
     Ok(())
 }
