@@ -11,8 +11,8 @@
 //! - [`reader`]: reading one partition between two offsets, for recovery and read-backs;
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
-pub mod dead_letters;
 pub mod cluster;
+pub mod dead_letters;
 pub mod error;
 pub mod group;
 pub mod partitioner;
