@@ -31,13 +31,13 @@ from collections import Counter as Tally
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import sessionlog  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from counter_service import Counter, serve  # noqa: E402
 from stackcorner import REPO, StackCorner, sessionlog_bin, wait_for  # noqa: E402
 
@@ -177,33 +177,10 @@ def read_acks(harnesses: list[HarnessProcess]) -> list[dict[str, Any]]:
     return acks
 
 
-def dead_letter_origins(env: dict[str, str]) -> set[tuple[int, int]]:
-    """The (partition, offset) of the record behind each dead letter in the dead-letter topic."""
-    consumer = Consumer({
-        "bootstrap.servers": env["SESSIONLOG_KAFKA__BOOTSTRAP"], "group.id": f"soak-dlq-{uuid.uuid4().hex[:6]}",
-        "enable.auto.commit": False,
-    })
-    topic = env["SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC"]
-    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-    origins: set[tuple[int, int]] = set()
-    for partition in metadata.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-        if high <= low:
-            continue
-        consumer.assign([TopicPartition(topic, partition, low)])
-        read = low
-        while read < high:
-            msg = consumer.poll(30)
-            if msg is None:
-                raise TimeoutError(f"reading {topic}[{partition}] stalled at {read} of {high}")
-            if msg.error():
-                continue
-            raw = cast(list[tuple[str, bytes]], msg.headers() or [])
-            headers = {k: v.decode() for k, v in raw}
-            origins.add((int(headers["sessionlog.origin.partition"]), int(headers["sessionlog.origin.offset"])))
-            read = int(msg.offset() or read) + 1
-    consumer.close()
-    return origins
+def dead_letter_origins(corner: StackCorner) -> set[tuple[int, int]]:
+    """The (partition, offset) of the record behind each dead letter, per `sessionlog dlq list`."""
+    listing = json.loads(corner.run("dlq", "list", "--limit", "1000000", "--json"))
+    return {(int(d["origin"]["partition"]), int(d["origin"]["offset"])) for d in listing["dead_letters"]}
 
 
 def check(soak: Soak, counter: Counter, token: str) -> list[tuple[str, int | str, bool]]:
@@ -212,19 +189,24 @@ def check(soak: Soak, counter: Counter, token: str) -> list[tuple[str, int | str
     acks = read_acks(soak.harnesses)
     client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token, retry_for=120.0)
     by_session: dict[str, dict[int, str]] = {}
-    for sid in sorted({a["session"] for a in acks}):
+    sessions = sorted({a["session"] for a in acks})
+    print(f"[soak] reading back {len(sessions)} sessions for {len(acks)} acknowledged events", flush=True)
+    for n, sid in enumerate(sessions, 1):
         by_session[sid] = {e.seq: e.event_id for e in client.events(sid)}
+        if n % 200 == 0:
+            print(f"[soak]   {n}/{len(sessions)} sessions read back", flush=True)
     lost = sum(1 for a in acks if by_session[a["session"]].get(a["seq"]) != a["event_id"])
     twice = sum(len(events) - len(set(events.values())) for events in by_session.values())
     repeated = sum(n - 1 for (tool, _), n in counter.effects.items() if tool == TOOL and n > 1)
 
     replica = f"{corner.env['SESSIONLOG_CQL__KEYSPACE']}_replay"
+    print(f"[soak] replaying the log into {replica} and comparing it with the projection", flush=True)
     corner.run("replay", "--keyspace", replica)
     verify = subprocess.run(
         [sessionlog_bin(), "verify", "--left", corner.env["SESSIONLOG_CQL__KEYSPACE"], "--right", replica],
         env=corner.env, capture_output=True, text=True, timeout=600,
     )
-    origins = dead_letter_origins(corner.env)
+    origins = dead_letter_origins(corner)
     return [
         ("acknowledged events", len(acks), True),
         ("acknowledged events lost", lost, lost == 0),
