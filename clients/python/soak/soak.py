@@ -316,7 +316,8 @@ def main() -> int:
         ("minutes", f"{args.minutes:g} (seed {seed})"),
         ("sessions ended", str(said["ended"])),
         ("kills", f"{sum(soak.kills.values())}: {kills}"),
-        ("longest time back to ready", back or "-"),
+        # Projectors and harnesses serve no readiness check: theirs is the time to start again.
+        ("longest time back (projector, harness: restarted)", back or "-"),
         ("harness resumes (recoveries)", str(said["resumed"])),
         ("sessions left needing an operator", str(said["abandoned"])),
         ("harness retries after an error", f"{said['retry']} ({', '.join(f'{k} {v}' for k, v in errors.most_common()) or '-'})"),
