@@ -41,6 +41,11 @@ struct Args {
     /// Events appended per session (after its start event).
     #[arg(long, default_value_t = 20)]
     events: usize,
+    /// Events a session sends together (`SessionWriter::append_batch`, as a harness appends a
+    /// turn's events) before waiting for their acks; 1 waits for each event's ack. Every
+    /// event's latency is its batch's, from when the batch was due.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
+    batch: u16,
     /// Concurrent writer tasks; each drives sessions/writers sessions at once.
     #[arg(long, default_value_t = 8)]
     writers: usize,
@@ -220,10 +225,11 @@ async fn against_kafka(settings: &Settings, reference_topic: &str, args: &Args) 
         None => "as fast as acks come back".to_string(),
     };
     println!(
-        "\n{} sessions × {} events of {} bytes, {} writer tasks, {} partitions, {load}; lz4, linger {} ms, acks=all, idempotent",
+        "\n{} sessions × {} events of {} bytes in batches of {}, {} writer tasks, {} partitions, {load}; lz4, linger {} ms, acks=all, idempotent",
         args.sessions,
         args.events,
         args.record_size,
+        args.batch,
         args.writers,
         args.partitions,
         settings.producer.linger_ms
@@ -380,6 +386,7 @@ async fn run_ours(
     let mut tasks = tokio::task::JoinSet::new();
     for (g, mut group) in groups.into_iter().enumerate() {
         let (content, acked, events) = (Arc::clone(&content), Arc::clone(&acked), args.events);
+        let batch = usize::from(args.batch);
         tasks.spawn(async move {
             let appends = group.iter_mut().enumerate().map(|(n, writer)| {
                 let (content, acked) = (Arc::clone(&content), Arc::clone(&acked));
@@ -387,7 +394,9 @@ async fn run_ours(
                 let place = (g * per_writer + n) as f64 / sessions as f64;
                 async move {
                     let mut latencies = Vec::with_capacity(events);
-                    for i in 0..events {
+                    let mut i = 0;
+                    while i < events {
+                        let count = batch.min(events - i);
                         let sent = match pace {
                             Some(period) => {
                                 let due = started + period.mul_f64(place + i as f64);
@@ -397,18 +406,23 @@ async fn run_ours(
                             None => Instant::now(),
                         };
                         // Neighbouring records carry different texts, as real ones do.
-                        let text = &content[(n * 7919 + i) % content.len()];
-                        let event = SessionEvent::UserRequest {
-                            content: Content::plain(text.as_str()),
-                        };
+                        let batch = (i..i + count)
+                            .map(|k| SessionEvent::UserRequest {
+                                content: Content::plain(
+                                    content[(n * 7919 + k) % content.len()].as_str(),
+                                ),
+                            })
+                            .collect::<Vec<_>>();
                         if confirm {
-                            let envelopes = writer.envelopes(vec![event]);
+                            let envelopes = writer.envelopes(batch);
                             writer.append_confirmed(envelopes).await?;
                         } else {
-                            writer.append(event).await?;
+                            writer.append_batch(batch).await?;
                         }
-                        latencies.push(sent.elapsed());
-                        acked.fetch_add(1, Ordering::Relaxed);
+                        let latency = sent.elapsed();
+                        latencies.extend(std::iter::repeat_n(latency, count));
+                        acked.fetch_add(count, Ordering::Relaxed);
+                        i += count;
                     }
                     Ok::<_, sessionlog_producer::Error>(latencies)
                 }
