@@ -19,7 +19,7 @@ pub const SKIPPED: &str = "sessionlog_projector_skipped_total";
 pub const DEAD_LETTERED: &str = "sessionlog_projector_dead_lettered_total";
 /// Records behind the partition's end, by `partition` label.
 pub const LAG: &str = "sessionlog_projector_lag_records";
-/// Seconds from a batch's first record arriving to its writes being durable.
+/// Seconds from a batch closing (its fold starting) to its writes being durable.
 pub const APPLY_SECONDS: &str = "sessionlog_projector_apply_seconds";
 /// Seconds from an event's append (its log timestamp) to its row being durable.
 pub const VISIBLE_SECONDS: &str = "sessionlog_projector_append_to_visible_seconds";
@@ -80,7 +80,7 @@ pub fn describe_metrics() {
     describe_histogram!(
         APPLY_SECONDS,
         Unit::Seconds,
-        "Seconds from a batch's first record arriving to its writes being durable."
+        "Seconds from a batch closing (its fold starting) to its writes being durable."
     );
     describe_histogram!(
         VISIBLE_SECONDS,

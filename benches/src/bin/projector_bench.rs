@@ -1,15 +1,19 @@
 //! Projector benchmark, against the running stack (`scripts/stack up`):
 //!
-//! 1. End-to-end lag: appends at `--rate` events/s for `--duration` seconds across `--sessions`
-//!    sessions (after `--warmup` seconds of the same load, not measured) while a
-//!    `sessionlog project` process projects them; for a sample of events, the
+//! 1. End-to-end lag: appends at `--rate` events/s for `--rounds` × `--duration` seconds across
+//!    `--sessions` sessions (after `--warmup` seconds of the same load, not measured) while a
+//!    `sessionlog project` process projects them (started, and waited for until it has projected
+//!    a first session, before the load); for a sample of events, the
 //!    time from the start of the append until the projector's stored progress passes it
-//!    (written after the rows it covers).
-//! 2. Replay throughput: `sessionlog replay` of the same topic into a fresh keyspace, against
-//!    a plain `scylla`-driver insert of the same rows (read back from the replayed keyspace)
-//!    into a third keyspace, in the same run; prints both and the ratio.
+//!    (written after the rows it covers). Each `--duration` of the load is one round: the
+//!    bench prints every round's p50/p99 and the median p99 with its spread.
+//! 2. Replay throughput, `--rounds` times, alternating which goes first: `sessionlog replay` of
+//!    the same topic into a fresh keyspace, against a plain `scylla`-driver insert of the same
+//!    rows (read back from a replayed keyspace) into another; prints every round, the median
+//!    ratio and its spread.
 //!
-//! The projector's peak resident memory (VmHWM of the child process) is printed for both runs.
+//! The projector's peak resident memory (VmHWM of the child process) is printed for both runs,
+//! and, from its metrics, how many batches it wrote and how long each took to be durable.
 //!
 //! With `--encryption-rounds N` it measures what sealing costs instead: N rounds of the lag run
 //! (1.) with `[privacy] encrypt` off and on, each on its own topic and keyspace, alternating
@@ -23,6 +27,7 @@ use futures::{StreamExt, TryStreamExt};
 use sessionlog_benches::{Latencies, Watched, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
+use sessionlog_projector::observe;
 use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
@@ -35,9 +40,13 @@ use tokio::sync::Mutex;
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Seconds of load measured.
+    /// Seconds of load measured per round.
     #[arg(long, default_value_t = 120)]
     duration: u64,
+    /// Rounds: consecutive periods of `--duration` of the lag run, and replays against the
+    /// plain insert, alternating which goes first.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Seconds of load before measuring: the servers' JIT compilers and the projector's
     /// caches warm up, so the figures describe the steady state, not a cold start.
     #[arg(long, default_value_t = 15)]
@@ -69,19 +78,82 @@ struct LagRun {
     p99_ms: f64,
 }
 
+/// A running `sessionlog project` and where its metrics are served.
+struct Projector {
+    process: Watched,
+    metrics: String,
+}
+
+/// Starts `sessionlog project` and returns it with a log to load it through, once it has
+/// projected a first session: its start (process, group join, first fetch) is not lag.
+async fn start_projector(
+    bin: &PathBuf,
+    settings: &Settings,
+    store: &ProjectionStore,
+) -> Result<(Projector, Arc<EventLog>)> {
+    let listen = sessionlog_benches::free_address()?;
+    let mut project = Command::new(bin);
+    project
+        .args(["project", "--listen", &listen])
+        .envs(sessionlog_benches::sessionlog_env(settings));
+    let process = Watched::spawn(project)?;
+    let log = Arc::new(EventLog::connect(settings, ProducerOptions::default()).await?);
+    SessionWriter::create(Arc::clone(&log), "bench-probe", None).await?;
+    let joined = sessionlog_benches::wait_projected(settings, store).await?;
+    eprintln!(
+        "projector projecting {:.1} s after its start",
+        joined.as_secs_f64()
+    );
+    let metrics = format!("http://{listen}/metrics");
+    Ok((Projector { process, metrics }, log))
+}
+
+impl Projector {
+    /// Where the projector's time went over the whole run, from its own metrics: how many
+    /// batches, how big, and how long each took from closing to its rows being durable.
+    async fn batches(&self) -> Result<String> {
+        let text = reqwest::get(&self.metrics).await?.text().await?;
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+        };
+        let apply = observe::APPLY_SECONDS;
+        let (Some(count), Some(sum), Some(consumed)) = (
+            value(&format!("{apply}_count ")),
+            value(&format!("{apply}_sum ")),
+            value(&format!("{} ", observe::CONSUMED)),
+        ) else {
+            bail!(
+                "{} does not show {apply} and {}",
+                self.metrics,
+                observe::CONSUMED
+            );
+        };
+        let within = [0.025, 0.05, 0.1, 0.2]
+            .iter()
+            .filter_map(|le| {
+                let n = value(&format!("{apply}_bucket{{le=\"{le}\"}} "))?;
+                Some(format!("{:.0}% ≤ {} ms", 100.0 * n / count, le * 1e3))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(format!(
+            "projector over the run: {count:.0} batches of {:.0} records on average; from a batch closing to its rows durable (its fold, the previous batch's writes, its own): mean {:.1} ms; {within}",
+            consumed / count.max(1.0),
+            sum / count.max(1.0) * 1e3,
+        ))
+    }
+}
+
 /// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
 async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> {
     let mut settings = base.clone();
     sessionlog_benches::isolate_run(&mut settings, "projector", args.partitions);
     sessionlog_benches::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let mut project = Command::new(bin);
-    project
-        .arg("project")
-        .envs(sessionlog_benches::sessionlog_env(&settings));
-    let projector = Watched::spawn(project)?;
-    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
-    let (appended, Lag { mut all, .. }) = load(args, &log, &store, &settings.kafka.topic).await?;
+    let (projector, log) = start_projector(bin, &settings, &store).await?;
+    let (appended, Lag { mut all, .. }) =
+        load(args, 1, &log, &store, &settings.kafka.topic).await?;
     drop(projector);
     drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -168,21 +240,13 @@ async fn main() -> Result<()> {
     let bin = sessionlog_benches::sessionlog_bin()?;
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
 
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+
     // Run 1: live projection under load.
-    let mut project = Command::new(&bin);
-    project
-        .arg("project")
-        .envs(sessionlog_benches::sessionlog_env(&settings));
-    let projector = Watched::spawn(project)?;
-    let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
-    let (
-        appended,
-        Lag {
-            mut all,
-            mut append,
-            windows,
-        },
-    ) = load(&args, &log, &store, &settings.kafka.topic).await?;
+    let (projector, log) = start_projector(&bin, &settings, &store).await?;
+    let (appended, mut lag) = load(&args, args.rounds, &log, &store, &settings.kafka.topic).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
     let ends = sessionlog_benches::partition_ends(&reader, args.partitions).await?;
     sessionlog_benches::wait_applied_through(
@@ -192,83 +256,179 @@ async fn main() -> Result<()> {
         Duration::from_secs(600),
     )
     .await?;
-    let live_rss = projector.peak_mib();
+    let live_rss = projector.process.peak_mib();
+    let batches = projector.batches().await;
     drop(projector);
     let total: i64 = ends.values().sum();
+    println!(
+        "appended {appended} events over {}+{}×{} s (warm-up + measured rounds) across {} sessions; {} lag samples; projector peak RSS {live_rss:.0} MiB",
+        args.warmup,
+        args.rounds,
+        args.duration,
+        args.sessions,
+        lag.all.len()
+    );
+    report_lag(&mut lag);
+    match batches {
+        Ok(batches) => println!("\n{batches}"),
+        Err(e) => eprintln!("the projector's metrics could not be read: {e:#}"),
+    }
 
-    // Run 2: replay into a fresh keyspace, then the same rows inserted plainly.
-    let replay_ks = format!("{}_replay", settings.cql.keyspace);
-    let mut replay = Command::new(&bin);
+    // Run 2: rounds of a replay into a fresh keyspace against the same rows inserted plainly.
+    let keyspace = settings.cql.keyspace.clone();
+    let mut keyspaces = vec![keyspace.clone()];
+    // The plain insert's rows come from the latest replayed keyspace (round 1 replays first).
+    let mut source: Option<String> = None;
+    let (mut rows, mut ratios) = (Vec::new(), Vec::new());
+    for round in 1..=args.rounds {
+        let replay_first = round % 2 == 1;
+        let replay_ks = format!("{keyspace}_replay{round}");
+        let plain_ks = format!("{keyspace}_plain{round}");
+        let mut replayed = None;
+        let mut plain = None;
+        for replay_now in [replay_first, !replay_first] {
+            if replay_now {
+                eprintln!("round {round}: replay into {replay_ks}");
+                replayed = Some(replay(&bin, &settings, &replay_ks)?);
+            } else {
+                let from = source.as_deref().unwrap_or(&replay_ks);
+                eprintln!("round {round}: plain insert of the rows of {from}");
+                plain = Some(plain_insert(&settings, from, &plain_ks).await?);
+            }
+        }
+        let (Some((replay_secs, replay_rss)), Some((inserted, plain_secs))) = (replayed, plain)
+        else {
+            bail!("round {round} did not run both");
+        };
+        // Each round's keyspaces go once the next round has its source: runs must not pile up.
+        let mut done = vec![plain_ks];
+        done.extend(source.replace(replay_ks));
+        drop_run_keyspaces(&store, &done, args.keep, &mut keyspaces).await?;
+        let (replay_eps, plain_eps) = (total as f64 / replay_secs, total as f64 / plain_secs);
+        ratios.push(replay_eps / plain_eps);
+        rows.push(vec![
+            round.to_string(),
+            if replay_first {
+                "replay, plain"
+            } else {
+                "plain, replay"
+            }
+            .into(),
+            format!("{total} in {replay_secs:.1} s = {replay_eps:.0}"),
+            format!("{inserted} rows in {plain_secs:.1} s = {plain_eps:.0}"),
+            format!("{:.3}", replay_eps / plain_eps),
+            format!("{replay_rss:.0}"),
+        ]);
+    }
+    println!();
+    println!("replay of the topic against a plain insert of the rows it wrote (events/s)");
+    print_table(
+        &[
+            "round",
+            "order",
+            "replay events",
+            "plain insert",
+            "ratio",
+            "replay peak RSS MiB",
+        ],
+        &rows,
+    );
+    println!(
+        "replay/plain: median {}",
+        sessionlog_benches::Spread::of(&ratios)
+    );
+    keyspaces.extend(source);
+    if !args.keep {
+        drop_run(&store, &settings, &keyspaces).await?;
+    }
+    Ok(())
+}
+
+/// Drops `done` keyspaces now unless `keep`, in which case they join `kept` for the end.
+async fn drop_run_keyspaces(
+    store: &ProjectionStore,
+    done: &[String],
+    keep: bool,
+    kept: &mut Vec<String>,
+) -> Result<()> {
+    if keep {
+        kept.extend_from_slice(done);
+        return Ok(());
+    }
+    for keyspace in done {
+        store.drop_keyspace(keyspace).await?;
+    }
+    Ok(())
+}
+
+/// Replays the run's topic into `keyspace` with `sessionlog replay`; its seconds and the
+/// process's peak RSS in MiB.
+fn replay(bin: &PathBuf, settings: &Settings, keyspace: &str) -> Result<(f64, f64)> {
+    let mut replay = Command::new(bin);
     replay
-        .args(["replay", "--keyspace", &replay_ks])
-        .envs(sessionlog_benches::sessionlog_env(&settings))
+        .args(["replay", "--keyspace", keyspace])
+        .envs(sessionlog_benches::sessionlog_env(settings))
         .stderr(Stdio::null());
     let started = Instant::now();
     let mut replayer = Watched::spawn(replay)?;
     let status = tokio::task::block_in_place(|| replayer.child.wait())?;
-    let replay_secs = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     if !status.success() {
         bail!("sessionlog replay failed: {status}");
     }
-    let replay_rss = replayer.peak_mib();
-    let plain_ks = format!("{}_plain", settings.cql.keyspace);
-    let (rows, plain_secs) = plain_insert(&settings, &replay_ks, &plain_ks).await?;
+    Ok((seconds, replayer.peak_mib()))
+}
 
-    let replay_eps = total as f64 / replay_secs;
-    let plain_eps = total as f64 / plain_secs;
-    println!(
-        "appended {appended} events over {}+{}s (warm-up + measured) across {} sessions; {} lag samples",
-        args.warmup,
-        args.duration,
-        args.sessions,
-        all.len()
-    );
-    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
-    print_table(
-        &["measure", "value"],
-        &[
+/// Prints the lag per round (the median p99 with its spread) and per 10-second window.
+fn report_lag(lag: &mut Lag) {
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+    let mut p99s = Vec::new();
+    let rows: Vec<Vec<String>> = lag
+        .rounds
+        .iter_mut()
+        .enumerate()
+        .map(|(i, (round, append))| {
+            p99s.push(round.percentile(99.0).as_secs_f64() * 1e3);
             vec![
-                "lag p50 (append → visible)".into(),
-                ms(all.percentile(50.0)),
-            ],
-            vec!["lag p99".into(), ms(all.percentile(99.0))],
-            vec!["lag max".into(), ms(all.max())],
-            vec![
-                "  of which appending, p50 / p99".into(),
+                (i + 1).to_string(),
+                round.len().to_string(),
+                ms(round.percentile(50.0)),
+                ms(round.percentile(99.0)),
+                ms(round.max()),
                 format!(
                     "{} / {}",
                     ms(append.percentile(50.0)),
                     ms(append.percentile(99.0))
                 ),
-            ],
-            vec![
-                "projector peak RSS (live)".into(),
-                format!("{live_rss:.0} MiB"),
-            ],
-            vec![
-                "replay".into(),
-                format!("{total} events in {replay_secs:.1} s = {replay_eps:.0} events/s"),
-            ],
-            vec![
-                "plain scylla insert of the same rows".into(),
-                format!("{rows} rows in {plain_secs:.1} s = {plain_eps:.0} events/s"),
-            ],
-            vec![
-                "ratio replay / plain".into(),
-                format!("{:.2}x", replay_eps / plain_eps),
-            ],
-            vec![
-                "projector peak RSS (replay)".into(),
-                format!("{replay_rss:.0} MiB"),
-            ],
+            ]
+        })
+        .collect();
+    println!();
+    println!("lag, append → visible, per round (ms)");
+    print_table(
+        &[
+            "round",
+            "samples",
+            "p50",
+            "p99",
+            "max",
+            "of which appending p50 / p99",
         ],
+        &rows,
+    );
+    println!(
+        "lag p99 over rounds: median {} ms; all samples: p50 {} ms, p99 {} ms",
+        sessionlog_benches::Spread::of(&p99s),
+        ms(lag.all.percentile(50.0)),
+        ms(lag.all.percentile(99.0))
     );
     println!();
     println!("lag over time (by when the event was appended)");
-    let rows: Vec<Vec<String>> = windows
-        .into_iter()
+    let rows: Vec<Vec<String>> = lag
+        .windows
+        .iter_mut()
         .enumerate()
-        .map(|(i, mut window)| {
+        .map(|(i, window)| {
             let from = i as u64 * WINDOW.as_secs();
             vec![
                 format!("{from}-{} s", from + WINDOW.as_secs()),
@@ -279,12 +439,7 @@ async fn main() -> Result<()> {
             ]
         })
         .collect();
-    print_table(&["window", "samples", "p50", "p99", "max"], &rows);
-    if !args.keep {
-        let keyspaces = [settings.cql.keyspace.clone(), replay_ks, plain_ks];
-        drop_run(&store, &settings, &keyspaces).await?;
-    }
-    Ok(())
+    print_table(&["window", "samples", "p50 ms", "p99 ms", "max ms"], &rows);
 }
 
 /// Appends at the target rate; returns how many events were appended and the lag samples.
@@ -296,6 +451,7 @@ async fn main() -> Result<()> {
 /// store constant however many samples are outstanding.
 async fn load(
     args: &Args,
+    rounds: u32,
     log: &Arc<EventLog>,
     store: &ProjectionStore,
     topic: &str,
@@ -303,7 +459,8 @@ async fn load(
     let per_session = args.rate as f64 / args.sessions as f64;
     let interval = Duration::from_secs_f64(1.0 / per_session);
     let measure_from = Instant::now() + Duration::from_secs(args.warmup);
-    let deadline = measure_from + Duration::from_secs(args.duration);
+    let round = Duration::from_secs(args.duration);
+    let deadline = measure_from + round * rounds;
     let appended = Arc::new(AtomicU64::new(0));
     let pending: Arc<Mutex<Vec<Sample>>> = Arc::default();
     let sample_every = (args.rate / args.samples.max(1)).max(1);
@@ -311,7 +468,7 @@ async fn load(
         store.clone(),
         topic.to_string(),
         Arc::clone(&pending),
-        measure_from,
+        Lag::new(measure_from, round),
         deadline,
     ));
     let mut tasks = Vec::new();
@@ -333,7 +490,8 @@ async fn load(
                         content: Content::plain(format!("turn {n}")),
                     })
                     .await?;
-                if n % sample_every == 0 && started >= measure_from {
+                // An append whose tick came before the deadline may start after it.
+                if n % sample_every == 0 && (measure_from..deadline).contains(&started) {
                     let p = a.position;
                     let sample = Sample {
                         partition: p.partition,
@@ -355,13 +513,15 @@ async fn load(
     Ok((appended, lag))
 }
 
-/// Lag samples: all of them, and by window of [`WINDOW`] from the start of the measurement
-/// (by when the event was appended), to show whether the tail comes in bursts.
-#[derive(Default)]
+/// Lag samples: all of them, by round of `--duration`, and by window of [`WINDOW`] from the
+/// start of the measurement (by when the event was appended), to show whether the tail comes in
+/// bursts.
 struct Lag {
+    measure_from: Instant,
+    round: Duration,
     all: Latencies,
-    /// The part of each sample spent appending (until the log acknowledged the event).
-    append: Latencies,
+    /// Per round: the lag, and the part of it spent appending (until the log acknowledged).
+    rounds: Vec<(Latencies, Latencies)>,
     windows: Vec<Latencies>,
 }
 
@@ -379,16 +539,38 @@ struct Sample {
 const WINDOW: Duration = Duration::from_secs(10);
 
 impl Lag {
-    fn record(&mut self, sample: &Sample, measure_from: Instant, visible: Instant) {
-        let lag = visible - sample.started;
-        self.all.record(lag);
-        self.append.record(sample.acked - sample.started);
-        let window = ((sample.started - measure_from).as_secs() / WINDOW.as_secs()) as usize;
-        if self.windows.len() <= window {
-            self.windows.resize_with(window + 1, Latencies::default);
+    fn new(measure_from: Instant, round: Duration) -> Self {
+        Self {
+            measure_from,
+            round,
+            all: Latencies::default(),
+            rounds: Vec::new(),
+            windows: Vec::new(),
         }
-        self.windows[window].record(lag);
     }
+
+    fn record(&mut self, sample: &Sample, visible: Instant) {
+        let lag = visible - sample.started;
+        let since = sample.started - self.measure_from;
+        self.all.record(lag);
+        let round = (since.as_secs() / self.round.as_secs().max(1)) as usize;
+        let (round, append) = grown(&mut self.rounds, round);
+        round.record(lag);
+        append.record(sample.acked - sample.started);
+        grown(
+            &mut self.windows,
+            (since.as_secs() / WINDOW.as_secs()) as usize,
+        )
+        .record(lag);
+    }
+}
+
+/// The `index`th element of `items`, grown with defaults to reach it.
+fn grown<T: Default>(items: &mut Vec<T>, index: usize) -> &mut T {
+    if items.len() <= index {
+        items.resize_with(index + 1, T::default);
+    }
+    &mut items[index]
 }
 
 /// Takes each pending sample once the stored progress of its partition has passed it;
@@ -397,10 +579,9 @@ async fn watch(
     store: ProjectionStore,
     topic: String,
     pending: Arc<Mutex<Vec<Sample>>>,
-    measure_from: Instant,
+    mut lag: Lag,
     load_ends: Instant,
 ) -> Result<Lag> {
-    let mut lag = Lag::default();
     loop {
         let progress = store.load_progress(&topic).await?;
         let now = Instant::now();
@@ -409,7 +590,7 @@ async fn watch(
             let next = progress.get(&sample.partition);
             let seen = next.is_some_and(|next| *next > sample.offset);
             if seen {
-                lag.record(sample, measure_from, now);
+                lag.record(sample, now);
             }
             !seen
         });
