@@ -20,6 +20,7 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -116,6 +117,7 @@ async fn main() -> Result<()> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let mut ours_p99 = Vec::new();
+    let mut rates = Vec::new();
     for round in 1..=args.rounds {
         let ends = partition_ends(&reader, args.partitions).await?;
         let (appended, seconds, ours, reference) =
@@ -124,6 +126,7 @@ async fn main() -> Result<()> {
         let ratio = ours_lag.p99 / reference_lag.p99.max(0.001);
         ratios.push(ratio);
         ours_p99.push(ours_lag.p99);
+        rates.push(appended as f64 / seconds);
         let row = vec![
             round.to_string(),
             format!("{:.0}", appended as f64 / seconds),
@@ -151,13 +154,18 @@ async fn main() -> Result<()> {
         &rows,
     );
     let p99 = Spread::of(&ours_p99);
+    // The goal holds only at the rate asked for: a load that fell short proves nothing.
+    let reached = Spread::of(&rates);
     println!("ours/reference p99 lag: median {}", Spread::of(&ratios));
     println!(
-        "ours p99 lag: median {:.0} ms (range {:.0}-{:.0}); goal ≤ 1000 ms at 5,000 events/s: {}",
+        "ours p99 lag: median {:.0} ms (range {:.0}-{:.0}) at {:.0} events/s reached (range {:.0}-{:.0}); goal ≤ 1000 ms at 5,000 events/s: {}",
         p99.median,
         p99.min,
         p99.max,
-        if p99.median <= 1_000.0 && args.rate >= 5_000 {
+        reached.median,
+        reached.min,
+        reached.max,
+        if p99.median <= 1_000.0 && args.rate >= 5_000 && reached.min >= 0.95 * args.rate as f64 {
             "met"
         } else {
             "not met"
@@ -205,9 +213,7 @@ async fn measure_round(
         reference_stopped,
     ));
 
-    let started = Instant::now();
-    let appended = load(args, log).await?;
-    let seconds = started.elapsed().as_secs_f64();
+    let (appended, seconds) = load(args, log).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
     let after = partition_ends(&reader, args.partitions).await?;
     stop_reference.send(after.clone())?;
@@ -223,18 +229,25 @@ async fn measure_round(
     ))
 }
 
-/// Appends `args.rate` events/s for `args.duration` s over `args.sessions` sessions, each a
-/// loop of model call, tool request, tool result; ends them all. Returns the events appended.
-async fn load(args: &Args, log: &Arc<EventLog>) -> Result<u64> {
+/// Opens `args.sessions` sessions before the clock starts (a fleet's sessions are already
+/// open), appends `args.rate` events/s over them for `args.duration` s, each a loop of model
+/// call, tool request, tool result, then ends them all. Returns the events appended while the
+/// clock ran and its seconds.
+async fn load(args: &Args, log: &Arc<EventLog>) -> Result<(u64, f64)> {
+    let writers: Vec<SessionWriter> = futures::stream::iter(0..args.sessions)
+        .map(|_| SessionWriter::create(Arc::clone(log), "bench-agent", None))
+        .buffer_unordered(64)
+        .map_ok(|(writer, _)| writer)
+        .try_collect()
+        .await?;
     let per_session = args.rate as f64 / args.sessions as f64;
     let interval = Duration::from_secs_f64(1.0 / per_session);
-    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.duration);
     let mut tasks = Vec::new();
-    for i in 0..args.sessions {
-        let log = Arc::clone(log);
+    for (i, mut writer) in writers.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
-            let (mut writer, _) = SessionWriter::create(log, "bench-agent", None).await?;
-            let mut appended = 1u64;
+            let mut appended = 0u64;
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // Spread the sessions' first ticks over one interval rather than all at once.
@@ -272,15 +285,23 @@ async fn load(args: &Args, log: &Arc<EventLog>) -> Result<u64> {
                 step += 1;
                 appended += 1;
             }
-            writer.close(TerminalOutcome::Completed, None).await?;
-            Ok::<_, anyhow::Error>(appended + 1)
+            Ok::<_, anyhow::Error>((writer, appended))
         }));
     }
     let mut total = 0;
+    let mut writers = Vec::new();
     for task in tasks {
-        total += task.await??;
+        let (writer, appended) = task.await??;
+        total += appended;
+        writers.push(writer);
     }
-    Ok(total)
+    let seconds = started.elapsed().as_secs_f64();
+    futures::stream::iter(writers)
+        .map(|mut writer| async move { writer.close(TerminalOutcome::Completed, None).await })
+        .buffer_unordered(64)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok((total, seconds))
 }
 
 /// The reference reader: assigned at `ends`, reads and commits each batch, recording each
