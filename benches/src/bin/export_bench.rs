@@ -129,6 +129,8 @@ async fn main() -> Result<()> {
         rates.push(appended as f64 / seconds);
         let row = vec![
             round.to_string(),
+            // How long the writers took to stop: past `--duration` when they fell behind.
+            format!("{seconds:.0}"),
             format!("{:.0}", appended as f64 / seconds),
             ours.1.to_string(),
             format!("{:.0}", ours_lag.p50),
@@ -143,6 +145,7 @@ async fn main() -> Result<()> {
     print_table(
         &[
             "round",
+            "load s",
             "events/s",
             "spans",
             "ours p50 ms",

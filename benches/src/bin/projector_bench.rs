@@ -45,7 +45,7 @@ struct Args {
     duration: u64,
     /// Rounds: consecutive periods of `--duration` of the lag run, and replays against the
     /// plain insert, alternating which goes first.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
     /// Seconds of load before measuring: the servers' JIT compilers and the projector's
     /// caches warm up, so the figures describe the steady state, not a cold start.
@@ -92,6 +92,7 @@ async fn start_projector(
     store: &ProjectionStore,
 ) -> Result<(Projector, Arc<EventLog>)> {
     let listen = sessionlog_benches::free_address()?;
+    let started = Instant::now();
     let mut project = Command::new(bin);
     project
         .args(["project", "--listen", &listen])
@@ -99,10 +100,10 @@ async fn start_projector(
     let process = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(settings, ProducerOptions::default()).await?);
     SessionWriter::create(Arc::clone(&log), "bench-probe", None).await?;
-    let joined = sessionlog_benches::wait_projected(settings, store).await?;
+    sessionlog_benches::wait_projected(settings, store).await?;
     eprintln!(
         "projector projecting {:.1} s after its start",
-        joined.as_secs_f64()
+        started.elapsed().as_secs_f64()
     );
     let metrics = format!("http://{listen}/metrics");
     Ok((Projector { process, metrics }, log))
@@ -240,10 +241,6 @@ async fn main() -> Result<()> {
     let bin = sessionlog_benches::sessionlog_bin()?;
     let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
 
-    if args.rounds == 0 {
-        bail!("--rounds must be at least 1");
-    }
-
     // Run 1: live projection under load.
     let (projector, log) = start_projector(&bin, &settings, &store).await?;
     let (appended, mut lag) = load(&args, args.rounds, &log, &store, &settings.kafka.topic).await?;
@@ -276,7 +273,6 @@ async fn main() -> Result<()> {
 
     // Run 2: rounds of a replay into a fresh keyspace against the same rows inserted plainly.
     let keyspace = settings.cql.keyspace.clone();
-    let mut keyspaces = vec![keyspace.clone()];
     // The plain insert's rows come from the latest replayed keyspace (round 1 replays first).
     let mut source: Option<String> = None;
     let (mut rows, mut ratios) = (Vec::new(), Vec::new());
@@ -301,9 +297,12 @@ async fn main() -> Result<()> {
             bail!("round {round} did not run both");
         };
         // Each round's keyspaces go once the next round has its source: runs must not pile up.
-        let mut done = vec![plain_ks];
-        done.extend(source.replace(replay_ks));
-        drop_run_keyspaces(&store, &done, args.keep, &mut keyspaces).await?;
+        let done = std::iter::once(plain_ks).chain(source.replace(replay_ks));
+        if !args.keep {
+            for keyspace in done {
+                store.drop_keyspace(&keyspace).await?;
+            }
+        }
         let (replay_eps, plain_eps) = (total as f64 / replay_secs, total as f64 / plain_secs);
         ratios.push(replay_eps / plain_eps);
         rows.push(vec![
@@ -337,26 +336,9 @@ async fn main() -> Result<()> {
         "replay/plain: median {}",
         sessionlog_benches::Spread::of(&ratios)
     );
-    keyspaces.extend(source);
     if !args.keep {
+        let keyspaces: Vec<String> = std::iter::once(keyspace).chain(source).collect();
         drop_run(&store, &settings, &keyspaces).await?;
-    }
-    Ok(())
-}
-
-/// Drops `done` keyspaces now unless `keep`, in which case they join `kept` for the end.
-async fn drop_run_keyspaces(
-    store: &ProjectionStore,
-    done: &[String],
-    keep: bool,
-    kept: &mut Vec<String>,
-) -> Result<()> {
-    if keep {
-        kept.extend_from_slice(done);
-        return Ok(());
-    }
-    for keyspace in done {
-        store.drop_keyspace(keyspace).await?;
     }
     Ok(())
 }
