@@ -100,8 +100,12 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
             (Some(p50), Some(p99)) => format!("; lag p50 {p50:.0} ms, p99 {p99:.0} ms"),
             _ => String::new(),
         };
+        let rejected = match summary.rejected_spans {
+            0 => String::new(),
+            n => format!(", {n} rejected by the receiver (its log says why)"),
+        };
         println!(
-            "exported {} spans from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
+            "exported {} spans{rejected} from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
             summary.spans,
             summary.records,
             summary.seconds,

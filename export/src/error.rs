@@ -35,6 +35,17 @@ pub enum Error {
     /// The HTTP client for the receiver could not be built.
     #[error("cannot build the HTTP client for the receiver: {0}")]
     Client(#[source] reqwest::Error),
+    /// The receiver refused a request in a way no retry changes. Nothing from the refused
+    /// batch on is committed: after the fix, the export starts again there.
+    #[error("the OTLP receiver at {endpoint} refused the spans with HTTP {status}: {refusal}")]
+    ReceiverRefused {
+        /// The endpoint.
+        endpoint: String,
+        /// Its answer.
+        status: u16,
+        /// What the status means, and the fix.
+        refusal: Refusal,
+    },
     /// Resetting the group's offsets was refused: the group has members.
     #[error(
         "cannot move consumer group {group} to the requested start: {source} (stop every `sessionlog export-otlp --group {group}` first)"
@@ -45,6 +56,40 @@ pub enum Error {
         /// Kafka's answer.
         source: rdkafka::error::KafkaError,
     },
+}
+
+/// Why a receiver refused a request for good (see [`Error::ReceiverRefused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401 or 403.
+    Credentials,
+    /// 404 or 405.
+    Endpoint,
+    /// 413 for a request of one span.
+    TooLarge,
+    /// 415.
+    Format,
+    /// Any other 4xx but 408 and 429.
+    Data,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Credentials => {
+                "it wants credentials: pass its API key with --header (e.g. --header \
+                 authorization=Bearer…)"
+            }
+            Self::Endpoint => "no traces endpoint there: check --endpoint (/v1/traces included)",
+            Self::TooLarge => {
+                "a single span is larger than it takes: raise the receiver's request size limit"
+            }
+            Self::Format => {
+                "it does not take OTLP/HTTP protobuf: point --endpoint at one that does"
+            }
+            Self::Data => "it refuses the data; the receiver's log says why",
+        })
+    }
 }
 
 /// The export's result type.

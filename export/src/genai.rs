@@ -402,7 +402,7 @@ fn span_data(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use opentelemetry::Value;
     use sessionlog_schemas::{EffectClass, ResultSource, TerminalOutcome};
@@ -462,7 +462,7 @@ mod tests {
     }
 
     /// Follows the events, with content when asked; returns the spans by the seq that closed them.
-    fn follow(session: SessionId, with_content: bool) -> Vec<(Seq, SpanData)> {
+    pub(crate) fn follow(session: SessionId, with_content: bool) -> Vec<(Seq, SpanData)> {
         let mut trail = Trail::new(session);
         let mut spans = Vec::new();
         for (i, event) in events().into_iter().enumerate() {

@@ -5,6 +5,8 @@
 //!   and the ids a re-export reproduces;
 //! - [`observe`]: the metrics a running export keeps;
 //! - [`probe`]: whether a receiver answers, and what it is (`sessionlog doctor`);
+//! - `receiver`: sending spans to the receiver and acting on its answers (retry, split,
+//!   count rejected spans, or stop on a refusal no retry fixes);
 //! - [`worker`]: the consumer group that reads the log, follows each session and exports the
 //!   spans, committing its offsets only once the receiver took them.
 
@@ -12,9 +14,10 @@ pub mod error;
 pub mod genai;
 pub mod observe;
 pub mod probe;
+mod receiver;
 pub mod worker;
 
-pub use error::{Error, Result};
+pub use error::{Error, Refusal, Result};
 pub use genai::{LogPosition, Trail, span_id, trace_id};
 pub use observe::describe_metrics;
 pub use probe::{ReceiverProbe, probe_receiver};

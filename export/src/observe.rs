@@ -5,6 +5,8 @@
 pub const RECORDS: &str = "sessionlog_export_records_total";
 /// Spans the receiver took.
 pub const SPANS: &str = "sessionlog_export_spans_total";
+/// Spans the receiver rejected while taking their request (OTLP partial success).
+pub const REJECTED_SPANS: &str = "sessionlog_export_rejected_spans_total";
 /// Requests the receiver did not take (each is retried until it does).
 pub const SEND_FAILURES: &str = "sessionlog_export_send_failures_total";
 /// Seconds from a record's log timestamp to the receiver having taken its batch's spans.
@@ -19,6 +21,11 @@ pub fn describe_metrics() {
         "Records read from the session topic whose spans the receiver took."
     );
     describe_counter!(SPANS, Unit::Count, "Spans the receiver took.");
+    describe_counter!(
+        REJECTED_SPANS,
+        Unit::Count,
+        "Spans the receiver rejected while taking their request (OTLP partial success); not sent again."
+    );
     describe_counter!(
         SEND_FAILURES,
         Unit::Count,

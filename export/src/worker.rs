@@ -8,20 +8,17 @@
 //! spans have the same parents and names as if the export had followed it from the start.
 
 use crate::genai::{LogPosition, Trail};
+use crate::receiver::Receiver;
 use crate::{Error, Result};
-use backon::BackoffBuilder;
 use futures::{StreamExt, TryStreamExt};
 use lru::LruCache;
-use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+use opentelemetry_sdk::trace::SpanData;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use sessionlog_keys::Opener;
-use sessionlog_log::{RawRecord, Settings, StartAt, retry};
+use sessionlog_log::{RawRecord, Settings, StartAt};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::usage::LatencySketch;
@@ -85,6 +82,9 @@ pub struct ExportSummary {
     pub records: u64,
     /// Spans the receiver took.
     pub spans: u64,
+    /// Spans of those the receiver rejected while taking their request (OTLP partial
+    /// success): its log says why; they are not sent again.
+    pub rejected_spans: u64,
     /// Sessions met mid-way and rebuilt from the log first.
     pub rebuilt_sessions: u64,
     /// Sessions met mid-way whose first events are no longer in the log: none of their
@@ -130,10 +130,6 @@ impl ExportSummary {
     }
 }
 
-/// Spans per OTLP request: with texts cut at [`crate::genai::MAX_TEXT_BYTES`], a request
-/// stays within a few megabytes, under receivers' body limits.
-const SPANS_PER_REQUEST: usize = 128;
-
 /// Runs the export until `shutdown` resolves (or, with `until_caught_up`, until it has read
 /// what the log held when it started).
 pub async fn export(
@@ -144,7 +140,7 @@ pub async fn export(
     let started = Instant::now();
     let recovery = Recovery::connect(settings).await?;
     let decoder = EventDecoder::new(settings.registry.client()?);
-    let exporter = otlp_exporter(&options)?;
+    let receiver = Receiver::new(&options)?;
     let topic = settings.kafka.topic.clone();
     // Where the group starts, per partition, with where the log ends now.
     let positions = group_positions(settings, &options.group_id, options.start.clone()).await?;
@@ -239,14 +235,15 @@ pub async fn export(
         follower
             .follow_batch(&decoder, &records, &mut spans)
             .await?;
-        for chunk in spans.chunks(SPANS_PER_REQUEST) {
-            if !send(&exporter, chunk.to_vec(), &mut shutdown).await {
-                // Shut down before the receiver took it: nothing of this batch is committed.
-                commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
-                return Ok(follower.summary.finished(started));
-            }
-            follower.summary.spans += chunk.len() as u64;
-            metrics::counter!(crate::observe::SPANS).increment(chunk.len() as u64);
+        let delivered = receiver
+            .deliver(spans, &mut follower.summary, &mut shutdown)
+            .await;
+        if !matches!(delivered, Ok(true)) {
+            // Shut down, or refused, before the receiver took them all: nothing of this batch
+            // is committed, so the next run sends it again.
+            commit(&consumer, &topic, &read, &ownership, CommitMode::Sync);
+            delivered?;
+            return Ok(follower.summary.finished(started));
         }
         follower
             .summary
@@ -295,58 +292,6 @@ fn commit(
     if let Err(e) = consumer.commit(&list, mode) {
         tracing::warn!(error = %e, "committing the export's offsets failed; the next commit carries them");
     }
-}
-
-/// Sends `spans`, retrying with backoff until the receiver takes them; `false` when
-/// `shutdown` came first.
-async fn send(
-    exporter: &opentelemetry_otlp::SpanExporter,
-    spans: Vec<SpanData>,
-    shutdown: &mut (impl Future<Output = ()> + Unpin),
-) -> bool {
-    let mut waits = retry::forever().build();
-    loop {
-        match exporter.export(spans.clone()).await {
-            Ok(()) => return true,
-            Err(e) => {
-                metrics::counter!(crate::observe::SEND_FAILURES).increment(1);
-                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
-                tracing::warn!(error = %e, ?wait, "the trace receiver did not take the spans; retrying");
-                tokio::select! {
-                    () = &mut *shutdown => return false,
-                    () = tokio::time::sleep(wait) => {}
-                }
-            }
-        }
-    }
-}
-
-/// The OTLP/HTTP exporter, over our reqwest client (rustls), with the spans' resource.
-fn otlp_exporter(options: &ExportOptions) -> Result<opentelemetry_otlp::SpanExporter> {
-    let client = reqwest::Client::builder()
-        .timeout(options.request_timeout)
-        .build()
-        .map_err(Error::Client)?;
-    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_http_client(client)
-        .with_endpoint(&options.endpoint)
-        .with_headers(options.headers.clone())
-        .with_timeout(options.request_timeout)
-        .build()
-        .map_err(|source| Error::Exporter {
-            endpoint: options.endpoint.clone(),
-            source,
-        })?;
-    exporter.set_resource(
-        &Resource::builder_empty()
-            .with_attributes([
-                KeyValue::new("service.name", options.service_name.clone()),
-                KeyValue::new("openinference.project.name", options.service_name.clone()),
-            ])
-            .build(),
-    );
-    Ok(exporter)
 }
 
 /// Follows sessions through the records of a batch.
