@@ -65,20 +65,18 @@ pub enum Refusal {
     Credentials,
     /// 404 or 405.
     Endpoint,
-    /// 413 for a request of one span.
+    /// 413 for a request of one span: raise the receiver's limit.
     TooLarge,
     /// 415.
     Format,
-    /// Any other 4xx but 408 and 429.
-    Data,
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Credentials => {
-                "it wants credentials: pass its API key with --header (e.g. --header \
-                 authorization=Bearer…)"
+                "it refuses the credentials (missing, wrong or not allowed): pass its key with \
+                 --header, e.g. --header \"authorization=Bearer <key>\""
             }
             Self::Endpoint => "no traces endpoint there: check --endpoint (/v1/traces included)",
             Self::TooLarge => {
@@ -87,7 +85,6 @@ impl std::fmt::Display for Refusal {
             Self::Format => {
                 "it does not take OTLP/HTTP protobuf: point --endpoint at one that does"
             }
-            Self::Data => "it refuses the data; the receiver's log says why",
         })
     }
 }

@@ -5,9 +5,9 @@
 pub const RECORDS: &str = "sessionlog_export_records_total";
 /// Spans the receiver took.
 pub const SPANS: &str = "sessionlog_export_spans_total";
-/// Spans the receiver rejected while taking their request (OTLP partial success).
+/// Spans the receiver rejected (OTLP partial success, or a span it answers 4xx alone).
 pub const REJECTED_SPANS: &str = "sessionlog_export_rejected_spans_total";
-/// Requests the receiver did not take (each is retried until it does).
+/// Requests the receiver did not take: retried, sent again in halves, or the export stops.
 pub const SEND_FAILURES: &str = "sessionlog_export_send_failures_total";
 /// Seconds from a record's log timestamp to the receiver having taken its batch's spans.
 pub const LAG_SECONDS: &str = "sessionlog_export_lag_seconds";
@@ -24,12 +24,12 @@ pub fn describe_metrics() {
     describe_counter!(
         REJECTED_SPANS,
         Unit::Count,
-        "Spans the receiver rejected while taking their request (OTLP partial success); not sent again."
+        "Spans the receiver rejected (OTLP partial success, or a span it answers 4xx alone); not sent again."
     );
     describe_counter!(
         SEND_FAILURES,
         Unit::Count,
-        "Export requests the receiver did not take; each is retried until it does."
+        "Export requests the receiver did not take: retried, sent again in halves (413 or a span it refuses), or the export stops (credentials, endpoint, format)."
     );
     describe_histogram!(
         LAG_SECONDS,

@@ -3,9 +3,9 @@
 //! The OTLP exporter retries what OTLP/HTTP calls retryable (429, 502, 503, 504) and only
 //! logs a partial success, and its error for a refusal carries the status in a message. So the
 //! exporter sends through [`AnsweringClient`], our reqwest client that keeps each answer's
-//! status and partial success, and [`Receiver::deliver`] decides from those: retry, split a
-//! request the receiver found too large, count the spans it rejected, or stop with an error
-//! that names the setting to fix.
+//! status and partial success, and [`Receiver::deliver`] decides from those: retry, send a
+//! request the receiver found too large (413) or would not take (another 4xx) again in halves,
+//! count the spans it rejected, or stop with an error that names the setting to fix.
 
 use crate::error::Refusal;
 use crate::worker::ExportSummary;
@@ -63,21 +63,35 @@ impl Answer {
         }
     }
 
-    /// What a failed request's status says about sending it again. OTLP/HTTP retries 429,
-    /// 502, 503 and 504 and calls other statuses final; we also keep retrying other 5xx (a
-    /// receiver's own trouble passes) and 408, and stop only on the client errors a retry
-    /// cannot fix.
-    fn refusal(&self) -> Option<Refusal> {
+    /// What a failed request's status says. OTLP/HTTP retries 429, 502, 503 and 504 and
+    /// calls other statuses final; we also keep retrying other 5xx (a receiver's own trouble
+    /// passes) and 408, stop on the statuses that say our settings are wrong, and treat any
+    /// other 4xx as data the receiver will not take.
+    fn verdict(&self) -> Verdict {
         match self.status {
-            401 | 403 => Some(Refusal::Credentials),
-            404 | 405 => Some(Refusal::Endpoint),
-            413 => Some(Refusal::TooLarge),
-            415 => Some(Refusal::Format),
-            408 | 429 => None,
-            400..=499 => Some(Refusal::Data),
-            _ => None,
+            401 | 403 => Verdict::Stop(Refusal::Credentials),
+            404 | 405 => Verdict::Stop(Refusal::Endpoint),
+            415 => Verdict::Stop(Refusal::Format),
+            413 => Verdict::TooLarge,
+            408 | 429 => Verdict::Retry,
+            400..=499 => Verdict::BadData,
+            _ => Verdict::Retry,
         }
     }
+}
+
+/// What to do after a request the receiver did not take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Send it again, after a wait.
+    Retry,
+    /// 413: send it again in halves; a single span too large stops the export.
+    TooLarge,
+    /// Another 4xx: the receiver will not take some span of it. Halves find which; a single
+    /// span it refuses is counted as rejected and not sent again, as in a partial success.
+    BadData,
+    /// The settings are wrong: stop with the fix.
+    Stop(Refusal),
 }
 
 /// The HTTP client the OTLP exporter sends through: reqwest, keeping the last answer.
@@ -153,9 +167,9 @@ impl Receiver {
     }
 
     /// Sends `spans` in requests of at most [`SPANS_PER_REQUEST`], each retried with backoff
-    /// until the receiver takes it, counting them in `summary`. `Ok(false)` when `shutdown`
-    /// came first; [`Error::ReceiverRefused`] when the receiver refuses a request in a way no
-    /// retry changes (its credentials, the endpoint, a single span too large).
+    /// until the receiver answers it for good, counting them in `summary`. `Ok(false)` when
+    /// `shutdown` came first; [`Error::ReceiverRefused`] when the receiver refuses in a way
+    /// no retry changes (its credentials, the endpoint, the format, a single span too large).
     pub(crate) async fn deliver(
         &self,
         spans: Vec<SpanData>,
@@ -176,7 +190,7 @@ impl Receiver {
                     metrics::counter!(crate::observe::SPANS).increment(count as u64);
                     metrics::counter!(crate::observe::REJECTED_SPANS).increment(rejected);
                 }
-                Sent::TooLarge(mut request) => {
+                Sent::Split(mut request) => {
                     // Halves, in order, ahead of the rest: the receiver's limit, not ours.
                     let second = request.split_off(request.len() / 2);
                     requests.push_front(second);
@@ -199,35 +213,40 @@ impl Receiver {
             self.client.take_last();
             let result = self.exporter.export(spans.clone()).await;
             let answer = self.client.take_last();
-            match (result, answer) {
-                (Ok(()), answer) => {
-                    let answer = answer.unwrap_or_default();
-                    if answer.rejected_spans > 0 {
-                        // The receiver will not take them again: counted and logged, not retried.
-                        tracing::warn!(
-                            rejected_spans = answer.rejected_spans,
-                            spans = spans.len(),
-                            reason = %answer.message,
-                            "the trace receiver took a request but rejected some of its spans"
-                        );
-                    }
-                    return Ok(Sent::Taken {
-                        rejected: answer.rejected_spans,
-                    });
+            let Err(e) = result else {
+                let answer = answer.unwrap_or_default();
+                // A receiver's count beyond the request is its mistake, not more rejections.
+                let rejected = answer.rejected_spans.min(spans.len() as u64);
+                if rejected > 0 {
+                    // The receiver will not take them again: counted and logged, not retried.
+                    tracing::warn!(
+                        rejected_spans = rejected,
+                        spans = spans.len(),
+                        reason = %answer.message,
+                        "the trace receiver took a request but rejected some of its spans"
+                    );
                 }
-                (Err(_), Some(answer)) if answer.status == 413 && spans.len() > 1 => {
-                    return Ok(Sent::TooLarge(spans));
+                return Ok(Sent::Taken { rejected });
+            };
+            metrics::counter!(crate::observe::SEND_FAILURES).increment(1);
+            match answer.map(|answer| (answer.status, answer.verdict())) {
+                Some((_, Verdict::TooLarge | Verdict::BadData)) if spans.len() > 1 => {
+                    return Ok(Sent::Split(spans));
                 }
-                (Err(_), Some(answer)) if answer.refusal().is_some() => {
-                    metrics::counter!(crate::observe::SEND_FAILURES).increment(1);
-                    return Err(Error::ReceiverRefused {
-                        endpoint: self.endpoint.clone(),
-                        status: answer.status,
-                        refusal: answer.refusal().unwrap_or(Refusal::Data),
-                    });
+                Some((status, Verdict::BadData)) => {
+                    tracing::warn!(
+                        status,
+                        "the trace receiver refused a span; it is counted as rejected and not sent again"
+                    );
+                    return Ok(Sent::Taken { rejected: 1 });
                 }
-                (Err(e), _) => {
-                    metrics::counter!(crate::observe::SEND_FAILURES).increment(1);
+                Some((status, Verdict::TooLarge)) => {
+                    return Err(self.refused(status, Refusal::TooLarge));
+                }
+                Some((status, Verdict::Stop(refusal))) => {
+                    return Err(self.refused(status, refusal));
+                }
+                Some((_, Verdict::Retry)) | None => {
                     let wait = waits.next().unwrap_or(sessionlog_log::retry::MAX_DELAY);
                     tracing::warn!(error = %e, ?wait, "the trace receiver did not take the spans; retrying");
                     tokio::select! {
@@ -238,14 +257,24 @@ impl Receiver {
             }
         }
     }
+
+    /// The error for a refusal no retry changes.
+    fn refused(&self, status: u16, refusal: Refusal) -> Error {
+        Error::ReceiverRefused {
+            endpoint: self.endpoint.clone(),
+            status,
+            refusal,
+        }
+    }
 }
 
 /// How one request ended.
 enum Sent {
     /// The receiver took it, rejecting this many of its spans.
     Taken { rejected: u64 },
-    /// The receiver found it too large (413): send it again in halves.
-    TooLarge(Vec<SpanData>),
+    /// The receiver would not take it whole (413, or a span it refuses): send it again in
+    /// halves.
+    Split(Vec<SpanData>),
     /// Shut down before the receiver took it.
     ShutDown,
 }
@@ -256,17 +285,21 @@ mod tests {
     use opentelemetry_proto::tonic::collector::trace::v1::{
         ExportTracePartialSuccess, ExportTraceServiceRequest,
     };
+    use opentelemetry_proto::tonic::trace::v1::Span;
     use sessionlog_schemas::SessionId;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    /// How the test receiver answers a request of `spans` spans: status and body.
-    type Answering = Arc<dyn Fn(usize) -> (u16, Vec<u8>) + Send + Sync>;
+    /// How the test receiver answers a request holding `spans`: status and body.
+    type Answering = Arc<dyn Fn(&[Span]) -> (u16, Vec<u8>) + Send + Sync>;
+
+    /// What the test receiver took: each span id of the requests it answered 200, in order.
+    type Taken = Arc<Mutex<Vec<Vec<u8>>>>;
 
     /// An OTLP/HTTP receiver on a local port answering with `answering`; returns its traces
-    /// endpoint and the spans of every request it answered 200.
-    async fn receiver(answering: Answering) -> (String, Arc<Mutex<Vec<usize>>>) {
-        let taken = Arc::new(Mutex::new(Vec::new()));
+    /// endpoint and what it took.
+    async fn receiver(answering: Answering) -> (String, Taken) {
+        let taken = Taken::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a local port");
@@ -277,15 +310,16 @@ mod tests {
                 let taken = Arc::clone(&taken);
                 move |body: axum::body::Bytes| async move {
                     let request = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                    let spans: usize = request
+                    let spans: Vec<Span> = request
                         .resource_spans
-                        .iter()
-                        .flat_map(|r| &r.scope_spans)
-                        .map(|s| s.spans.len())
-                        .sum();
-                    let (status, body) = answering(spans);
+                        .into_iter()
+                        .flat_map(|r| r.scope_spans)
+                        .flat_map(|s| s.spans)
+                        .collect();
+                    let (status, body) = answering(&spans);
                     if status == 200 {
-                        taken.lock().expect("not poisoned").push(spans);
+                        let mut taken = taken.lock().expect("not poisoned");
+                        taken.extend(spans.into_iter().map(|span| span.span_id));
                     }
                     (
                         axum::http::StatusCode::from_u16(status).expect("a status"),
@@ -299,15 +333,7 @@ mod tests {
         (format!("http://{address}/v1/traces"), taken)
     }
 
-    fn options(endpoint: &str) -> ExportOptions {
-        ExportOptions {
-            endpoint: endpoint.to_string(),
-            request_timeout: Duration::from_secs(5),
-            ..ExportOptions::default()
-        }
-    }
-
-    /// `sessions` example sessions' spans (three each).
+    /// `sessions` example sessions' spans (a model call, a tool call, the root, each).
     fn spans(sessions: usize) -> Vec<SpanData> {
         (0..sessions)
             .flat_map(|_| crate::genai::tests::follow(SessionId::new(), false))
@@ -315,9 +341,23 @@ mod tests {
             .collect()
     }
 
+    /// The span ids of `spans` not named `except`, in order.
+    fn ids(spans: &[SpanData], except: &str) -> Vec<Vec<u8>> {
+        spans
+            .iter()
+            .filter(|span| span.name != except)
+            .map(|span| span.span_context.span_id().to_bytes().to_vec())
+            .collect()
+    }
+
     /// Delivers `spans` with a shutdown that never comes, within a deadline.
     async fn deliver(endpoint: &str, spans: Vec<SpanData>) -> (Result<bool>, ExportSummary) {
-        let receiver = Receiver::new(&options(endpoint)).expect("an exporter");
+        let options = ExportOptions {
+            endpoint: endpoint.to_string(),
+            request_timeout: Duration::from_secs(5),
+            ..ExportOptions::default()
+        };
+        let receiver = Receiver::new(&options).expect("an exporter");
         let mut summary = ExportSummary::default();
         let mut never = std::pin::pin!(std::future::pending::<()>());
         let result = tokio::time::timeout(
@@ -329,17 +369,23 @@ mod tests {
         (result, summary)
     }
 
-    #[tokio::test]
-    async fn a_receiver_refusing_the_credentials_stops_the_export_naming_header() {
+    /// A receiver answering every request with `status`, counting them.
+    async fn always(status: u16) -> (String, Taken, Arc<AtomicUsize>) {
         let asked = Arc::new(AtomicUsize::new(0));
         let (endpoint, taken) = receiver({
             let asked = Arc::clone(&asked);
             Arc::new(move |_| {
                 asked.fetch_add(1, Ordering::Relaxed);
-                (401, Vec::new())
+                (status, Vec::new())
             })
         })
         .await;
+        (endpoint, taken, asked)
+    }
+
+    #[tokio::test]
+    async fn a_receiver_refusing_the_credentials_stops_the_export_naming_header() {
+        let (endpoint, taken, asked) = always(401).await;
         let (result, summary) = deliver(&endpoint, spans(2)).await;
         let error = result.expect_err("a 401 is not retried forever");
         assert!(
@@ -353,46 +399,81 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_traces_endpoint_stops_the_export_naming_endpoint() {
+        let (endpoint, _, asked) = always(404).await;
+        let (result, _) = deliver(&endpoint, spans(1)).await;
+        let error = result.expect_err("a 404 is not retried forever");
+        assert!(error.to_string().contains("--endpoint"), "{error}");
+        assert_eq!(asked.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
     async fn spans_rejected_in_a_partial_success_are_counted_not_sent_again() {
-        let (endpoint, taken) = receiver(Arc::new(|_| {
-            let response = ExportTraceServiceResponse {
-                partial_success: Some(ExportTracePartialSuccess {
-                    rejected_spans: 2,
-                    error_message: "two spans without a name".into(),
-                }),
-            };
-            (200, response.encode_to_vec())
-        }))
-        .await;
+        let answering = |rejected_spans: i64| -> Answering {
+            Arc::new(move |_| {
+                let response = ExportTraceServiceResponse {
+                    partial_success: Some(ExportTracePartialSuccess {
+                        rejected_spans,
+                        error_message: "spans without a name".into(),
+                    }),
+                };
+                (200, response.encode_to_vec())
+            })
+        };
+        let sent = spans(2);
+        let (endpoint, taken) = receiver(answering(2)).await;
+        let (result, summary) = deliver(&endpoint, sent.clone()).await;
+        assert!(result.expect("taken"));
+        assert_eq!((summary.spans, summary.rejected_spans), (6, 2));
+        assert_eq!(*taken.lock().expect("not poisoned"), ids(&sent, ""), "once");
+
+        // A count beyond the request's spans is the receiver's mistake: at most all of them.
+        let (endpoint, _) = receiver(answering(i64::MAX)).await;
         let (result, summary) = deliver(&endpoint, spans(2)).await;
         assert!(result.expect("taken"));
-        assert_eq!(summary.spans, 6);
-        assert_eq!(summary.rejected_spans, 2);
-        assert_eq!(
-            *taken.lock().expect("not poisoned"),
-            [6],
-            "one request, once"
+        assert_eq!((summary.spans, summary.rejected_spans), (6, 6));
+    }
+
+    #[tokio::test]
+    async fn a_request_too_large_goes_again_in_halves_in_order() {
+        // Takes at most 40 spans a request: 60 sessions' 180 spans are two requests of 128
+        // and 52, which it takes in pieces of 32 and 26.
+        let (endpoint, taken) = receiver(Arc::new(|spans| {
+            (if spans.len() > 40 { 413 } else { 200 }, Vec::new())
+        }))
+        .await;
+        let sent = spans(60);
+        let (result, summary) = deliver(&endpoint, sent.clone()).await;
+        assert!(result.expect("taken"));
+        assert_eq!((summary.spans, summary.rejected_spans), (180, 0));
+        assert_eq!(*taken.lock().expect("not poisoned"), ids(&sent, ""));
+    }
+
+    #[tokio::test]
+    async fn a_single_span_too_large_stops_the_export() {
+        let (endpoint, _, _) = always(413).await;
+        let (result, _) = deliver(&endpoint, spans(1)).await;
+        let error = result.expect_err("one span too large cannot be split");
+        assert!(
+            matches!(error, Error::ReceiverRefused { status: 413, .. }),
+            "{error:?}"
         );
     }
 
     #[tokio::test]
-    async fn a_request_too_large_goes_again_in_halves_until_the_receiver_takes_them() {
-        // Takes at most 40 spans a request: 60 sessions' 180 spans are two requests of 128
-        // and 52, which it takes in pieces of 32 and 26.
-        let (endpoint, taken) = receiver(Arc::new(|spans| {
-            (if spans > 40 { 413 } else { 200 }, Vec::new())
+    async fn spans_a_receiver_refuses_are_found_by_halves_and_counted_as_rejected() {
+        // Refuses any request holding a tool span: the rest goes through, in order.
+        let tool = "execute_tool grep";
+        let (endpoint, taken) = receiver(Arc::new(move |spans| {
+            let refused = spans.iter().any(|span| span.name == tool);
+            (if refused { 400 } else { 200 }, Vec::new())
         }))
         .await;
-        let (result, summary) = deliver(&endpoint, spans(60)).await;
-        assert!(result.expect("taken"));
-        assert_eq!(summary.spans, 180);
-        let taken = taken.lock().expect("not poisoned").clone();
-        assert_eq!(
-            taken.iter().sum::<usize>(),
-            180,
-            "every span once: {taken:?}"
-        );
-        assert!(taken.iter().all(|n| *n <= 40), "{taken:?}");
+        let sent = spans(5);
+        let (result, summary) = deliver(&endpoint, sent.clone()).await;
+        assert!(result.expect("the export goes on"));
+        assert_eq!((summary.spans, summary.rejected_spans), (15, 5));
+        assert_eq!(*taken.lock().expect("not poisoned"), ids(&sent, tool));
     }
 
     #[tokio::test]
@@ -409,7 +490,7 @@ mod tests {
         let (result, summary) = deliver(&endpoint, spans(1)).await;
         assert!(result.expect("taken once the receiver recovers"));
         assert_eq!(summary.spans, 3);
-        assert_eq!(*taken.lock().expect("not poisoned"), [3]);
+        assert_eq!(taken.lock().expect("not poisoned").len(), 3);
         assert!(asked.load(Ordering::Relaxed) >= 3);
     }
 }

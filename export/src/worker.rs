@@ -80,10 +80,10 @@ impl Default for ExportOptions {
 pub struct ExportSummary {
     /// Records read.
     pub records: u64,
-    /// Spans the receiver took.
+    /// Spans the receiver answered for good (rejected ones included).
     pub spans: u64,
-    /// Spans of those the receiver rejected while taking their request (OTLP partial
-    /// success): its log says why; they are not sent again.
+    /// Of those, spans the receiver rejected (an OTLP partial success, or a span it answered
+    /// 4xx alone): its log says why; they are not sent again.
     pub rejected_spans: u64,
     /// Sessions met mid-way and rebuilt from the log first.
     pub rebuilt_sessions: u64,
