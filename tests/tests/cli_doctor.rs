@@ -29,7 +29,10 @@ fn doctor_json(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> Result<(Option<i32>, Value)> {
-    let mut all = vec!["--json", "--timeout", "5s"];
+    // The servers answer in milliseconds, but CI runs every test at once on a few cores, and
+    // a registry slow to answer under that load is not what these tests look for (a server
+    // that is not there is refused at once, whatever the timeout).
+    let mut all = vec!["--json", "--timeout", "30s"];
     all.extend_from_slice(args);
     let output = doctor(stack, env, &all)?;
     let report = serde_json::from_slice(&output.stdout).with_context(|| {
