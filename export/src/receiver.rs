@@ -383,28 +383,34 @@ mod tests {
         (endpoint, taken, asked)
     }
 
-    #[tokio::test]
-    async fn a_receiver_refusing_the_credentials_stops_the_export_naming_header() {
-        let (endpoint, taken, asked) = always(401).await;
-        let (result, summary) = deliver(&endpoint, spans(2)).await;
-        let error = result.expect_err("a 401 is not retried forever");
+    /// Delivers `sessions` sessions' spans to a receiver answering every request with
+    /// `status`, which must stop the export with that status after one request; returns the
+    /// error, the summary and what the receiver took.
+    async fn stopped_by(status: u16, sessions: usize) -> (Error, ExportSummary, Vec<Vec<u8>>) {
+        let (endpoint, taken, asked) = always(status).await;
+        let (result, summary) = deliver(&endpoint, spans(sessions)).await;
+        let error = result.expect_err("a refusal is not retried forever");
         assert!(
-            matches!(error, Error::ReceiverRefused { status: 401, .. }),
+            matches!(error, Error::ReceiverRefused { status: s, .. } if s == status),
             "{error:?}"
         );
-        assert!(error.to_string().contains("--header"), "{error}");
         assert_eq!(asked.load(Ordering::Relaxed), 1, "asked once, not retried");
+        let taken = taken.lock().expect("not poisoned").clone();
+        (error, summary, taken)
+    }
+
+    #[tokio::test]
+    async fn a_receiver_refusing_the_credentials_stops_the_export_naming_header() {
+        let (error, summary, taken) = stopped_by(401, 2).await;
+        assert!(error.to_string().contains("--header"), "{error}");
         assert_eq!(summary.spans, 0);
-        assert!(taken.lock().expect("not poisoned").is_empty());
+        assert!(taken.is_empty());
     }
 
     #[tokio::test]
     async fn no_traces_endpoint_stops_the_export_naming_endpoint() {
-        let (endpoint, _, asked) = always(404).await;
-        let (result, _) = deliver(&endpoint, spans(1)).await;
-        let error = result.expect_err("a 404 is not retried forever");
+        let (error, _, _) = stopped_by(404, 1).await;
         assert!(error.to_string().contains("--endpoint"), "{error}");
-        assert_eq!(asked.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
@@ -451,13 +457,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_single_span_too_large_stops_the_export() {
-        let (endpoint, _, _) = always(413).await;
-        let (result, _) = deliver(&endpoint, spans(1)).await;
+        // Three spans would be split; one cannot be.
+        let (endpoint, _, asked) = always(413).await;
+        let (result, _) = deliver(&endpoint, spans(1).split_off(2)).await;
         let error = result.expect_err("one span too large cannot be split");
         assert!(
             matches!(error, Error::ReceiverRefused { status: 413, .. }),
             "{error:?}"
         );
+        assert!(error.to_string().contains("size limit"), "{error}");
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "asked once, not retried");
     }
 
     #[tokio::test]
