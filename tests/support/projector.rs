@@ -103,7 +103,9 @@ pub async fn dead_letters(stack: &TestStack) -> Result<Vec<DeadLetterHeaders>> {
 }
 
 /// Every record of `topic` (all partitions, from the start to the end it had when the read
-/// began), as `map` makes of it, read with its own consumer that commits nothing.
+/// began), as `map` makes of it, read with its own consumer that commits nothing. Returned in
+/// (partition, offset) order: a consumer interleaves partitions as fetches arrive, so two reads
+/// of an unchanged topic would otherwise compare unequal.
 pub async fn every_record<T: Send + 'static>(
     stack: &TestStack,
     topic: &str,
@@ -143,9 +145,10 @@ pub async fn every_record<T: Send + 'static>(
             };
             let message = message?;
             next.insert(message.partition(), message.offset() + 1);
-            out.push(map(&message));
+            out.push(((message.partition(), message.offset()), map(&message)));
         }
-        Ok(out)
+        out.sort_by_key(|(at, _)| *at);
+        Ok(out.into_iter().map(|(_, record)| record).collect())
     })
     .await?
 }
