@@ -138,7 +138,9 @@ pub async fn export(
     shutdown: impl Future<Output = ()>,
 ) -> Result<ExportSummary> {
     let started = Instant::now();
-    let recovery = Recovery::connect(settings).await?;
+    // The export only rebuilds sessions from the log: it needs no signing key (compose mounts
+    // none into it) and should hold none.
+    let recovery = Recovery::connect_reader(settings).await?;
     let decoder = EventDecoder::new(settings.registry.client()?);
     let receiver = Receiver::new(&options)?;
     let topic = settings.kafka.topic.clone();

@@ -52,6 +52,14 @@ impl Notary {
         Ok(Self { key, trusted })
     }
 
+    /// No key and no trusted keys: for a reader, which signs nothing and checks nothing.
+    pub fn unsigned() -> Self {
+        Self {
+            key: None,
+            trusted: Vec::new(),
+        }
+    }
+
     /// The signing key, or the error naming the setting: asked before a privileged action
     /// appends anything (its claim fences the harness), not only when it signs.
     pub fn signing_key(&self) -> Result<&SigningKey> {

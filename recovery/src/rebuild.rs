@@ -114,6 +114,18 @@ impl Recovery {
     /// ([`ProjectionStore::open`]): recovery never creates or migrates a keyspace, and fails
     /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
+        let notary = crate::notary::Notary::from_settings(&settings.recovery)?;
+        Self::connect_with(settings, notary).await
+    }
+
+    /// As [`Recovery::connect`], for a reader that rebuilds sessions and appends nothing
+    /// privileged (the OTLP export): it reads no signing key, so it runs where none is mounted
+    /// and never holds one it does not need. Approvals and operator results fail through it.
+    pub async fn connect_reader(settings: &Settings) -> Result<Self> {
+        Self::connect_with(settings, crate::notary::Notary::unsigned()).await
+    }
+
+    async fn connect_with(settings: &Settings, notary: crate::notary::Notary) -> Result<Self> {
         let decoder = EventDecoder::new(settings.registry.client()?);
         let store = ProjectionStore::open_checked(settings).await?;
         // Claims made through this log catch up from the projection, not the partition's start.
@@ -137,7 +149,7 @@ impl Recovery {
             partitions: log.partitions(),
             log,
             resolvers: Resolvers::http(&settings.recovery.resolvers),
-            notary: crate::notary::Notary::from_settings(&settings.recovery)?,
+            notary,
             keys,
             readiness,
             resumes: Arc::new(tokio::sync::Semaphore::new(

@@ -57,6 +57,12 @@ fn export(
             "SESSIONLOG_PRIVACY__ENCRYPT",
             stack.settings.privacy.encrypt.to_string(),
         )
+        // As in docker-compose, whose shared environment names recovery's signing key while
+        // the export's container does not mount it: the export reads no signing key.
+        .env(
+            "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE",
+            "/nonexistent/sessionlog/recovery-key.pem",
+        )
         .output()?;
     ensure!(
         output.status.success(),
