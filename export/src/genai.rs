@@ -3,9 +3,11 @@
 //!
 //! The tree is the one the projector writes (`sessionlog_session::trace`): the session is the
 //! root (`invoke_agent {agent}`), model calls (`chat {model}`) hang off it, tool calls
-//! (`execute_tool {tool}`) hang off the model call that asked for them, steering and
-//! approvals are points on the session. A span is exported once, by the event that closes
-//! it, so a receiver gets it whole: a session that has not ended has no root span yet.
+//! (`execute_tool {tool}`) hang off the model call that asked for them. Steering and
+//! approvals, the projector's point rows on the session, go out as span events on the root
+//! span (an OTLP span event is a point in time on a span). A span is exported once, by the
+//! event that closes it, so a receiver gets it whole: a session that has not ended has no root
+//! span yet, nor its events.
 //!
 //! Ids: the trace id is the session id's 16 bytes; a span id is the first 8 bytes of
 //! SHA-256(session id, the seq that opened the span). The same log gives the same ids on
@@ -14,7 +16,7 @@
 //! Pure: no I/O. The export worker feeds [`Trail::follow`] each event of a session in order.
 
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
@@ -79,7 +81,14 @@ pub struct Trail {
     pub applied: Option<LogPosition>,
     last_model_call: Option<Seq>,
     calls: HashMap<Seq, OpenCall>,
+    /// The session's steering and approvals so far: the root span's events.
+    points: SpanEvents,
 }
+
+/// The most events the root span carries; later ones are counted as dropped. The SDK's own
+/// default limit, so a session steered without end does not grow the export's memory or one
+/// request without bound.
+pub const MAX_SESSION_EVENTS: usize = 128;
 
 /// The span an event closes, before it is turned into OTLP.
 struct Closed<'a> {
@@ -96,6 +105,7 @@ impl Trail {
             applied: None,
             last_model_call: None,
             calls: HashMap::new(),
+            points: SpanEvents::default(),
         }
     }
 
@@ -117,14 +127,18 @@ impl Trail {
         opened: Option<&EventEnvelope>,
     ) -> Option<SpanData> {
         let closed = self.advance(event, at, opened)?;
-        Some(span_data(
+        let mut span = span_data(
             event,
             &closed.write,
             closed.call,
             &self.state,
             at,
             closed.texts,
-        ))
+        );
+        if closed.write.span_kind == tree::SESSION {
+            span.events = std::mem::take(&mut self.points);
+        }
+        Some(span)
     }
 
     /// Folds `event` without building its span: catching up on a session's past.
@@ -171,9 +185,39 @@ impl Trail {
         };
         self.last_model_call = last_model_call_after(event, self.last_model_call);
         let write = write.filter(SpanWrite::closes)?;
+        if matches!(write.span_kind, tree::STEERING | tree::APPROVAL) {
+            self.note_point(&write, at);
+            return None;
+        }
         Some(Closed { write, call, texts })
     }
+
+    /// Keeps a steering message or an approval's request or decision for the root span.
+    fn note_point(&mut self, write: &SpanWrite, at: LogPosition) {
+        if self.points.events.len() >= MAX_SESSION_EVENTS {
+            self.points.dropped_count = self.points.dropped_count.saturating_add(1);
+            return;
+        }
+        let mut attributes = vec![
+            KeyValue::new("sessionlog.event.seq", count(write.span_seq)),
+            KeyValue::new("sessionlog.outcome", write.outcome),
+            KeyValue::new("sessionlog.log.partition", i64::from(at.partition)),
+            KeyValue::new("sessionlog.log.offset", at.offset),
+        ];
+        if write.span_kind == tree::APPROVAL {
+            attributes.push(KeyValue::new("sessionlog.approval.id", write.name.clone()));
+        }
+        self.points.events.push(Event::new(
+            write.span_kind,
+            system_time(write.start_us),
+            attributes,
+            0,
+        ));
+    }
 }
+
+/// `gen_ai.provider.name` of a model call whose event names no provider.
+pub const UNKNOWN_PROVIDER: &str = "unknown";
 
 /// The most of one text a span carries: receivers refuse large requests, and a trace is for
 /// reading, not for keeping whole tool outputs.
@@ -309,9 +353,10 @@ fn span_data(
                 KeyValue::new("gen_ai.usage.output_tokens", count(*tokens_out)),
                 KeyValue::new("sessionlog.cost_usd", dollars(*cost_micros)),
             ]);
-            if let Some(provider) = provider {
-                attributes.push(KeyValue::new("gen_ai.provider.name", provider.clone()));
-            }
+            // The convention requires the provider; `unknown` says the harness did not name it
+            // rather than leaving the attribute out.
+            let provider = provider.as_deref().unwrap_or(UNKNOWN_PROVIDER);
+            attributes.push(KeyValue::new("gen_ai.provider.name", provider.to_owned()));
             if *cache_read_tokens > 0 {
                 attributes.push(KeyValue::new(
                     "gen_ai.usage.cache_read.input_tokens",
@@ -369,10 +414,6 @@ fn span_data(
                 }
             }
             (format!("execute_tool {tool}"), SpanKind::Internal)
-        }
-        (_, tree::APPROVAL) => {
-            attributes.push(KeyValue::new("sessionlog.approval.id", write.name.clone()));
-            ("approval".to_string(), SpanKind::Internal)
         }
         (_, kind) => (kind.to_string(), SpanKind::Internal),
     };
@@ -612,6 +653,127 @@ pub(crate) mod tests {
         assert_eq!(
             attribute(tool, "gen_ai.tool.call.result"),
             Some(&Value::from("no match"))
+        );
+    }
+
+    /// Follows `events` from seq 1 at offsets 0.., returning the spans they close.
+    fn follow_all(session: SessionId, events: Vec<SessionEvent>) -> Vec<SpanData> {
+        let mut trail = Trail::new(session);
+        let mut spans = Vec::new();
+        for (i, event) in events.into_iter().enumerate() {
+            let seq = Seq::try_from(i + 1).unwrap_or_default();
+            let at = LogPosition {
+                partition: 0,
+                offset: i64::try_from(i).unwrap_or_default(),
+            };
+            spans.extend(trail.follow(&envelope(session, seq, event), at, None));
+        }
+        spans
+    }
+
+    fn started() -> SessionEvent {
+        events().remove(0)
+    }
+
+    fn ended() -> SessionEvent {
+        events().pop().unwrap_or(SessionEvent::SessionEnded {
+            outcome: TerminalOutcome::Completed,
+            reason: None,
+        })
+    }
+
+    #[test]
+    fn steering_and_approvals_are_events_on_the_root_span() {
+        let session = SessionId(Uuid::now_v7());
+        let spans = follow_all(
+            session,
+            vec![
+                started(),
+                SessionEvent::SteeringMessage {
+                    author: "ana".into(),
+                    content: Content::plain("use the staging database"),
+                },
+                SessionEvent::ApprovalRequested {
+                    approval_id: "deploy-1".into(),
+                    action: Content::plain("deploy"),
+                },
+                ended(),
+            ],
+        );
+        assert_eq!(spans.len(), 1, "only the root: {spans:#?}");
+        let root = &spans[0];
+        assert_eq!(root.name, "invoke_agent planner");
+        let events: Vec<(&str, SystemTime)> = root
+            .events
+            .iter()
+            .map(|e| (e.name.as_ref(), e.timestamp))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("steering", system_time(2_000_000)),
+                ("approval", system_time(3_000_000)),
+            ]
+        );
+        let attribute = |event: &Event, key: &str| {
+            event
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone())
+        };
+        let (steering, approval) = (&root.events[0], &root.events[1]);
+        assert_eq!(
+            attribute(steering, "sessionlog.event.seq"),
+            Some(Value::I64(2))
+        );
+        assert_eq!(
+            attribute(steering, "sessionlog.log.offset"),
+            Some(Value::I64(1))
+        );
+        assert_eq!(
+            attribute(approval, "sessionlog.approval.id"),
+            Some(Value::from("deploy-1"))
+        );
+        assert_eq!(
+            attribute(approval, "sessionlog.outcome"),
+            Some(Value::from("requested"))
+        );
+        // Neither who steered nor what they said leaves.
+        let everything = format!("{:?}", root.events);
+        assert!(!everything.contains("ana") && !everything.contains("staging"));
+        assert_eq!(root.events.dropped_count, 0);
+    }
+
+    #[test]
+    fn a_session_steered_without_end_keeps_a_bounded_number_of_events() {
+        let session = SessionId(Uuid::now_v7());
+        let mut events = vec![started()];
+        events.extend(
+            (0..MAX_SESSION_EVENTS + 2).map(|_| SessionEvent::SteeringMessage {
+                author: "ana".into(),
+                content: Content::plain("again"),
+            }),
+        );
+        events.push(ended());
+        let spans = follow_all(session, events);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].events.len(), MAX_SESSION_EVENTS);
+        assert_eq!(spans[0].events.dropped_count, 2);
+    }
+
+    #[test]
+    fn a_model_call_without_a_provider_says_unknown() {
+        let session = SessionId(Uuid::now_v7());
+        let mut model = events().remove(1);
+        if let SessionEvent::ModelResponse { provider, .. } = &mut model {
+            *provider = None;
+        }
+        let spans = follow_all(session, vec![started(), model]);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(
+            attribute(&spans[0], "gen_ai.provider.name"),
+            Some(&Value::from(UNKNOWN_PROVIDER))
         );
     }
 

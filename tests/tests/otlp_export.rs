@@ -150,21 +150,20 @@ fn span_of(spans: &BTreeMap<String, Value>, session: SessionId, seq: Seq) -> Res
     Ok(span)
 }
 
+/// Microseconds since the epoch of one of Phoenix's RFC 3339 times.
+fn micros(value: &Value, key: &str) -> Result<i64> {
+    let text = value[key]
+        .as_str()
+        .with_context(|| format!("{key} in {value}"))?;
+    let nanos = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .with_context(|| format!("{key} {text:?}"))?
+        .unix_timestamp_nanos();
+    Ok(i64::try_from(nanos / 1_000)?)
+}
+
 /// The span's duration in microseconds, from Phoenix's RFC 3339 times.
 fn duration_us(span: &Value) -> Result<i64> {
-    let time = |key: &str| -> Result<i128> {
-        let text = span[key]
-            .as_str()
-            .with_context(|| format!("{key} in {span}"))?;
-        Ok(
-            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-                .with_context(|| format!("{key} {text:?}"))?
-                .unix_timestamp_nanos(),
-        )
-    };
-    Ok(i64::try_from(
-        (time("end_time")? - time("start_time")?) / 1_000,
-    )?)
+    Ok(micros(span, "end_time")? - micros(span, "start_time")?)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -172,7 +171,7 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
     let (url, endpoint) = phoenix()?;
     let stack = TestStack::new("otlp", 2).await?;
     let _projector = stack.spawn_projector()?;
-    let (example, _) = run_example_session(event_log(&stack).await?).await?;
+    let (example, example_events) = run_example_session(event_log(&stack).await?).await?;
     let example = example.session_id();
     let tools = tool_session(&stack).await?;
     let project = stack
@@ -201,10 +200,10 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
 
     let summary = export(&stack, &endpoint, &project, "all", &[])?;
     // The example: session, model call, tool call; the other: session, model call, two
-    // tool calls, steering.
-    assert_eq!(summary["spans"], 8, "{summary:#}");
-    let spans = wait_for_spans(&url, &project, 8).await?;
-    assert_eq!(spans.len(), 8, "{spans:#?}");
+    // tool calls (its steering is an event on its session span).
+    assert_eq!(summary["spans"], 7, "{summary:#}");
+    let spans = wait_for_spans(&url, &project, 7).await?;
+    assert_eq!(spans.len(), 7, "{spans:#?}");
 
     // The tool-calling session's tree, names and GenAI attributes.
     let session = tools.session;
@@ -279,14 +278,82 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
             "{span:#}"
         );
     }
-    let steering = span_of(&spans, session, tools.steering.envelope.seq)?;
-    assert_eq!(steering["parent_id"], root_id.as_str());
-    // The example session's tool call hangs off its model call.
-    let example_model = span_id(example, 3).to_string();
-    assert_eq!(span_of(&spans, example, 3)?["name"], "chat example-model");
+    // Steering is an event on the session span, at the time it was steered, naming its seq.
+    let steering_seq = tools.steering.envelope.seq;
+    assert!(
+        span_of(&spans, session, steering_seq).is_err(),
+        "steering is not a span of its own"
+    );
+    let events = root["events"].as_array().context("events of the root")?;
+    ensure!(
+        events.len() == 1 && events[0]["name"] == "steering",
+        "{root:#}"
+    );
     assert_eq!(
-        span_of(&spans, example, 4)?["parent_id"],
-        example_model.as_str()
+        attribute(&events[0], "sessionlog.event.seq"),
+        Some(&Value::from(steering_seq)),
+        "{root:#}"
+    );
+    assert_eq!(
+        micros(&events[0], "timestamp")?,
+        tools.steering.envelope.occurred_at
+    );
+
+    // The example session: its root, its model call (whose event names no provider) and the
+    // tool call that hangs off it, each as long as the events say.
+    let at = |seq: Seq| -> Result<&sessionlog_producer::Appended> {
+        example_events
+            .iter()
+            .find(|a| a.envelope.seq == seq)
+            .with_context(|| format!("example event {seq}"))
+    };
+    let (example_root, example_model, example_tool) = (
+        span_of(&spans, example, 1)?,
+        span_of(&spans, example, 3)?,
+        span_of(&spans, example, 4)?,
+    );
+    let last = example_events.last().context("the example's end")?;
+    assert_eq!(example_root["name"], "invoke_agent example-harness");
+    assert_eq!(example_root["parent_id"], Value::Null);
+    assert_eq!(
+        attribute(example_root, "gen_ai.agent.name"),
+        Some(&Value::from("example-harness"))
+    );
+    assert_eq!(
+        duration_us(example_root)?,
+        last.envelope.occurred_at - at(1)?.envelope.occurred_at
+    );
+    assert_eq!(example_model["name"], "chat example-model");
+    assert_eq!(
+        example_model["parent_id"],
+        span_id(example, 1).to_string().as_str()
+    );
+    for (key, value) in [
+        ("gen_ai.operation.name", Value::from("chat")),
+        ("gen_ai.provider.name", Value::from("unknown")),
+        ("gen_ai.request.model", Value::from("example-model")),
+        ("gen_ai.usage.input_tokens", Value::from(1_250)),
+        ("gen_ai.usage.output_tokens", Value::from(310)),
+        ("gen_ai.conversation.id", Value::from(example.to_string())),
+    ] {
+        assert_eq!(
+            attribute(example_model, key),
+            Some(&value),
+            "{key} in {example_model:#}"
+        );
+    }
+    assert_eq!(
+        duration_us(example_model)?,
+        at(3)?.envelope.occurred_at - started_at(at(3)?)
+    );
+    assert_eq!(example_tool["name"], "execute_tool shell");
+    assert_eq!(
+        example_tool["parent_id"],
+        span_id(example, 3).to_string().as_str()
+    );
+    assert_eq!(
+        duration_us(example_tool)?,
+        at(5)?.envelope.occurred_at - at(4)?.envelope.occurred_at
     );
 
     // Everything again, and one more session after it, whose span arriving says Phoenix has
@@ -295,7 +362,7 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
     let mut writer = writer;
     writer.close(TerminalOutcome::Completed, None).await?;
     let again = export(&stack, &endpoint, &project, "all", &["--from-beginning"])?;
-    assert_eq!(again["spans"], 9, "{again:#}");
+    assert_eq!(again["spans"], 8, "{again:#}");
     let closer = span_id(writer.session_id(), 1).to_string();
     let after = wait_for(
         "the closer's span in Phoenix",
@@ -310,7 +377,7 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
     )
     .await;
     after?;
-    assert_eq!(wait_for_spans(&url, &project, 9).await?.len(), 9);
+    assert_eq!(wait_for_spans(&url, &project, 8).await?.len(), 8);
     Ok(())
 }
 
@@ -353,7 +420,7 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
     )
     .await?;
     export(&stack, &endpoint, &project, "content", &["--with-content"])?;
-    let spans = wait_for_spans(&url, &project, 8).await?;
+    let spans = wait_for_spans(&url, &project, 7).await?;
     let grep = span_of(&spans, session, tools.calls[0].0.envelope.seq)?;
     assert_eq!(
         attribute(grep, "gen_ai.tool.call.arguments"),
@@ -446,7 +513,8 @@ async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Res
         "{ready:#}"
     );
 
-    // A session of 5 spans (session, model call, two tool calls, steering) is sent and counted.
+    // A session of 4 spans (session, model call, two tool calls; its steering is an event on
+    // the session span) is sent and counted.
     tool_session(&stack).await?;
     let http = reqwest::Client::new();
     let page = wait_for(
@@ -456,7 +524,7 @@ async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Res
             let request = http.get(format!("{base}/metrics")).send();
             async move {
                 let page = request.await?.text().await?;
-                Ok((metric(&page, "sessionlog_export_spans_total") >= Some(5.0)).then_some(page))
+                Ok((metric(&page, "sessionlog_export_spans_total") >= Some(4.0)).then_some(page))
             }
         },
     )
