@@ -137,6 +137,13 @@ fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
     })
 }
 
+/// Asserts each of `expected` is an attribute of `span` with that value.
+fn has_attributes<const N: usize>(span: &Value, expected: [(&str, Value); N]) {
+    for (key, value) in expected {
+        assert_eq!(attribute(span, key), Some(&value), "{key} in {span:#}");
+    }
+}
+
 /// The span Phoenix holds for the span `seq` opened in `session`.
 fn span_of(spans: &BTreeMap<String, Value>, session: SessionId, seq: Seq) -> Result<&Value> {
     let id = span_id(session, seq).to_string();
@@ -222,21 +229,22 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
     let root_id = span_id(session, 1).to_string();
     assert_eq!(model["name"], "chat model-x");
     assert_eq!(model["parent_id"], root_id.as_str());
-    for (key, value) in [
-        ("gen_ai.operation.name", Value::from("chat")),
-        ("gen_ai.provider.name", Value::from("openai")),
-        ("gen_ai.request.model", Value::from("model-x")),
-        ("gen_ai.response.model", Value::from("model-x")),
-        ("gen_ai.usage.input_tokens", Value::from(1_200)),
-        ("gen_ai.usage.output_tokens", Value::from(300)),
-        ("gen_ai.conversation.id", Value::from(session.to_string())),
-        (
-            "sessionlog.log.offset",
-            Value::from(tools.model.position.offset),
-        ),
-    ] {
-        assert_eq!(attribute(model, key), Some(&value), "{key} in {model:#}");
-    }
+    has_attributes(
+        model,
+        [
+            ("gen_ai.operation.name", Value::from("chat")),
+            ("gen_ai.provider.name", Value::from("openai")),
+            ("gen_ai.request.model", Value::from("model-x")),
+            ("gen_ai.response.model", Value::from("model-x")),
+            ("gen_ai.usage.input_tokens", Value::from(1_200)),
+            ("gen_ai.usage.output_tokens", Value::from(300)),
+            ("gen_ai.conversation.id", Value::from(session.to_string())),
+            (
+                "sessionlog.log.offset",
+                Value::from(tools.model.position.offset),
+            ),
+        ],
+    );
     assert_eq!(
         duration_us(model)?,
         tools.model.envelope.occurred_at - started_at(&tools.model)
@@ -328,20 +336,17 @@ async fn sessions_export_to_phoenix_as_genai_spans_once_whatever_the_re_exports(
         example_model["parent_id"],
         span_id(example, 1).to_string().as_str()
     );
-    for (key, value) in [
-        ("gen_ai.operation.name", Value::from("chat")),
-        ("gen_ai.provider.name", Value::from("unknown")),
-        ("gen_ai.request.model", Value::from("example-model")),
-        ("gen_ai.usage.input_tokens", Value::from(1_250)),
-        ("gen_ai.usage.output_tokens", Value::from(310)),
-        ("gen_ai.conversation.id", Value::from(example.to_string())),
-    ] {
-        assert_eq!(
-            attribute(example_model, key),
-            Some(&value),
-            "{key} in {example_model:#}"
-        );
-    }
+    has_attributes(
+        example_model,
+        [
+            ("gen_ai.operation.name", Value::from("chat")),
+            ("gen_ai.provider.name", Value::from("unknown")),
+            ("gen_ai.request.model", Value::from("example-model")),
+            ("gen_ai.usage.input_tokens", Value::from(1_250)),
+            ("gen_ai.usage.output_tokens", Value::from(310)),
+            ("gen_ai.conversation.id", Value::from(example.to_string())),
+        ],
+    );
     assert_eq!(
         duration_us(example_model)?,
         at(3)?.envelope.occurred_at - started_at(at(3)?)
