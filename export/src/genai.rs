@@ -82,13 +82,48 @@ pub struct Trail {
     last_model_call: Option<Seq>,
     calls: HashMap<Seq, OpenCall>,
     /// The session's steering and approvals so far: the root span's events.
-    points: SpanEvents,
+    points: Vec<Point>,
+    /// Points beyond [`MAX_SESSION_EVENTS`], counted as the root span's dropped events.
+    dropped_points: u32,
+}
+
+/// A steering message or an approval's request or decision, kept compact until the root span
+/// is built: a trail may hold [`MAX_SESSION_EVENTS`] of them for each open session.
+#[derive(Clone, Debug)]
+struct Point {
+    /// [`tree::STEERING`] or [`tree::APPROVAL`].
+    kind: &'static str,
+    seq: Seq,
+    outcome: &'static str,
+    at: LogPosition,
+    time_us: Micros,
+    /// The approval's id, cut at [`MAX_APPROVAL_ID_BYTES`].
+    approval_id: Option<String>,
+}
+
+impl Point {
+    fn event(self) -> Event {
+        let mut attributes = vec![
+            KeyValue::new("sessionlog.event.seq", count(self.seq)),
+            KeyValue::new("sessionlog.outcome", self.outcome),
+            KeyValue::new("sessionlog.log.partition", i64::from(self.at.partition)),
+            KeyValue::new("sessionlog.log.offset", self.at.offset),
+        ];
+        if let Some(id) = self.approval_id {
+            attributes.push(KeyValue::new("sessionlog.approval.id", id));
+        }
+        Event::new(self.kind, system_time(self.time_us), attributes, 0)
+    }
 }
 
 /// The most events the root span carries; later ones are counted as dropped. The SDK's own
 /// default limit, so a session steered without end does not grow the export's memory or one
 /// request without bound.
 pub const MAX_SESSION_EVENTS: usize = 128;
+
+/// The most of an approval id (the harness's, up to an event's size) a root span's event
+/// carries: 128 whole ones could make the root span too large for a receiver.
+pub const MAX_APPROVAL_ID_BYTES: usize = 256;
 
 /// The span an event closes, before it is turned into OTLP.
 struct Closed<'a> {
@@ -105,7 +140,8 @@ impl Trail {
             applied: None,
             last_model_call: None,
             calls: HashMap::new(),
-            points: SpanEvents::default(),
+            points: Vec::new(),
+            dropped_points: 0,
         }
     }
 
@@ -136,7 +172,8 @@ impl Trail {
             closed.texts,
         );
         if closed.write.span_kind == tree::SESSION {
-            span.events = std::mem::take(&mut self.points);
+            span.events.events = self.points.drain(..).map(Point::event).collect();
+            span.events.dropped_count = std::mem::take(&mut self.dropped_points);
         }
         Some(span)
     }
@@ -194,25 +231,19 @@ impl Trail {
 
     /// Keeps a steering message or an approval's request or decision for the root span.
     fn note_point(&mut self, write: &SpanWrite, at: LogPosition) {
-        if self.points.events.len() >= MAX_SESSION_EVENTS {
-            self.points.dropped_count = self.points.dropped_count.saturating_add(1);
+        if self.points.len() >= MAX_SESSION_EVENTS {
+            self.dropped_points = self.dropped_points.saturating_add(1);
             return;
         }
-        let mut attributes = vec![
-            KeyValue::new("sessionlog.event.seq", count(write.span_seq)),
-            KeyValue::new("sessionlog.outcome", write.outcome),
-            KeyValue::new("sessionlog.log.partition", i64::from(at.partition)),
-            KeyValue::new("sessionlog.log.offset", at.offset),
-        ];
-        if write.span_kind == tree::APPROVAL {
-            attributes.push(KeyValue::new("sessionlog.approval.id", write.name.clone()));
-        }
-        self.points.events.push(Event::new(
-            write.span_kind,
-            system_time(write.start_us),
-            attributes,
-            0,
-        ));
+        self.points.push(Point {
+            kind: write.span_kind,
+            seq: write.span_seq,
+            outcome: write.outcome,
+            at,
+            time_us: write.start_us,
+            approval_id: (write.span_kind == tree::APPROVAL)
+                .then(|| cut(&write.name, MAX_APPROVAL_ID_BYTES)),
+        });
     }
 }
 
@@ -229,18 +260,24 @@ fn plain(content: &Content) -> Option<String> {
     let Content::Plain(text) = content else {
         return None;
     };
-    if text.len() <= MAX_TEXT_BYTES {
-        return Some(text.clone());
+    Some(cut(text, MAX_TEXT_BYTES))
+}
+
+/// `text`, or its first `max` bytes (at a character boundary) with a marker saying how much
+/// was left out.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
     }
-    let mut cut = MAX_TEXT_BYTES;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    Some(format!(
+    format!(
         "{}… [{} more bytes not exported]",
-        &text[..cut],
-        text.len() - cut
-    ))
+        &text[..end],
+        text.len() - end
+    )
 }
 
 /// The latest time a span may carry: 9999-12-31T23:59:59.999999Z, well inside what OTLP's
@@ -743,6 +780,47 @@ pub(crate) mod tests {
         let everything = format!("{:?}", root.events);
         assert!(!everything.contains("ana") && !everything.contains("staging"));
         assert_eq!(root.events.dropped_count, 0);
+    }
+
+    #[test]
+    fn steering_before_a_mid_way_start_is_kept_and_long_approval_ids_are_cut() {
+        let session = SessionId(Uuid::now_v7());
+        let long_id = "é".repeat(MAX_APPROVAL_ID_BYTES);
+        let past = [
+            started(),
+            SessionEvent::SteeringMessage {
+                author: "ana".into(),
+                content: Content::plain("stop"),
+            },
+            SessionEvent::ApprovalRequested {
+                approval_id: long_id.clone(),
+                action: Content::plain("deploy"),
+            },
+        ];
+        let mut trail = Trail::new(session);
+        let at = |offset| LogPosition {
+            partition: 0,
+            offset,
+        };
+        // The export met this session mid-way: its past is folded, not exported.
+        for (i, event) in past.into_iter().enumerate() {
+            let seq = Seq::try_from(i + 1).unwrap_or_default();
+            let offset = i64::try_from(i).unwrap_or_default();
+            trail.catch_up(&envelope(session, seq, event), at(offset), None);
+        }
+        let root = trail
+            .follow(&envelope(session, 4, ended()), at(3), None)
+            .expect("the end closes the root span");
+        let names: Vec<&str> = root.events.iter().map(|e| e.name.as_ref()).collect();
+        assert_eq!(names, ["steering", "approval"]);
+        let id = root.events[1]
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "sessionlog.approval.id")
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_default();
+        assert!(id.len() < long_id.len() && id.starts_with('é'), "{id}");
+        assert!(id.ends_with("more bytes not exported]"), "{id}");
     }
 
     #[test]

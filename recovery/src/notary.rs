@@ -52,7 +52,8 @@ impl Notary {
         Ok(Self { key, trusted })
     }
 
-    /// No key and no trusted keys: for a reader, which signs nothing and checks nothing.
+    /// No key and no trusted keys: for a reader, which signs nothing. It verifies nothing
+    /// either, so a session waiting on a signed decision does not resume through it.
     pub fn unsigned() -> Self {
         Self {
             key: None,

@@ -120,7 +120,8 @@ impl Recovery {
 
     /// As [`Recovery::connect`], for a reader that rebuilds sessions and appends nothing
     /// privileged (the OTLP export): it reads no signing key, so it runs where none is mounted
-    /// and never holds one it does not need. Approvals and operator results fail through it.
+    /// and never holds one it does not need. Approvals, operator results and resumes that rely
+    /// on a signed decision fail through it.
     pub async fn connect_reader(settings: &Settings) -> Result<Self> {
         Self::connect_with(settings, crate::notary::Notary::unsigned()).await
     }
