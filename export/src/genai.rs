@@ -539,30 +539,49 @@ pub(crate) mod tests {
         ]
     }
 
-    /// Follows the events, with content when asked; returns the spans by the seq that closed them.
+    /// Where the test events sit: the i-th (from 0) at offset 40 + i of partition 2.
+    fn position(i: usize) -> LogPosition {
+        LogPosition {
+            partition: 2,
+            offset: 40 + i64::try_from(i).unwrap_or_default(),
+        }
+    }
+
+    /// Follows [`events`], with content when asked; returns the spans by the seq that closed
+    /// them.
     pub(crate) fn follow(session: SessionId, with_content: bool) -> Vec<(Seq, SpanData)> {
+        follow_events(session, events(), with_content)
+    }
+
+    /// Follows `events` as seqs 1.. at [`position`]s 0..; the spans by the seq that closed them.
+    fn follow_events(
+        session: SessionId,
+        events: Vec<SessionEvent>,
+        with_content: bool,
+    ) -> Vec<(Seq, SpanData)> {
         let mut trail = Trail::new(session);
         let mut spans = Vec::new();
-        for (i, event) in events().into_iter().enumerate() {
+        for (i, event) in events.into_iter().enumerate() {
             let seq = Seq::try_from(i + 1).unwrap_or_default();
             let event = envelope(session, seq, event);
-            let at = LogPosition {
-                partition: 2,
-                offset: 40 + i64::try_from(i).unwrap_or_default(),
-            };
             let opened = with_content.then(|| event.clone());
-            if let Some(span) = trail.follow(&event, at, opened.as_ref()) {
+            if let Some(span) = trail.follow(&event, position(i), opened.as_ref()) {
                 spans.push((seq, span));
             }
         }
         spans
     }
 
-    fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
-        span.attributes
+    /// The value of `key` among `attributes` (a span's or an event's).
+    fn value_of<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+        attributes
             .iter()
             .find(|kv| kv.key.as_str() == key)
             .map(|kv| &kv.value)
+    }
+
+    fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+        value_of(&span.attributes, key)
     }
 
     #[test]
@@ -693,19 +712,12 @@ pub(crate) mod tests {
         );
     }
 
-    /// Follows `events` from seq 1 at offsets 0.., returning the spans they close.
+    /// The spans `events` close, without content.
     fn follow_all(session: SessionId, events: Vec<SessionEvent>) -> Vec<SpanData> {
-        let mut trail = Trail::new(session);
-        let mut spans = Vec::new();
-        for (i, event) in events.into_iter().enumerate() {
-            let seq = Seq::try_from(i + 1).unwrap_or_default();
-            let at = LogPosition {
-                partition: 0,
-                offset: i64::try_from(i).unwrap_or_default(),
-            };
-            spans.extend(trail.follow(&envelope(session, seq, event), at, None));
-        }
-        spans
+        follow_events(session, events, false)
+            .into_iter()
+            .map(|(_, span)| span)
+            .collect()
     }
 
     fn started() -> SessionEvent {
@@ -713,10 +725,10 @@ pub(crate) mod tests {
     }
 
     fn ended() -> SessionEvent {
-        events().pop().unwrap_or(SessionEvent::SessionEnded {
+        SessionEvent::SessionEnded {
             outcome: TerminalOutcome::Completed,
             reason: None,
-        })
+        }
     }
 
     #[test]
@@ -752,29 +764,22 @@ pub(crate) mod tests {
                 ("approval", system_time(3_000_000)),
             ]
         );
-        let attribute = |event: &Event, key: &str| {
-            event
-                .attributes
-                .iter()
-                .find(|kv| kv.key.as_str() == key)
-                .map(|kv| kv.value.clone())
-        };
-        let (steering, approval) = (&root.events[0], &root.events[1]);
+        let (steering, approval) = (&root.events[0].attributes, &root.events[1].attributes);
         assert_eq!(
-            attribute(steering, "sessionlog.event.seq"),
-            Some(Value::I64(2))
+            value_of(steering, "sessionlog.event.seq"),
+            Some(&Value::I64(2))
         );
         assert_eq!(
-            attribute(steering, "sessionlog.log.offset"),
-            Some(Value::I64(1))
+            value_of(steering, "sessionlog.log.offset"),
+            Some(&Value::I64(position(1).offset))
         );
         assert_eq!(
-            attribute(approval, "sessionlog.approval.id"),
-            Some(Value::from("deploy-1"))
+            value_of(approval, "sessionlog.approval.id"),
+            Some(&Value::from("deploy-1"))
         );
         assert_eq!(
-            attribute(approval, "sessionlog.outcome"),
-            Some(Value::from("requested"))
+            value_of(approval, "sessionlog.outcome"),
+            Some(&Value::from("requested"))
         );
         // Neither who steered nor what they said leaves.
         let everything = format!("{:?}", root.events);
@@ -798,26 +803,18 @@ pub(crate) mod tests {
             },
         ];
         let mut trail = Trail::new(session);
-        let at = |offset| LogPosition {
-            partition: 0,
-            offset,
-        };
         // The export met this session mid-way: its past is folded, not exported.
         for (i, event) in past.into_iter().enumerate() {
             let seq = Seq::try_from(i + 1).unwrap_or_default();
-            let offset = i64::try_from(i).unwrap_or_default();
-            trail.catch_up(&envelope(session, seq, event), at(offset), None);
+            trail.catch_up(&envelope(session, seq, event), position(i), None);
         }
         let root = trail
-            .follow(&envelope(session, 4, ended()), at(3), None)
+            .follow(&envelope(session, 4, ended()), position(3), None)
             .expect("the end closes the root span");
         let names: Vec<&str> = root.events.iter().map(|e| e.name.as_ref()).collect();
         assert_eq!(names, ["steering", "approval"]);
-        let id = root.events[1]
-            .attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == "sessionlog.approval.id")
-            .map(|kv| kv.value.as_str().into_owned())
+        let id = value_of(&root.events[1].attributes, "sessionlog.approval.id")
+            .map(|id| id.as_str().into_owned())
             .unwrap_or_default();
         assert!(id.len() < long_id.len() && id.starts_with('é'), "{id}");
         assert!(id.ends_with("more bytes not exported]"), "{id}");
