@@ -29,6 +29,10 @@ const EVENTS: u64 = 6;
 const CONCURRENT_HARNESSES: usize = 50;
 /// How long one request may keep being retried across instances.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(90);
+/// How long one attempt at one instance may take before the harness tries the next, as a
+/// harness with a client timeout would: without it an attempt that never completes (seen once
+/// in CI, with no connection open) held its harness, and the whole test, past any deadline.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The instances, by address; `None` while one is down.
 struct Fleet {
@@ -76,18 +80,21 @@ impl Fleet {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.addresses.len();
             let url = format!("http://{}/v1{path}", self.addresses[i]);
-            match self.http.post(&url).json(body).send().await {
-                Ok(response) if response.status() == StatusCode::SERVICE_UNAVAILABLE => {
+            let attempt = async {
+                let response = self.http.post(&url).json(body).send().await.ok()?;
+                let status = response.status();
+                if status == StatusCode::SERVICE_UNAVAILABLE {
                     self.unavailable.fetch_add(1, Ordering::Relaxed);
+                    return None;
                 }
-                Ok(response) => {
-                    let status = response.status();
-                    // A connection cut mid-answer by a kill: no answer, try the next one.
-                    if let Ok(answer) = response.json::<Value>().await {
-                        return Ok((status, answer));
-                    }
-                }
-                Err(_) => {}
+                // A connection cut mid-answer by a kill: no answer, try the next one.
+                let answer = response.json::<Value>().await.ok()?;
+                Some((status, answer))
+            };
+            // An attempt that times out is a request with no answer, like a cut connection:
+            // the same request goes to the next instance.
+            if let Ok(Some(answered)) = tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
+                return Ok(answered);
             }
             if started.elapsed() > REQUEST_DEADLINE {
                 bail!("no instance answered POST {path} within {REQUEST_DEADLINE:?}");
