@@ -36,8 +36,9 @@ def test_a_resent_append_is_a_duplicate_not_a_second_event(corner: StackCorner, 
     with client(corner, token) as c:
         opened = c.create("py-client", "resend")
         event = user_event(opened.next_seq, "once")
-        first = c.append(opened.session_id, opened.epoch, [event])
-        again = c.append(opened.session_id, opened.epoch, [event])
+        # The token the create answered proves the writer (a service that issues none asks for none).
+        first = c.append(opened.session_id, opened.epoch, [event], writer_token=opened.writer_token)
+        again = c.append(opened.session_id, opened.epoch, [event], writer_token=opened.writer_token)
         assert not first.events[0].duplicate
         assert again.events[0].duplicate
         assert (again.events[0].partition, again.events[0].offset) == (first.events[0].partition, first.events[0].offset)
@@ -104,16 +105,17 @@ def test_errors_are_raised_as_their_code(corner: StackCorner, token: str) -> Non
     with client(corner, token) as c:
         opened = c.create("py-client")
         with pytest.raises(errors.WrongSeq) as wrong:
-            c.append(opened.session_id, opened.epoch, [user_event(opened.next_seq + 5, "gap")])
+            c.append(opened.session_id, opened.epoch, [user_event(opened.next_seq + 5, "gap")], writer_token=opened.writer_token)
         assert wrong.value.status == 409 and wrong.value.problem["expected_seq"] == opened.next_seq
         taken = c.claim(opened.session_id, "another-harness")
         assert taken.epoch == opened.epoch + 1
         with pytest.raises(errors.Fenced):
-            c.append(opened.session_id, opened.epoch, [user_event(taken.next_seq, "late")])
+            c.append(opened.session_id, opened.epoch, [user_event(taken.next_seq, "late")], writer_token=opened.writer_token)
         with pytest.raises(errors.UnknownSession):
             c.resume(str(uuid.uuid4()), "nobody")
         with pytest.raises(errors.InvalidEvent):
-            c.append(opened.session_id, taken.epoch, [{"seq": taken.next_seq, "kind": "UserRequest", "data": {}}])
+            invalid = {"seq": taken.next_seq, "kind": "UserRequest", "data": {}}
+            c.append(opened.session_id, taken.epoch, [invalid], writer_token=taken.writer_token)
     with client(corner, None) as anonymous, pytest.raises(errors.Unauthenticated):
         anonymous.create("py-client")
     with client(corner, corner.token("reader")) as reader, pytest.raises(errors.Forbidden):

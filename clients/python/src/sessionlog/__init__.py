@@ -6,15 +6,18 @@ from .client import AsyncClient, Client, Credential
 from .errors import (
     AwaitingApproval,
     CallInDoubt,
+    CallInDoubtConflict,
     Fenced,
     NeedsResolution,
     NotReady,
+    Paused,
     ProblemError,
     SessionEnded,
     SessionlogError,
     ToolFailed,
     TransportError,
     UnknownSession,
+    WriterTokenRequired,
     WrongSeq,
 )
 from .ledger import RecordedResult, SessionLedger, ToolCall
@@ -35,9 +38,10 @@ from .session import AsyncSession, Session
 from .tools import CallInfo, current_call, durable_tool
 
 __all__ = [
-    "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInfo", "CallOutcome",
-    "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent", "InDoubtCall",
-    "NeedsResolution", "NotReady", "Opened", "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView",
-    "SessionEnded", "SessionLedger", "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed",
-    "TransportError", "UnknownSession", "WrongSeq", "current_call", "durable_tool", "errors",
+    "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
+    "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
+    "InDoubtCall", "NeedsResolution", "NotReady", "Opened", "Paused", "ProblemError", "RecordedResult", "ResumeBundle",
+    "Session", "SessionView", "SessionEnded", "SessionLedger", "SessionlogError", "TerminalOutcome", "ToolCall",
+    "ToolFailed", "TransportError", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call",
+    "durable_tool", "errors",
 ]

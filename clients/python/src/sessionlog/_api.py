@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 import httpx
@@ -28,6 +28,8 @@ class Operation(Generic[T]):
     decode: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
     params: Mapping[str, str] | None = None
+    #: Headers of this request only (the writer token): out of ``repr``, never logged.
+    headers: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 def _sid(session_id: str) -> str:
@@ -39,6 +41,15 @@ def _opt(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+#: The header a session's writer proves itself with on appends, checkpoints and close.
+WRITER_TOKEN_HEADER = "Sessionlog-Writer-Token"
+
+
+def _writer(token: str | None) -> dict[str, str] | None:
+    # No header without a token: a service that issues none does not ask for one.
+    return {WRITER_TOKEN_HEADER: token} if token else None
+
+
 def create(agent: str, title: str | None, session_id: str | None) -> Operation[Opened]:
     body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id else None)
     return Operation("ingest", "POST", "/v1/sessions", Opened.from_json, body)
@@ -48,19 +59,28 @@ def claim(session_id: str, writer: str) -> Operation[Opened]:
     return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/claim", Opened.from_json, {"writer": writer})
 
 
-def append(session_id: str, epoch: int, events: Sequence[Mapping[str, Any]]) -> Operation[Appended]:
+def append(
+    session_id: str, epoch: int, events: Sequence[Mapping[str, Any]], writer_token: str | None = None
+) -> Operation[Appended]:
     body = {"epoch": epoch, "events": list(events)}
-    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/events", Appended.from_json, body)
+    path = f"/v1/sessions/{_sid(session_id)}/events"
+    return Operation("ingest", "POST", path, Appended.from_json, body, headers=_writer(writer_token))
 
 
-def checkpoint(session_id: str, epoch: int, workspace_revision: str | None) -> Operation[EventAck]:
+def checkpoint(
+    session_id: str, epoch: int, workspace_revision: str | None, writer_token: str | None = None
+) -> Operation[EventAck]:
     body = _opt(epoch=epoch, workspace_revision=workspace_revision)
-    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/checkpoint", EventAck.from_json, body)
+    path = f"/v1/sessions/{_sid(session_id)}/checkpoint"
+    return Operation("ingest", "POST", path, EventAck.from_json, body, headers=_writer(writer_token))
 
 
-def close(session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None) -> Operation[EventAck]:
+def close(
+    session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None, writer_token: str | None = None
+) -> Operation[EventAck]:
     body = _opt(epoch=epoch, outcome=outcome, reason=reason)
-    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/close", EventAck.from_json, body)
+    path = f"/v1/sessions/{_sid(session_id)}/close"
+    return Operation("ingest", "POST", path, EventAck.from_json, body, headers=_writer(writer_token))
 
 
 def resume(session_id: str, writer: str, context_tokens: int | None) -> Operation[ResumeBundle]:

@@ -23,6 +23,9 @@ from .models import Appended, EventAck, EventPage, HistoryEvent, Opened, ResumeB
 
 T = TypeVar("T")
 
+#: A writer token (see ``Opened.writer_token``); ``None`` sends no header.
+Token = str | None
+
 #: A bearer credential (a JWT or an ``slk_`` API key), or a function that answers the current one
 #: (called for every request, so a token can be refreshed).
 Credential = str | Callable[[], str]
@@ -44,7 +47,7 @@ class _Base:
         self._timeout = timeout
 
     def _request(self, op: _api.Operation[Any]) -> dict[str, Any]:
-        headers = {"accept": "application/json"}
+        headers = {"accept": "application/json", **(op.headers or {})}
         if self._token is not None:
             token = self._token() if callable(self._token) else self._token
             headers["authorization"] = f"Bearer {token}"
@@ -111,17 +114,24 @@ class Client(_Base):
         """Takes a session over with the next epoch; its earlier writers are fenced."""
         return self.send(_api.claim(session_id, writer))
 
-    def append(self, session_id: str, epoch: int, events: Sequence[Mapping[str, Any]]) -> Appended:
-        """Appends events (``{"seq", "event_id", "kind", "data", ...}``) in seq order."""
-        return self.send(_api.append(session_id, epoch, events))
+    def append(
+        self, session_id: str, epoch: int, events: Sequence[Mapping[str, Any]], *, writer_token: str | None = None
+    ) -> Appended:
+        """Appends events (``{"seq", "event_id", "kind", "data", ...}``) in seq order;
+        ``writer_token`` is the one the create, claim or resume answered (sent when given)."""
+        return self.send(_api.append(session_id, epoch, events, writer_token))
 
-    def checkpoint(self, session_id: str, epoch: int, workspace_revision: str | None = None) -> EventAck:
+    def checkpoint(
+        self, session_id: str, epoch: int, workspace_revision: str | None = None, *, writer_token: str | None = None
+    ) -> EventAck:
         """Records a checkpoint (the service picks its seq and digest)."""
-        return self.send(_api.checkpoint(session_id, epoch, workspace_revision))
+        return self.send(_api.checkpoint(session_id, epoch, workspace_revision, writer_token))
 
-    def close(self, session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None = None) -> EventAck:
+    def close(
+        self, session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None = None, *, writer_token: Token = None
+    ) -> EventAck:
         """Ends a session."""
-        return self.send(_api.close(session_id, epoch, outcome, reason))
+        return self.send(_api.close(session_id, epoch, outcome, reason, writer_token))
 
     def resume(self, session_id: str, writer: str, context_tokens: int | None = None) -> ResumeBundle:
         """Takes a session over after a crash: the next epoch, and what to settle first."""
@@ -207,19 +217,23 @@ class AsyncClient(_Base):
         """Takes a session over with the next epoch; its earlier writers are fenced."""
         return await self.send(_api.claim(session_id, writer))
 
-    async def append(self, session_id: str, epoch: int, events: Sequence[Mapping[str, Any]]) -> Appended:
-        """Appends events in seq order."""
-        return await self.send(_api.append(session_id, epoch, events))
+    async def append(
+        self, session_id: str, epoch: int, events: Sequence[Mapping[str, Any]], *, writer_token: str | None = None
+    ) -> Appended:
+        """Appends events in seq order (see ``Client.append``)."""
+        return await self.send(_api.append(session_id, epoch, events, writer_token))
 
-    async def checkpoint(self, session_id: str, epoch: int, workspace_revision: str | None = None) -> EventAck:
+    async def checkpoint(
+        self, session_id: str, epoch: int, workspace_revision: str | None = None, *, writer_token: str | None = None
+    ) -> EventAck:
         """Records a checkpoint."""
-        return await self.send(_api.checkpoint(session_id, epoch, workspace_revision))
+        return await self.send(_api.checkpoint(session_id, epoch, workspace_revision, writer_token))
 
     async def close(
-        self, session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None = None
+        self, session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None = None, *, writer_token: Token = None
     ) -> EventAck:
         """Ends a session."""
-        return await self.send(_api.close(session_id, epoch, outcome, reason))
+        return await self.send(_api.close(session_id, epoch, outcome, reason, writer_token))
 
     async def resume(self, session_id: str, writer: str, context_tokens: int | None = None) -> ResumeBundle:
         """Takes a session over after a crash."""

@@ -312,6 +312,26 @@ class KeyStoreUnavailable(Unavailable):
     code_name = "key_store_unavailable"
 
 
+class Paused(SessionPaused):
+    """A gate refusal: the session is paused, so no writer may claim it or append (`sessionlog unpause`)."""
+
+    code_name = "paused"
+
+
+class CallInDoubtConflict(Conflict):
+    """A claim refused because a non-idempotent call's outcome is unknown: take the session over
+    through the recovery service (``Session.resume``), which settles or stops on it."""
+
+    code_name = "call_in_doubt"
+
+
+class WriterTokenRequired(Conflict):
+    """The session's writer proves itself with the token its create, claim or resume answered
+    (header ``Sessionlog-Writer-Token``), and this request had none or another writer's."""
+
+    code_name = "writer_token_required"
+
+
 class NotStarted(Conflict):
     """The session's first event is not in the log yet."""
 
@@ -358,7 +378,7 @@ _BY_CODE: dict[str, type[ProblemError]] = {
         TooLargeBody, InvalidRequest, InvalidEvent, ReservedKind, SealedContent, NotInDoubt,
         NoSuchApproval, BadForkPoint, Backpressure, NotAcknowledged, RegistryUnavailable,
         ServiceUnavailable, SessionPaused, KeyStoreUnavailable, NotStarted, ForkOfWaitingSession, IndexMismatch,
-        UnsupportedMediaType, MethodNotAllowed, UnreadableBody,
+        UnsupportedMediaType, MethodNotAllowed, UnreadableBody, Paused, CallInDoubtConflict, WriterTokenRequired,
     ]
 }
 _BY_STATUS: dict[int, type[ProblemError]] = {

@@ -63,10 +63,12 @@ PlanKind = Literal["fresh", "recorded", "settle"]
 class SessionLedger:
     """One writer's view of its session."""
 
-    def __init__(self, session_id: str, epoch: int, next_seq: int) -> None:
+    def __init__(self, session_id: str, epoch: int, next_seq: int, writer_token: str | None = None) -> None:
         self.session_id = session_id
         self.epoch = epoch
         self.next_seq = next_seq
+        #: What proves this writer to the ingest service (``None`` when the service issued none).
+        self.writer_token = writer_token
         #: Events sent without an answer (an outage outlasted the retries): sent again, with the
         #: same seqs and ids, before anything new, so none is lost or written twice.
         self.unacknowledged: list[dict[str, Any]] = []
@@ -76,7 +78,7 @@ class SessionLedger:
     @staticmethod
     def from_bundle(bundle: ResumeBundle) -> SessionLedger:
         """The ledger of a resumed writer, with the calls recovery left in doubt."""
-        ledger = SessionLedger(bundle.session_id, bundle.epoch, bundle.next_seq)
+        ledger = SessionLedger(bundle.session_id, bundle.epoch, bundle.next_seq, bundle.writer_token)
         for doubt in bundle.in_doubt:
             ledger._remember(
                 ToolCall(doubt.seq, doubt.event_id, doubt.tool, doubt.effect, doubt.idempotency_key, action=doubt.action)

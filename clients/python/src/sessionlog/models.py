@@ -14,6 +14,11 @@ CallOutcome = Literal["Succeeded", "Failed"]
 TerminalOutcome = Literal["Completed", "Failed", "Cancelled"]
 
 
+def _token(doc: dict[str, Any]) -> str | None:
+    token = doc.get("writer_token")
+    return str(token) if token else None
+
+
 @dataclass(frozen=True)
 class EventAck:
     """One event's durable position in the log."""
@@ -44,6 +49,9 @@ class Opened:
     epoch: int
     next_seq: int
     event: EventAck
+    #: What proves this writer on its appends, checkpoints and close (``None`` from a service
+    #: that issues none). A secret: kept out of ``repr``.
+    writer_token: str | None = field(default=None, repr=False)
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> Opened:
@@ -52,6 +60,7 @@ class Opened:
             epoch=int(doc["epoch"]),
             next_seq=int(doc["next_seq"]),
             event=EventAck.from_json(doc["event"]),
+            writer_token=_token(doc),
         )
 
 
@@ -113,6 +122,8 @@ class ResumeBundle:
     context: dict[str, Any]
     #: Results recovery learned from the tools' services and recorded, as log events.
     resolved: list[dict[str, Any]] = field(default_factory=list)
+    #: What proves the resumed writer (see ``Opened.writer_token``).
+    writer_token: str | None = field(default=None, repr=False)
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> ResumeBundle:
@@ -125,6 +136,7 @@ class ResumeBundle:
             state=state,
             context=doc.get("context", {}),
             resolved=list(doc.get("resolved", [])),
+            writer_token=_token(doc),
         )
 
 

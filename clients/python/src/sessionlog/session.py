@@ -5,6 +5,10 @@ and ids, and knows the session's tool calls, so that ``sessionlog.tools.durable_
 call that already ran from one that never did. ``resume`` takes a session over after a crash:
 recovery settles what it can (a recorded result is never run again; an idempotent call is looked
 up by its key) and hands over the calls the new harness settles itself.
+
+A writer keeps the token its create, claim or resume answered (``Opened.writer_token``) and sends
+it with each append, checkpoint and close (header ``Sessionlog-Writer-Token``); a service that
+issues no token gets no header.
 """
 
 from __future__ import annotations
@@ -148,7 +152,7 @@ class Session:
                 raise
             # The id is ours and fresh: a retry found the first attempt's start. Claim to write on.
             opened = client.claim(sid, agent)
-        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq))
+        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq, opened.writer_token))
 
     @classmethod
     def resume(
@@ -194,7 +198,9 @@ class Session:
         acks: list[EventAck] = []
         while self.ledger.unacknowledged:
             try:
-                appended = self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
+                appended = self.client.append(
+                    self.session_id, self.ledger.epoch, self.ledger.batch(), writer_token=self.ledger.writer_token
+                )
             except errors.ProblemError as e:
                 self.ledger.failed(e)
                 raise
@@ -228,7 +234,9 @@ class Session:
         starts reading."""
         with self._turn:
             self._send_unacknowledged()
-            ack = self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+            ack = self.client.checkpoint(
+                self.session_id, self.ledger.epoch, workspace_revision, writer_token=self.ledger.writer_token
+            )
             self.ledger.moved_to(ack.seq)
             return ack
 
@@ -236,7 +244,9 @@ class Session:
         """Ends the session (after the events an outage left unanswered)."""
         with self._turn:
             self._send_unacknowledged()
-            ack = self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+            ack = self.client.close(
+                self.session_id, self.ledger.epoch, outcome, reason, writer_token=self.ledger.writer_token
+            )
             self.ledger.moved_to(ack.seq)
             return ack
 
@@ -269,7 +279,7 @@ class AsyncSession:
             if session_id is not None:
                 raise
             opened = await client.claim(sid, agent)
-        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq))
+        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq, opened.writer_token))
 
     @classmethod
     async def resume(
@@ -314,7 +324,9 @@ class AsyncSession:
         acks: list[EventAck] = []
         while self.ledger.unacknowledged:
             try:
-                appended = await self.client.append(self.session_id, self.ledger.epoch, self.ledger.batch())
+                appended = await self.client.append(
+                    self.session_id, self.ledger.epoch, self.ledger.batch(), writer_token=self.ledger.writer_token
+                )
             except errors.ProblemError as e:
                 self.ledger.failed(e)
                 raise
@@ -347,7 +359,9 @@ class AsyncSession:
         """Records a checkpoint: see ``Session.checkpoint``."""
         async with self._turn:
             await self._send_unacknowledged()
-            ack = await self.client.checkpoint(self.session_id, self.ledger.epoch, workspace_revision)
+            ack = await self.client.checkpoint(
+                self.session_id, self.ledger.epoch, workspace_revision, writer_token=self.ledger.writer_token
+            )
             self.ledger.moved_to(ack.seq)
             return ack
 
@@ -355,7 +369,9 @@ class AsyncSession:
         """Ends the session: see ``Session.close``."""
         async with self._turn:
             await self._send_unacknowledged()
-            ack = await self.client.close(self.session_id, self.ledger.epoch, outcome, reason)
+            ack = await self.client.close(
+                self.session_id, self.ledger.epoch, outcome, reason, writer_token=self.ledger.writer_token
+            )
             self.ledger.moved_to(ack.seq)
             return ack
 
