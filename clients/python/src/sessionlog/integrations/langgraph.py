@@ -193,9 +193,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
 
         def writer() -> _ThreadWriter:
             thread_id = str(get_config()["configurable"]["thread_id"])
-            session = self._run(self._writer(thread_id))
-            assert session is not None
-            return _ThreadWriter(self, session)
+            return _ThreadWriter(self, self._run(self._tool_writer(thread_id)))
 
         return durable_tool(writer, effect=effect, key=key, name=name)
 
@@ -300,6 +298,14 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             if thread_id != self.catalogue_id:
                 await self._catalogue(thread_id)
         self._writers[thread_id] = writer
+        return writer
+
+    async def _tool_writer(self, thread_id: str) -> AsyncSession:
+        """The writer for a durable tool, taken under the thread's lock: LangGraph saves the
+        thread's writes while its nodes run, and two first takeovers would fence each other."""
+        async with self._lock(thread_id):
+            writer = await self._writer(thread_id)
+        assert writer is not None
         return writer
 
     async def _catalogue(self, thread_id: str) -> None:
