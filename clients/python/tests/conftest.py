@@ -14,7 +14,7 @@ from counter_service import Counter, serve  # noqa: E402
 from stackcorner import StackCorner  # noqa: E402
 
 #: Tools the counter service dedupes by key (the others take effect on every call).
-IDEMPOTENT_TOOLS = {"counter", "reissued", "agent_counter", "agent_reissued", "graph_counter"}
+IDEMPOTENT_TOOLS = {"counter", "reissued", "agent_counter", "agent_reissued", "graph_counter", "fork_counter", "retried"}
 
 
 @pytest.fixture(scope="session")

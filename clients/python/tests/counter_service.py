@@ -9,6 +9,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
+
+from sessionlog import current_call
+
 
 class Counter:
     """Side effects by (tool, key); tools in ``idempotent`` take effect once per key."""
@@ -29,6 +33,17 @@ class Counter:
     def total(self, tool: str) -> int:
         with self.lock:
             return sum(n for (t, _), n in self.effects.items() if t == tool)
+
+    def keys(self, tool: str) -> set[str]:
+        """The keys ``tool`` was called with."""
+        with self.lock:
+            return {k for t, k in self.effects if t == tool}
+
+
+def perform(url: str, tool: str) -> str:
+    """Has the service at ``url`` take effect for the durable call running now, by its key; the
+    service's output."""
+    return str(httpx.post(f"{url}/{tool}/calls/{current_call().idempotency_key}").json()["output"])
 
 
 def serve(counter: Counter) -> tuple[ThreadingHTTPServer, str]:

@@ -157,9 +157,11 @@ async def test_the_async_client_resumes_a_session(corner: StackCorner, token: st
         assert [(d.seq, d.action) for d in resumed.bundle.in_doubt] == [(call.seq, "RunAgain")]
         with pytest.raises(errors.Fenced):
             await first.user_request("the old writer")
-        kind, doubt = resumed.ledger.plan("search", "search:q")
-        assert kind == "settle" and doubt is not None and doubt.seq == call.seq
-        await resumed.tool_result(doubt, "found")
+        plan = resumed.ledger.plan_call(resumed.ledger.name_call("search", key="search:q"))
+        assert plan.kind == "settle" and plan.call is not None and plan.call.seq == call.seq
+        assert plan.flight is not None
+        with plan.flight:
+            await resumed.tool_result(plan.call, "found")
         end = await resumed.close("Completed")
         view = await c.session(first.session_id)
         assert view.state["last_seq"] == end.seq and not view.state["pending_calls"]

@@ -15,6 +15,7 @@ from .errors import (
     SessionEnded,
     SessionlogError,
     ToolFailed,
+    ToolFailedDefinitively,
     TransportError,
     UnknownSession,
     WriterTokenRequired,
@@ -42,6 +43,6 @@ __all__ = [
     "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
     "InDoubtCall", "NeedsResolution", "NotReady", "Opened", "Paused", "ProblemError", "RecordedResult", "ResumeBundle",
     "Session", "SessionView", "SessionEnded", "SessionLedger", "SessionlogError", "TerminalOutcome", "ToolCall",
-    "ToolFailed", "TransportError", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call",
-    "durable_tool", "errors",
+    "ToolFailed", "ToolFailedDefinitively", "TransportError", "UnknownSession", "WriterTokenRequired", "WrongSeq",
+    "current_call", "durable_tool", "errors",
 ]

@@ -404,6 +404,13 @@ class ToolFailed(SessionlogError):
         super().__init__(f"tool {tool!r} (call seq {call_seq}) failed: {output}")
 
 
+class ToolFailedDefinitively(Exception):
+    """Raised by a durable tool's function to say that its call failed and did nothing a retry
+    would repeat: the call is recorded as ``Failed`` and answers ``ToolFailed`` when it comes
+    again. Any other exception leaves the call's outcome unknown (see ``sessionlog.tools``).
+    Raise it ``from`` the error that proves the failure; its message is the recorded output."""
+
+
 class CallInDoubt(SessionlogError):
     """A tool call was requested and its outcome never recorded, and its effect class forbids
     running it again: an operator records what it did (``sessionlog resolve``), then the

@@ -4,7 +4,8 @@ A session helper numbers its events, resends what an outage left unanswered with
 and ids, and knows the session's tool calls, so that ``sessionlog.tools.durable_tool`` can tell a
 call that already ran from one that never did. ``resume`` takes a session over after a crash:
 recovery settles what it can (a recorded result is never run again; an idempotent call is looked
-up by its key) and hands over the calls the new harness settles itself.
+up by its key) and hands over the calls the new harness settles itself. A resumed fork also knows
+the calls it inherits from its ancestors up to the fork point.
 
 A writer keeps the token its create, claim or resume answered (``Opened.writer_token``) and sends
 it with each append, checkpoint and close (header ``Sessionlog-Writer-Token``); a service that
@@ -23,7 +24,7 @@ import tenacity
 
 from . import errors
 from .client import AsyncClient, Client
-from .ledger import SessionLedger, ToolCall, new_session_id, now_micros
+from .ledger import Occurrences, SessionLedger, ToolCall, new_session_id, now_micros
 from .models import EffectClass, EventAck, EventPage, ResumeBundle, TerminalOutcome
 
 Event = tuple[str, dict[str, Any], dict[str, Any]]
@@ -89,7 +90,20 @@ def retraction(seq: int, retracted_by: str) -> Event:
 
 
 def _tool_kinds(last_seq: int) -> dict[str, Any]:
-    return {"kinds": ["ToolCallRequested", "ToolCallResult"], "to_seq": last_seq, "limit": 1000}
+    # Inherited: a fork's ancestors' calls up to the fork point come first, each event naming
+    # its session.
+    return {"kinds": ["ToolCallRequested", "ToolCallResult"], "to_seq": last_seq, "limit": 1000, "inherited": True}
+
+
+def _projected_first(session_id: str, state: dict[str, Any]) -> list[tuple[str, int]]:
+    """The events range reads must hold before a resumed writer learns its calls: its last one,
+    and for a fork its parent's at the fork point (on a partition the projector may be behind on).
+    Ancestors further up are not waited for: their events reached the log before the parent's."""
+    wanted = [(session_id, int(state.get("last_seq", 0)))]
+    parent = state.get("parent")
+    if isinstance(parent, dict):
+        wanted.append((str(parent["parent_session_id"]), int(parent["parent_seq"])))
+    return [(sid, seq) for sid, seq in wanted if seq > 0]
 
 
 def _projection_wait(wait_for: float) -> dict[str, Any]:
@@ -109,6 +123,15 @@ def _not_ready(state: tenacity.RetryCallState) -> EventPage:
         f"the projection did not reach the session's last event within {state.seconds_since_start:.0f}s "
         "(is `sessionlog project` running for this topic?)"
     )
+
+
+def wait_projected(client: Client, session_id: str, seq: int, wait_for: float = 30.0) -> None:
+    """Waits until range reads (the projection) hold ``session_id``'s event ``seq``."""
+    for attempt in tenacity.Retrying(**_projection_wait(wait_for)):
+        with attempt:
+            page = client.events_page(session_id, from_seq=seq, to_seq=seq)
+        if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
+            attempt.retry_state.set_result(page)
 
 
 async def await_projected(client: AsyncClient, session_id: str, seq: int, wait_for: float = 30.0) -> None:
@@ -141,6 +164,11 @@ class Session:
         """The session's id."""
         return self.ledger.session_id
 
+    @property
+    def occurrences(self) -> Occurrences:
+        """How many calls of each durable tool and arguments this writer made (see ``sessionlog.tools``)."""
+        return self.ledger.occurrences
+
     @classmethod
     def start(cls, client: Client, agent: str, title: str | None = None, session_id: str | None = None) -> Session:
         """Starts a session run by ``agent`` (with a fresh id unless ``session_id`` names one)."""
@@ -159,23 +187,21 @@ class Session:
         cls, client: Client, session_id: str, writer: str, *, context_tokens: int | None = None, wait_for: float = 30.0
     ) -> Session:
         """Takes ``session_id`` over as ``writer`` (the next epoch; the previous writer is fenced)
-        and learns its tool calls. Raises ``NeedsResolution`` when a call's outcome is unknown and
-        its effect forbids running it again, ``AwaitingApproval`` while an approval is pending."""
+        and learns its tool calls, a fork's inherited ones too. Raises ``NeedsResolution`` when a
+        call's outcome is unknown and its effect forbids running it again, ``AwaitingApproval``
+        while an approval is pending."""
         bundle = client.resume(session_id, writer, context_tokens)
         session = cls(client, SessionLedger.from_bundle(bundle), bundle)
         last_seq = int(bundle.state.get("last_seq", 0))
+        for sid, seq in _projected_first(session_id, bundle.state):
+            wait_projected(client, sid, seq, wait_for)
         if last_seq > 0:
-            session.wait_projected(last_seq, wait_for)
             session.ledger.learn(client.events(session_id, **_tool_kinds(last_seq)))
         return session
 
     def wait_projected(self, seq: int, wait_for: float = 30.0) -> None:
         """Waits until range reads (the projection) hold the session's event ``seq``."""
-        for attempt in tenacity.Retrying(**_projection_wait(wait_for)):
-            with attempt:
-                page = self.client.events_page(self.session_id, from_seq=seq, to_seq=seq)
-            if attempt.retry_state.outcome and not attempt.retry_state.outcome.failed:
-                attempt.retry_state.set_result(page)
+        wait_projected(self.client, self.session_id, seq, wait_for)
 
     def append(self, event: Event) -> EventAck:
         """Appends ``event``, after any event an outage left unanswered; its position."""
@@ -267,6 +293,11 @@ class AsyncSession:
         """The session's id."""
         return self.ledger.session_id
 
+    @property
+    def occurrences(self) -> Occurrences:
+        """How many calls of each durable tool and arguments this writer made (see ``sessionlog.tools``)."""
+        return self.ledger.occurrences
+
     @classmethod
     async def start(
         cls, client: AsyncClient, agent: str, title: str | None = None, session_id: str | None = None
@@ -295,8 +326,9 @@ class AsyncSession:
         bundle = await client.resume(session_id, writer, context_tokens)
         session = cls(client, SessionLedger.from_bundle(bundle), bundle)
         last_seq = int(bundle.state.get("last_seq", 0))
+        for sid, seq in _projected_first(session_id, bundle.state):
+            await await_projected(client, sid, seq, wait_for)
         if last_seq > 0:
-            await session.wait_projected(last_seq, wait_for)
             session.ledger.learn([e async for e in client.events(session_id, **_tool_kinds(last_seq))])
         return session
 

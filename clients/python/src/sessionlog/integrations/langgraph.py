@@ -49,7 +49,7 @@ from langgraph.config import get_config
 
 from .. import errors
 from ..client import AsyncClient, Credential
-from ..ledger import SessionLedger, ToolCall
+from ..ledger import Occurrences, SessionLedger, ToolCall
 from ..models import EffectClass, EventAck, HistoryEvent, text_of
 from ..session import AsyncSession, await_projected, framework_state
 from ..tools import durable_tool
@@ -535,6 +535,10 @@ class _ThreadWriter:
     @property
     def ledger(self) -> SessionLedger:
         return self._session.ledger
+
+    @property
+    def occurrences(self) -> Occurrences:
+        return self._session.occurrences
 
     def send_unacknowledged(self) -> None:
         self._saver._run(self._session.send_unacknowledged())
