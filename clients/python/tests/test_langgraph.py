@@ -1,18 +1,21 @@
 """The LangGraph checkpointer on the real services: LangGraph's own conformance suite, every
-base and extended capability, and a graph killed mid tool call and while it waits for an
-approval, resumed by new processes."""
+base and extended capability, a graph killed mid tool call and while it waits for an
+approval, resumed by new processes, and a thread copied while a node waits."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 
-from counter_service import Counter
+from counter_service import Counter, perform
 from processes import Harness
 from sessionlog.integrations.langgraph import SessionlogSaver
 from stackcorner import StackCorner
@@ -69,3 +72,51 @@ def test_a_killed_graph_resumes_without_a_second_side_effect_and_survives_a_kill
     assert third.next() == {"result": {"counted": f"{tool} effect #1", "approved": True}}
     third.process.wait(timeout=60)
     assert counter[0].total(tool) == 1, "the side effect happened exactly once"
+
+
+class Order(TypedDict, total=False):
+    charged: str
+    approved: bool
+
+
+def test_a_node_run_again_in_a_copied_thread_or_after_an_interrupt_answers_its_recorded_call(
+    corner: StackCorner, counter: tuple[Counter, str]
+) -> None:
+    service, url = counter
+    tool = "graph_charge"  # the service takes effect on every request
+    # copy_thread forks, which takes the operator role.
+    saver = SessionlogSaver(
+        corner.ingest_url, corner.recovery_url, token=corner.token("harness", "reader", "operator"),
+        catalogue=f"copy-{uuid.uuid4()}",
+    )
+
+    @saver.durable_tool(effect="NonIdempotent", name=tool)
+    def charge(order: int) -> str:
+        return perform(url, tool)
+
+    def charge_then_ask(state: Order) -> Order:
+        # LangGraph runs this node again from its start once the interrupt is answered.
+        charged = charge(7)
+        return {"charged": charged, "approved": bool(interrupt({"question": f"ship after {charged}?"}))}
+
+    graph = (
+        StateGraph(Order)
+        .add_node("charge_then_ask", charge_then_ask)
+        .add_edge(START, "charge_then_ask")
+        .add_edge("charge_then_ask", END)
+        .compile(checkpointer=saver)
+    )
+
+    def config(thread: str) -> Any:
+        return {"configurable": {"thread_id": thread}}
+
+    source, copy = f"order-{uuid.uuid4().hex[:8]}", f"order-copy-{uuid.uuid4().hex[:8]}"
+    assert "__interrupt__" in graph.invoke({}, config(source), durability="sync")
+    assert service.total(tool) == 1
+    saver.copy_thread(source, copy)
+    done = {"charged": f"{tool} effect #1", "approved": True}
+    # The copy inherits the charge recorded before its fork point; the source answers its own.
+    assert graph.invoke(Command(resume=True), config(copy), durability="sync") == done
+    assert graph.invoke(Command(resume=True), config(source), durability="sync") == done
+    saver.close()
+    assert service.total(tool) == 1, "charged once, across the copy and the run again in this process"

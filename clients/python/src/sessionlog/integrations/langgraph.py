@@ -29,6 +29,7 @@ import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -59,6 +60,23 @@ P = ParamSpec("P")
 R = TypeVar("R")
 FRAMEWORK = "langgraph"
 _NAMESPACE = uuid.UUID("0f6b1d2e-4f53-4a39-8d7e-6c1f3b2a9e11")
+
+
+# The durable calls of the LangGraph task running now. LangGraph runs each execution of a node in
+# a fresh copy of the context, so a node run again (after a crash, or after an `interrupt` in the
+# same process) counts its calls from the start and finds the calls its first run recorded.
+_TASK_CALLS: ContextVar[Occurrences | None] = ContextVar("sessionlog_langgraph_task_calls", default=None)
+
+
+def _task_occurrences() -> Occurrences:
+    """The calls of the running task, named within it (its ``checkpoint_ns`` holds the task id,
+    which a run of the same task from the same checkpoint shares, in a copied thread too)."""
+    scope = str(get_config()["configurable"].get("checkpoint_ns", ""))
+    occurrences = _TASK_CALLS.get()
+    if occurrences is None or occurrences.scope != scope:
+        occurrences = Occurrences(scope)
+        _TASK_CALLS.set(occurrences)
+    return occurrences
 
 
 def thread_session_id(thread_id: str) -> str:
@@ -188,12 +206,15 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         self, *, effect: EffectClass, key: Callable[..., str] | None = None, name: str | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Makes a blocking function a durable tool of the running graph's thread (see
-        ``sessionlog.tools``): when LangGraph runs an interrupted node again after a crash, a
-        call whose result the log holds answers it instead of running again."""
+        ``sessionlog.tools``): when LangGraph runs an interrupted node again (after a crash, an
+        ``interrupt``, or in a copy of the thread), a call whose result the log holds answers it
+        instead of running again. Calls are named within their task: the same tool and
+        arguments in another step of the graph are another call."""
 
         def writer() -> _ThreadWriter:
             thread_id = str(get_config()["configurable"]["thread_id"])
-            return _ThreadWriter(self, self._run(self._tool_writer(thread_id)))
+            session = self._run(self._tool_writer(thread_id))
+            return _ThreadWriter(self, session, _task_occurrences())
 
         return durable_tool(writer, effect=effect, key=key, name=name)
 
@@ -529,8 +550,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
 class _ThreadWriter:
     """A thread's writer, for blocking durable tools: each step runs on the saver's loop."""
 
-    def __init__(self, saver: SessionlogSaver, session: AsyncSession) -> None:
-        self._saver, self._session = saver, session
+    def __init__(self, saver: SessionlogSaver, session: AsyncSession, occurrences: Occurrences) -> None:
+        self._saver, self._session, self._occurrences = saver, session, occurrences
 
     @property
     def ledger(self) -> SessionLedger:
@@ -538,7 +559,7 @@ class _ThreadWriter:
 
     @property
     def occurrences(self) -> Occurrences:
-        return self._session.occurrences
+        return self._occurrences
 
     def send_unacknowledged(self) -> None:
         self._saver._run(self._session.send_unacknowledged())
