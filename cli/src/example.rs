@@ -40,6 +40,7 @@ pub async fn run_example_session(log: Arc<EventLog>) -> Result<(SessionWriter, V
                 tool: "shell".into(),
                 arguments: Content::plain("cargo update -p log && cargo test"),
                 effect: EffectClass::Idempotent,
+                approval_id: None,
             },
             None,
             Some(format!("{}-shell-1", writer.session_id())),

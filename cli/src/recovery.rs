@@ -27,6 +27,10 @@ pub struct ForkArgs {
     /// The new session's id (a UUID); a fresh one when absent. Refused if it is taken.
     #[arg(long = "child", value_name = "ID")]
     pub child: Option<String>,
+    /// A granted approval of the parent the branch carries over (repeat for several); none is
+    /// carried over unless named. Each may be acted on once in the branch.
+    #[arg(long = "inherit-approval", value_name = "APPROVAL_ID")]
+    pub inherit_approval: Vec<String>,
 }
 
 /// A range of a session's history.
@@ -161,7 +165,14 @@ pub async fn fork(settings: &Settings, args: &ForkArgs) -> Result<Output> {
     let child = args.child.as_deref().map(parse_session).transpose()?;
     let first = connect(settings)
         .await?
-        .fork_by(parse_session(&args.session)?, at, &args.agent, None, child)
+        .fork_by(
+            parse_session(&args.session)?,
+            at,
+            &args.agent,
+            None,
+            child,
+            &args.inherit_approval,
+        )
         .await?;
     let human = format!(
         "forked {} at seq {} into new session {} (partition {}, offset {})",
@@ -354,6 +365,7 @@ fn short_text(event: &HistoryEvent) -> String {
         SessionEvent::ApprovalRequested {
             approval_id,
             action,
+            ..
         } => format!("{approval_id}: {}", text(action)),
         SessionEvent::ApprovalDecided {
             approval_id,
@@ -365,7 +377,9 @@ fn short_text(event: &HistoryEvent) -> String {
             if *approved { "approved" } else { "denied" }
         ),
         SessionEvent::Checkpoint { state_digest, .. } => format!("digest {state_digest}"),
-        SessionEvent::WriterClaimed { writer } => format!("epoch {} {writer}", event.writer_epoch),
+        SessionEvent::WriterClaimed { writer, .. } => {
+            format!("epoch {} {writer}", event.writer_epoch)
+        }
         SessionEvent::SessionForked { fork_point, .. } => format!(
             "from {} at seq {}",
             fork_point.parent_session_id, fork_point.parent_seq

@@ -507,6 +507,7 @@ pub(crate) mod tests {
                 agent: "planner".into(),
                 title: None,
                 tenant: "acme".into(),
+                writer_token_sha256: None,
             },
             SessionEvent::ModelResponse {
                 model: "model-x".into(),
@@ -523,6 +524,7 @@ pub(crate) mod tests {
                 tool: "grep".into(),
                 arguments: Content::plain("{\"q\":\"bug\"}"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             },
             SessionEvent::ToolCallResult {
                 call_seq: 3,
@@ -745,6 +747,7 @@ pub(crate) mod tests {
                 SessionEvent::ApprovalRequested {
                     approval_id: "deploy-1".into(),
                     action: Content::plain("deploy"),
+                    action_digest: None,
                 },
                 ended(),
             ],
@@ -800,6 +803,7 @@ pub(crate) mod tests {
             SessionEvent::ApprovalRequested {
                 approval_id: long_id.clone(),
                 action: Content::plain("deploy"),
+                action_digest: None,
             },
         ];
         let mut trail = Trail::new(session);

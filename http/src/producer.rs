@@ -71,9 +71,10 @@ impl From<Error> for Problem {
                 Self::new(status, code, message)
             }
             Error::Keys(e) => from_keys(&e, message),
-            Error::Schema(_) | Error::Unconfirmed { .. } | Error::KeyStore(_) => {
-                Self::internal(message)
-            }
+            Error::Schema(_)
+            | Error::Unconfirmed { .. }
+            | Error::KeyStore(_)
+            | Error::Attestation { .. } => Self::internal(message),
         }
     }
 }
@@ -145,6 +146,27 @@ fn from_rejection(rejection: Rejection, message: String) -> Problem {
         Rejection::Invalid(_) => {
             Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message)
         }
+        Rejection::Gated(gate) => from_gate(&gate, message),
+        Rejection::Unsigned { .. } => {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "unsigned", message)
+        }
+        Rejection::WriterTokenRequired => conflict("writer_token_required"),
+        // The right epoch with another writer's token: fenced, as an older epoch is.
+        Rejection::WrongWriterToken { epoch } => conflict("fenced").with("epoch", epoch),
+    }
+}
+
+/// A session waiting for someone (an operator, a decision, an unpause), or a takeover that
+/// would leave a call in doubt: 409 with the wait's stable code, naming what it waits on.
+pub fn from_gate(gate: &sessionlog_session::Gate, message: String) -> Problem {
+    use sessionlog_session::Gate;
+    let problem = Problem::new(StatusCode::CONFLICT, gate.label(), message);
+    match gate {
+        Gate::NeedsResolution { calls } | Gate::CallInDoubt { calls } => {
+            problem.with("calls", calls.clone())
+        }
+        Gate::AwaitingApproval { approvals } => problem.with("approvals", approvals.clone()),
+        Gate::Paused => problem,
     }
 }
 

@@ -21,7 +21,7 @@ pub use error::{Error, Result};
 use axum::Json;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use lru::LruCache;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
@@ -288,13 +288,19 @@ impl From<&Confirmed> for EventAck {
     }
 }
 
+/// The header an append, checkpoint or close presents the writer token in.
+pub const WRITER_TOKEN_HEADER: &str = "sessionlog-writer-token";
+
 /// The answer to create and claim: the session and the epoch to write with.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Serialize, ToSchema)]
 struct Opened {
     session_id: SessionId,
     /// The epoch to append with.
     #[schema(value_type = u64)]
     epoch: Epoch,
+    /// The secret of this epoch's writer: present it in the `Sessionlog-Writer-Token` header of
+    /// every append, checkpoint and close. Without it, knowing the epoch is not enough to write.
+    writer_token: String,
     /// The seq the next appended event must have.
     #[schema(value_type = u64)]
     next_seq: Seq,
@@ -307,6 +313,10 @@ impl Opened {
         Self {
             session_id: writer.session_id(),
             epoch: writer.epoch(),
+            writer_token: writer
+                .token()
+                .map(|t| t.as_str().to_string())
+                .unwrap_or_default(),
             next_seq: writer.next_seq(),
             event: EventAck::new(event, false),
         }
@@ -405,11 +415,31 @@ type Answer<T> = std::result::Result<(StatusCode, Json<T>), Problem>;
 /// differ (another instance's claim may be newer than this instance's memory), and writes with
 /// it: an older epoch was fenced by a claim (409 `fenced`), a newer one never claimed (409
 /// `unknown_epoch`).
-async fn check_epoch(writer: &mut SessionWriter, epoch: Epoch) -> Result<(), Problem> {
+async fn check_epoch(
+    writer: &mut SessionWriter,
+    epoch: Epoch,
+    token: Option<&str>,
+) -> Result<(), Problem> {
     if epoch != writer.state().epoch {
         writer.refresh().await?;
     }
-    Ok(writer.write_as(epoch)?)
+    Ok(writer.write_as(epoch, token)?)
+}
+
+/// The writer token the request presents (`Sessionlog-Writer-Token`), if any.
+fn writer_token(headers: &HeaderMap) -> Result<Option<&str>, Problem> {
+    headers
+        .get(WRITER_TOKEN_HEADER)
+        .map(|value| {
+            value.to_str().map_err(|_| {
+                Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "the Sessionlog-Writer-Token header is not plain text",
+                )
+            })
+        })
+        .transpose()
 }
 
 /// Runs `serve` on `session`'s writer, holding it for the request; a failure that may leave
@@ -482,7 +512,7 @@ async fn create(
     responses(
         (status = 200, description = "claimed", body = Opened),
         (status = 404, description = "`unknown_session`: not in the log", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`lost_claim`, `session_ended`, `start_deleted` (retention deleted the session's start: resume it through the recovery service)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`lost_claim`, `session_ended`, `start_deleted` (retention deleted the session's start: resume it through the recovery service); the session waits, so a takeover would walk past the wait: `needs_resolution`, `awaiting_approval`, `paused`, `call_in_doubt` (a non-idempotent call has no result: resume through the recovery service, which stops it for an operator)", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -517,12 +547,15 @@ async fn claim(
     post,
     path = "/sessions/{session_id}/events",
     tag = "sessions",
-    params(("session_id" = Uuid, Path, description = "the session")),
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("Sessionlog-Writer-Token" = Option<String>, Header, description = "the writer token create, claim or resume answered; required when the session's writer holds one"),
+    ),
     request_body = AppendRequest,
     responses(
         (status = 200, description = "every event is durable and accepted by the session's fold (read back from the log)", body = AppendedEvents),
         (status = 404, description = "`unknown_session`: not in the log", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`wrong_seq`, `seq_conflict`, `fenced` (a claim superseded the epoch), `unknown_epoch`, `session_ended`, `start_deleted`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`wrong_seq`, `seq_conflict`, `fenced` (a claim superseded the epoch, or the writer token is another writer's), `writer_token_required`, `unknown_epoch`, `session_ended`, `start_deleted`; a tool call while the session waits: `needs_resolution`, `awaiting_approval`, `paused`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 413, description = "`too_large`, `too_many_events`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
@@ -533,9 +566,11 @@ async fn append(
     State(ingest): State<Arc<Ingest>>,
     Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<AppendRequest>,
 ) -> Answer<AppendedEvents> {
     let session = sessionlog_http::session_id(&session)?;
+    let token = writer_token(&headers)?;
     // Beyond the duplicate window a retried request would be judged a conflict.
     let limit = ingest
         .settings
@@ -553,7 +588,7 @@ async fn append(
     }
     let projection = ingest.log.projection();
     let (next_seq, acks, fresh) = with_writer(&ingest, &caller, session, async |writer| {
-        check_epoch(writer, request.epoch).await?;
+        check_epoch(writer, request.epoch, token).await?;
         let plan = match plan_append(writer, &request.events) {
             Ok(plan) => plan,
             Err(_) => {
@@ -748,12 +783,15 @@ fn envelope(writer: &SessionWriter, incoming: &IncomingEvent) -> Result<EventEnv
     post,
     path = "/sessions/{session_id}/checkpoint",
     tag = "sessions",
-    params(("session_id" = Uuid, Path, description = "the session")),
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("Sessionlog-Writer-Token" = Option<String>, Header, description = "the writer token create, claim or resume answered; required when the session's writer holds one"),
+    ),
     request_body = CheckpointRequest,
     responses(
         (status = 200, description = "the checkpoint is durable", body = EventAck),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `writer_token_required`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -763,14 +801,16 @@ async fn checkpoint(
     State(ingest): State<Arc<Ingest>>,
     Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<CheckpointRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
+    let token = writer_token(&headers)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
         // The service picks this event's seq (and a checkpoint's digest): from the log as it
         // is now, not from what this instance last saw of the session.
         writer.refresh().await?;
-        check_epoch(writer, request.epoch).await?;
+        check_epoch(writer, request.epoch, token).await?;
         Ok(writer.checkpoint(request.workspace_revision).await?)
     })
     .await?;
@@ -782,12 +822,15 @@ async fn checkpoint(
     post,
     path = "/sessions/{session_id}/close",
     tag = "sessions",
-    params(("session_id" = Uuid, Path, description = "the session")),
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("Sessionlog-Writer-Token" = Option<String>, Header, description = "the writer token create, claim or resume answered; required when the session's writer holds one"),
+    ),
     request_body = CloseRequest,
     responses(
         (status = 200, description = "the end is durable", body = EventAck),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `writer_token_required`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -797,14 +840,16 @@ async fn close(
     State(ingest): State<Arc<Ingest>>,
     Authorized(caller, _): Authorized<Harness>,
     PathParams(session): PathParams<String>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<CloseRequest>,
 ) -> Answer<EventAck> {
     let session = sessionlog_http::session_id(&session)?;
+    let token = writer_token(&headers)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
         // The service picks this event's seq (and a checkpoint's digest): from the log as it
         // is now, not from what this instance last saw of the session.
         writer.refresh().await?;
-        check_epoch(writer, request.epoch).await?;
+        check_epoch(writer, request.epoch, token).await?;
         Ok(writer.close(request.outcome, request.reason).await?)
     })
     .await?;

@@ -128,6 +128,15 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// The claim or fork could not be signed by the log's attester (the recovery service's
+    /// signing key: `[recovery] signing_key_file`).
+    #[error("cannot sign the {what}: {reason}")]
+    Attestation {
+        /// What was to be signed.
+        what: &'static str,
+        /// Why not.
+        reason: String,
+    },
     /// A batch holds more events than the fold's duplicate window: a retry of it could not be
     /// told from a conflicting write. Split it.
     #[error(

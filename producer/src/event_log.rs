@@ -56,6 +56,9 @@ pub struct EventLog {
     epochs: Mutex<HashMap<SessionId, Epoch>>,
     keyring: Option<Arc<Keyring>>,
     projection: Option<ProjectionStore>,
+    /// Signs the claims and forks written through this log (the recovery service's): a signed
+    /// claim is one whose maker judged the session's gates (see `sessionlog_session::gate`).
+    attester: Option<Arc<dyn Attester>>,
     /// Idle partition readers, kept between read-backs: a consumer costs a client, its
     /// threads and a connection to every broker, too much to make for every confirmed append.
     readers: Mutex<Vec<PartitionReader>>,
@@ -66,6 +69,13 @@ pub struct EventLog {
     /// `PartitionReader::read_range` delivers exactly the offsets asked for, and reads again on
     /// any gap (tests/tests/reader_reuse.rs).
     reader_permits: Arc<Semaphore>,
+}
+
+/// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
+/// recovery service's notary, for the claims and forks it makes.
+pub trait Attester: Send + Sync {
+    /// Fills `envelope.attestation`, or says why it cannot.
+    fn attest(&self, envelope: &mut EventEnvelope) -> std::result::Result<(), String>;
 }
 
 /// How far apart two offsets [`EventLog::read_at`] reads in one range may be: up to this
@@ -133,9 +143,22 @@ impl EventLog {
             epochs: Mutex::new(HashMap::new()),
             keyring,
             projection: None,
+            attester: None,
             readers: Mutex::new(Vec::new()),
             reader_permits: Arc::new(Semaphore::new(readers)),
         })
+    }
+
+    /// Signs every claim and fork made through this log with `attester` (the recovery
+    /// service's notary): such a claim passes a session's gates, because its maker judged them.
+    pub fn with_attester(mut self, attester: Arc<dyn Attester>) -> Self {
+        self.attester = Some(attester);
+        self
+    }
+
+    /// The attester of the claims and forks made through this log, if it has one.
+    pub fn attester(&self) -> Option<&Arc<dyn Attester>> {
+        self.attester.as_ref()
     }
 
     /// Lets writers find where a session stands from the projection (its row and the

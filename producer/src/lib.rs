@@ -15,5 +15,7 @@ mod event_log;
 mod writer;
 
 pub use error::{Error, Result};
-pub use event_log::{EventLog, LentReader, OFFSET_GAP, Position, ProducerOptions, WhenFull};
-pub use writer::{Appended, Confirmed, PendingClaim, SessionWriter, is_intent};
+pub use event_log::{
+    Attester, EventLog, LentReader, OFFSET_GAP, Position, ProducerOptions, WhenFull,
+};
+pub use writer::{Appended, Confirmed, PendingClaim, SessionWriter, WriterToken, is_intent};

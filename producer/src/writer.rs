@@ -5,13 +5,46 @@ use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::now_micros;
 use sessionlog_schemas::{
-    CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, Epoch, EventEnvelope, ForkPoint, Seq,
-    SessionEvent, SessionId, TerminalOutcome,
+    CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, Epoch, EventEnvelope, ForkPoint,
+    InheritedApproval, Seq, SessionEvent, SessionId, TerminalOutcome, action_digest,
 };
 use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState, Verdict};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use uuid::Uuid;
+
+/// The secret of one epoch's writer: its start or claim records the token's SHA-256, and the
+/// services append at that epoch only for a caller presenting the token
+/// ([`SessionState::admits_writer`]). 32 bytes from the thread-local CSPRNG, as hex after
+/// `slw_`. Its `Debug` hides it, so it never reaches a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct WriterToken(String);
+
+impl WriterToken {
+    /// A fresh, unguessable token.
+    pub fn generate() -> Self {
+        use rand::RngCore;
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        Self(format!("slw_{}", hex::encode(bytes)))
+    }
+
+    /// The token's text, to hand to the harness that holds it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Hex SHA-256 of the token: what the log records.
+    pub fn sha256(&self) -> String {
+        sessionlog_session::writer_token_sha256(&self.0)
+    }
+}
+
+impl std::fmt::Debug for WriterToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriterToken(..)")
+    }
+}
 
 /// An appended event the fold accepted, learnt by reading the partition back to it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -73,6 +106,10 @@ pub struct SessionWriter {
     positions: VecDeque<(Seq, Uuid, Position)>,
     /// The session's sealing key between appends (with encryption on).
     key: sessionlog_keys::HeldKey,
+    /// The token of this writer's epoch, when this writer started, forked or claimed the
+    /// session; `None` for a writer a service built for whoever holds the epoch
+    /// ([`Self::current`]), which writes only after [`Self::write_as`] checked the caller's.
+    token: Option<WriterToken>,
 }
 
 impl SessionWriter {
@@ -94,7 +131,9 @@ impl SessionWriter {
         title: Option<&str>,
         tenant: &str,
     ) -> Result<(Self, Appended)> {
-        Self::start(log, SessionId::new(), started(agent, title, tenant), true).await
+        let token = WriterToken::generate();
+        let first = started(agent, title, tenant, &token);
+        Self::start(log, SessionId::new(), first, token, true).await
     }
 
     /// Starts a new session with a given id, in the default tenant.
@@ -120,7 +159,9 @@ impl SessionWriter {
         title: Option<&str>,
         tenant: &str,
     ) -> Result<(Self, Appended)> {
-        Self::start(log, session, started(agent, title, tenant), false).await
+        let token = WriterToken::generate();
+        let first = started(agent, title, tenant, &token);
+        Self::start(log, session, first, token, false).await
     }
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
@@ -134,14 +175,16 @@ impl SessionWriter {
         tenant: &str,
         forked_by: Option<&str>,
     ) -> Result<(Self, Appended)> {
-        Self::fork_into(log, None, fork_point, agent, tenant, forked_by).await
+        Self::fork_into(log, None, fork_point, agent, tenant, forked_by, Vec::new()).await
     }
 
     /// [`Self::fork`] into the child `child` names (a framework that chooses its copies' ids,
     /// such as LangGraph's `copy_thread`), or a fresh UUIDv7 when `None`. A given id may be
     /// taken: as with [`Self::create_in`], it is caught up first and an existing session
     /// refused with [`Rejection::AlreadyStarted`] before anything is written, and the start is
-    /// read back, so of two forks racing into one id exactly one succeeds.
+    /// read back, so of two forks racing into one id exactly one succeeds. The child carries
+    /// over the parent's granted approvals in `inherited_approvals` and no other (a fork
+    /// carrying any over must be signed: fork through the recovery service).
     pub async fn fork_into(
         log: Arc<EventLog>,
         child: Option<SessionId>,
@@ -149,16 +192,20 @@ impl SessionWriter {
         agent: &str,
         tenant: &str,
         forked_by: Option<&str>,
+        inherited_approvals: Vec<InheritedApproval>,
     ) -> Result<(Self, Appended)> {
+        let token = WriterToken::generate();
         let forked = SessionEvent::SessionForked {
             fork_point,
             agent: agent.to_string(),
             tenant: tenant.to_string(),
             forked_by: forked_by.map(String::from),
+            writer_token_sha256: Some(token.sha256()),
+            inherited_approvals,
         };
         match child {
-            Some(child) => Self::start(log, child, forked, false).await,
-            None => Self::start(log, SessionId::new(), forked, true).await,
+            Some(child) => Self::start(log, child, forked, token, false).await,
+            None => Self::start(log, SessionId::new(), forked, token, true).await,
         }
     }
 
@@ -169,6 +216,7 @@ impl SessionWriter {
         log: Arc<EventLog>,
         session: SessionId,
         first_event: SessionEvent,
+        token: WriterToken,
         fresh: bool,
     ) -> Result<(Self, Appended)> {
         if fresh {
@@ -178,7 +226,9 @@ impl SessionWriter {
             // The first event carries epoch 1: the creator is the first writer.
             writer.state.epoch = 1;
             writer.epoch = 1;
-            let start = writer.append(first_event).await?;
+            writer.token = Some(token);
+            let envelope = writer.signed_start(first_event)?;
+            let start = writer.append_envelope(envelope).await?;
             writer.verified = writer.state.clone();
             writer.confirmed = start.position.offset + 1;
             return Ok((writer, start));
@@ -190,13 +240,31 @@ impl SessionWriter {
         let mut writer = Self::caught_up(log, caught);
         writer.state.epoch = 1;
         writer.epoch = 1;
-        let envelope = writer.envelope(writer.next_seq(), first_event, None, None);
+        writer.token = Some(token);
+        let envelope = writer.signed_start(first_event)?;
         let mut confirmed = writer.append_confirmed(vec![envelope]).await?;
         let start = confirmed.pop().ok_or(Error::Unconfirmed {
             partition: writer.partition,
             offset: -1,
         })?;
         Ok((writer, start.appended))
+    }
+
+    /// The envelope of a session's first event; a fork made through a log with an attester
+    /// (the recovery service's) is signed.
+    fn signed_start(&self, first_event: SessionEvent) -> Result<EventEnvelope> {
+        let mut envelope = self.envelope(1, first_event, None, None);
+        if let (SessionEvent::SessionForked { .. }, Some(attester)) =
+            (&envelope.event, self.log.attester())
+        {
+            attester
+                .attest(&mut envelope)
+                .map_err(|reason| Error::Attestation {
+                    what: "fork",
+                    reason,
+                })?;
+        }
+        Ok(envelope)
     }
 
     /// A writer whose state and verified state are `state`, as of `confirmed` in `partition`.
@@ -212,6 +280,7 @@ impl SessionWriter {
             last: None,
             positions: VecDeque::new(),
             key: Default::default(),
+            token: None,
         }
     }
 
@@ -264,20 +333,25 @@ impl SessionWriter {
         self.epoch
     }
 
-    /// Writes from now on with `epoch`, which must be the session's current one (after a
-    /// [`Self::refresh`]): for a stateless service writing on behalf of whichever harness holds
-    /// the current epoch. [`Error::Fenced`] or [`Error::Refused`] otherwise.
-    pub fn write_as(&mut self, epoch: Epoch) -> Result<()> {
-        let current = self.state.epoch;
-        match epoch.cmp(&current) {
-            std::cmp::Ordering::Equal => {
+    /// The token of this writer's epoch, when this writer started, forked or claimed the
+    /// session: hand it to the harness that writes through a service, which presents it.
+    pub fn token(&self) -> Option<&WriterToken> {
+        self.token.as_ref()
+    }
+
+    /// Writes from now on with `epoch` for a caller presenting `token`: for a stateless
+    /// service writing on behalf of whichever harness holds the current epoch. The epoch must
+    /// be the session's current one (after a [`Self::refresh`]) and the token the one its
+    /// writer's claim recorded ([`SessionState::admits_writer`]): [`Error::Fenced`] for an
+    /// older epoch, [`Error::Refused`] otherwise.
+    pub fn write_as(&mut self, epoch: Epoch, token: Option<&str>) -> Result<()> {
+        match self.state.admits_writer(epoch, token) {
+            Ok(()) => {
                 self.epoch = epoch;
                 Ok(())
             }
-            std::cmp::Ordering::Less => Err(Error::Fenced { epoch, current }),
-            std::cmp::Ordering::Greater => {
-                Err(Error::Refused(Rejection::UnclaimedEpoch { epoch, current }))
-            }
+            Err(Rejection::Zombie { epoch, current }) => Err(Error::Fenced { epoch, current }),
+            Err(rejection) => Err(Error::Refused(rejection)),
         }
     }
 
@@ -559,8 +633,10 @@ impl SessionWriter {
             });
         }
         let mut envelopes = envelopes;
+        name_approved_actions(&mut envelopes);
         // Judged before sealing, as sealing an erased session's event fails for the key's
-        // sake while the fold's reason (after the end) is the one to report.
+        // sake while the fold's reason (after the end) is the one to report (and a call acting
+        // on an approval is compared with what was approved while its arguments are readable).
         self.judge_all(&envelopes)?;
         self.log.seal_held(&mut self.key, &mut envelopes).await?;
         let outcomes = self.log.send_all(&envelopes, when_full).await?;
@@ -670,7 +746,18 @@ impl SessionWriter {
     }
 
     async fn append_one_confirmed(&mut self, event: SessionEvent) -> Result<Appended> {
-        let envelope = self.envelope(self.next_seq(), event, None, None);
+        self.append_with_confirmed(event, None, None).await
+    }
+
+    /// [`Self::append_with`], confirmed: answers once the fold accepted the event (see
+    /// [`Self::append_confirmed`]).
+    pub async fn append_with_confirmed(
+        &mut self,
+        event: SessionEvent,
+        causation_id: Option<Uuid>,
+        idempotency_key: Option<String>,
+    ) -> Result<Appended> {
+        let envelope = self.envelope(self.next_seq(), event, causation_id, idempotency_key);
         let mut confirmed = self.append_confirmed(vec![envelope]).await?;
         confirmed
             .pop()
@@ -759,12 +846,30 @@ impl SessionWriter {
     }
 }
 
-/// The first event of a session a harness starts.
-fn started(agent: &str, title: Option<&str>, tenant: &str) -> SessionEvent {
+/// The first event of a session a harness starts, recording the hash of its writer's token.
+fn started(agent: &str, title: Option<&str>, tenant: &str, token: &WriterToken) -> SessionEvent {
     SessionEvent::SessionStarted {
         agent: agent.to_string(),
         title: title.map(Content::from),
         tenant: tenant.to_string(),
+        writer_token_sha256: Some(token.sha256()),
+    }
+}
+
+/// Names what each approval request in `envelopes` approves by the digest of its action's
+/// text, where the writer named none: the decision is signed over the digest. Done before
+/// sealing, while the text is readable, and the same on a retry of the same envelopes.
+fn name_approved_actions(envelopes: &mut [EventEnvelope]) {
+    for envelope in envelopes {
+        if let SessionEvent::ApprovalRequested {
+            action,
+            action_digest: digest @ None,
+            ..
+        } = &mut envelope.event
+            && let Some(text) = action.as_plain()
+        {
+            *digest = Some(action_digest(text));
+        }
     }
 }
 
@@ -780,6 +885,7 @@ pub struct PendingClaim {
     log: Arc<EventLog>,
     writer: String,
     caught: CaughtUp,
+    token: WriterToken,
 }
 
 impl PendingClaim {
@@ -793,6 +899,7 @@ impl PendingClaim {
             log,
             writer: writer.to_string(),
             caught,
+            token: WriterToken::generate(),
         })
     }
 
@@ -808,6 +915,12 @@ impl PendingClaim {
 
     /// Appends `WriterClaimed`, reads the log back up to it, and returns the new writer if the
     /// claim won, or [`Error::LostClaim`] if another claim reached the partition first.
+    ///
+    /// The claim records the hash of the new writer's token ([`SessionWriter::token`]); made
+    /// through a log with an attester (the recovery service's) it is signed. The fold refuses
+    /// an unsigned claim while the session waits for someone ([`Rejection::Gated`]): it is
+    /// judged before anything is written and again on the read-back, in case a wait began
+    /// in between; either way the answer is [`Error::Refused`].
     pub async fn commit(self) -> Result<(SessionWriter, Appended)> {
         let (writer, claim, _) = self.commit_caught_up().await?;
         Ok((writer, claim))
@@ -823,6 +936,7 @@ impl PendingClaim {
             log,
             writer,
             caught,
+            token,
         } = self;
         let partition = caught.partition;
         let caught_up = caught.next_offset;
@@ -831,7 +945,7 @@ impl PendingClaim {
             caught.accepted.into_iter().map(|a| a.envelope).collect();
         let mut state = caught.state;
         let session = state.session_id;
-        let claim = EventEnvelope {
+        let mut claim = EventEnvelope {
             event_id: Uuid::now_v7(),
             session_id: session,
             // Claims take no seq in the fold; this is the seq the claimant will write next.
@@ -841,9 +955,24 @@ impl PendingClaim {
             causation_id: None,
             idempotency_key: None,
             schema_version: CURRENT_SCHEMA_VERSION,
-            event: SessionEvent::WriterClaimed { writer },
+            event: SessionEvent::WriterClaimed {
+                writer,
+                writer_token_sha256: Some(token.sha256()),
+            },
             attestation: None,
         };
+        if let Some(attester) = log.attester() {
+            attester
+                .attest(&mut claim)
+                .map_err(|reason| Error::Attestation {
+                    what: "claim",
+                    reason,
+                })?;
+        }
+        // Refused before anything is written: the claim would walk past a wait.
+        if let Verdict::Rejected(gated @ Rejection::Gated(_)) = state.judge(&claim) {
+            return Err(Error::Refused(gated));
+        }
         let position = log.append(&claim).await?;
         // Whatever reached the partition between the catch-up and the claim (a zombie's last
         // events, a rival claim) is folded in log order: the partition decides who won.
@@ -869,6 +998,10 @@ impl PendingClaim {
         log.note_epoch(session, state.epoch);
         match verdict {
             Some(Verdict::Accepted) => {}
+            // A wait began between the catch-up and the claim (an approval request, say).
+            Some(Verdict::Rejected(gated @ Rejection::Gated(_))) => {
+                return Err(Error::Refused(gated));
+            }
             Some(_) => {
                 return Err(Error::LostClaim {
                     epoch: claim.writer_epoch,
@@ -884,6 +1017,7 @@ impl PendingClaim {
         }
         positions.push((claim.seq, claim.event_id, position));
         let mut writer_of = SessionWriter::at(log, state, partition, position.offset + 1);
+        writer_of.token = Some(token);
         positions.into_iter().for_each(|p| writer_of.remember(p));
         writer_of.first = Some(position);
         writer_of.last = Some(position);

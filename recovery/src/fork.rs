@@ -4,7 +4,7 @@
 use crate::{Error, LoggedEvent, Recovery, Result};
 use serde::Serialize;
 use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_schemas::{EffectClass, ForkPoint, SessionEvent, SessionId};
+use sessionlog_schemas::{EffectClass, ForkPoint, InheritedApproval, SessionEvent, SessionId};
 use sessionlog_session::SessionState;
 use std::sync::Arc;
 
@@ -46,13 +46,18 @@ impl Recovery {
     /// or an operator, or has a non-idempotent call in doubt: a child starts `Running` with no
     /// pending calls or approvals, so it would walk past the gate (see docs/design.md, Forks).
     pub async fn fork(&self, parent: SessionId, at: ForkAt, agent: &str) -> Result<Appended> {
-        self.fork_by(parent, at, agent, None, None).await
+        self.fork_by(parent, at, agent, None, None, &[]).await
     }
 
     /// [`Self::fork`] for a verified caller, whom the child's first event names (`forked_by`),
     /// into the child id `child` when given (else a fresh UUIDv7). A `child` that is already a
     /// session is refused (the producer's `Rejection::AlreadyStarted`, 409 `already_started`
     /// over HTTP) and nothing is written.
+    ///
+    /// The child inherits neither pending nor granted approvals, except the granted ones
+    /// `inherit_approvals` names: each must be granted in the parent at the fork point, by a
+    /// decision this service signed, and not yet acted on there. They are recorded in the
+    /// child's first event, which is signed; the child may then act on each once.
     pub async fn fork_by(
         &self,
         parent: SessionId,
@@ -60,6 +65,7 @@ impl Recovery {
         agent: &str,
         by: Option<&str>,
         child: Option<SessionId>,
+        inherit_approvals: &[String],
     ) -> Result<Appended> {
         let seq = match at {
             ForkAt::Checkpoint(seq) | ForkAt::Seq(seq) => seq,
@@ -97,6 +103,7 @@ impl Recovery {
                 event.envelope.event.kind()
             )));
         }
+        let inherited = self.approvals_to_carry_over(&at_fork, seq, inherit_approvals)?;
         let fork_point = ForkPoint {
             parent_session_id: parent,
             parent_seq: seq,
@@ -111,9 +118,53 @@ impl Recovery {
             agent,
             &at_fork.tenant,
             by,
+            inherited,
         )
         .await?;
         Ok(first)
+    }
+
+    /// The granted approvals of `parent` (as it stood at the fork point) that a fork names to
+    /// carry over, or why one cannot be.
+    fn approvals_to_carry_over(
+        &self,
+        parent: &SessionState,
+        seq: u64,
+        ids: &[String],
+    ) -> Result<Vec<InheritedApproval>> {
+        ids.iter()
+            .map(|id| {
+                let refuse = |why: &str| Error::BadForkPoint {
+                    session: parent.session_id.to_string(),
+                    seq,
+                    reason: format!("approval {id:?} cannot be carried over: {why}"),
+                };
+                let decision = parent
+                    .decided_approvals
+                    .get(id)
+                    .ok_or_else(|| refuse("it is not decided at the fork point"))?;
+                if !decision.approved {
+                    return Err(refuse("it was denied"));
+                }
+                if let Some(by) = decision.acted_on_by {
+                    return Err(refuse(&format!("the call at seq {by} already acted on it")));
+                }
+                if !self
+                    .notary()
+                    .verifies(&decision.statement, decision.attestation.as_ref())
+                {
+                    return Err(refuse(
+                        "its decision does not carry this service's signature",
+                    ));
+                }
+                Ok(InheritedApproval {
+                    approval_id: id.clone(),
+                    action_digest: decision.action_digest.clone(),
+                    decided_by: decision.decided_by.clone(),
+                    parent_decision_seq: decision.inherited_from.unwrap_or(decision.seq),
+                })
+            })
+            .collect()
     }
 
     /// The ancestors of `session` (from the log) and its children (from the projection).

@@ -609,6 +609,7 @@ mod tests {
                 agent: String::new(),
                 title: None,
                 tenant: String::new(),
+                writer_token_sha256: None,
             },
             SessionEvent::UserRequest { content: text() },
             SessionEvent::ModelResponse {
@@ -626,6 +627,7 @@ mod tests {
                 tool: String::new(),
                 arguments: text(),
                 effect: EffectClass::Pure,
+                approval_id: None,
             },
             SessionEvent::ToolCallResult {
                 call_seq: 1,
@@ -643,12 +645,15 @@ mod tests {
             SessionEvent::ApprovalRequested {
                 approval_id: String::new(),
                 action: text(),
+                action_digest: None,
             },
             SessionEvent::ApprovalDecided {
                 approval_id: String::new(),
                 approved: true,
                 decided_by: String::new(),
                 reason: None,
+                action_digest: None,
+                request_seq: None,
             },
             SessionEvent::Checkpoint {
                 state_digest: String::new(),
@@ -656,6 +661,7 @@ mod tests {
             },
             SessionEvent::WriterClaimed {
                 writer: String::new(),
+                writer_token_sha256: None,
             },
             SessionEvent::SessionForked {
                 fork_point: ForkPoint {
@@ -667,6 +673,8 @@ mod tests {
                 agent: String::new(),
                 tenant: String::new(),
                 forked_by: None,
+                inherited_approvals: Vec::new(),
+                writer_token_sha256: None,
             },
             SessionEvent::ResolutionRequired {
                 call_seq: 1,

@@ -145,9 +145,10 @@ struct SessionView {
     read_amplification: f64,
 }
 
-/// Everything a new harness needs to continue a session: `state`, `epoch`, `next_seq`,
-/// `in_doubt` (calls to settle first), `context` (the working set for the next model call)
-/// and `resolved` (outcomes recovery recorded).
+/// Everything a new harness needs to continue a session: `state`, `epoch`, `writer_token`
+/// (present it to the ingest service with every append), `next_seq`, `in_doubt` (calls to
+/// settle first), `context` (the working set for the next model call) and `resolved`
+/// (outcomes recovery recorded).
 #[derive(Serialize, ToSchema)]
 #[serde(transparent)]
 #[schema(value_type = Object)]
@@ -223,6 +224,10 @@ struct ForkRequest {
     /// with 409 `already_started`, and nothing is written.
     #[serde(default)]
     session_id: Option<SessionId>,
+    /// Granted approvals of the parent the branch carries over; none unless named. Each must
+    /// be granted at the fork point and not yet acted on there (else 422 `bad_fork_point`).
+    #[serde(default)]
+    inherit_approvals: Vec<String>,
 }
 
 /// An operator's outcome for an in-doubt tool call.
@@ -363,7 +368,14 @@ async fn fork(
     };
     let by = caller.on_behalf("");
     let first = recovery
-        .fork_by(session, at, &request.agent, Some(&by), request.session_id)
+        .fork_by(
+            session,
+            at,
+            &request.agent,
+            Some(&by),
+            request.session_id,
+            &request.inherit_approvals,
+        )
         .await?;
     caller.audit("fork", session);
     Ok(Json(Forked {

@@ -71,11 +71,16 @@ impl Notary {
         })
     }
 
+    /// Whether this notary holds a signing key (a reader's holds none).
+    pub fn can_sign(&self) -> bool {
+        self.key.is_some()
+    }
+
     /// Signs `envelope`'s statement into its attestation.
     pub fn attest(&self, envelope: &mut EventEnvelope) -> Result<()> {
         let key = self.signing_key()?;
         let statement = attest::statement(envelope).ok_or_else(|| Error::Attestation {
-            reason: format!("a {} is not a privileged event", envelope.event.kind()),
+            reason: format!("a {} carries no attestation", envelope.event.kind()),
         })?;
         let signature = key
             .sign(statement.as_bytes())
@@ -124,5 +129,13 @@ impl Notary {
             approvals,
             calls,
         })
+    }
+}
+
+/// The notary signs the claims and forks recovery makes (see `sessionlog_producer::Attester`):
+/// a signed claim passes a session's gates, because recovery judged them first.
+impl sessionlog_producer::Attester for Notary {
+    fn attest(&self, envelope: &mut EventEnvelope) -> std::result::Result<(), String> {
+        Notary::attest(self, envelope).map_err(|e| e.to_string())
     }
 }

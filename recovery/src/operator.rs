@@ -1,13 +1,41 @@
 //! What operators do to stuck sessions: record an in-doubt call's outcome, decide an approval.
 //! Each validates against the session rebuilt from the log before appending anything, then
-//! appends as a new writer epoch (fencing any harness still holding the old one).
+//! appends as a new writer epoch (fencing any harness still holding the old one), signed and
+//! confirmed: the answer comes only once the fold accepted the event. Two of them racing on
+//! one session (two approvers, two recovery instances) each fence the other's claim at most
+//! once; the loser starts again from a fresh rebuild, so no decision answered with success is
+//! lost.
 
 use crate::{Error, Recovery, Result};
 use serde::Serialize;
+use sessionlog_log::retry::{self, Retryable};
 use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent, SessionId};
+use sessionlog_session::Rejection;
 use sessionlog_store::Wait;
 use std::sync::Arc;
+
+/// How many times a privileged action starts again after losing a race for the session.
+const RACE_TRIES: usize = 8;
+
+/// Whether `error` means another writer got to the session between this action's rebuild and
+/// its event (a claim of its own, or an event at its seq): worth starting again from the log.
+fn lost_a_race(error: &Error) -> bool {
+    use sessionlog_producer::Error as P;
+    matches!(
+        error,
+        Error::Producer(
+            P::Fenced { .. }
+                | P::LostClaim { .. }
+                | P::Rejected {
+                    rejection: Rejection::Zombie { .. }
+                        | Rejection::SeqConflict { .. }
+                        | Rejection::StaleClaim { .. },
+                    ..
+                }
+        )
+    )
+}
 
 /// An operator's record of what an in-doubt call did.
 #[derive(Clone, Debug)]
@@ -45,6 +73,17 @@ impl Recovery {
     ) -> Result<Appended> {
         // Without a key nothing could be signed: fail before the claim fences the harness.
         self.notary().signing_key()?;
+        (|| self.record_resolution_once(session, resolution.clone()))
+            .retry(retry::tries(RACE_TRIES))
+            .when(lost_a_race)
+            .await
+    }
+
+    async fn record_resolution_once(
+        &self,
+        session: SessionId,
+        resolution: Resolution,
+    ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
         let state = &rebuilt.state;
         // A call in doubt, or one whose operator record the service cannot verify (someone
@@ -83,8 +122,9 @@ impl Recovery {
             .await
     }
 
-    /// Appends a privileged event signed by the service's key.
-    async fn append_attested(
+    /// Appends a privileged event signed by the service's key, confirmed: the answer comes
+    /// once the fold accepted it (a race lost to another writer is [`Error::Producer`]).
+    pub(crate) async fn append_attested(
         &self,
         writer: &mut SessionWriter,
         event: SessionEvent,
@@ -101,7 +141,13 @@ impl Recovery {
         envelope.causation_id = causation_id;
         envelope.idempotency_key = idempotency_key;
         self.notary().attest(&mut envelope)?;
-        Ok(writer.append_envelope(envelope).await?)
+        let mut confirmed = writer.append_confirmed(vec![envelope]).await?;
+        confirmed
+            .pop()
+            .map(|c| c.appended)
+            .ok_or_else(|| Error::Attestation {
+                reason: "the confirmed append answered no event".into(),
+            })
     }
 
     /// Records a human's decision on a pending approval. Fails, appending nothing, when no such
@@ -116,14 +162,30 @@ impl Recovery {
     ) -> Result<Appended> {
         // Without a key nothing could be signed: fail before the claim fences the harness.
         self.notary().signing_key()?;
+        (|| self.decide_approval_once(session, approval_id, approved, decided_by, reason.clone()))
+            .retry(retry::tries(RACE_TRIES))
+            .when(lost_a_race)
+            .await
+    }
+
+    async fn decide_approval_once(
+        &self,
+        session: SessionId,
+        approval_id: &str,
+        approved: bool,
+        decided_by: &str,
+        reason: Option<String>,
+    ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
         let state = &rebuilt.state;
-        // Pending, or decided by an event the service cannot verify (a harness's own).
-        let decidable = state.pending_approvals.contains_key(approval_id)
-            || state
-                .decided_approvals
-                .get(approval_id)
-                .is_some_and(|d| !self.notary().verifies(&d.statement, d.attestation.as_ref()));
+        // Pending; or, in a session started before the fold kept its gates, decided by an event
+        // the service cannot verify (a harness's own), which a new decision supersedes.
+        let request = state.pending_approvals.get(approval_id).cloned();
+        let decidable = request.is_some()
+            || (!state.keeps_gates
+                && state.decided_approvals.get(approval_id).is_some_and(|d| {
+                    !self.notary().verifies(&d.statement, d.attestation.as_ref())
+                }));
         if !decidable {
             return Err(Error::NoSuchApproval {
                 session: session.to_string(),
@@ -138,11 +200,15 @@ impl Recovery {
             &format!("approver:{decided_by}"),
         )
         .await?;
+        // The decision names the request it decides and what that request named, and its
+        // signature covers both: it approves exactly that.
         let event = SessionEvent::ApprovalDecided {
             approval_id: approval_id.to_string(),
             approved,
             decided_by: decided_by.to_string(),
             reason: reason.map(Content::from),
+            request_seq: request.as_ref().map(|r| r.seq),
+            action_digest: request.and_then(|r| r.action_digest),
         };
         self.append_attested(&mut writer, event, None, None).await
     }

@@ -98,7 +98,7 @@ pub struct Recovery {
     partitions: i32,
     log: Arc<EventLog>,
     resolvers: Resolvers,
-    notary: crate::notary::Notary,
+    notary: Arc<crate::notary::Notary>,
     keys: Arc<KeyTable>,
     readiness: sessionlog_http::Readiness,
     /// One permit per resume that may run (`[recovery] max_concurrent_resumes`).
@@ -129,12 +129,16 @@ impl Recovery {
     async fn connect_with(settings: &Settings, notary: crate::notary::Notary) -> Result<Self> {
         let decoder = EventDecoder::new(settings.registry.client()?);
         let store = ProjectionStore::open_checked(settings).await?;
+        let notary = Arc::new(notary);
         // Claims made through this log catch up from the projection, not the partition's start.
-        let log = Arc::new(
-            EventLog::from_settings(settings)
-                .await?
-                .with_projection(store.clone()),
-        );
+        let mut log = EventLog::from_settings(settings)
+            .await?
+            .with_projection(store.clone());
+        // Recovery's claims and forks are signed: it judged the session's gates before each.
+        if notary.can_sign() {
+            log = log.with_attester(Arc::clone(&notary) as Arc<dyn sessionlog_producer::Attester>);
+        }
+        let log = Arc::new(log);
         // Erasure receipts live in the key store, with encryption on or off.
         let keys = Arc::new(KeyTable::open(settings).await?);
         // Ready while the servers every operation needs answer: Kafka (rebuilds and the claims,

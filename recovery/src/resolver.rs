@@ -175,6 +175,7 @@ mod tests {
             idempotency_key: Some(key.into()),
             requested_at: 0,
             resolution_required: None,
+            epoch: None,
         }
     }
 

@@ -46,6 +46,9 @@ pub struct ResumeBundle {
     pub state: SessionState,
     /// The new writer's epoch.
     pub epoch: u64,
+    /// The new writer's token: a harness that goes on through the ingest service presents it
+    /// with every append (`Sessionlog-Writer-Token`), so nobody else can write at this epoch.
+    pub writer_token: Option<String>,
     /// The seq of the next event to append.
     pub next_seq: u64,
     /// Calls to settle first (pure, or idempotent and never received).
@@ -185,16 +188,22 @@ impl Recovery {
         for call in pending {
             match self.settle(&call).await {
                 Settlement::InDoubt(action) => in_doubt.push(InDoubtCall { call, action }),
+                // What recovery records is confirmed before it answers: a resolver's result
+                // (signed, like every privileged fact) and a stop for an operator.
                 Settlement::Record(event) => {
                     resolved.push(
-                        writer
-                            .append_with(event, Some(call.event_id), call.idempotency_key.clone())
-                            .await?,
+                        self.append_attested(
+                            &mut writer,
+                            event,
+                            Some(call.event_id),
+                            call.idempotency_key.clone(),
+                        )
+                        .await?,
                     );
                 }
                 Settlement::NeedsOperator(reason) => {
                     writer
-                        .append_with(
+                        .append_with_confirmed(
                             SessionEvent::ResolutionRequired {
                                 call_seq: call.seq,
                                 reason: reason.into(),
@@ -233,6 +242,7 @@ impl Recovery {
         Ok(ResumeBundle {
             context,
             epoch: writer.state().epoch,
+            writer_token: writer.token().map(|t| t.as_str().to_string()),
             next_seq: writer.next_seq(),
             state: crate::reveal::opened_state(&opener, writer.state()),
             in_doubt,

@@ -13,6 +13,10 @@ use sessionlog_schemas::{
 use std::path::PathBuf;
 use uuid::Uuid;
 
+/// The SHA-256 of a writer token the v5 examples name (of the text `test`).
+const WRITER_TOKEN_SHA256: &str =
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let force = std::env::args().any(|a| a == "--force");
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,6 +57,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 agent: "coder-1".into(),
                 title: Some("Fix the flaky test".into()),
                 tenant: "acme".into(),
+                writer_token_sha256: Some(WRITER_TOKEN_SHA256.into()),
             },
             None,
             None,
@@ -95,6 +100,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 tool: "shell".into(),
                 arguments: Content::plain(r#"{"cmd":"pytest -k login"}"#),
                 effect: EffectClass::NonIdempotent,
+                approval_id: Some("deploy-1".into()),
             },
             None,
             Some("sess-1/call-5"),
@@ -132,6 +138,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             SessionEvent::ApprovalRequested {
                 approval_id: "deploy-1".into(),
                 action: "deploy to staging".into(),
+                action_digest: Some(sessionlog_schemas::action_digest("deploy to staging")),
             },
             None,
             None,
@@ -143,6 +150,8 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 approved: true,
                 decided_by: "carol".into(),
                 reason: None,
+                action_digest: Some(sessionlog_schemas::action_digest("deploy to staging")),
+                request_seq: Some(9),
             },
             Some(10),
             None,
@@ -160,6 +169,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             "writer_claimed",
             SessionEvent::WriterClaimed {
                 writer: "harness-7".into(),
+                writer_token_sha256: Some(WRITER_TOKEN_SHA256.into()),
             },
             None,
             None,
@@ -176,6 +186,13 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 agent: "coder-2".into(),
                 tenant: "acme".into(),
                 forked_by: Some("alice".into()),
+                inherited_approvals: vec![sessionlog_schemas::InheritedApproval {
+                    approval_id: "deploy-1".into(),
+                    action_digest: Some(sessionlog_schemas::action_digest("deploy to staging")),
+                    decided_by: "carol".into(),
+                    parent_decision_seq: 10,
+                }],
+                writer_token_sha256: Some(WRITER_TOKEN_SHA256.into()),
             },
             None,
             None,

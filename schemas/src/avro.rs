@@ -11,8 +11,8 @@
 
 use crate::error::{Error, Result};
 use crate::event::{
-    Attestation, CallOutcome, Content, EffectClass, EventEnvelope, ForkPoint, ResultSource,
-    SessionEvent, SessionId, TerminalOutcome,
+    Attestation, CallOutcome, Content, EffectClass, EventEnvelope, ForkPoint, InheritedApproval,
+    ResultSource, SessionEvent, SessionId, TerminalOutcome,
 };
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 4;
+pub const CURRENT_SCHEMA_VERSION: u32 = 5;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -36,6 +36,7 @@ const KEPT: &[(u32, &str)] = &[
     (2, include_str!("../avro/session-event.v2.avsc")),
     (3, include_str!("../avro/session-event.v3.avsc")),
     (4, include_str!("../avro/session-event.v4.avsc")),
+    (5, include_str!("../avro/session-event.v5.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -360,10 +361,12 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             agent,
             title,
             tenant,
+            writer_token_sha256,
         } => vec![
             field("agent", string(agent)),
             field("title", optional_sealable(title)),
             field("tenant", string(tenant)),
+            field("writer_token_sha256", optional_string(writer_token_sha256)),
         ],
         E::UserRequest { content } => vec![field("content", content_to_value(content, c)?)],
         E::ModelResponse {
@@ -397,10 +400,12 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             tool,
             arguments,
             effect,
+            approval_id,
         } => vec![
             field("tool", string(tool)),
             field("arguments", content_to_value(arguments, c)?),
             field("effect", symbol(EFFECT_CLASS, *effect as usize)),
+            field("approval_id", optional_string(approval_id)),
         ],
         E::ToolCallResult {
             call_seq,
@@ -425,20 +430,33 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
         E::ApprovalRequested {
             approval_id,
             action,
+            action_digest,
         } => vec![
             field("approval_id", string(approval_id)),
             field("action", sealable(action)),
+            field("action_digest", optional_string(action_digest)),
         ],
         E::ApprovalDecided {
             approval_id,
             approved,
             decided_by,
             reason,
+            request_seq,
+            action_digest,
         } => vec![
             field("approval_id", string(approval_id)),
             field("approved", Value::Boolean(*approved)),
             field("decided_by", string(decided_by)),
             field("reason", optional_sealable(reason)),
+            field(
+                "request_seq",
+                optional(
+                    request_seq
+                        .map(|seq| long("request_seq", seq))
+                        .transpose()?,
+                ),
+            ),
+            field("action_digest", optional_string(action_digest)),
         ],
         E::Checkpoint {
             state_digest,
@@ -447,12 +465,20 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("state_digest", string(state_digest)),
             field("workspace_revision", optional_string(workspace_revision)),
         ],
-        E::WriterClaimed { writer } => vec![field("writer", string(writer))],
+        E::WriterClaimed {
+            writer,
+            writer_token_sha256,
+        } => vec![
+            field("writer", string(writer)),
+            field("writer_token_sha256", optional_string(writer_token_sha256)),
+        ],
         E::SessionForked {
             fork_point,
             agent,
             tenant,
             forked_by,
+            writer_token_sha256,
+            inherited_approvals,
         } => vec![
             field(
                 "fork_point",
@@ -469,6 +495,16 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("agent", string(agent)),
             field("tenant", string(tenant)),
             field("forked_by", optional_string(forked_by)),
+            field("writer_token_sha256", optional_string(writer_token_sha256)),
+            field(
+                "inherited_approvals",
+                Value::Array(
+                    inherited_approvals
+                        .iter()
+                        .map(inherited_approval_to_value)
+                        .collect::<Result<_>>()?,
+                ),
+            ),
         ],
         E::ResolutionRequired { call_seq, reason } => vec![
             field("call_seq", long("call_seq", *call_seq)?),
@@ -516,6 +552,18 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
         ],
     };
     Ok(Value::Record(fields))
+}
+
+fn inherited_approval_to_value(a: &InheritedApproval) -> Result<Value> {
+    Ok(Value::Record(vec![
+        field("approval_id", string(&a.approval_id)),
+        field("action_digest", optional_string(&a.action_digest)),
+        field("decided_by", string(&a.decided_by)),
+        field(
+            "parent_decision_seq",
+            long("parent_decision_seq", a.parent_decision_seq)?,
+        ),
+    ]))
 }
 
 fn content_to_value(content: &Content, c: &Current) -> Result<Value> {
@@ -1029,6 +1077,37 @@ impl Fields {
         u64::try_from(n).map_err(|_| self.err(name, format!("negative: {n}")))
     }
 
+    /// An optional non-negative long (`["null", "long"]`).
+    fn opt_unsigned(&mut self, name: &str) -> Result<Option<u64>> {
+        match unwrap_union(self.take(name)?) {
+            Value::Null => Ok(None),
+            Value::Long(n) => u64::try_from(n)
+                .map(Some)
+                .map_err(|_| self.err(name, format!("negative: {n}"))),
+            other => Err(self.err(name, format!("expected a long or null, got {other:?}"))),
+        }
+    }
+
+    /// The `InheritedApproval` records of a fork (v5; an empty array before).
+    fn inherited_approvals(&mut self, name: &str) -> Result<Vec<InheritedApproval>> {
+        let items = match self.take(name)? {
+            Value::Array(items) => items,
+            other => return Err(self.err(name, format!("expected an array, got {other:?}"))),
+        };
+        items
+            .into_iter()
+            .map(|item| {
+                let mut a = Fields::of(item, "event.inherited_approvals")?;
+                Ok(InheritedApproval {
+                    approval_id: a.string("approval_id")?,
+                    action_digest: a.opt_string("action_digest")?,
+                    decided_by: a.string("decided_by")?,
+                    parent_decision_seq: a.unsigned("parent_decision_seq")?,
+                })
+            })
+            .collect()
+    }
+
     fn int(&mut self, name: &str) -> Result<i32> {
         match self.take(name)? {
             Value::Int(n) => Ok(n),
@@ -1135,6 +1214,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
             agent: f.string("agent")?,
             title: f.opt_sealable("title")?,
             tenant: f.string("tenant")?,
+            writer_token_sha256: f.opt_string("writer_token_sha256")?,
         },
         "UserRequest" => E::UserRequest {
             content: f.content("content", c)?,
@@ -1158,6 +1238,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                 EffectClass::Idempotent,
                 EffectClass::NonIdempotent,
             ][f.symbol("effect", EFFECT_CLASS)?],
+            approval_id: f.opt_string("approval_id")?,
         },
         "ToolCallResult" => E::ToolCallResult {
             call_seq: f.unsigned("call_seq")?,
@@ -1182,12 +1263,15 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         "ApprovalRequested" => E::ApprovalRequested {
             approval_id: f.string("approval_id")?,
             action: f.sealable("action")?,
+            action_digest: f.opt_string("action_digest")?,
         },
         "ApprovalDecided" => E::ApprovalDecided {
             approval_id: f.string("approval_id")?,
             approved: f.boolean("approved")?,
             decided_by: f.string("decided_by")?,
             reason: f.opt_sealable("reason")?,
+            request_seq: f.opt_unsigned("request_seq")?,
+            action_digest: f.opt_string("action_digest")?,
         },
         "Checkpoint" => E::Checkpoint {
             state_digest: f.string("state_digest")?,
@@ -1195,6 +1279,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         },
         "WriterClaimed" => E::WriterClaimed {
             writer: f.string("writer")?,
+            writer_token_sha256: f.opt_string("writer_token_sha256")?,
         },
         "SessionForked" => {
             let mut p = Fields::of(f.take("fork_point")?, "event.fork_point")?;
@@ -1208,6 +1293,8 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
                 agent: f.string("agent")?,
                 tenant: f.string("tenant")?,
                 forked_by: f.opt_string("forked_by")?,
+                writer_token_sha256: f.opt_string("writer_token_sha256")?,
+                inherited_approvals: f.inherited_approvals("inherited_approvals")?,
             }
         }
         "ResolutionRequired" => E::ResolutionRequired {

@@ -303,6 +303,54 @@ pub struct ForkPoint {
     pub parent_offset: i64,
 }
 
+/// A granted approval of a parent that a fork carries over, named in the fork's first event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InheritedApproval {
+    /// The approval's id in the parent (and in the fork).
+    pub approval_id: String,
+    /// The digest of what was approved, as the parent's request named it.
+    pub action_digest: Option<String>,
+    /// Who decided, in the parent.
+    pub decided_by: String,
+    /// The seq of the decision in the parent.
+    #[cfg_attr(feature = "openapi", schema(value_type = u64))]
+    pub parent_decision_seq: Seq,
+}
+
+/// The digest naming one tool call (schema v5), what an approval that gates the call names:
+/// hex SHA-256 over the tool, the idempotency key and the arguments' text, each length-prefixed
+/// so no two calls share an encoding. Clients in other languages compute the same:
+/// `sha256("sessionlog-call-v1\n" + field(tool) + field(key) + field(arguments))` where
+/// `field(s)` is the UTF-8 byte length in decimal, `:`, then the bytes, and a missing key is `-`.
+pub fn call_digest(tool: &str, idempotency_key: Option<&str>, arguments: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"sessionlog-call-v1\n");
+    let mut field = |text: Option<&str>| match text {
+        Some(text) => {
+            hash.update(text.len().to_string().as_bytes());
+            hash.update(b":");
+            hash.update(text.as_bytes());
+        }
+        None => hash.update(b"-"),
+    };
+    field(Some(tool));
+    field(idempotency_key);
+    field(Some(arguments));
+    hex::encode(hash.finalize())
+}
+
+/// The digest naming an approval's action by its text (schema v5), for an approval that gates
+/// something other than one tool call: `sha256("sessionlog-action-v1\n" + text)`, hex.
+pub fn action_digest(action: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"sessionlog-action-v1\n");
+    hash.update(action.as_bytes());
+    hex::encode(hash.finalize())
+}
+
 /// The kinds of session event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -318,6 +366,10 @@ pub enum SessionEvent {
         /// The tenant the session belongs to, fixed at its start (schema v2).
         #[serde(default = "default_tenant")]
         tenant: String,
+        /// Hex SHA-256 of the token this epoch's writer holds (schema v5): the services let
+        /// only a caller presenting the token append at this epoch. `None` before v5.
+        #[serde(default)]
+        writer_token_sha256: Option<String>,
     },
     /// A user asked something.
     UserRequest {
@@ -357,6 +409,10 @@ pub enum SessionEvent {
         arguments: Content,
         /// What repeating it would do.
         effect: EffectClass,
+        /// The granted approval this call acts on (schema v5): the call's digest
+        /// ([`call_digest`]) must be the one approved, and an approval is acted on once.
+        #[serde(default)]
+        approval_id: Option<String>,
     },
     /// A tool call's result. The envelope's `causation_id` is the call's event id.
     ToolCallResult {
@@ -396,6 +452,11 @@ pub enum SessionEvent {
         #[serde(with = "sealable")]
         #[cfg_attr(feature = "openapi", schema(value_type = String))]
         action: Content,
+        /// Hex SHA-256 naming what is to be approved (schema v5): for a tool call its
+        /// [`call_digest`], else the [`action_digest`] of the action's text. The decision is
+        /// signed over it, so it approves exactly this.
+        #[serde(default)]
+        action_digest: Option<String>,
     },
     /// A human decided.
     ApprovalDecided {
@@ -409,6 +470,13 @@ pub enum SessionEvent {
         #[serde(default, with = "sealable::option")]
         #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
         reason: Option<Content>,
+        /// The seq of the request this decides (schema v5).
+        #[serde(default)]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>))]
+        request_seq: Option<Seq>,
+        /// The digest the request named: what was approved (schema v5).
+        #[serde(default)]
+        action_digest: Option<String>,
     },
     /// A verified position to resume or fork from.
     Checkpoint {
@@ -421,6 +489,10 @@ pub enum SessionEvent {
     WriterClaimed {
         /// Which harness.
         writer: String,
+        /// Hex SHA-256 of the token this epoch's writer holds (schema v5): the services let
+        /// only a caller presenting the token append at this epoch. `None` before v5.
+        #[serde(default)]
+        writer_token_sha256: Option<String>,
     },
     /// First event of a session forked from another.
     SessionForked {
@@ -435,6 +507,14 @@ pub enum SessionEvent {
         /// one (schema v2).
         #[serde(default)]
         forked_by: Option<String>,
+        /// Hex SHA-256 of the token this epoch's writer holds (schema v5): the services let
+        /// only a caller presenting the token append at this epoch. `None` before v5.
+        #[serde(default)]
+        writer_token_sha256: Option<String>,
+        /// Granted approvals of the parent the fork carries over (schema v5): none unless
+        /// the fork names them.
+        #[serde(default)]
+        inherited_approvals: Vec<InheritedApproval>,
     },
     /// An in-doubt tool call needs an operator to record its outcome.
     ResolutionRequired {

@@ -30,8 +30,8 @@ pub use avro::{
 pub use error::{Error, Result};
 pub use event::{
     Attestation, CallOutcome, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope,
-    ForkPoint, Micros, ResultSource, Seq, SessionEvent, SessionId, TerminalOutcome, now_micros,
-    sealable,
+    ForkPoint, InheritedApproval, Micros, ResultSource, Seq, SessionEvent, SessionId,
+    TerminalOutcome, action_digest, call_digest, now_micros, sealable,
 };
 pub use registry::{
     CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAbout,

@@ -7,8 +7,9 @@ use apache_avro::writer::datum::GenericDatumWriter;
 use proptest::prelude::*;
 use sessionlog_schemas::{
     BodyDecoder, CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, Error, EventEncoder,
-    EventEnvelope, ForkPoint, ResultSource, SessionEvent, SessionId, TerminalOutcome,
-    current_schema, decode_body, encode_body, encode_body_for_version, schema_versions, unframe,
+    EventEnvelope, ForkPoint, InheritedApproval, ResultSource, SessionEvent, SessionId,
+    TerminalOutcome, current_schema, decode_body, encode_body, encode_body_for_version,
+    schema_versions, unframe,
 };
 use uuid::Uuid;
 
@@ -48,6 +49,17 @@ fn content() -> impl Strategy<Value = Content> {
     ]
 }
 
+fn inherited_approval() -> impl Strategy<Value = InheritedApproval> {
+    (text(), opt_text(), text(), small_u64()).prop_map(
+        |(approval_id, action_digest, decided_by, parent_decision_seq)| InheritedApproval {
+            approval_id,
+            action_digest,
+            decided_by,
+            parent_decision_seq,
+        },
+    )
+}
+
 fn event() -> impl Strategy<Value = SessionEvent> {
     use SessionEvent as E;
     let effect = prop_oneof![
@@ -67,11 +79,14 @@ fn event() -> impl Strategy<Value = SessionEvent> {
         Just(TerminalOutcome::Cancelled)
     ];
     prop_oneof![
-        (text(), opt_content(), text()).prop_map(|(agent, title, tenant)| E::SessionStarted {
-            agent,
-            title,
-            tenant
-        }),
+        (text(), opt_content(), text(), opt_text()).prop_map(
+            |(agent, title, tenant, writer_token_sha256)| E::SessionStarted {
+                agent,
+                title,
+                tenant,
+                writer_token_sha256,
+            }
+        ),
         content().prop_map(|content| E::UserRequest { content }),
         (
             text(),
@@ -105,11 +120,14 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                     }
                 }
             ),
-        (text(), content(), effect).prop_map(|(tool, arguments, effect)| E::ToolCallRequested {
-            tool,
-            arguments,
-            effect
-        }),
+        (text(), content(), effect, opt_text()).prop_map(
+            |(tool, arguments, effect, approval_id)| E::ToolCallRequested {
+                tool,
+                arguments,
+                effect,
+                approval_id,
+            }
+        ),
         (
             small_u64(),
             outcome,
@@ -130,25 +148,41 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             }),
         (text(), content()).prop_map(|(author, content)| E::SteeringMessage { author, content }),
         content().prop_map(|plan| E::PlanUpdated { plan }),
-        (text(), content()).prop_map(|(approval_id, action)| E::ApprovalRequested {
-            approval_id,
-            action
-        }),
-        (text(), any::<bool>(), text(), opt_content()).prop_map(
-            |(approval_id, approved, decided_by, reason)| {
-                E::ApprovalDecided {
-                    approval_id,
-                    approved,
-                    decided_by,
-                    reason,
-                }
+        (text(), content(), opt_text()).prop_map(|(approval_id, action, action_digest)| {
+            E::ApprovalRequested {
+                approval_id,
+                action,
+                action_digest,
             }
-        ),
+        }),
+        (
+            text(),
+            any::<bool>(),
+            text(),
+            opt_content(),
+            proptest::option::of(small_u64()),
+            opt_text()
+        )
+            .prop_map(
+                |(approval_id, approved, decided_by, reason, request_seq, action_digest)| {
+                    E::ApprovalDecided {
+                        approval_id,
+                        approved,
+                        decided_by,
+                        reason,
+                        request_seq,
+                        action_digest,
+                    }
+                }
+            ),
         (text(), opt_text()).prop_map(|(state_digest, workspace_revision)| E::Checkpoint {
             state_digest,
             workspace_revision
         }),
-        text().prop_map(|writer| E::WriterClaimed { writer }),
+        (text(), opt_text()).prop_map(|(writer, writer_token_sha256)| E::WriterClaimed {
+            writer,
+            writer_token_sha256
+        }),
         (
             uuid(),
             small_u64(),
@@ -156,10 +190,23 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             any::<i64>(),
             text(),
             text(),
-            opt_text()
+            opt_text(),
+            (
+                opt_text(),
+                proptest::collection::vec(inherited_approval(), 0..3)
+            )
         )
             .prop_map(
-                |(p, parent_seq, parent_partition, parent_offset, agent, tenant, forked_by)| {
+                |(
+                    p,
+                    parent_seq,
+                    parent_partition,
+                    parent_offset,
+                    agent,
+                    tenant,
+                    forked_by,
+                    (writer_token_sha256, inherited_approvals),
+                )| {
                     E::SessionForked {
                         fork_point: ForkPoint {
                             parent_session_id: SessionId(p),
@@ -170,6 +217,8 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                         agent,
                         tenant,
                         forked_by,
+                        writer_token_sha256,
+                        inherited_approvals,
                     }
                 }
             ),
@@ -464,6 +513,49 @@ fn a_framework_state_needs_v4_on_both_sides() {
     only_v4_carries(e);
 }
 
+/// The fields v5 added are v5's: a v4 writer refuses an event that sets one rather than drop
+/// it (a claim without its token's hash, a decision without the request it decides), and
+/// writes the same event with them at their defaults.
+#[test]
+fn the_fields_of_v5_need_a_v5_writer() {
+    let mut e = sample();
+    e.schema_version = 4;
+    for event in [
+        SessionEvent::WriterClaimed {
+            writer: "h".into(),
+            writer_token_sha256: Some("ab".repeat(32)),
+        },
+        SessionEvent::ApprovalDecided {
+            approval_id: "deploy".into(),
+            approved: true,
+            decided_by: "ops".into(),
+            reason: None,
+            request_seq: Some(4),
+            action_digest: None,
+        },
+        SessionEvent::ToolCallRequested {
+            tool: "deploy".into(),
+            arguments: Content::plain("{}"),
+            effect: EffectClass::NonIdempotent,
+            approval_id: Some("deploy".into()),
+        },
+    ] {
+        e.event = event;
+        assert!(
+            matches!(
+                encode_body_for_version(4, &e),
+                Err(Error::Unrepresentable { version: 4, .. })
+            ),
+            "a v4 writer wrote {:?}",
+            e.event
+        );
+        clear_v5_fields(&mut e.event);
+        let body = encode_body_for_version(4, &e).expect("v4 writes the defaults");
+        let v4 = BodyDecoder::for_version(4).expect("v4 decoder");
+        assert_eq!(v4.decode(&body).expect("decodes"), e);
+    }
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -499,13 +591,75 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
     ));
 }
 
+/// Whether the fields schema v5 added (writer tokens, approvals' binding) are at their
+/// defaults: what every older version has room for.
+fn v5_fields_at_default(e: &SessionEvent) -> bool {
+    use SessionEvent as E;
+    match e {
+        E::SessionStarted {
+            writer_token_sha256,
+            ..
+        }
+        | E::WriterClaimed {
+            writer_token_sha256,
+            ..
+        } => writer_token_sha256.is_none(),
+        E::SessionForked {
+            writer_token_sha256,
+            inherited_approvals,
+            ..
+        } => writer_token_sha256.is_none() && inherited_approvals.is_empty(),
+        E::ToolCallRequested { approval_id, .. } => approval_id.is_none(),
+        E::ApprovalRequested { action_digest, .. } => action_digest.is_none(),
+        E::ApprovalDecided {
+            request_seq,
+            action_digest,
+            ..
+        } => request_seq.is_none() && action_digest.is_none(),
+        _ => true,
+    }
+}
+
+/// Sets the fields schema v5 added to their defaults.
+fn clear_v5_fields(e: &mut SessionEvent) {
+    use SessionEvent as E;
+    match e {
+        E::SessionStarted {
+            writer_token_sha256,
+            ..
+        }
+        | E::WriterClaimed {
+            writer_token_sha256,
+            ..
+        } => *writer_token_sha256 = None,
+        E::SessionForked {
+            writer_token_sha256,
+            inherited_approvals,
+            ..
+        } => {
+            *writer_token_sha256 = None;
+            inherited_approvals.clear();
+        }
+        E::ToolCallRequested { approval_id, .. } => *approval_id = None,
+        E::ApprovalRequested { action_digest, .. } => *action_digest = None,
+        E::ApprovalDecided {
+            request_seq,
+            action_digest,
+            ..
+        } => (*request_seq, *action_digest) = (None, None),
+        _ => {}
+    }
+}
+
 /// What schema v1 has room for, stated per field (the oracle for the v1 writer): no
-/// attestation, no sealed text outside `Content`, and v2's new fields at their defaults.
+/// attestation, no sealed text outside `Content`, and v2's (and v5's) new fields at their
+/// defaults.
 fn v1_can_carry(e: &EventEnvelope) -> bool {
     use SessionEvent as E;
     let plain = |c: &Content| !c.is_sealed();
     let opt_plain = |c: &Option<Content>| c.as_ref().is_none_or(plain);
     e.attestation.is_none()
+        && v5_fields_at_default(&e.event)
         && match &e.event {
             E::SessionStarted { title, tenant, .. } => {
                 opt_plain(title) && tenant == sessionlog_schemas::DEFAULT_TENANT
@@ -549,6 +703,7 @@ fn fit_v1(e: &mut EventEnvelope) {
         }
     };
     e.attestation = None;
+    clear_v5_fields(&mut e.event);
     match &mut e.event {
         E::SessionStarted { title, tenant, .. } => {
             if let Some(title) = title {
@@ -589,6 +744,7 @@ fn fit_v1(e: &mut EventEnvelope) {
         E::EventRetracted { retracted_by, .. } => {
             e.event = E::WriterClaimed {
                 writer: retracted_by.clone(),
+                writer_token_sha256: None,
             };
         }
         E::FrameworkStateSaved { state, .. } => {
@@ -680,6 +836,9 @@ fn resolution_matches_union_branches_by_name_and_fills_defaults() {
             vec![("writer".into(), Value::String("h".into()))]
         ))
         .event,
-        SessionEvent::WriterClaimed { writer: "h".into() }
+        SessionEvent::WriterClaimed {
+            writer: "h".into(),
+            writer_token_sha256: None
+        }
     );
 }

@@ -362,6 +362,7 @@ impl ContextWindow {
                 approved,
                 decided_by,
                 reason,
+                ..
             } => {
                 let decision = if *approved { "approved" } else { "denied" };
                 let said = format!("approval {approval_id} {decision} by {decided_by}");
@@ -775,6 +776,7 @@ mod tests {
                 agent: "narrow".into(),
                 title: None,
                 tenant: "default".into(),
+                writer_token_sha256: None,
             },
         );
         let fold = |policies: &ContextPolicies| {

@@ -11,7 +11,10 @@
 //!   epoch alone and do not take a seq, so a takeover cannot be starved by a live zombie;
 //! - any other event is accepted when its epoch is the current one and its seq is the next;
 //! - a repeat of a recently accepted `(seq, event_id)` is a harmless duplicate;
-//! - anything else is rejected with a [`Rejection`] that says why.
+//! - anything else is rejected with a [`Rejection`] that says why;
+//! - in a session started under schema v5 or later, the gates hold whoever writes: no
+//!   harness claim or new intent walks past a wait for an operator, a decision or an unpause,
+//!   and decisions bind to the request they decide ([`gate`]).
 //!
 //! Two more pure folds derive views from accepted events, used by the projector (which stores
 //! them) and recovery (which folds the log's tail into them): [`context`], the bounded
@@ -21,11 +24,13 @@
 
 pub mod attest;
 pub mod context;
+pub mod gate;
 mod state;
 pub mod trace;
 pub mod usage;
 mod verdict;
 
+pub use gate::{Gate, writer_token_sha256};
 pub use state::{
     CheckpointMark, DUPLICATE_WINDOW, Decision, OperatorResult, PendingApproval, PendingCall,
     SessionState, SessionStatus,

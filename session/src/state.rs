@@ -79,6 +79,22 @@ pub struct PendingCall {
     /// Set once the session stopped for an operator to resolve this call: why.
     #[serde(default, with = "sealable::option")]
     pub resolution_required: Option<Content>,
+    /// The epoch that requested it, in a session whose gates the fold keeps
+    /// ([`SessionState::keeps_gates`]): a non-idempotent call of an older epoch than the
+    /// current one is in doubt. Left out of the canonical state when `None` (older sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<Epoch>,
+}
+
+impl PendingCall {
+    /// Whether an operator must settle this call before the session goes on: it was stopped
+    /// for one (`ResolutionRequired`), or it is a non-idempotent call whose writer was
+    /// superseded before it recorded a result (it may or may not have run).
+    pub fn needs_operator(&self, current_epoch: Epoch) -> bool {
+        self.resolution_required.is_some()
+            || (self.effect == EffectClass::NonIdempotent
+                && self.epoch.is_some_and(|epoch| epoch < current_epoch))
+    }
 }
 
 /// An approval requested and not yet decided.
@@ -91,6 +107,9 @@ pub struct PendingApproval {
     pub action: Content,
     /// The seq of the request.
     pub seq: Seq,
+    /// What the request named as approved by its digest (schema v5; `None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_digest: Option<String>,
 }
 
 /// The latest decision on an approval: the harness that resumes sees refusals, and the
@@ -115,6 +134,17 @@ pub struct Decision {
     pub statement: String,
     /// The service's signature, if the event carries one.
     pub attestation: Option<Attestation>,
+    /// The digest of what was approved (schema v5; `None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_digest: Option<String>,
+    /// The seq of the tool call that acted on the approval, once one did: an approval is
+    /// acted on once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acted_on_by: Option<Seq>,
+    /// For an approval a fork carried over: the seq of the decision in the parent (this
+    /// decision's `seq` is then the fork's first event, whose attestation covers it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_from: Option<Seq>,
 }
 
 /// An operator's record of an in-doubt call's outcome, kept for the same verification.
@@ -173,6 +203,16 @@ pub struct SessionState {
     pub epoch: Epoch,
     /// The writer that claimed the current epoch (none until a claim after the start).
     pub writer: Option<String>,
+    /// Hex SHA-256 of the token the current epoch's writer holds, if its start or claim named
+    /// one (schema v5): see [`Self::admits_writer`]. Left out of the canonical state when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_token_sha256: Option<String>,
+    /// Whether the fold keeps this session's gates, writer tokens and approvals' binding: true
+    /// for a session started by an event of schema v5 or later. A session started earlier keeps
+    /// the rules it was started under, so replaying an old log gives the tables it gave (left
+    /// out of the canonical state when false, so old digests are unchanged).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keeps_gates: bool,
     /// The last accepted seq (gap-free from 1).
     pub last_seq: Seq,
     /// When the start event happened.
@@ -237,6 +277,8 @@ impl SessionState {
             parent: None,
             epoch: 0,
             writer: None,
+            writer_token_sha256: None,
+            keeps_gates: false,
             last_seq: 0,
             started_at: 0,
             updated_at: 0,
@@ -301,7 +343,7 @@ impl SessionState {
         if self
             .pending_calls
             .values()
-            .any(|c| c.resolution_required.is_some())
+            .any(|c| c.needs_operator(self.epoch))
         {
             SessionStatus::NeedsResolution
         } else if !self.pending_approvals.is_empty() {
@@ -352,7 +394,7 @@ impl SessionState {
             return Verdict::Duplicate;
         }
         if !self.started {
-            return match e.event {
+            return match &e.event {
                 E::SessionStarted { .. } | E::SessionForked { .. } if e.seq != 1 => {
                     Verdict::Rejected(Rejection::Gap {
                         expected: 1,
@@ -362,6 +404,14 @@ impl SessionState {
                 E::SessionStarted { .. } | E::SessionForked { .. } if e.writer_epoch == 0 => {
                     reject_invalid("a session starts at epoch 1 or above".into())
                 }
+                E::SessionForked {
+                    inherited_approvals,
+                    ..
+                } if !inherited_approvals.is_empty() && !crate::attest::is_signed(e) => {
+                    Verdict::Rejected(Rejection::Unsigned {
+                        kind: "a fork carrying approvals over".into(),
+                    })
+                }
                 E::SessionStarted { .. } | E::SessionForked { .. } => Verdict::Accepted,
                 _ => Verdict::Rejected(Rejection::NotStarted),
             };
@@ -370,13 +420,16 @@ impl SessionState {
             E::SessionStarted { .. } | E::SessionForked { .. } => {
                 Verdict::Rejected(Rejection::AlreadyStarted)
             }
-            E::WriterClaimed { .. } if e.writer_epoch > self.epoch => Verdict::Accepted,
+            E::WriterClaimed { .. } if e.writer_epoch > self.epoch => self.judge_claim(e),
             E::WriterClaimed { .. } => Verdict::Rejected(Rejection::StaleClaim {
                 epoch: e.writer_epoch,
                 current: self.epoch,
             }),
             event => match self.judge_sequenced(e) {
-                Verdict::Accepted => self.judge_kind(event),
+                Verdict::Accepted => match self.judge_kind(event) {
+                    Verdict::Accepted if self.keeps_gates => self.judge_gates(e),
+                    other => other,
+                },
                 other => other,
             },
         }
@@ -559,7 +612,10 @@ impl SessionState {
                 agent,
                 title,
                 tenant,
+                writer_token_sha256,
             } => {
+                self.keeps_gates = e.schema_version >= crate::gate::GATES_FROM_SCHEMA;
+                self.writer_token_sha256.clone_from(writer_token_sha256);
                 self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());
@@ -571,8 +627,32 @@ impl SessionState {
                 fork_point,
                 agent,
                 tenant,
+                writer_token_sha256,
+                inherited_approvals,
                 ..
             } => {
+                self.keeps_gates = e.schema_version >= crate::gate::GATES_FROM_SCHEMA;
+                self.writer_token_sha256.clone_from(writer_token_sha256);
+                let statement = crate::attest::statement(e).unwrap_or_default();
+                for inherited in inherited_approvals {
+                    self.decided_approvals.insert(
+                        inherited.approval_id.clone(),
+                        Decision {
+                            approval_id: inherited.approval_id.clone(),
+                            // The action's words stay the parent's: the digest names it.
+                            action: Content::plain(""),
+                            approved: true,
+                            decided_by: inherited.decided_by.clone(),
+                            reason: None,
+                            seq: e.seq,
+                            statement: statement.clone(),
+                            attestation: e.attestation.clone(),
+                            action_digest: inherited.action_digest.clone(),
+                            acted_on_by: None,
+                            inherited_from: Some(inherited.parent_decision_seq),
+                        },
+                    );
+                }
                 self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());
@@ -580,9 +660,13 @@ impl SessionState {
                 self.epoch = e.writer_epoch;
                 self.started_at = e.occurred_at;
             }
-            E::WriterClaimed { writer } => {
+            E::WriterClaimed {
+                writer,
+                writer_token_sha256,
+            } => {
                 self.epoch = e.writer_epoch;
                 self.writer = Some(writer.clone());
+                self.writer_token_sha256.clone_from(writer_token_sha256);
             }
             E::UserRequest { .. } | E::SteeringMessage { .. } => {}
             E::ModelResponse {
@@ -597,7 +681,18 @@ impl SessionState {
                 self.tokens_out = self.tokens_out.saturating_add(*tokens_out);
                 self.cost_micros = self.cost_micros.saturating_add(*cost_micros);
             }
-            E::ToolCallRequested { tool, effect, .. } => {
+            E::ToolCallRequested {
+                tool,
+                effect,
+                approval_id,
+                ..
+            } => {
+                if let Some(approval) = approval_id
+                    .as_ref()
+                    .and_then(|id| self.decided_approvals.get_mut(id))
+                {
+                    approval.acted_on_by = Some(e.seq);
+                }
                 self.tool_calls += 1;
                 self.pending_calls.insert(
                     e.seq,
@@ -609,6 +704,7 @@ impl SessionState {
                         idempotency_key: e.idempotency_key.clone(),
                         requested_at: e.occurred_at,
                         resolution_required: None,
+                        epoch: self.keeps_gates.then_some(e.writer_epoch),
                     },
                 );
             }
@@ -641,6 +737,7 @@ impl SessionState {
             E::ApprovalRequested {
                 approval_id,
                 action,
+                action_digest,
             } => {
                 self.pending_approvals.insert(
                     approval_id.clone(),
@@ -648,6 +745,7 @@ impl SessionState {
                         approval_id: approval_id.clone(),
                         action: action.clone(),
                         seq: e.seq,
+                        action_digest: action_digest.clone(),
                     },
                 );
             }
@@ -656,6 +754,8 @@ impl SessionState {
                 approved,
                 decided_by,
                 reason,
+                action_digest,
+                ..
             } => {
                 // The request, or the decision this one supersedes, names the action.
                 let action = self
@@ -679,6 +779,9 @@ impl SessionState {
                         seq: e.seq,
                         statement: crate::attest::statement(e).unwrap_or_default(),
                         attestation: e.attestation.clone(),
+                        action_digest: action_digest.clone(),
+                        acted_on_by: None,
+                        inherited_from: None,
                     },
                 );
             }

@@ -354,11 +354,13 @@ mod tests {
                 agent: "planner".into(),
                 title: None,
                 tenant: "default".into(),
+                writer_token_sha256: None,
             },
             SessionEvent::ToolCallRequested {
                 tool: "before_any_model".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             },
             SessionEvent::ModelResponse {
                 model: "m".into(),
@@ -375,6 +377,7 @@ mod tests {
                 tool: "search".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::Idempotent,
+                approval_id: None,
             },
             SessionEvent::ToolCallResult {
                 call_seq: 4,

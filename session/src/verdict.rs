@@ -1,5 +1,6 @@
 //! What the fold decided about one event.
 
+use crate::gate::Gate;
 use serde::{Deserialize, Serialize};
 use sessionlog_schemas::{Epoch, Seq};
 use std::fmt;
@@ -66,6 +67,24 @@ pub enum Rejection {
     AfterTerminal,
     /// The event does not fit the session's state (e.g. a result for a call that is not pending).
     Invalid(String),
+    /// The session waits (for an operator, a decision, an unpause), and the event would walk
+    /// past the wait: a harness's claim, or a new intent.
+    Gated(Gate),
+    /// A privileged event (a decision, an operator's or a resolver's result, a fork carrying
+    /// approvals over) without the recovery service's attestation.
+    Unsigned {
+        /// What was unsigned.
+        kind: String,
+    },
+    /// The current writer holds a token and the caller presented none (not an event rule: see
+    /// [`crate::SessionState::admits_writer`]).
+    WriterTokenRequired,
+    /// The caller presented another token than the current writer's (see
+    /// [`crate::SessionState::admits_writer`]): it is not the writer of this epoch.
+    WrongWriterToken {
+        /// The epoch the caller wrote with.
+        epoch: Epoch,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -95,6 +114,19 @@ impl fmt::Display for Rejection {
             Self::SeqConflict { seq } => write!(f, "seq {seq} is already taken by another event"),
             Self::AfterTerminal => write!(f, "the session already ended"),
             Self::Invalid(why) => write!(f, "invalid: {why}"),
+            Self::Gated(gate) => write!(f, "{gate}"),
+            Self::Unsigned { kind } => write!(
+                f,
+                "unsigned: {kind} enters the log only through the recovery service, signed"
+            ),
+            Self::WriterTokenRequired => write!(
+                f,
+                "this session's writer holds a writer token: present the token its create, claim or resume answered"
+            ),
+            Self::WrongWriterToken { epoch } => write!(
+                f,
+                "fenced: the writer token is not the one of epoch {epoch}'s writer"
+            ),
         }
     }
 }
@@ -112,6 +144,10 @@ impl Rejection {
             Self::SeqConflict { .. } => "seq_conflict",
             Self::AfterTerminal => "after_terminal",
             Self::Invalid(_) => "invalid",
+            Self::Gated(gate) => gate.label(),
+            Self::Unsigned { .. } => "unsigned",
+            Self::WriterTokenRequired => "writer_token_required",
+            Self::WrongWriterToken { .. } => "wrong_writer_token",
         }
     }
 }

@@ -34,6 +34,7 @@ fn started() -> SessionEvent {
         agent: "test".into(),
         title: None,
         tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
+        writer_token_sha256: None,
     }
 }
 
@@ -46,6 +47,7 @@ fn user(text: &str) -> SessionEvent {
 fn claim(writer: &str) -> SessionEvent {
     SessionEvent::WriterClaimed {
         writer: writer.into(),
+        writer_token_sha256: None,
     }
 }
 
@@ -84,6 +86,7 @@ fn a_single_writer_history_is_accepted_in_order() {
                 tool: "shell".into(),
                 arguments: Content::plain("ls"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             },
         ),
     ];
@@ -199,6 +202,7 @@ fn tool_results_must_answer_a_pending_call_and_only_once() {
         tool: "deploy".into(),
         arguments: Content::plain("v2"),
         effect: EffectClass::NonIdempotent,
+        approval_id: None,
     };
     let result = |call_seq| SessionEvent::ToolCallResult {
         call_seq,
@@ -239,6 +243,7 @@ fn resolution_and_approval_gate_the_status() {
                 tool: "pay".into(),
                 arguments: Content::plain("$5"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
         ),
         ev(
@@ -262,6 +267,7 @@ fn resolution_and_approval_gate_the_status() {
             SessionEvent::ApprovalRequested {
                 approval_id: "deploy-prod".into(),
                 action: "deploy".into(),
+                action_digest: None,
             },
         ),
     ]);
@@ -304,6 +310,7 @@ fn pay() -> SessionEvent {
         tool: "pay".into(),
         arguments: Content::plain("$5"),
         effect: EffectClass::NonIdempotent,
+        approval_id: None,
     }
 }
 

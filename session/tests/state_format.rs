@@ -10,8 +10,8 @@
 
 use serde_json::{Value, json};
 use sessionlog_schemas::{
-    CallOutcome, Content, EffectClass, EventEnvelope, ResultSource, SessionEvent, SessionId,
-    TerminalOutcome, decode_body, encode_body,
+    BodyDecoder, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource, SessionEvent,
+    SessionId, TerminalOutcome, encode_body,
 };
 use sessionlog_session::SessionState;
 use uuid::Uuid;
@@ -46,7 +46,7 @@ fn write_fixture() {
         ev(1, serde_json::from_value(json!({"SessionStarted": {"agent": "fixture", "title": "a title", "tenant": "default"}})).unwrap()),
         ev(2, SessionEvent::UserRequest { content: text("a request") }),
         ev(3, SessionEvent::PlanUpdated { plan: text("a plan") }),
-        ev(4, SessionEvent::ToolCallRequested { tool: "shell".into(), arguments: text("ls"), effect: EffectClass::NonIdempotent }),
+        ev(4, SessionEvent::ToolCallRequested { tool: "shell".into(), arguments: text("ls"), effect: EffectClass::NonIdempotent, approval_id: None }),
         ev(5, serde_json::from_value(json!({"ApprovalRequested": {"approval_id": "a1", "action": "an action"}})).unwrap()),
         ev(6, serde_json::from_value(json!({"ResolutionRequired": {"call_seq": 4, "reason": "a resolution reason"}})).unwrap()),
         ev(7, serde_json::from_value(json!({"ToolCallResult": {"call_seq": 4, "outcome": "Succeeded", "output": {"Plain": "an output"}, "source": "Operator", "recorded_by": "op", "note": "a note"}})).unwrap()),
@@ -81,8 +81,12 @@ fn a_checkpoint_written_before_sealing_still_verifies() {
     let fixture: Value = serde_json::from_str(&std::fs::read_to_string(FIXTURE).unwrap()).unwrap();
     let declared = fixture["declared_digest"].as_str().unwrap();
     let mut state = SessionState::empty(session());
+    // The bodies were written with schema v2, the schema of the release that wrote them.
+    let v2 = BodyDecoder::for_version(2).unwrap();
     for body in fixture["bodies"].as_array().unwrap() {
-        let envelope = decode_body(&hex::decode(body.as_str().unwrap()).unwrap()).unwrap();
+        let envelope = v2
+            .decode(&hex::decode(body.as_str().unwrap()).unwrap())
+            .unwrap();
         assert!(state.apply(&envelope).is_accepted(), "{envelope:?}");
     }
     assert_eq!(

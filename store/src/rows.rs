@@ -416,7 +416,7 @@ impl CqlRow {
         after: Option<(&SessionState, Option<&ContextWindow>)>,
     ) -> Vec<Self> {
         let session = event.session_id.0;
-        if let SessionEvent::WriterClaimed { writer } = &event.event {
+        if let SessionEvent::WriterClaimed { writer, .. } = &event.event {
             let values = (
                 session,
                 to_i64(event.writer_epoch),

@@ -255,6 +255,7 @@ pub async fn run_load(
                                 tool: "search".into(),
                                 arguments: Content::plain(format!("{{\"q\":{turn}}}")),
                                 effect: EffectClass::Idempotent,
+                                approval_id: None,
                             },
                             None,
                             Some(format!("{i}-{turn}")),

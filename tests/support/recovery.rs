@@ -361,6 +361,7 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
                             tool: format!("tool{}", rng.below(3)),
                             arguments: Content::plain("{}"),
                             effect,
+                            approval_id: None,
                         },
                         None,
                         Some(format!("{seed}-{i}")),
@@ -412,10 +413,13 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
                         approved: rng.below(2) == 0,
                         decided_by: "alice".into(),
                         reason: None,
+                        action_digest: None,
+                        request_seq: None,
                     },
                     None => SessionEvent::ApprovalRequested {
                         approval_id: format!("a{i}"),
                         action: "act".into(),
+                        action_digest: None,
                     },
                 };
                 writer.append(event).await?;

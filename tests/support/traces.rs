@@ -47,6 +47,7 @@ pub async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
                 tool: tool.into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             })
             .await?;
         let result = writer

@@ -193,6 +193,7 @@ async fn every_route_refuses_bad_credentials_wrong_roles_and_other_sessions_and_
         .append(SessionEvent::ApprovalRequested {
             approval_id: "a1".into(),
             action: "deploy".into(),
+            action_digest: None,
         })
         .await?;
     let session = writer.session_id();
@@ -356,6 +357,7 @@ async fn a_decision_records_the_verified_subject_not_a_typed_name() -> Result<()
         .append(SessionEvent::ApprovalRequested {
             approval_id: "a1".into(),
             action: "deploy".into(),
+            action_digest: None,
         })
         .await?;
     let session = writer.session_id();

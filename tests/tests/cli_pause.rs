@@ -62,7 +62,7 @@ async fn kinds(recovery: &Recovery, session: SessionId) -> Result<Vec<String>> {
         .await?
         .into_iter()
         .map(|e| match &e.envelope.event {
-            SessionEvent::WriterClaimed { writer } => format!("WriterClaimed {writer}"),
+            SessionEvent::WriterClaimed { writer, .. } => format!("WriterClaimed {writer}"),
             SessionEvent::SteeringMessage { author, .. } => format!("SteeringMessage {author}"),
             other => other.kind().to_owned(),
         })

@@ -58,6 +58,7 @@ async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) ->
             tool: "grep".into(),
             arguments: c("arguments"),
             effect: EffectClass::Pure,
+            approval_id: None,
         })
         .await?;
     writer
@@ -90,6 +91,7 @@ async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) ->
         .append(SessionEvent::ApprovalRequested {
             approval_id: "a1".into(),
             action: c("action"),
+            action_digest: None,
         })
         .await?;
     recovery

@@ -38,6 +38,7 @@ async fn bad_records_are_dead_lettered_or_rejected_and_valid_events_keep_flowing
         2,
         SessionEvent::WriterClaimed {
             writer: "new-harness".into(),
+            writer_token_sha256: None,
         },
     );
     log.append(&claim).await?;

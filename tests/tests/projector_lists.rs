@@ -88,6 +88,7 @@ async fn children_and_waiting_sessions_are_listed_and_replay_the_same() -> Resul
         .append(SessionEvent::ApprovalRequested {
             approval_id: "ship-1".into(),
             action: "ship it".into(),
+            action_digest: None,
         })
         .await?;
     let asking_id = asking.session_id();
@@ -123,6 +124,7 @@ async fn children_and_waiting_sessions_are_listed_and_replay_the_same() -> Resul
                 tool: "pay".into(),
                 arguments: Content::plain("{\"invoice\": 9}"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
             None,
             Some("invoice-9".into()),
@@ -162,6 +164,7 @@ async fn children_and_waiting_sessions_are_listed_and_replay_the_same() -> Resul
         .append(SessionEvent::ApprovalRequested {
             approval_id: "later".into(),
             action: "wait for me".into(),
+            action_digest: None,
         })
         .await?;
     let still_id = still.session_id();

@@ -76,6 +76,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
             tool: "grep".into(),
             arguments: Content::plain("bug"),
             effect: EffectClass::Pure,
+            approval_id: None,
         })
         .await?;
     let result = writer
@@ -93,6 +94,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
             tool: "deploy".into(),
             arguments: Content::plain("prod"),
             effect: EffectClass::NonIdempotent,
+            approval_id: None,
         })
         .await?;
     writer.checkpoint(None).await?;

@@ -36,6 +36,7 @@ async fn a_session_awaiting_approval_resumes_only_after_the_decision_is_logged()
         .append(SessionEvent::ApprovalRequested {
             approval_id: "deploy-1".into(),
             action: "deploy to production".into(),
+            action_digest: None,
         })
         .await?;
     let session = writer.session_id();
@@ -83,6 +84,7 @@ async fn an_in_doubt_call_is_listed_resolved_by_an_operator_and_then_resumable()
                 tool: "pay".into(),
                 arguments: Content::plain("{\"invoice\": 7}"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
             None,
             Some("invoice-7".into()),

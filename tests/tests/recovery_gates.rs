@@ -20,6 +20,7 @@ async fn awaiting_approval(stack: &TestStack) -> Result<SessionWriter> {
         .append(SessionEvent::ApprovalRequested {
             approval_id: "deploy-1".into(),
             action: "deploy".into(),
+            action_digest: None,
         })
         .await?;
     Ok(writer)
@@ -38,6 +39,7 @@ async fn resume_judges_the_gates_on_the_state_after_its_claim() -> Result<()> {
     old.append(SessionEvent::ApprovalRequested {
         approval_id: "deploy-1".into(),
         action: "deploy to production".into(),
+        action_digest: None,
     })
     .await?;
     match recovery.resume_at(point, "harness-2", CONTEXT_BUDGET).await {
@@ -71,6 +73,7 @@ async fn a_refused_approval_reaches_the_resumed_harness() -> Result<()> {
         .append(SessionEvent::ApprovalRequested {
             approval_id: "drop-1".into(),
             action: "DROP TABLE users".into(),
+            action_digest: None,
         })
         .await?;
     let session = writer.session_id();
@@ -114,6 +117,7 @@ async fn a_fork_cannot_walk_past_a_wait() -> Result<()> {
         .append(SessionEvent::ApprovalRequested {
             approval_id: "deploy-1".into(),
             action: "deploy".into(),
+            action_digest: None,
         })
         .await?
         .envelope
@@ -142,6 +146,7 @@ async fn a_fork_cannot_walk_past_a_wait() -> Result<()> {
                 tool: "payments.charge".into(),
                 arguments: Content::plain("{\"cents\":100}"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
             None,
             Some("charge-1".into()),
@@ -171,6 +176,8 @@ async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Resul
             approved: true,
             decided_by: "the-harness".into(),
             reason: None,
+            action_digest: None,
+            request_seq: None,
         })
         .await?;
     let session = writer.session_id();
@@ -187,6 +194,8 @@ async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Resul
             approved: true,
             decided_by: "alice".into(),
             reason: None,
+            action_digest: None,
+            request_seq: None,
         }])
         .pop()
         .ok_or_else(|| anyhow::anyhow!("an envelope"))?;
@@ -240,6 +249,7 @@ async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<
                 tool: "payments.charge".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
             None,
             Some("charge-1".into()),

@@ -83,6 +83,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
                 tool: "pay".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::NonIdempotent,
+                approval_id: None,
             },
             None,
             Some("pay-1".into()),
@@ -93,6 +94,7 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
         .append(SessionEvent::ApprovalRequested {
             approval_id: "go".into(),
             action: "ship".into(),
+            action_digest: None,
         })
         .await?;
     let (stuck_id, waiting_id) = (stuck.session_id(), waiting.session_id());

@@ -305,6 +305,7 @@ async fn an_ended_sessions_rows_expire_and_a_running_sessions_do_not() -> Result
                 tool: "search".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             },
             None,
             Some("search-1".into()),

@@ -198,6 +198,7 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
         tool: "shell".into(),
         arguments: Content::plain(r#"{"cmd":"make"}"#),
         effect: EffectClass::Idempotent,
+        approval_id: None,
     })
     .await?;
     let call_seq = old.state.last_seq;
@@ -216,12 +217,14 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
         new.append(SessionEvent::ApprovalRequested {
             approval_id: "publish".into(),
             action: "publish the docs".into(),
+            action_digest: None,
         })
         .await?,
     );
     old.append(SessionEvent::ApprovalRequested {
         approval_id: "deploy".into(),
         action: "deploy to staging".into(),
+        action_digest: None,
     })
     .await?;
     old.append(SessionEvent::ApprovalDecided {
@@ -229,6 +232,8 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
         approved: true,
         decided_by: "carol".into(),
         reason: Some("looks right".into()),
+        action_digest: None,
+        request_seq: None,
     })
     .await?;
     old.append(SessionEvent::SteeringMessage {
@@ -291,6 +296,8 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
             agent: "fork-agent".into(),
             tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
             forked_by: None,
+            inherited_approvals: Vec::new(),
+            writer_token_sha256: None,
         },
     )
     .await?;
@@ -520,5 +527,6 @@ fn v1_start(agent: &str, title: Option<&str>) -> SessionEvent {
         agent: agent.into(),
         title: title.map(Content::from),
         tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
+        writer_token_sha256: None,
     }
 }

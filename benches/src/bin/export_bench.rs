@@ -310,6 +310,7 @@ async fn load(args: &Args, log: &Arc<EventLog>) -> Result<(u64, f64)> {
                         tool: "bench-tool".into(),
                         arguments: Content::plain("{}"),
                         effect: EffectClass::Pure,
+                        approval_id: None,
                     },
                     _ => SessionEvent::ToolCallResult {
                         call_seq: session.next - 1,

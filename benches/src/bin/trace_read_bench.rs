@@ -246,6 +246,7 @@ async fn big_session(log: &Arc<EventLog>, spans: usize) -> Result<SessionId> {
                 tool: "bench-tool".into(),
                 arguments: Content::plain("{}"),
                 effect: EffectClass::Pure,
+                approval_id: None,
             });
             events.push(SessionEvent::ToolCallResult {
                 call_seq: next_seq,

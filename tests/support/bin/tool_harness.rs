@@ -60,6 +60,7 @@ async fn main() -> Result<()> {
                 tool: tool.clone(),
                 arguments: Content::plain(r#"{"amount": 1}"#),
                 effect,
+                approval_id: None,
             },
             None,
             Some(key.clone()),
