@@ -321,11 +321,17 @@ impl Follower {
         spans: &mut Vec<SpanData>,
     ) -> Result<()> {
         let mut events = Vec::with_capacity(records.len());
+        let partitions = self.recovery.settings().kafka.partitions;
         for record in records {
-            match record.decode(decoder).await {
+            let decoded = record
+                .decode(decoder)
+                .await
+                .and_then(|event| record.on_pinned_partition(event, partitions));
+            match decoded {
                 Ok(event) => events.push((event, record)),
                 Err(reason) => {
-                    // The projector dead-letters it with the reason; recovery skips it too.
+                    // The projector dead-letters it with the reason; recovery skips it too
+                    // (it reads a session's pinned partition only).
                     tracing::warn!(
                         partition = record.partition,
                         offset = record.offset,

@@ -127,6 +127,27 @@ impl RawRecord {
         Ok(Ok(event))
     }
 
+    /// `event` (this record's, decoded) if the record sits on the partition its key pins it
+    /// to in a topic of `partitions`; else why it cannot be folded. A producer with its own
+    /// partitioner could put a session's record elsewhere: folded there, it would stand
+    /// outside the session's order, and a reader of the session's partition would never see it.
+    pub fn on_pinned_partition(
+        &self,
+        event: sessionlog_schemas::EventEnvelope,
+        partitions: i32,
+    ) -> std::result::Result<sessionlog_schemas::EventEnvelope, String> {
+        let pinned = crate::partitioner::partition_for(event.session_id, partitions.max(1));
+        if pinned == self.partition {
+            return Ok(event);
+        }
+        Err(format!(
+            "wrong partition: session {} is pinned to partition {pinned} of {partitions} (murmur2 \
+             of its key), and this record is on partition {}; a producer that does not use \
+             Kafka's default (murmur2) partitioner wrote it, so it is not part of the session",
+            event.session_id, self.partition
+        ))
+    }
+
     /// The value of header `key`, as text, if the record has it.
     pub fn header(&self, key: &str) -> Option<&str> {
         self.headers

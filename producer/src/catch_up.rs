@@ -22,6 +22,9 @@ pub(crate) struct CaughtUp {
     pub next_offset: i64,
     /// The accepted events read from the log (not those the projection held), in log order.
     pub accepted: Vec<Appended>,
+    /// Whether the projection records that this id was started (`session_starts`), even
+    /// if its rows have expired since: such an id is never started again.
+    pub started_once: bool,
     /// Whether any record of the session was read from the log.
     found_in_log: bool,
     /// Where reading began.
@@ -58,6 +61,7 @@ impl CaughtUp {
 /// projection, else from the partition's start.
 pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<CaughtUp> {
     let partition = log.partition_of(session);
+    let mut started_once = false;
     let (state, from) = match log.projection() {
         Some(store) => {
             // The projector stores a partition's progress after every write below it, so a
@@ -71,12 +75,23 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
             let progress = progress.get(&partition).copied().unwrap_or(0);
             match row.filter(|r| r.partition == partition) {
                 Some(row) => (row.state, (row.applied_offset + 1).max(progress)),
-                None => (SessionState::empty(session), progress),
+                // No row below the progress: a session the projector never saw, or one whose
+                // rows expired after it ended. The permanent record of its start tells them
+                // apart; an expired one is folded from its first event in the log.
+                None => match store.session_start(session).await? {
+                    Some((p, first_offset)) if p == partition => {
+                        started_once = true;
+                        (SessionState::empty(session), first_offset)
+                    }
+                    _ => (SessionState::empty(session), progress),
+                },
             }
         }
         None => (SessionState::empty(session), 0),
     };
-    catch_up_from(log, state, partition, from).await
+    let mut caught = catch_up_from(log, state, partition, from).await?;
+    caught.started_once = started_once;
+    Ok(caught)
 }
 
 /// Folds the session's events of `partition` from `from` to its end into `state`.
@@ -100,6 +115,7 @@ pub(crate) async fn catch_up_from(
         partition,
         next_offset,
         accepted,
+        started_once: false,
         found_in_log,
         from,
     })

@@ -234,7 +234,9 @@ impl SessionWriter {
             return Ok((writer, start));
         }
         let caught = catch_up(&log, session).await?;
-        if caught.state.is_started() {
+        // Started before, even if retention or an expired projection left nothing else of
+        // it: a session id is never started twice.
+        if caught.state.is_started() || caught.started_once {
             return Err(Error::Refused(Rejection::AlreadyStarted));
         }
         let mut writer = Self::caught_up(log, caught);

@@ -10,7 +10,7 @@ use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextWindow, TurnChange};
 use sessionlog_session::trace::{day_bucket, last_model_call_after, span_of};
 use sessionlog_session::usage::{Contribution, UsageKey, UsageTotals, contributions};
-use sessionlog_session::{SessionState, Verdict};
+use sessionlog_session::{Rejection, SessionState, Verdict};
 use sessionlog_store::{
     CqlRow, LastRecord, LastWritten, ProjectedSession, ProjectionStore, ROWS_PER_BATCH, Wait,
 };
@@ -117,6 +117,9 @@ pub struct Applier {
     store: Option<ProjectionStore>,
     decoder: EventDecoder,
     topic: String,
+    /// The topic's pinned partition count (`[kafka] partitions`): a record that is not on its
+    /// key's partition is dead-lettered, never folded.
+    partitions: i32,
     write_concurrency: usize,
     cache_sessions: usize,
     cache: HashMap<SessionId, Projection>,
@@ -128,18 +131,20 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// An applier of `topic`'s records into `store` (`None`: fold only, write nothing).
+    /// An applier of the records of `kafka`'s topic (of its pinned partition count) into
+    /// `store` (`None`: fold only, write nothing).
     pub fn new(
         store: Option<ProjectionStore>,
         decoder: EventDecoder,
-        topic: &str,
+        kafka: &sessionlog_log::KafkaSettings,
         write_concurrency: usize,
         cache_sessions: usize,
     ) -> Self {
         Self {
             store,
             decoder,
-            topic: topic.to_string(),
+            topic: kafka.topic.clone(),
+            partitions: kafka.partitions.max(1),
             write_concurrency: write_concurrency.max(1),
             cache_sessions,
             cache: HashMap::new(),
@@ -219,7 +224,11 @@ impl Applier {
             folded
                 .last_records
                 .insert(record.partition, LastRecord::of(record));
-            match record.decode(&self.decoder).await {
+            let decoded = record
+                .decode(&self.decoder)
+                .await
+                .and_then(|event| record.on_pinned_partition(event, self.partitions));
+            match decoded {
                 Ok(event) => self.fold_event(event, record, &mut folded).await?,
                 Err(reason) => {
                     tracing::warn!(
@@ -282,6 +291,7 @@ impl Applier {
         let session = event.session_id;
         let policies = Arc::clone(&self.policies);
         let bucket = day_bucket(session, self.trace_day_buckets);
+        let started_before = self.started_before(&event, partition, offset).await;
         let entry = self.entry(session, partition).await;
         if entry.row.applied_offset >= offset {
             folded.stats.skipped += 1;
@@ -290,7 +300,11 @@ impl Applier {
         let span = span_of(&event, &entry.row.state, entry.row.last_model_call);
         let status = entry.row.state.status();
         let waited = Wait::of(status);
-        let verdict = entry.row.state.apply(&event);
+        let verdict = if started_before {
+            Verdict::Rejected(Rejection::AlreadyStarted)
+        } else {
+            entry.row.state.apply(&event)
+        };
         if !status.has_ended() && entry.row.state.status().has_ended() {
             folded.ending.insert(session);
         }
@@ -332,6 +346,9 @@ impl Applier {
                         .push(by_day);
                 }
                 folded.lists.extend(CqlRow::child(&event, offset));
+                folded
+                    .lists
+                    .extend(CqlRow::start(&event, partition, offset));
                 let checkpoint = matches!(event.event, SessionEvent::Checkpoint { .. });
                 // The window goes with the checkpoint only if it stands exactly there.
                 let window = (entry.context.applied_offset == offset).then_some(&entry.context);
@@ -398,6 +415,30 @@ impl Applier {
         rollup.totals.add(contribution);
         rollup.applied_offset = offset;
         folded.touched_usage.insert(id);
+    }
+
+    /// Whether `event` starts a session the log started before, at another record: its rows
+    /// expired, so neither the cache nor a stored row knows it, but its permanent start row
+    /// does. The writers refuse such a start; a raw producer's is refused here, as a replay
+    /// of the log would refuse it.
+    async fn started_before(&self, event: &EventEnvelope, partition: i32, offset: i64) -> bool {
+        let starts = matches!(
+            event.event,
+            SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
+        );
+        let known = self
+            .cache
+            .get(&event.session_id)
+            .is_some_and(|p| p.row.state.started);
+        let Some(store) = self.store.as_ref().filter(|_| starts && !known) else {
+            return false;
+        };
+        let session = event.session_id;
+        with_retry("load session start", &self.health, || {
+            store.session_start(session)
+        })
+        .await
+        .is_some_and(|start| start != (partition, offset))
     }
 
     async fn entry(&mut self, session: SessionId, partition: i32) -> &mut Projection {

@@ -180,7 +180,7 @@ impl Replay {
             let applier = Applier::new(
                 self.store.clone(),
                 decoder.clone(),
-                &self.settings.kafka.topic,
+                &self.settings.kafka,
                 self.options.write_concurrency,
                 cache_sessions,
             )

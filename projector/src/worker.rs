@@ -257,7 +257,7 @@ impl Projector {
         let applier = Applier::new(
             Some(store.clone()),
             decoder,
-            &settings.kafka.topic,
+            &settings.kafka,
             options.write_concurrency,
             options.cache_sessions,
         )

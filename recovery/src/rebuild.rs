@@ -290,6 +290,7 @@ impl Recovery {
         )?;
         // Where the read starts, as far as the tables know it; only the partition's start
         // needs the log (below, once a reader is lent).
+        let mut index_expired = false;
         let known_start = match checkpoint {
             Some(VerifiedCheckpoint {
                 seq, offset, state, ..
@@ -299,7 +300,19 @@ impl Recovery {
                     StartPoint::FirstEvent { offset },
                     SessionState::empty(session),
                 )),
-                _ => None,
+                // No index, but the permanent record of its start: an ended session whose rows
+                // expired. The index no longer says which offsets are its own, so its whole
+                // stretch of the partition is read, from its first event.
+                _ => match self.store.session_start(session).await? {
+                    Some((p, offset)) if p == partition => {
+                        index_expired = true;
+                        Some((
+                            StartPoint::FirstEvent { offset },
+                            SessionState::empty(session),
+                        ))
+                    }
+                    _ => None,
+                },
             },
         };
         // Where the projection covers the session, its index says which offsets matter: read
@@ -313,7 +326,11 @@ impl Recovery {
         // session's last event is far behind it: without this, every record of other sessions
         // after the session's last event would be read as tail.
         let partition_covered = progress.get(&partition).map_or(-1, |next| next - 1);
-        let indexed = session_covered.max(partition_covered);
+        let indexed = if index_expired {
+            -1
+        } else {
+            session_covered.max(partition_covered)
+        };
         let after_seq = match &known_start {
             Some((StartPoint::Checkpoint { seq, .. }, _)) => *seq,
             _ => 0,

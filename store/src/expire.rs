@@ -10,7 +10,7 @@
 //! Expiring tables (their partition is the session): `sessions`, `context_view`,
 //! `event_index`, `writer_claims`, `checkpoints`, `rejected_events`, `trace_spans_by_session`,
 //! `context_turns`. Not expiring: `trace_spans_by_day_bucket` and `trace_day_buckets`,
-//! `session_children`, `sessions_awaiting`, `partition_progress` (see [`crate::rows`]
+//! `session_children`, `sessions_awaiting`, `partition_progress`, `session_starts` (see [`crate::rows`]
 //! `Table::expires` for why).
 
 use crate::rows::ROWS_PER_REWRITE;

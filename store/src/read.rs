@@ -734,6 +734,22 @@ impl ProjectionStore {
         Ok(offsets)
     }
 
+    /// Where `session`'s first event sits (partition, offset), if the projector ever folded
+    /// its start: kept for good, after the session's other rows expired.
+    pub async fn session_start(&self, session: SessionId) -> Result<Option<(i32, i64)>> {
+        let rows: Vec<(Option<i32>, Option<i64>)> = self
+            .select(
+                &self.reads.session_start,
+                (session.0,),
+                "read where a session started",
+            )
+            .await?;
+        Ok(rows.into_iter().next().and_then(|row| match row {
+            (Some(partition), Some(offset)) => Some((partition, offset)),
+            _ => None,
+        }))
+    }
+
     /// The sessions forked from `parent`, with the parent seq each branched at, by child id.
     pub async fn children(&self, parent: SessionId) -> Result<Vec<(SessionId, u64)>> {
         let rows: Vec<(Uuid, Option<i64>)> = self

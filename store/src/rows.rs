@@ -324,11 +324,13 @@ pub(crate) enum Table {
     SessionChildren,
     AwaitingInsert,
     AwaitingDelete,
+    /// `session_starts`: every started id, kept for good.
+    SessionStarts,
 }
 
 impl Table {
     /// Every table, in the order of the prepared writes.
-    pub(crate) const ALL: [Table; 18] = [
+    pub(crate) const ALL: [Table; 19] = [
         Table::Sessions,
         Table::EventIndex,
         Table::WriterClaims,
@@ -347,6 +349,7 @@ impl Table {
         Table::SessionChildren,
         Table::AwaitingInsert,
         Table::AwaitingDelete,
+        Table::SessionStarts,
     ];
 
     /// Whether an ended session's rows in this table are written with the ended-session TTL
@@ -356,7 +359,8 @@ impl Table {
     /// another partition per span, and it holds span names, timings and token counts, no
     /// content), a parent's children (the parent's lineage, which outlives a child), sessions
     /// awaiting someone (an ended session awaits no one: its row is already deleted) and the
-    /// partitions' progress. A deletion (`ErasedTurns`) cannot carry a TTL.
+    /// partitions' progress; nor the record that an id was started (`session_starts`), which
+    /// outlives the session on purpose. A deletion (`ErasedTurns`) cannot carry a TTL.
     pub(crate) fn expires(self) -> bool {
         matches!(
             self,
@@ -647,6 +651,22 @@ impl CqlRow {
             offset,
         );
         Some(Self::new(Table::SessionChildren, values))
+    }
+
+    /// The `session_starts` row of a session whose first event (a start or a fork) the fold
+    /// accepted at `offset`: an id is started once, and this row outlives the session's other
+    /// rows. Its values never change, so writing it again changes nothing.
+    pub fn start(event: &EventEnvelope, partition: i32, offset: i64) -> Option<Self> {
+        let is_start = matches!(
+            event.event,
+            SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
+        );
+        (is_start && event.seq == 1).then(|| {
+            Self::new(
+                Table::SessionStarts,
+                (event.session_id.0, partition, offset, offset),
+            )
+        })
     }
 
     /// The `sessions_awaiting` rows an event at `offset` changes when it moves its session

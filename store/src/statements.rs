@@ -34,6 +34,7 @@ pub(crate) struct Reads {
     pub load_dead_letter_marks: PreparedStatement,
     pub children: PreparedStatement,
     pub awaiting: PreparedStatement,
+    pub session_start: PreparedStatement,
 }
 
 impl Reads {
@@ -117,6 +118,10 @@ impl Reads {
             awaiting: p(format!(
                 "SELECT session_id, since_seq, since_us FROM {ks}.sessions_awaiting
                  WHERE waiting_for = ?"
+            ))
+            .await?,
+            session_start: p(format!(
+                "SELECT log_partition, start_offset FROM {ks}.session_starts WHERE session_id = ?"
             ))
             .await?,
         })
@@ -206,6 +211,10 @@ fn write_cql(table: Table, ks: &str) -> String {
         Table::AwaitingDelete => format!(
             "DELETE FROM {ks}.sessions_awaiting USING TIMESTAMP ?
                  WHERE waiting_for = ? AND session_id = ?"
+        ),
+        Table::SessionStarts => format!(
+            "INSERT INTO {ks}.session_starts (session_id, log_partition, start_offset)
+                 VALUES (?, ?, ?) USING TIMESTAMP ?"
         ),
     }
 }

@@ -29,6 +29,7 @@ pub const TABLES: &[&str] = &[
     "partition_progress",
     "session_children",
     "sessions_awaiting",
+    "session_starts",
 ];
 
 /// The columns of `table` that are projected state. A partition's `dead_letter_mark` is not:
