@@ -116,7 +116,8 @@ async fn append(
     )
     .await
     .with_context(|| format!("taking over session {session} to append the {what}"))?;
-    let appended = writer.append(event).await?;
+    // Confirmed: the answer names an event the fold accepted, not only one Kafka took.
+    let appended = writer.append_with_confirmed(event, None, None).await?;
     let mut output = recorded(appended, what)?;
     output
         .human

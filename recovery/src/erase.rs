@@ -77,11 +77,16 @@ impl Recovery {
                     &format!("eraser:{requested_by}"),
                 )
                 .await?;
+                // Confirmed: the receipt names an erasure the fold accepted.
                 let appended = writer
-                    .append(SessionEvent::SessionErased {
-                        requested_by: requested_by.to_string(),
-                        reason: reason.to_string(),
-                    })
+                    .append_with_confirmed(
+                        SessionEvent::SessionErased {
+                            requested_by: requested_by.to_string(),
+                            reason: reason.to_string(),
+                        },
+                        None,
+                        None,
+                    )
                     .await?;
                 (
                     appended.envelope.seq,

@@ -178,20 +178,27 @@ impl Recovery {
     ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
         let state = &rebuilt.state;
-        // Pending; or, in a session started before the fold kept its gates, decided by an event
-        // the service cannot verify (a harness's own), which a new decision supersedes.
-        let request = state.pending_approvals.get(approval_id).cloned();
-        let decidable = request.is_some()
-            || (!state.keeps_gates
-                && state.decided_approvals.get(approval_id).is_some_and(|d| {
-                    !self.notary().verifies(&d.statement, d.attestation.as_ref())
-                }));
-        if !decidable {
-            return Err(Error::NoSuchApproval {
-                session: session.to_string(),
-                approval_id: approval_id.to_string(),
-            });
-        }
+        // Pending; or decided by an event the service cannot verify (a harness's own, forged or
+        // unsigned), which a new decision supersedes: in a session that keeps its gates only
+        // while nothing acted on it (the fold's rule), in an older one always.
+        let (request_seq, action_digest) = match state.pending_approvals.get(approval_id) {
+            Some(request) => (Some(request.seq), request.action_digest.clone()),
+            None => match state.decided_approvals.get(approval_id) {
+                Some(d)
+                    if !self.notary().verifies(&d.statement, d.attestation.as_ref())
+                        && (!state.keeps_gates
+                            || (d.acted_on_by.is_none() && d.inherited_from.is_none())) =>
+                {
+                    (d.request_seq, d.action_digest.clone())
+                }
+                _ => {
+                    return Err(Error::NoSuchApproval {
+                        session: session.to_string(),
+                        approval_id: approval_id.to_string(),
+                    });
+                }
+            },
+        };
         let (mut writer, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),
             rebuilt.state,
@@ -207,8 +214,8 @@ impl Recovery {
             approved,
             decided_by: decided_by.to_string(),
             reason: reason.map(Content::from),
-            request_seq: request.as_ref().map(|r| r.seq),
-            action_digest: request.and_then(|r| r.action_digest),
+            request_seq,
+            action_digest,
         };
         self.append_attested(&mut writer, event, None, None).await
     }

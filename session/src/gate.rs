@@ -11,8 +11,10 @@
 //! - a new intent (`ToolCallRequested`) is refused while the session waits;
 //! - only the events that settle a wait open it: a signed decision naming the request it
 //!   decides, a signed operator or resolver result, an unpause;
-//! - an approval id is requested once, decided once, and acted on by at most one call, whose
-//!   digest must be the one approved.
+//! - an approval id is requested once, and acted on by at most one call, whose digest must be
+//!   the one approved; a signed decision names the request it decides, and a later one
+//!   supersedes it only while nothing acted on it (the service records a decision again when
+//!   the one in the log does not carry its signature).
 //!
 //! The rules live here, in the fold, so ingest, the library, recovery, the projector and a raw
 //! Kafka producer meet the same ones. What the fold cannot check is whether a signature is
@@ -219,21 +221,31 @@ impl SessionState {
                         kind: "a decision".into(),
                     });
                 }
-                let Some(request) = self.pending_approvals.get(approval_id) else {
-                    return invalid(format!(
-                        "approval {approval_id:?} is not pending: an approval is decided once"
-                    ));
+                // The request it decides: pending, or decided by a decision nothing acted on yet,
+                // which a later signed one supersedes (the service records a decision again when
+                // the one in the log does not carry its signature).
+                let (asked_at, asked_for) = match (
+                    self.pending_approvals.get(approval_id),
+                    self.decided_approvals.get(approval_id),
+                ) {
+                    (Some(request), _) => (Some(request.seq), &request.action_digest),
+                    (None, Some(d)) if d.acted_on_by.is_none() && d.inherited_from.is_none() => {
+                        (d.request_seq, &d.action_digest)
+                    }
+                    (None, _) => {
+                        return invalid(format!(
+                            "approval {approval_id:?} was acted on or carried over: its decision stands"
+                        ));
+                    }
                 };
-                if *request_seq != Some(request.seq) {
+                if *request_seq != asked_at {
                     return invalid(format!(
-                        "the decision names request seq {request_seq:?}; approval {approval_id:?} was requested at seq {}",
-                        request.seq
+                        "the decision names request seq {request_seq:?}; approval {approval_id:?} was requested at seq {asked_at:?}"
                     ));
                 }
-                if *action_digest != request.action_digest {
+                if action_digest != asked_for {
                     return invalid(format!(
-                        "the decision names action digest {action_digest:?}; the request named {:?}",
-                        request.action_digest
+                        "the decision names action digest {action_digest:?}; the request named {asked_for:?}"
                     ));
                 }
                 Verdict::Accepted

@@ -137,6 +137,9 @@ pub struct Decision {
     /// The digest of what was approved (schema v5; `None` before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_digest: Option<String>,
+    /// The seq of the request decided (schema v5; `None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_seq: Option<Seq>,
     /// The seq of the tool call that acted on the approval, once one did: an approval is
     /// acted on once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -648,6 +651,7 @@ impl SessionState {
                             statement: statement.clone(),
                             attestation: e.attestation.clone(),
                             action_digest: inherited.action_digest.clone(),
+                            request_seq: None,
                             acted_on_by: None,
                             inherited_from: Some(inherited.parent_decision_seq),
                         },
@@ -755,7 +759,7 @@ impl SessionState {
                 decided_by,
                 reason,
                 action_digest,
-                ..
+                request_seq,
             } => {
                 // The request, or the decision this one supersedes, names the action.
                 let action = self
@@ -780,6 +784,7 @@ impl SessionState {
                         statement: crate::attest::statement(e).unwrap_or_default(),
                         attestation: e.attestation.clone(),
                         action_digest: action_digest.clone(),
+                        request_seq: *request_seq,
                         acted_on_by: None,
                         inherited_from: None,
                     },

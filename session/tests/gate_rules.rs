@@ -260,9 +260,10 @@ fn an_approval_request_gates_calls_even_in_the_same_batch() {
 }
 
 #[test]
-fn a_decision_is_signed_names_its_request_and_digest_and_is_made_once() {
+fn a_decision_is_signed_names_its_request_and_stands_once_acted_on() {
     let mut log = Log::started();
-    let digest = Some(action_digest("deploy to production"));
+    // What is to be approved: the call `deploy` with arguments `{}` and no key.
+    let digest = Some(call_digest("deploy", None, "{}"));
     log.write(request("deploy", digest.clone()));
     let asked = log.state.last_seq;
     assert!(matches!(
@@ -286,14 +287,27 @@ fn a_decision_is_signed_names_its_request_and_digest_and_is_made_once() {
         Verdict::Accepted
     );
     assert_eq!(log.state.gate(), None);
-    // Decided once; requested once.
-    assert!(invalid(&log.write_signed(decision(
-        "deploy",
-        false,
-        asked,
-        digest.clone()
-    ))));
-    assert!(invalid(&log.write(request("deploy", digest))));
+    // Requested once.
+    assert!(invalid(&log.write(request("deploy", digest.clone()))));
+    // A later signed decision of the same request supersedes it while nothing acted on it...
+    assert_eq!(
+        log.write_signed(decision("deploy", false, asked, digest.clone())),
+        Verdict::Accepted
+    );
+    assert!(!log.state.decided_approvals["deploy"].approved);
+    assert_eq!(
+        log.write_signed(decision("deploy", true, asked, digest.clone())),
+        Verdict::Accepted
+    );
+    // ...and once a call acted on it, it stands.
+    let mut acting = call("deploy", EffectClass::NonIdempotent);
+    if let SessionEvent::ToolCallRequested { approval_id, .. } = &mut acting {
+        *approval_id = Some("deploy".into());
+    }
+    assert_eq!(log.write(acting), Verdict::Accepted);
+    assert!(invalid(
+        &log.write_signed(decision("deploy", false, asked, digest))
+    ));
     assert!(log.state.decided_approvals["deploy"].approved);
 }
 
