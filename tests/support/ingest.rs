@@ -7,8 +7,53 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sessionlog_ingest::Ingest;
 use sessionlog_producer::EventLog;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use tokio::sync::oneshot;
+
+/// The writer token last handed out for each session (by create, claim or resume), as a
+/// harness keeps it: [`IngestInstance::post`] presents it, whichever instance it talks to.
+static WRITER_TOKENS: LazyLock<Mutex<HashMap<String, String>>> = LazyLock::new(Default::default);
+
+/// Keeps the writer token an answer hands out (create, claim, resume) for its session.
+pub fn remember_writer_token(answer: &Value) {
+    let session = answer["session_id"]
+        .as_str()
+        .or_else(|| answer["state"]["session_id"].as_str());
+    if let (Some(session), Some(token)) = (session, answer["writer_token"].as_str()) {
+        WRITER_TOKENS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session.to_string(), token.to_string());
+    }
+}
+
+/// The writer token last handed out for `session`, if any.
+pub fn writer_token(session: &str) -> Option<String> {
+    WRITER_TOKENS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(session)
+        .cloned()
+}
+
+/// The session a `/v1/sessions/{id}/...` (or `/sessions/{id}/...`) path names.
+fn session_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1").unwrap_or(path);
+    rest.strip_prefix("/sessions/")?.split('/').next()
+}
+
+/// `request` presenting the writer token last handed out for the session `path` names, if
+/// any: what a harness sends with every append, checkpoint and close.
+pub fn presenting_writer_token(
+    request: reqwest::RequestBuilder,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    match session_of(path).and_then(writer_token) {
+        Some(token) => request.header("sessionlog-writer-token", token),
+        None => request,
+    }
+}
 
 /// A running ingest service, stopped when dropped.
 pub struct IngestInstance {
@@ -44,27 +89,41 @@ impl IngestInstance {
         })
     }
 
-    /// POSTs `body` as JSON; the status and the JSON answer.
+    /// POSTs `body` as JSON, presenting the writer token last handed out for the session the
+    /// path names (as a harness does); the status and the JSON answer. A token an answer hands
+    /// out is kept.
     pub async fn post(&self, path: &str, body: Value) -> Result<(StatusCode, Value)> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await?;
-        let status = response.status();
-        Ok((status, response.json().await.context("a JSON body")?))
+        let token = session_of(path).and_then(writer_token);
+        self.post_with_token(path, body, token.as_deref()).await
     }
 
-    /// POSTs `body` as it is, labelled JSON.
+    /// POSTs `body` as JSON presenting `token` as the writer token (none: no header).
+    pub async fn post_with_token(
+        &self,
+        path: &str,
+        body: Value,
+        token: Option<&str>,
+    ) -> Result<(StatusCode, Value)> {
+        let mut request = self.http.post(format!("{}{path}", self.base)).json(&body);
+        if let Some(token) = token {
+            request = request.header("sessionlog-writer-token", token);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let answer: Value = response.json().await.context("a JSON body")?;
+        remember_writer_token(&answer);
+        Ok((status, answer))
+    }
+
+    /// POSTs `body` as it is, labelled JSON (presenting the session's writer token, as
+    /// [`Self::post`] does).
     pub async fn post_raw(&self, path: &str, body: String) -> Result<(StatusCode, Value)> {
-        let response = self
+        let request = self
             .http
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await?;
+            .body(body);
+        let response = presenting_writer_token(request, path).send().await?;
         let status = response.status();
         Ok((status, response.json().await.context("a JSON body")?))
     }

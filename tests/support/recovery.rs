@@ -349,6 +349,10 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
                     })
                     .await?;
             }
+            // No new intent while an approval is pending: the fold refuses it (a request then).
+            2 if !writer.state().pending_approvals.is_empty() => {
+                writer.user_request(&format!("request {i}")).await?;
+            }
             2 => {
                 let effect = [
                     EffectClass::Pure,
@@ -406,23 +410,39 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
                     .await?;
             }
             6 => {
-                let open = writer.state().pending_approvals.keys().next().cloned();
-                let event = match open {
-                    Some(approval_id) => SessionEvent::ApprovalDecided {
-                        approval_id,
-                        approved: rng.below(2) == 0,
-                        decided_by: "alice".into(),
-                        reason: None,
-                        action_digest: None,
-                        request_seq: None,
-                    },
-                    None => SessionEvent::ApprovalRequested {
-                        approval_id: format!("a{i}"),
-                        action: "act".into(),
-                        action_digest: None,
-                    },
-                };
-                writer.append(event).await?;
+                let open = writer.state().pending_approvals.values().next().cloned();
+                match open {
+                    // A decision names its request and is signed. The fold checks that it
+                    // carries an attestation, not whose (recovery's notary does), so a stand-in
+                    // signature serves a test of what the fold folds.
+                    Some(request) => {
+                        let mut decision = writer
+                            .envelopes(vec![SessionEvent::ApprovalDecided {
+                                approval_id: request.approval_id,
+                                approved: rng.below(2) == 0,
+                                decided_by: "alice".into(),
+                                reason: None,
+                                action_digest: request.action_digest,
+                                request_seq: Some(request.seq),
+                            }])
+                            .pop()
+                            .context("an envelope")?;
+                        decision.attestation = Some(sessionlog_schemas::Attestation {
+                            key_id: "test-stand-in".into(),
+                            signature: vec![1; 64],
+                        });
+                        writer.append_envelope(decision).await?;
+                    }
+                    None => {
+                        writer
+                            .append(SessionEvent::ApprovalRequested {
+                                approval_id: format!("a{i}"),
+                                action: "act".into(),
+                                action_digest: None,
+                            })
+                            .await?;
+                    }
+                }
             }
             _ => {
                 writer.checkpoint(None).await?;
@@ -441,4 +461,26 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
         _ => {}
     }
     Ok(writer.state().clone())
+}
+
+/// An envelope of `session` at its current epoch and next seq, as a harness writing straight to
+/// Kafka would make it (no writer's fold judges it first).
+pub async fn raw_next(
+    recovery: &Recovery,
+    session: SessionId,
+    event: SessionEvent,
+) -> Result<sessionlog_schemas::EventEnvelope> {
+    let state = recovery.rebuild(session).await?.state;
+    Ok(sessionlog_schemas::EventEnvelope {
+        event_id: uuid::Uuid::now_v7(),
+        session_id: session,
+        seq: state.next_seq(),
+        writer_epoch: state.epoch,
+        occurred_at: sessionlog_schemas::now_micros(),
+        causation_id: None,
+        idempotency_key: None,
+        schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
+        event,
+        attestation: None,
+    })
 }

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::SessionId;
-use sessionlog_tests::ingest::user_request;
+use sessionlog_tests::ingest::{presenting_writer_token, remember_writer_token, user_request};
 use sessionlog_tests::producer::fold_topic;
 use sessionlog_tests::{ServedProcess, TestStack, free_address};
 use std::collections::HashMap;
@@ -81,7 +81,8 @@ impl Fleet {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.addresses.len();
             let url = format!("http://{}/v1{path}", self.addresses[i]);
             let attempt = async {
-                let response = self.http.post(&url).json(body).send().await.ok()?;
+                let request = presenting_writer_token(self.http.post(&url).json(body), path);
+                let response = request.send().await.ok()?;
                 let status = response.status();
                 if status == StatusCode::SERVICE_UNAVAILABLE {
                     self.unavailable.fetch_add(1, Ordering::Relaxed);
@@ -89,6 +90,7 @@ impl Fleet {
                 }
                 // A connection cut mid-answer by a kill: no answer, try the next one.
                 let answer = response.json::<Value>().await.ok()?;
+                remember_writer_token(&answer);
                 Some((status, answer))
             };
             // An attempt that times out is a request with no answer, like a cut connection:

@@ -136,6 +136,10 @@ async fn a_writer_fenced_by_a_claim_on_another_instance_gets_409() -> Result<()>
     assert_eq!(status, StatusCode::OK, "{answer}");
     let mut acknowledged = vec![offset(&opened)?];
     acknowledged.extend(offsets(&answer));
+    let first_token = opened["writer_token"]
+        .as_str()
+        .context("writer token")?
+        .to_string();
 
     let (status, claimed) = b
         .post(
@@ -147,11 +151,16 @@ async fn a_writer_fenced_by_a_claim_on_another_instance_gets_409() -> Result<()>
     assert_eq!(claimed["epoch"], 2);
     acknowledged.push(offset(&claimed)?);
 
-    // The old writer, on the instance that served it, with an intent it would act on.
+    // The old writer, on the instance that served it, with its own token and an intent it
+    // would act on.
     let call = json!({ "seq": 3, "event_id": Uuid::now_v7(), "kind": "ToolCallRequested",
         "data": { "tool": "shell", "arguments": { "Plain": "rm -rf build" }, "effect": "Pure" } });
     let (status, answer) = a
-        .post(&events, json!({ "epoch": 1, "events": [call] }))
+        .post_with_token(
+            &events,
+            json!({ "epoch": 1, "events": [call] }),
+            Some(&first_token),
+        )
         .await?;
     assert_eq!(
         (

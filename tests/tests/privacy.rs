@@ -21,6 +21,9 @@ use sessionlog_tests::{ServedProcess, TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The header a harness presents its writer token in.
+const WRITER_TOKEN: &str = sessionlog_ingest::WRITER_TOKEN_HEADER;
+
 /// What every canary starts with: no byte sequence of the stack may hold it in plain text.
 const CANARY: &str = "CANARY-";
 
@@ -117,6 +120,7 @@ async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
         .json()
         .await?;
     let session: SessionId = created["session_id"].as_str().context("id")?.parse()?;
+    let token = created["writer_token"].as_str().context("writer token")?;
     let events = json!({"epoch": 1, "events": [
         {"seq": 2, "kind": "UserRequest", "data": {"content": {"Plain": c("request")}}},
         {"seq": 3, "kind": "ModelResponse", "data": {"model": "m", "tokens_in": 1, "tokens_out": 1,
@@ -132,16 +136,19 @@ async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
         {"seq": 10, "kind": "ApprovalRequested", "data": {"approval_id": "a1", "action": c("action")}},
     ]});
     http.post(format!("{}/v1/sessions/{session}/events", ingest.base))
+        .header(WRITER_TOKEN, token)
         .json(&events)
         .send()
         .await?
         .error_for_status()?;
     http.post(format!("{}/v1/sessions/{session}/checkpoint", ingest.base))
+        .header(WRITER_TOKEN, token)
         .json(&json!({"epoch": 1}))
         .send()
         .await?
         .error_for_status()?;
     http.post(format!("{}/v1/sessions/{session}/close", ingest.base))
+        .header(WRITER_TOKEN, token)
         .json(&json!({"epoch": 1, "outcome": "Cancelled", "reason": c("end")}))
         .send()
         .await?
@@ -273,6 +280,10 @@ async fn an_erased_sessions_canaries_are_nowhere_and_the_others_still_open() -> 
             ingest.base,
             created["session_id"].as_str().context("id")?
         ))
+        .header(
+            WRITER_TOKEN,
+            created["writer_token"].as_str().context("writer token")?,
+        )
         .json(
             &json!({"epoch": 1, "events": [{"seq": 2, "kind": "UserRequest", "data": {"content":
             {"Sealed": {"key_id": "dk1:2:content", "nonce": "AQ==", "ciphertext": "Ag=="}}}}]}),

@@ -5,10 +5,11 @@
 use anyhow::{Result, bail};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Error, ForkAt, Recovery};
-use sessionlog_schemas::{Content, EffectClass, SessionEvent, TerminalOutcome};
+use sessionlog_schemas::{Content, EffectClass, EventEnvelope, SessionEvent, TerminalOutcome};
+use sessionlog_session::{Gate, Rejection};
 use sessionlog_tests::TestStack;
 use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::end_offset;
+use sessionlog_tests::recovery::{end_offset, raw_next};
 
 /// Tokens of context a resumed harness asks for.
 const CONTEXT_BUDGET: Option<usize> = Some(4_000);
@@ -164,43 +165,10 @@ async fn a_fork_cannot_walk_past_a_wait() -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Result<()> {
-    let stack = TestStack::new("gate_self_approval", 2).await?;
-    let recovery = Recovery::connect(&stack.settings).await?;
-    let mut writer = awaiting_approval(&stack).await?;
-    // Straight to Kafka with the library: unsigned.
-    writer
-        .append(SessionEvent::ApprovalDecided {
-            approval_id: "deploy-1".into(),
-            approved: true,
-            decided_by: "the-harness".into(),
-            reason: None,
-            action_digest: None,
-            request_seq: None,
-        })
-        .await?;
-    let session = writer.session_id();
-    match recovery.resume(session, "harness-2", CONTEXT_BUDGET).await {
-        Err(Error::Unverified { approvals, .. }) => assert_eq!(approvals, vec!["deploy-1"]),
-        other => bail!("Unverified expected for an unsigned decision, got {other:?}"),
-    }
-
-    // With a signature of its own making, under the service's key id: still refused.
-    let mut writer = awaiting_approval(&stack).await?;
-    let mut forged = writer
-        .envelopes(vec![SessionEvent::ApprovalDecided {
-            approval_id: "deploy-1".into(),
-            approved: true,
-            decided_by: "alice".into(),
-            reason: None,
-            action_digest: None,
-            request_seq: None,
-        }])
-        .pop()
-        .ok_or_else(|| anyhow::anyhow!("an envelope"))?;
+/// `envelope` signed with a key of the harness's own making, under the service's key id.
+fn forged(stack: &TestStack, mut envelope: EventEnvelope) -> Result<EventEnvelope> {
     let stranger = sessionlog_http::auth::SigningKey::generate()?;
-    let statement = sessionlog_session::attest::statement(&forged).unwrap_or_default();
+    let statement = sessionlog_session::attest::statement(&envelope).unwrap_or_default();
     let kid = sessionlog_http::auth::SigningKey::from_pem(&std::fs::read_to_string(
         stack
             .settings
@@ -211,17 +179,55 @@ async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Resul
     )?)?
     .kid()
     .to_string();
-    forged.attestation = Some(sessionlog_schemas::Attestation {
+    envelope.attestation = Some(sessionlog_schemas::Attestation {
         key_id: kid,
         signature: stranger.sign(statement.as_bytes())?,
     });
-    writer.append_envelope(forged).await?;
+    Ok(envelope)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harness_cannot_approve_its_own_request_whoever_writes() -> Result<()> {
+    let stack = TestStack::new("gate_self_approval", 2).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let raw = event_log(&stack).await?;
+    let mut writer = awaiting_approval(&stack).await?;
     let session = writer.session_id();
+    let request = writer.state().pending_approvals["deploy-1"].clone();
+    let own = SessionEvent::ApprovalDecided {
+        approval_id: "deploy-1".into(),
+        approved: true,
+        decided_by: "the-harness".into(),
+        reason: None,
+        action_digest: request.action_digest.clone(),
+        request_seq: Some(request.seq),
+    };
+    // Through the library: its own fold refuses it before sending.
+    match writer.append(own.clone()).await {
+        Err(sessionlog_producer::Error::Refused(Rejection::Unsigned { .. })) => {}
+        other => bail!("Unsigned expected from the library, got {other:?}"),
+    }
+    // Straight to Kafka, unsigned: in the log, rejected by the fold; the gate stays shut.
+    raw.append(&raw_next(&recovery, session, own.clone()).await?)
+        .await?;
+    let rebuilt = recovery.rebuild(session).await?.state;
+    assert!(rebuilt.pending_approvals.contains_key("deploy-1"));
+    assert!(rebuilt.decided_approvals.is_empty());
+    match recovery.resume(session, "harness-2", CONTEXT_BUDGET).await {
+        Err(Error::AwaitingApproval { approval_id, .. }) => assert_eq!(approval_id, "deploy-1"),
+        other => bail!("AwaitingApproval expected after an unsigned decision, got {other:?}"),
+    }
+
+    // With a signature of its own making, under the service's key id: the fold cannot check a
+    // signature (it holds no keys), recovery can, and refuses to act on it.
+    raw.append(&forged(&stack, raw_next(&recovery, session, own).await?)?)
+        .await?;
     match recovery.resume(session, "harness-2", CONTEXT_BUDGET).await {
         Err(Error::Unverified { approvals, .. }) => assert_eq!(approvals, vec!["deploy-1"]),
         other => bail!("Unverified expected for a forged signature, got {other:?}"),
     }
-    // The operator records the decision through the service: now it resumes.
+    // The approver decides through the service (superseding the forgery nothing acted on):
+    // now it resumes.
     recovery
         .decide_approval(session, "deploy-1", true, "alice", None)
         .await?;
@@ -229,7 +235,7 @@ async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Resul
         .resume(session, "harness-2", CONTEXT_BUDGET)
         .await?;
     let decision = &bundle.state.decided_approvals["deploy-1"];
-    assert!(decision.attestation.is_some());
+    assert_eq!(decision.request_seq, Some(request.seq));
     assert!(
         recovery
             .notary()
@@ -242,6 +248,7 @@ async fn a_harness_that_approves_its_own_request_is_refused_at_resume() -> Resul
 async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<()> {
     let stack = TestStack::new("gate_operator", 2).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
+    let raw = event_log(&stack).await?;
     let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "agent", None).await?;
     let call = writer
         .append_with(
@@ -254,7 +261,9 @@ async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<
             None,
             Some("charge-1".into()),
         )
-        .await?;
+        .await?
+        .envelope
+        .seq;
     let session = writer.session_id();
     drop(writer);
     // Recovery stops the session for an operator.
@@ -262,41 +271,53 @@ async fn a_call_awaiting_an_operator_is_settled_only_by_an_operator() -> Result<
         recovery.resume(session, "harness-2", CONTEXT_BUDGET).await,
         Err(Error::NeedsResolution { .. })
     ));
-    // The new harness claims and tries to settle it itself: the fold refuses the result...
-    let (mut harness, _) =
-        SessionWriter::claim(event_log(&stack).await?, session, "harness-3").await?;
-    let own = harness
-        .append(SessionEvent::ToolCallResult {
-            call_seq: call.envelope.seq,
-            outcome: sessionlog_schemas::CallOutcome::Succeeded,
-            output: Content::plain("done"),
-            source: sessionlog_schemas::ResultSource::Executed,
-            recorded_by: None,
-            note: None,
-        })
-        .await;
-    assert!(own.is_err(), "the writer's own fold refuses it: {own:?}");
-    // ...and an unsigned "operator" record of it does not open the gate.
-    harness
-        .append(SessionEvent::ToolCallResult {
-            call_seq: call.envelope.seq,
-            outcome: sessionlog_schemas::CallOutcome::Succeeded,
-            output: Content::plain("done"),
-            source: sessionlog_schemas::ResultSource::Operator,
-            recorded_by: Some("bob".into()),
-            note: None,
-        })
-        .await?;
-    drop(harness);
+    // A new harness cannot take it over...
+    match SessionWriter::claim(event_log(&stack).await?, session, "harness-3").await {
+        Err(sessionlog_producer::Error::Refused(Rejection::Gated(Gate::NeedsResolution {
+            calls,
+        }))) => assert_eq!(calls, vec![call]),
+        other => bail!("a gated claim expected, got {:?}", other.map(|(_, c)| c)),
+    }
+    // ...nor settle it from outside, straight to Kafka: its own result, an unsigned
+    // "operator" record, are rejected by the fold.
+    let result = |source| SessionEvent::ToolCallResult {
+        call_seq: call,
+        outcome: sessionlog_schemas::CallOutcome::Succeeded,
+        output: Content::plain("done"),
+        source,
+        recorded_by: Some("bob".into()),
+        note: None,
+    };
+    for source in [
+        sessionlog_schemas::ResultSource::Executed,
+        sessionlog_schemas::ResultSource::Operator,
+    ] {
+        raw.append(&raw_next(&recovery, session, result(source)).await?)
+            .await?;
+    }
+    let rebuilt = recovery.rebuild(session).await?.state;
+    assert!(rebuilt.pending_calls.contains_key(&call), "{rebuilt:?}");
+    assert_eq!(
+        rebuilt.status(),
+        sessionlog_session::SessionStatus::NeedsResolution
+    );
+    // A forged signature passes the fold, which holds no keys; recovery refuses to act on it.
+    let forgery = raw_next(
+        &recovery,
+        session,
+        result(sessionlog_schemas::ResultSource::Operator),
+    )
+    .await?;
+    raw.append(&forged(&stack, forgery)?).await?;
     match recovery.resume(session, "harness-4", CONTEXT_BUDGET).await {
-        Err(Error::Unverified { calls, .. }) => assert_eq!(calls, vec![call.envelope.seq]),
+        Err(Error::Unverified { calls, .. }) => assert_eq!(calls, vec![call]),
         other => bail!("Unverified expected, got {other:?}"),
     }
     recovery
         .record_resolution(
             session,
             sessionlog_recovery::Resolution {
-                call_seq: call.envelope.seq,
+                call_seq: call,
                 outcome: sessionlog_schemas::CallOutcome::Succeeded,
                 output: "charged".into(),
                 operator: "carol".into(),
