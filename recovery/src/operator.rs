@@ -11,7 +11,7 @@ use serde::Serialize;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent, SessionId};
-use sessionlog_session::Rejection;
+use sessionlog_session::{Rejection, SessionState};
 use sessionlog_store::Wait;
 use std::sync::Arc;
 
@@ -85,23 +85,10 @@ impl Recovery {
         resolution: Resolution,
     ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
-        let state = &rebuilt.state;
-        // A call in doubt, or one whose operator record the service cannot verify (someone
-        // else wrote it): recording it again supersedes that record.
-        let (event_id, idempotency_key) = match state.pending_calls.get(&resolution.call_seq) {
-            Some(call) => (Some(call.event_id), call.idempotency_key.clone()),
-            None => match state.operator_results.get(&resolution.call_seq) {
-                Some(r) if !self.notary().verifies(&r.statement, r.attestation.as_ref()) => {
-                    (None, None)
-                }
-                _ => {
-                    return Err(Error::NotInDoubt {
-                        session: session.to_string(),
-                        call_seq: resolution.call_seq,
-                    });
-                }
-            },
-        };
+        // Judged before the claim (which fences the harness) and again on the state the claim
+        // caught up to: another instance may have recorded it in between, and its answered
+        // record must stand.
+        self.resolvable(session, &rebuilt.state, resolution.call_seq)?;
         let (mut writer, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),
             rebuilt.state,
@@ -110,6 +97,8 @@ impl Recovery {
             &format!("operator:{}", resolution.operator),
         )
         .await?;
+        let (event_id, idempotency_key) =
+            self.resolvable(session, writer.state(), resolution.call_seq)?;
         let event = SessionEvent::ToolCallResult {
             call_seq: resolution.call_seq,
             outcome: resolution.outcome,
@@ -120,6 +109,57 @@ impl Recovery {
         };
         self.append_attested(&mut writer, event, event_id, idempotency_key)
             .await
+    }
+
+    /// Whether the call at `call_seq` may be recorded now: in doubt, or settled by an operator
+    /// record the service cannot verify (someone else wrote it), which recording it again
+    /// supersedes. The call's event id and key, for the record's causation.
+    fn resolvable(
+        &self,
+        session: SessionId,
+        state: &SessionState,
+        call_seq: u64,
+    ) -> Result<(Option<uuid::Uuid>, Option<String>)> {
+        match state.pending_calls.get(&call_seq) {
+            Some(call) => Ok((Some(call.event_id), call.idempotency_key.clone())),
+            None => match state.operator_results.get(&call_seq) {
+                Some(r) if !self.notary().verifies(&r.statement, r.attestation.as_ref()) => {
+                    Ok((None, None))
+                }
+                _ => Err(Error::NotInDoubt {
+                    session: session.to_string(),
+                    call_seq,
+                }),
+            },
+        }
+    }
+
+    /// Whether approval `approval_id` may be decided now: pending; or decided by an event the
+    /// service cannot verify (a harness's own, forged or unsigned), which a new decision
+    /// supersedes: in a session that keeps its gates only while nothing acted on it (the
+    /// fold's rule), in an older one always. The request's seq and digest the decision names.
+    fn decidable(
+        &self,
+        session: SessionId,
+        state: &SessionState,
+        approval_id: &str,
+    ) -> Result<(Option<u64>, Option<String>)> {
+        if let Some(request) = state.pending_approvals.get(approval_id) {
+            return Ok((Some(request.seq), request.action_digest.clone()));
+        }
+        match state.decided_approvals.get(approval_id) {
+            Some(d)
+                if !self.notary().verifies(&d.statement, d.attestation.as_ref())
+                    && (!state.keeps_gates
+                        || (d.acted_on_by.is_none() && d.inherited_from.is_none())) =>
+            {
+                Ok((d.request_seq, d.action_digest.clone()))
+            }
+            _ => Err(Error::NoSuchApproval {
+                session: session.to_string(),
+                approval_id: approval_id.to_string(),
+            }),
+        }
     }
 
     /// Appends a privileged event signed by the service's key, confirmed: the answer comes
@@ -177,28 +217,8 @@ impl Recovery {
         reason: Option<String>,
     ) -> Result<Appended> {
         let rebuilt = self.rebuild(session).await?;
-        let state = &rebuilt.state;
-        // Pending; or decided by an event the service cannot verify (a harness's own, forged or
-        // unsigned), which a new decision supersedes: in a session that keeps its gates only
-        // while nothing acted on it (the fold's rule), in an older one always.
-        let (request_seq, action_digest) = match state.pending_approvals.get(approval_id) {
-            Some(request) => (Some(request.seq), request.action_digest.clone()),
-            None => match state.decided_approvals.get(approval_id) {
-                Some(d)
-                    if !self.notary().verifies(&d.statement, d.attestation.as_ref())
-                        && (!state.keeps_gates
-                            || (d.acted_on_by.is_none() && d.inherited_from.is_none())) =>
-                {
-                    (d.request_seq, d.action_digest.clone())
-                }
-                _ => {
-                    return Err(Error::NoSuchApproval {
-                        session: session.to_string(),
-                        approval_id: approval_id.to_string(),
-                    });
-                }
-            },
-        };
+        // Judged before the claim and again after it, as a resolution is.
+        self.decidable(session, &rebuilt.state, approval_id)?;
         let (mut writer, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),
             rebuilt.state,
@@ -207,6 +227,7 @@ impl Recovery {
             &format!("approver:{decided_by}"),
         )
         .await?;
+        let (request_seq, action_digest) = self.decidable(session, writer.state(), approval_id)?;
         // The decision names the request it decides and what that request named, and its
         // signature covers both: it approves exactly that.
         let event = SessionEvent::ApprovalDecided {
