@@ -73,11 +73,12 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
             let progress = store.load_progress(log.topic()).await?;
             let row = store.load_session(session).await?;
             let progress = progress.get(&partition).copied().unwrap_or(0);
-            match row.filter(|r| r.partition == partition) {
+            match row.filter(|r| r.partition == partition && r.state.started) {
                 Some(row) => (row.state, (row.applied_offset + 1).max(progress)),
-                // No row below the progress: a session the projector never saw, or one whose
-                // rows expired after it ended. The permanent record of its start tells them
-                // apart; an expired one is folded from its first event in the log.
+                // No row of a started session below the progress: a session the projector
+                // never saw (or saw only refused records of), or one whose rows expired after
+                // it ended. The permanent record of its start tells them apart; an expired one
+                // is folded from its first event in the log.
                 None => match store.session_start(session).await? {
                     Some((p, first_offset)) if p == partition => {
                         started_once = true;

@@ -291,7 +291,8 @@ impl Applier {
         let session = event.session_id;
         let policies = Arc::clone(&self.policies);
         let bucket = day_bucket(session, self.trace_day_buckets);
-        let started_before = self.started_before(&event, partition, offset).await;
+        let known = self.entry(session, partition).await.row.state.started;
+        let started_before = !known && self.started_before(&event, partition, offset).await;
         let entry = self.entry(session, partition).await;
         if entry.row.applied_offset >= offset {
             folded.stats.skipped += 1;
@@ -417,20 +418,16 @@ impl Applier {
         folded.touched_usage.insert(id);
     }
 
-    /// Whether `event` starts a session the log started before, at another record: its rows
-    /// expired, so neither the cache nor a stored row knows it, but its permanent start row
-    /// does. The writers refuse such a start; a raw producer's is refused here, as a replay
-    /// of the log would refuse it.
+    /// Whether `event`, folded into a session neither the cache nor a stored row knows as
+    /// started, starts a session the log started before, at another record: its rows expired,
+    /// but its permanent start row did not. The writers refuse such a start; a raw producer's
+    /// is refused here, as a replay of the log would refuse it.
     async fn started_before(&self, event: &EventEnvelope, partition: i32, offset: i64) -> bool {
         let starts = matches!(
             event.event,
             SessionEvent::SessionStarted { .. } | SessionEvent::SessionForked { .. }
         );
-        let known = self
-            .cache
-            .get(&event.session_id)
-            .is_some_and(|p| p.row.state.started);
-        let Some(store) = self.store.as_ref().filter(|_| starts && !known) else {
+        let Some(store) = self.store.as_ref().filter(|_| starts) else {
             return false;
         };
         let session = event.session_id;

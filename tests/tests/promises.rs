@@ -710,6 +710,14 @@ async fn an_expired_session_id_is_never_started_again() -> Result<()> {
             .is_none_or(|row| !row.state.started),
         "the refused start started nothing"
     );
+    // And the row that refusal left does not open the id to a writer.
+    match SessionWriter::create_with_id(Arc::clone(&log), session, "h", None).await {
+        Err(WriteError::Refused(Rejection::AlreadyStarted)) => {}
+        other => bail!(
+            "AlreadyStarted expected after a refused start, got {:?}",
+            other.map(|(_, a)| a)
+        ),
+    }
 
     // Everything a session's rows served is read from the log.
     let rebuilt = recovery.rebuild(session).await?;
