@@ -39,11 +39,31 @@ pub async fn store(stack: &TestStack) -> Result<ProjectionStore> {
 
 /// Starts `sessionlog project` with extra arguments (e.g. `--listen`).
 pub fn spawn_projector_with(stack: &TestStack, extra: &[&str]) -> Result<ChildGuard> {
+    spawn_projector_env(stack, extra, &[])
+}
+
+/// Starts `sessionlog project` whose ended sessions' rows expire after `ttl_secs`
+/// (`[retention] ended_session_ttl_secs`).
+pub fn spawn_projector_expiring(stack: &TestStack, ttl_secs: u64) -> Result<ChildGuard> {
+    let ttl = ttl_secs.to_string();
+    spawn_projector_env(
+        stack,
+        &[],
+        &[("SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS", &ttl)],
+    )
+}
+
+fn spawn_projector_env(
+    stack: &TestStack,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<ChildGuard> {
     let child = Command::new(sessionlog_bin()?)
         .args(["project", "--group", &stack.group])
         .args(extra)
         .envs(stack.env())
         .env("SESSIONLOG_CONFIG", "/dev/null")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

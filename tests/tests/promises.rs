@@ -19,9 +19,11 @@ use sessionlog_schemas::{
 };
 use sessionlog_session::{Gate, Rejection};
 use sessionlog_tests::ingest::{IngestInstance, user_request, writer_token};
-use sessionlog_tests::projector::{dead_letters, event_log, store, wait_caught_up};
+use sessionlog_tests::projector::{
+    dead_letters, event_log, spawn_projector_expiring, store, wait_caught_up,
+};
 use sessionlog_tests::recovery::{ToolService, accepted_events, raw_next};
-use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
+use sessionlog_tests::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -629,22 +631,7 @@ const TTL_SECS: u64 = 10;
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_session_id_is_never_started_again() -> Result<()> {
     let stack = TestStack::new("promise_ttl", 2).await?;
-    let project = || -> Result<sessionlog_tests::ChildGuard> {
-        Ok(sessionlog_tests::ChildGuard(
-            std::process::Command::new(sessionlog_bin()?)
-                .args(["project", "--group", &stack.group])
-                .envs(stack.env())
-                .env("SESSIONLOG_CONFIG", "/dev/null")
-                .env(
-                    "SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS",
-                    TTL_SECS.to_string(),
-                )
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .context("spawning `sessionlog project`")?,
-        ))
-    };
+    let project = || spawn_projector_expiring(&stack, TTL_SECS);
     let projector = project()?;
     let store = store(&stack).await?;
     let recovery = Recovery::connect(&stack.settings).await?;

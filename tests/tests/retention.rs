@@ -11,7 +11,7 @@ use sessionlog_log::settings::UNLIMITED;
 use sessionlog_log::{PartitionReader, RetentionSettings, topic};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Recovery, StartPoint};
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
+use sessionlog_tests::projector::{event_log, spawn_projector_expiring, store, wait_caught_up};
 use sessionlog_tests::{TestStack, sessionlog_bin};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -279,20 +279,7 @@ async fn ttls(
 async fn an_ended_sessions_rows_expire_and_a_running_sessions_do_not() -> Result<()> {
     use sessionlog_schemas::{Content, EffectClass, ResultSource, SessionEvent, TerminalOutcome};
     let stack = TestStack::new("ret_ttl", 1).await?;
-    let projector = sessionlog_tests::ChildGuard(
-        std::process::Command::new(sessionlog_bin()?)
-            .args(["project", "--group", &stack.group])
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
-            .env(
-                "SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS",
-                TEST_TTL_SECS.to_string(),
-            )
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .context("spawning `sessionlog project`")?,
-    );
+    let projector = spawn_projector_expiring(&stack, TEST_TTL_SECS as u64)?;
     let store = store(&stack).await?;
     let log = event_log(&stack).await?;
     let (mut ended, _) = SessionWriter::create(log.clone(), "agent", Some("ends")).await?;
