@@ -266,7 +266,7 @@ impl<S: Send + Sync, P: Permission> FromRequestParts<S> for Authorized<P> {
     }
 }
 
-/// The claims sessionlog reads from a bearer token (`exp`, `iss` and `aud` are checked by the
+/// The claims sessionlog reads from a bearer token (`exp`, `nbf`, `iss` and `aud` are checked by the
 /// validation itself).
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
@@ -288,6 +288,9 @@ struct Claims {
     aud: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iat: Option<u64>,
+    /// Not valid before (seconds since the Unix epoch), checked when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nbf: Option<u64>,
 }
 
 /// An API key as the settings hold it, checked.
@@ -476,6 +479,8 @@ impl Access {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        // Off by default in jsonwebtoken: a token minted for later must not work now.
+        validation.validate_nbf = true;
         validation.leeway = self.leeway;
         let claims = jsonwebtoken::decode::<Claims>(credential, &key, &validation)
             .map_err(|e| match e.kind() {
@@ -746,6 +751,7 @@ impl SigningKey {
             iss: Some(grant.issuer.clone()),
             aud: Some(grant.audience.clone()),
             iat: Some(now),
+            nbf: None,
         };
         let mut header = Header::new(Algorithm::ES256);
         header.kid = Some(self.kid.clone());
@@ -862,6 +868,40 @@ mod tests {
             caller.require(Role::Operator).map_err(|p| p.status),
             Err(StatusCode::FORBIDDEN)
         );
+    }
+
+    #[tokio::test]
+    async fn a_token_not_valid_yet_is_refused() {
+        let key = SigningKey::generate().expect("key");
+        let access = access_trusting(&key, Vec::new()).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        let claims = |nbf: u64| Claims {
+            sub: "alice".into(),
+            roles: vec!["reader".into()],
+            session: None,
+            tenant: None,
+            exp: Some(now + 3_600),
+            iss: Some(grant(&[]).issuer),
+            aud: Some(grant(&[]).audience),
+            iat: Some(now),
+            nbf: Some(nbf),
+        };
+        let mut header = Header::new(Algorithm::ES256);
+        header.kid = Some(key.kid().to_string());
+        let sign = |claims: &Claims| {
+            jsonwebtoken::encode(&header, claims, &EncodingKey::from_ec_der(&key.pkcs8))
+                .expect("sign")
+        };
+        // An hour ahead, beyond the leeway: refused; from now on: accepted.
+        let early = sign(&claims(now + 3_600));
+        assert_eq!(
+            access.caller(&early, "/r").await.err(),
+            Some("token not valid yet")
+        );
+        assert!(access.caller(&sign(&claims(now)), "/r").await.is_ok());
     }
 
     #[tokio::test]
