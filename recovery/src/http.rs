@@ -201,6 +201,7 @@ struct Forked {
 
 /// Takes a session over.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ResumeRequest {
     /// A name for the writer that takes over (recorded with the caller's subject).
     writer: String,
@@ -212,6 +213,7 @@ struct ResumeRequest {
 
 /// Where to fork: exactly one of `at_seq` and `at_checkpoint`.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ForkRequest {
     /// Fork after this seq…
     at_seq: Option<u64>,
@@ -232,6 +234,7 @@ struct ForkRequest {
 
 /// An operator's outcome for an in-doubt tool call.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ResolutionRequest {
     /// The seq of the call in doubt.
     call_seq: u64,
@@ -249,6 +252,7 @@ struct ResolutionRequest {
 
 /// A decision on a pending approval.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ApprovalRequest {
     approved: bool,
     /// A name for who decides. The event records the verified caller (`subject/name` when the

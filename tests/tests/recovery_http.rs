@@ -151,6 +151,27 @@ async fn every_operation_over_http_and_bad_input_is_a_4xx() -> Result<()> {
         .refused(Method::POST, &resolutions, Some("[]".into()), 422)
         .await?;
     assert_eq!(wrong_shape["code"], "invalid_request");
+    // A misspelt field is refused, not silently dropped, on every body that takes one.
+    let fork = format!("/v1/sessions/{stuck_id}/fork");
+    let approvals = format!("/v1/sessions/{waiting_id}/approvals/deploy-1");
+    for (path, body) in [
+        (&resume, json!({"writer": "h2", "context_token": 100})),
+        (
+            &fork,
+            json!({"at_seq": 1, "agent": "a", "inherit_approval": ["x"]}),
+        ),
+        (
+            &resolutions,
+            json!({"call_seq": 3, "succeeded": true, "output": "o", "reason": "r",
+                   "operater": "bob"}),
+        ),
+        (&approvals, json!({"approved": true, "decided-by": "alice"})),
+    ] {
+        let misspelt = service
+            .refused(Method::POST, path, Some(body.to_string()), 422)
+            .await?;
+        assert_eq!(misspelt["code"], "invalid_request", "{path}: {misspelt}");
+    }
     let listed = service.ok(Method::GET, "/v1/resolutions", None).await?;
     ensure!(listed.is_array(), "{listed}");
 
