@@ -84,30 +84,49 @@ impl Recovery {
         session: SessionId,
         resolution: Resolution,
     ) -> Result<Appended> {
+        let writer = format!("operator:{}", resolution.operator);
+        self.claim_and_append(session, &writer, |state| {
+            let (event_id, idempotency_key) =
+                self.resolvable(session, state, resolution.call_seq)?;
+            let event = SessionEvent::ToolCallResult {
+                call_seq: resolution.call_seq,
+                outcome: resolution.outcome,
+                output: Content::plain(resolution.output.clone()),
+                source: ResultSource::Operator,
+                recorded_by: Some(resolution.operator.clone()),
+                note: Some(resolution.reason.clone().into()),
+            };
+            Ok((event, event_id, idempotency_key))
+        })
+        .await
+    }
+
+    /// Claims `session` as `writer` and appends the signed event `judge` makes of the session's
+    /// state, judged twice: on the rebuild, so a refused request fences no harness, and on the
+    /// state the claim caught up to, since another instance may have settled the same thing in
+    /// between and its answered event must stand. `judge` answers the event, its causation id
+    /// and its idempotency key.
+    async fn claim_and_append<F>(
+        &self,
+        session: SessionId,
+        writer: &str,
+        judge: F,
+    ) -> Result<Appended>
+    where
+        F: Fn(&SessionState) -> Result<(SessionEvent, Option<uuid::Uuid>, Option<String>)>,
+    {
         let rebuilt = self.rebuild(session).await?;
-        // Judged before the claim (which fences the harness) and again on the state the claim
-        // caught up to: another instance may have recorded it in between, and its answered
-        // record must stand.
-        self.resolvable(session, &rebuilt.state, resolution.call_seq)?;
-        let (mut writer, _) = SessionWriter::claim_from(
+        judge(&rebuilt.state)?;
+        let (mut claimed, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),
             rebuilt.state,
             rebuilt.partition,
             rebuilt.end_offset,
-            &format!("operator:{}", resolution.operator),
+            writer,
         )
         .await?;
-        let (event_id, idempotency_key) =
-            self.resolvable(session, writer.state(), resolution.call_seq)?;
-        let event = SessionEvent::ToolCallResult {
-            call_seq: resolution.call_seq,
-            outcome: resolution.outcome,
-            output: Content::plain(resolution.output),
-            source: ResultSource::Operator,
-            recorded_by: Some(resolution.operator),
-            note: Some(resolution.reason.into()),
-        };
-        self.append_attested(&mut writer, event, event_id, idempotency_key)
+        let (event, causation_id, idempotency_key) = judge(claimed.state())?;
+        self.append_attested(&mut claimed, event, causation_id, idempotency_key)
             .await
     }
 
@@ -150,8 +169,7 @@ impl Recovery {
         match state.decided_approvals.get(approval_id) {
             Some(d)
                 if !self.notary().verifies(&d.statement, d.attestation.as_ref())
-                    && (!state.keeps_gates
-                        || (d.acted_on_by.is_none() && d.inherited_from.is_none())) =>
+                    && (!state.keeps_gates || d.may_be_superseded()) =>
             {
                 Ok((d.request_seq, d.action_digest.clone()))
             }
@@ -181,13 +199,7 @@ impl Recovery {
         envelope.causation_id = causation_id;
         envelope.idempotency_key = idempotency_key;
         self.notary().attest(&mut envelope)?;
-        let mut confirmed = writer.append_confirmed(vec![envelope]).await?;
-        confirmed
-            .pop()
-            .map(|c| c.appended)
-            .ok_or_else(|| Error::Attestation {
-                reason: "the confirmed append answered no event".into(),
-            })
+        Ok(writer.append_envelope_confirmed(envelope).await?)
     }
 
     /// Records a human's decision on a pending approval. Fails, appending nothing, when no such
@@ -216,29 +228,21 @@ impl Recovery {
         decided_by: &str,
         reason: Option<String>,
     ) -> Result<Appended> {
-        let rebuilt = self.rebuild(session).await?;
-        // Judged before the claim and again after it, as a resolution is.
-        self.decidable(session, &rebuilt.state, approval_id)?;
-        let (mut writer, _) = SessionWriter::claim_from(
-            Arc::clone(self.log()),
-            rebuilt.state,
-            rebuilt.partition,
-            rebuilt.end_offset,
-            &format!("approver:{decided_by}"),
-        )
-        .await?;
-        let (request_seq, action_digest) = self.decidable(session, writer.state(), approval_id)?;
-        // The decision names the request it decides and what that request named, and its
-        // signature covers both: it approves exactly that.
-        let event = SessionEvent::ApprovalDecided {
-            approval_id: approval_id.to_string(),
-            approved,
-            decided_by: decided_by.to_string(),
-            reason: reason.map(Content::from),
-            request_seq,
-            action_digest,
-        };
-        self.append_attested(&mut writer, event, None, None).await
+        self.claim_and_append(session, &format!("approver:{decided_by}"), |state| {
+            let (request_seq, action_digest) = self.decidable(session, state, approval_id)?;
+            // The decision names the request it decides and what that request named, and its
+            // signature covers both: it approves exactly that.
+            let event = SessionEvent::ApprovalDecided {
+                approval_id: approval_id.to_string(),
+                approved,
+                decided_by: decided_by.to_string(),
+                reason: reason.clone().map(Content::from),
+                request_seq,
+                action_digest,
+            };
+            Ok((event, None, None))
+        })
+        .await
     }
 
     /// Sessions the projection shows as needing an operator (`sessions_awaiting`, which the
