@@ -229,9 +229,7 @@ impl SessionState {
                     self.decided_approvals.get(approval_id),
                 ) {
                     (Some(request), _) => (Some(request.seq), &request.action_digest),
-                    (None, Some(d)) if d.acted_on_by.is_none() && d.inherited_from.is_none() => {
-                        (d.request_seq, &d.action_digest)
-                    }
+                    (None, Some(d)) if d.may_be_superseded() => (d.request_seq, &d.action_digest),
                     (None, _) => {
                         return invalid(format!(
                             "approval {approval_id:?} was acted on or carried over: its decision stands"

@@ -150,6 +150,15 @@ pub struct Decision {
     pub inherited_from: Option<Seq>,
 }
 
+impl Decision {
+    /// Whether a later signed decision may replace this one: nothing acted on it, and it was
+    /// not carried over by a fork (the fold's rule; the service supersedes only a decision it
+    /// cannot verify).
+    pub fn may_be_superseded(&self) -> bool {
+        self.acted_on_by.is_none() && self.inherited_from.is_none()
+    }
+}
+
 /// An operator's record of an in-doubt call's outcome, kept for the same verification.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorResult {
