@@ -760,6 +760,12 @@ impl SessionWriter {
         idempotency_key: Option<String>,
     ) -> Result<Appended> {
         let envelope = self.envelope(self.next_seq(), event, causation_id, idempotency_key);
+        self.append_envelope_confirmed(envelope).await
+    }
+
+    /// One prepared envelope (see [`Self::envelopes`]; signed, say), confirmed as
+    /// [`Self::append_confirmed`] confirms a batch.
+    pub async fn append_envelope_confirmed(&mut self, envelope: EventEnvelope) -> Result<Appended> {
         let mut confirmed = self.append_confirmed(vec![envelope]).await?;
         confirmed
             .pop()
