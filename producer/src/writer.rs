@@ -861,6 +861,7 @@ fn started(agent: &str, title: Option<&str>, tenant: &str, token: &WriterToken) 
         title: title.map(Content::from),
         tenant: tenant.to_string(),
         writer_token_sha256: Some(token.sha256()),
+        name_sha256: None,
     }
 }
 

@@ -219,6 +219,11 @@ pub struct SessionState {
     /// one (schema v5): see [`Self::admits_writer`]. Left out of the canonical state when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer_token_sha256: Option<String>,
+    /// The digest of the session's tenant-scoped name, if its start named one (schema v6;
+    /// see [`sessionlog_schemas::session_name_sha256`]). Left out of the canonical state when
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_sha256: Option<String>,
     /// Whether the fold keeps this session's gates, writer tokens and approvals' binding: true
     /// for a session started by an event of schema v5 or later. A session started earlier keeps
     /// the rules it was started under, so replaying an old log gives the tables it gave (left
@@ -290,6 +295,7 @@ impl SessionState {
             epoch: 0,
             writer: None,
             writer_token_sha256: None,
+            name_sha256: None,
             keeps_gates: false,
             last_seq: 0,
             started_at: 0,
@@ -625,9 +631,11 @@ impl SessionState {
                 title,
                 tenant,
                 writer_token_sha256,
+                name_sha256,
             } => {
                 self.keeps_gates = e.schema_version >= crate::gate::GATES_FROM_SCHEMA;
                 self.writer_token_sha256.clone_from(writer_token_sha256);
+                self.name_sha256.clone_from(name_sha256);
                 self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());

@@ -45,6 +45,7 @@ impl Log {
                 title: None,
                 tenant: "acme".into(),
                 writer_token_sha256: Some(writer_token_sha256("token-1")),
+                name_sha256: None,
             },
         );
         assert_eq!(log.state.apply(&start), Verdict::Accepted);
