@@ -2,16 +2,15 @@
 //!
 //! Each takes the session over as a writer named `operator:<by>` (claiming the next epoch, as
 //! `approve` and `resolve` do), so the harness that was writing is fenced: its next append is
-//! refused and it must resume. A paused session cannot be resumed until it is unpaused.
+//! refused and it must resume. A paused session cannot be resumed until it is unpaused. The
+//! events are signed with the recovery service's key, like a decision: the same act over HTTP
+//! is `POST /v1/sessions/{id}/pause|unpause|steering`, in the caller's verified name.
 
 use crate::recovery::{Output, parse_session, recorded};
 use anyhow::{Context, Result};
 use clap::Args;
 use sessionlog_log::Settings;
-use sessionlog_producer::SessionWriter;
-use sessionlog_recovery::Recovery;
-use sessionlog_schemas::{Content, SessionEvent};
-use std::sync::Arc;
+use sessionlog_recovery::{OperatorAct, Recovery};
 
 /// `sessionlog pause`.
 #[derive(Debug, Args)]
@@ -51,73 +50,37 @@ pub struct SteerArgs {
 
 /// Pauses a session: appends `SessionPaused` with the reason.
 pub async fn pause(settings: &Settings, args: &PauseArgs) -> Result<Output> {
-    let event = SessionEvent::SessionPaused {
-        reason: Some(Content::from(args.reason.clone())),
+    let act = OperatorAct::Pause {
+        reason: args.reason.clone(),
     };
-    append(settings, &args.session, &args.by, event, "pause").await
+    operate(settings, &args.session, &args.by, act).await
 }
 
 /// Unpauses a session: appends `SessionResumed`.
 pub async fn unpause(settings: &Settings, args: &UnpauseArgs) -> Result<Output> {
-    append(
-        settings,
-        &args.session,
-        &args.by,
-        SessionEvent::SessionResumed {},
-        "unpause",
-    )
-    .await
+    operate(settings, &args.session, &args.by, OperatorAct::Unpause).await
 }
 
 /// Appends a `SteeringMessage` from `--by`.
 pub async fn steer(settings: &Settings, args: &SteerArgs) -> Result<Output> {
-    let event = SessionEvent::SteeringMessage {
-        author: args.by.clone(),
-        content: Content::from(args.text.clone()),
+    let act = OperatorAct::Steer {
+        text: args.text.clone(),
     };
-    append(settings, &args.session, &args.by, event, "steering message").await
+    operate(settings, &args.session, &args.by, act).await
 }
 
-/// Rebuilds the session, takes it over as `operator:<by>` and appends `event`. Pausing a
-/// paused session or unpausing a running one is refused and nothing is appended (not even
-/// the claim).
-async fn append(
-    settings: &Settings,
-    session: &str,
-    by: &str,
-    event: SessionEvent,
-    what: &str,
-) -> Result<Output> {
+/// Takes the session over as `operator:<by>` and appends the act, signed with the recovery
+/// service's key (`[recovery] signing_key_file`): in a session started under schema v6 the
+/// fold refuses these kinds unsigned, so no harness can pause a session or speak as an
+/// operator. An act that does not apply is refused and nothing is appended (not even the
+/// claim).
+async fn operate(settings: &Settings, session: &str, by: &str, act: OperatorAct) -> Result<Output> {
     let session = parse_session(session)?;
     let recovery = Recovery::connect(settings)
         .await
         .context("connecting to the log, the registry and the store")?;
-    let rebuilt = recovery.rebuild(session).await?;
-    if rebuilt.state.terminal.is_some() || rebuilt.state.erased {
-        anyhow::bail!("session {session} has ended; there is nothing to {what}");
-    }
-    // The fold's own refusals, looked at before the claim so that a refused event fences no
-    // one (the writer's fold judges the event again when it is appended).
-    match (&event, rebuilt.state.paused) {
-        (SessionEvent::SessionPaused { .. }, true) => {
-            anyhow::bail!("session {session} is already paused (`sessionlog unpause` lifts it)")
-        }
-        (SessionEvent::SessionResumed {}, false) => {
-            anyhow::bail!("session {session} is not paused; there is nothing to unpause")
-        }
-        _ => {}
-    }
-    let (mut writer, _) = SessionWriter::claim_from(
-        Arc::clone(recovery.log()),
-        rebuilt.state,
-        rebuilt.partition,
-        rebuilt.end_offset,
-        &format!("operator:{by}"),
-    )
-    .await
-    .with_context(|| format!("taking over session {session} to append the {what}"))?;
-    // Confirmed: the answer names an event the fold accepted, not only one Kafka took.
-    let appended = writer.append_with_confirmed(event, None, None).await?;
+    let what = act.name();
+    let appended = recovery.operate(session, by, act).await?;
     let mut output = recorded(appended, what)?;
     output
         .human

@@ -56,6 +56,14 @@ pub enum Error {
         /// The session.
         session: String,
     },
+    /// A pause of a paused session, or an unpause of a running one: nothing to do.
+    #[error("session {session} {reason}")]
+    NothingToDo {
+        /// The session.
+        session: String,
+        /// Why, and what would apply instead.
+        reason: &'static str,
+    },
     /// An operator named a call that is not in doubt: it has a recorded result, or never existed.
     #[error("session {session} has no tool call in doubt at seq {call_seq}")]
     NotInDoubt {
@@ -168,6 +176,7 @@ impl Error {
                 | Self::AwaitingApproval { .. }
                 | Self::NeedsResolution { .. }
                 | Self::Paused { .. }
+                | Self::NothingToDo { .. }
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }
                 | Self::BadForkPoint { .. }

@@ -6,7 +6,7 @@
 use crate::history::clip;
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
 use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession, UsageBy, UsageReport};
-use crate::{Recovery, Resolution};
+use crate::{OperatorAct, Recovery, Resolution};
 use crate::{SpanPage, SpanQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -63,6 +63,9 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(diff))
             .routes(routes!(events))
             .routes(routes!(resolve))
+            .routes(routes!(pause))
+            .routes(routes!(unpause))
+            .routes(routes!(steer))
             .routes(routes!(approve))
             .routes(routes!(erase))
             .routes(routes!(erasure))
@@ -98,6 +101,7 @@ impl From<Error> for Problem {
             Error::AwaitingApproval { .. } => (StatusCode::CONFLICT, "awaiting_approval"),
             Error::NeedsResolution { .. } => (StatusCode::CONFLICT, "needs_resolution"),
             Error::Paused { .. } => (StatusCode::CONFLICT, "session_paused"),
+            Error::NothingToDo { .. } => (StatusCode::CONFLICT, "nothing_to_do"),
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
@@ -584,6 +588,128 @@ async fn events(
         caller.require_tenant(session, &tenant)?;
     }
     Ok(Json(recovery.events(session, range).await?))
+}
+
+/// Why a session is paused.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PauseRequest {
+    /// Why (kept in the log, sealed like any text).
+    reason: String,
+}
+
+/// An unpause carries nothing but who asks (the credential).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct UnpauseRequest {}
+
+/// A message for the agent, in the verified caller's name.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct SteeringRequest {
+    /// The message.
+    text: String,
+}
+
+/// Pauses a session: no harness takes it over or starts a tool call until it is unpaused.
+/// The service takes the session over (the harness writing is fenced) and appends
+/// `SessionPaused`, signed in the caller's name.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/pause",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = PauseRequest,
+    responses(
+        (status = 200, description = "paused", body = RecordedEvent),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`session_ended`, `nothing_to_do` (already paused)", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn pause(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+    JsonBody(r): JsonBody<PauseRequest>,
+) -> Answer<RecordedEvent> {
+    let act = OperatorAct::Pause { reason: r.reason };
+    operate(&recovery, &caller, &session, act, "pause").await
+}
+
+/// Unpauses a session, signed in the caller's name.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/unpause",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = UnpauseRequest,
+    responses(
+        (status = 200, description = "unpaused", body = RecordedEvent),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`session_ended`, `nothing_to_do` (not paused)", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn unpause(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+    JsonBody(UnpauseRequest {}): JsonBody<UnpauseRequest>,
+) -> Answer<RecordedEvent> {
+    operate(
+        &recovery,
+        &caller,
+        &session,
+        OperatorAct::Unpause,
+        "unpause",
+    )
+    .await
+}
+
+/// Steers a session: appends a `SteeringMessage` whose author is the verified caller, signed,
+/// which the next context view shows as theirs.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/steering",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = SteeringRequest,
+    responses(
+        (status = 200, description = "recorded", body = RecordedEvent),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn steer(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+    JsonBody(r): JsonBody<SteeringRequest>,
+) -> Answer<RecordedEvent> {
+    let act = OperatorAct::Steer { text: r.text };
+    operate(&recovery, &caller, &session, act, "steer").await
+}
+
+/// An operator act on a session the caller may see, in the caller's verified name.
+async fn operate(
+    recovery: &Recovery,
+    caller: &Caller,
+    session: &str,
+    act: OperatorAct,
+    audit: &'static str,
+) -> Answer<RecordedEvent> {
+    let session = sessionlog_http::session_id(session)?;
+    visible(recovery, caller, session).await?;
+    let appended = recovery
+        .operate(session, &caller.on_behalf(""), act)
+        .await?;
+    caller.audit(audit, session);
+    Ok(Json(appended.into()))
 }
 
 /// Records an operator's outcome for an in-doubt tool call.

@@ -38,7 +38,7 @@ pub use error::{Error, Result};
 pub use fork::{BranchDiff, ForkAt, Lineage};
 pub use history::{Cursor, EventPage, EventRange, HistoryEvent};
 pub use observe::describe_metrics;
-pub use operator::{Resolution, StuckSession};
+pub use operator::{OperatorAct, Resolution, StuckSession};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};

@@ -1,4 +1,5 @@
-//! What operators do to stuck sessions: record an in-doubt call's outcome, decide an approval.
+//! What operators do to sessions: record an in-doubt call's outcome, decide an approval, pause,
+//! unpause and steer.
 //! Each validates against the session rebuilt from the log before appending anything, then
 //! appends as a new writer epoch (fencing any harness still holding the old one), signed and
 //! confirmed: the answer comes only once the fold accepted the event. Two of them racing on
@@ -50,6 +51,72 @@ pub struct Resolution {
     pub operator: String,
     /// Why they believe it.
     pub reason: String,
+}
+
+/// An operator's hand on a running session, appended signed in the operator's name.
+#[derive(Clone, Debug)]
+pub enum OperatorAct {
+    /// Stop the session until someone unpauses it (kept in the log, sealed like any text).
+    Pause {
+        /// Why.
+        reason: String,
+    },
+    /// Let a paused session go on.
+    Unpause,
+    /// A message for the agent, which the next context view shows as the operator's.
+    Steer {
+        /// The message.
+        text: String,
+    },
+}
+
+impl OperatorAct {
+    /// What the act is called in answers and audit lines.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Pause { .. } => "pause",
+            Self::Unpause => "unpause",
+            Self::Steer { .. } => "steering message",
+        }
+    }
+
+    /// The event the act appends to a session in `state`, or why it does not apply.
+    fn event(
+        &self,
+        session: SessionId,
+        state: &SessionState,
+        operator: &str,
+    ) -> Result<SessionEvent> {
+        let nothing = |reason| {
+            Err(Error::NothingToDo {
+                session: session.to_string(),
+                reason,
+            })
+        };
+        if state.terminal.is_some() || state.erased {
+            return Err(Error::Ended {
+                session: session.to_string(),
+                outcome: match state.terminal {
+                    Some(outcome) => format!("{outcome:?}").to_lowercase(),
+                    None => "erased".into(),
+                },
+            });
+        }
+        match self {
+            Self::Pause { .. } if state.paused => {
+                nothing("is already paused (`sessionlog unpause` lifts it)")
+            }
+            Self::Pause { reason } => Ok(SessionEvent::SessionPaused {
+                reason: Some(Content::from(reason.clone())),
+            }),
+            Self::Unpause if !state.paused => nothing("is not paused; there is nothing to unpause"),
+            Self::Unpause => Ok(SessionEvent::SessionResumed {}),
+            Self::Steer { text } => Ok(SessionEvent::SteeringMessage {
+                author: operator.to_string(),
+                content: Content::from(text.clone()),
+            }),
+        }
+    }
 }
 
 /// A session that waits for an operator, as the projection lists it.
@@ -242,6 +309,29 @@ impl Recovery {
             };
             Ok((event, None, None))
         })
+        .await
+    }
+
+    /// Pauses, unpauses or steers `session` for `operator` (a verified person): takes the
+    /// session over as `operator:<operator>` (the harness that was writing is fenced and must
+    /// resume) and appends the act, signed and confirmed. An act that does not apply (a pause
+    /// of a paused session, any act on an ended one) appends nothing, not even the claim.
+    pub async fn operate(
+        &self,
+        session: SessionId,
+        operator: &str,
+        act: OperatorAct,
+    ) -> Result<Appended> {
+        // Without a key nothing could be signed: fail before the claim fences the harness.
+        self.notary().signing_key()?;
+        let writer = format!("operator:{operator}");
+        (|| {
+            self.claim_and_append(session, &writer, |state| {
+                Ok((act.event(session, state, operator)?, None, None))
+            })
+        })
+        .retry(retry::tries(RACE_TRIES))
+        .when(lost_a_race)
         .await
     }
 

@@ -25,6 +25,8 @@ pub fn is_privileged(event: &SessionEvent) -> bool {
                 source: ResultSource::Operator | ResultSource::Resolver,
                 ..
             }
+            | SessionEvent::SessionPaused { .. }
+            | SessionEvent::SessionResumed {}
     )
 }
 
@@ -115,6 +117,12 @@ pub fn statement(e: &EventEnvelope) -> Option<String> {
             }
             fact
         }
+        // Schema v6 on: an operator's hand on a session. A pause's reason and a steering
+        // message's words are sealed text, which the statement does not carry; the position
+        // and event id bind the signature to this event.
+        SessionEvent::SessionPaused { .. } => "pause".to_string(),
+        SessionEvent::SessionResumed {} => "unpause".to_string(),
+        SessionEvent::SteeringMessage { author, .. } => format!("steering\n{author}"),
         _ => return None,
     };
     Some(format!(

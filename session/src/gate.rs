@@ -163,6 +163,37 @@ impl SessionState {
         }
     }
 
+    /// Operator kinds, in a session started under schema v6 or later: a pause and an unpause
+    /// are an operator's, signed by the recovery service for a verified person; a steering
+    /// message is signed, or written by the current writer under its own name (a harness's
+    /// own note), never in someone else's name.
+    pub(crate) fn judge_operator_kinds(&self, e: &EventEnvelope) -> Verdict {
+        use SessionEvent as E;
+        if self.started_schema < crate::limits::LIMITS_FROM_SCHEMA || attest::is_signed(e) {
+            return Verdict::Accepted;
+        }
+        match &e.event {
+            E::SessionPaused { .. } => Verdict::Rejected(Rejection::Unsigned {
+                kind: "a pause".into(),
+            }),
+            E::SessionResumed {} => Verdict::Rejected(Rejection::Unsigned {
+                kind: "an unpause".into(),
+            }),
+            E::SteeringMessage { author, .. } if Some(author.as_str()) != self.writer_name() => {
+                invalid(format!(
+                    "a harness's steering message names its own writer as author ({:?}); an operator's comes through the recovery service (POST /v1/sessions/{{id}}/steering)",
+                    self.writer_name().unwrap_or_default()
+                ))
+            }
+            _ => Verdict::Accepted,
+        }
+    }
+
+    /// The name the current epoch's writer wrote under: its claim's, or the start's agent.
+    pub fn writer_name(&self) -> Option<&str> {
+        self.writer.as_deref().or(self.agent.as_deref())
+    }
+
     /// The rules of a session that keeps its gates, for a sequenced event that passed the
     /// epoch, seq and kind rules.
     pub(crate) fn judge_gates(&self, e: &EventEnvelope) -> Verdict {

@@ -450,7 +450,11 @@ impl SessionState {
                 epoch: e.writer_epoch,
                 current: self.epoch,
             }),
-            event => match self.judge_sequenced(e).and(|| self.judge_limits(e)) {
+            event => match self
+                .judge_sequenced(e)
+                .and(|| self.judge_limits(e))
+                .and(|| self.judge_operator_kinds(e))
+            {
                 Verdict::Accepted => match self.judge_kind(event) {
                     Verdict::Accepted if self.keeps_gates => self.judge_gates(e),
                     other => other,

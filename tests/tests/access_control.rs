@@ -151,6 +151,27 @@ fn routes(s: SessionId) -> Vec<Route> {
         r(
             Recovery,
             Method::POST,
+            format!("/v1/sessions/{s}/pause"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/unpause"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/steering"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::POST,
             format!("/v1/sessions/{s}/erase"),
             Role::Operator,
             true,
@@ -482,6 +503,7 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             json!({ "at_seq": 1, "agent": "a" }),
         ),
         (recovery_base, Method::GET, "lineage", Value::Null),
+        (recovery_base, Method::GET, "diff", Value::Null),
         (recovery_base, Method::GET, "trace", Value::Null),
         (recovery_base, Method::GET, "events", Value::Null),
         (
@@ -495,6 +517,19 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             Method::POST,
             "approvals/a1",
             json!({ "approved": true }),
+        ),
+        (
+            recovery_base,
+            Method::POST,
+            "pause",
+            json!({ "reason": "r" }),
+        ),
+        (recovery_base, Method::POST, "unpause", json!({})),
+        (
+            recovery_base,
+            Method::POST,
+            "steering",
+            json!({ "text": "t" }),
         ),
         (
             recovery_base,

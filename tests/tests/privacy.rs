@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_keys::Text;
 use sessionlog_producer::{EventLog, SessionWriter};
-use sessionlog_recovery::{ForkAt, Recovery};
+use sessionlog_recovery::{ForkAt, OperatorAct, Recovery};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
     frame, unframe,
@@ -75,20 +75,8 @@ async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) ->
         })
         .await?;
     writer
-        .append(SessionEvent::SteeringMessage {
-            author: "alice".into(),
-            content: c("steering"),
-        })
-        .await?;
-    writer
         .append(SessionEvent::PlanUpdated { plan: c("plan") })
         .await?;
-    writer
-        .append(SessionEvent::SessionPaused {
-            reason: Some(c("pause")),
-        })
-        .await?;
-    writer.append(SessionEvent::SessionResumed {}).await?;
     writer.checkpoint(None).await?;
     writer
         .append(SessionEvent::ApprovalRequested {
@@ -100,6 +88,18 @@ async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) ->
     recovery
         .decide_approval(session, "a1", true, "bob", Some(canary(tag, "decision")))
         .await?;
+    // An operator's hand: pause, unpause and steering, signed by the service in their name.
+    for act in [
+        OperatorAct::Pause {
+            reason: canary(tag, "pause"),
+        },
+        OperatorAct::Unpause,
+        OperatorAct::Steer {
+            text: canary(tag, "steering"),
+        },
+    ] {
+        recovery.operate(session, "alice", act).await?;
+    }
     let (mut writer, _) = SessionWriter::claim(Arc::clone(log), session, "harness-2").await?;
     writer
         .close(TerminalOutcome::Completed, Some(canary(tag, "end")))
@@ -129,11 +129,10 @@ async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
             "arguments": {"Plain": c("arguments")}, "effect": "Pure"}},
         {"seq": 5, "kind": "ToolCallResult", "data": {"call_seq": 4, "outcome": "Failed",
             "output": {"Plain": c("output")}, "source": "Executed", "recorded_by": null, "note": c("note")}},
-        {"seq": 6, "kind": "SteeringMessage", "data": {"author": "bob", "content": {"Plain": c("steering")}}},
+        // A harness's own note, in its own writer's name (an operator's comes through recovery).
+        {"seq": 6, "kind": "SteeringMessage", "data": {"author": "python-harness", "content": {"Plain": c("steering")}}},
         {"seq": 7, "kind": "PlanUpdated", "data": {"plan": {"Plain": c("plan")}}},
-        {"seq": 8, "kind": "SessionPaused", "data": {"reason": c("pause")}},
-        {"seq": 9, "kind": "SessionResumed"},
-        {"seq": 10, "kind": "ApprovalRequested", "data": {"approval_id": "a1", "action": c("action")}},
+        {"seq": 8, "kind": "ApprovalRequested", "data": {"approval_id": "a1", "action": c("action")}},
     ]});
     http.post(format!("{}/v1/sessions/{session}/events", ingest.base))
         .header(WRITER_TOKEN, token)
@@ -427,7 +426,6 @@ async fn an_erased_sessions_canaries_are_nowhere_and_the_others_still_open() -> 
                 "note",
                 "steering",
                 "plan",
-                "pause",
                 "action",
                 "end",
             ][..],
