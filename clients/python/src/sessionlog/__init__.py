@@ -8,6 +8,7 @@ from .errors import (
     CallInDoubt,
     CallInDoubtConflict,
     Fenced,
+    InvalidArgument,
     NeedsResolution,
     NotReady,
     Paused,
@@ -41,8 +42,8 @@ from .tools import CallInfo, current_call, durable_tool
 __all__ = [
     "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
     "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
-    "InDoubtCall", "NeedsResolution", "NotReady", "Opened", "Paused", "ProblemError", "RecordedResult", "ResumeBundle",
-    "Session", "SessionView", "SessionEnded", "SessionLedger", "SessionlogError", "TerminalOutcome", "ToolCall",
-    "ToolFailed", "ToolFailedDefinitively", "TransportError", "UnknownSession", "WriterTokenRequired", "WrongSeq",
-    "current_call", "durable_tool", "errors",
+    "InDoubtCall", "InvalidArgument", "NeedsResolution", "NotReady", "Opened", "Paused",
+    "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView", "SessionEnded", "SessionLedger",
+    "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed", "ToolFailedDefinitively", "TransportError",
+    "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call", "durable_tool", "errors",
 ]

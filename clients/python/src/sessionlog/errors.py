@@ -15,6 +15,11 @@ class SessionlogError(Exception):
     """Anything the client raises."""
 
 
+class InvalidArgument(SessionlogError, ValueError):
+    """An argument the client refuses before sending anything (a session id that is not a
+    UUID, an empty approval id): a ``ValueError`` too."""
+
+
 class TransportError(SessionlogError):
     """The service could not be reached or did not answer, after every retry."""
 
@@ -239,6 +244,13 @@ class InvalidRequest(Unprocessable):
     code_name = "invalid_request"
 
 
+class InvalidIdentifier(Unprocessable):
+    """An identifier (an approval id, an idempotency key, a framework key, a session name) is
+    empty, too long, or holds characters it may not."""
+
+    code_name = "invalid_identifier"
+
+
 class InvalidEvent(Unprocessable):
     """An event's data does not fit its kind."""
 
@@ -373,7 +385,7 @@ _BY_CODE: dict[str, type[ProblemError]] = {
     for cls in [
         Unauthenticated, Forbidden, InternalError, MalformedJson, BadSessionId, BadPath, BadQuery,
         BadRequestBody, BadRange, BadLimit, BadCursor, UnknownKind, UnknownSession, NoSuchRoute,
-        AlreadyStarted, WrongSeq, SeqConflict, Fenced, UnknownEpoch, LostClaim, SessionEnded,
+        AlreadyStarted, InvalidIdentifier, WrongSeq, SeqConflict, Fenced, UnknownEpoch, LostClaim, SessionEnded,
         StartDeleted, AwaitingApproval, NeedsResolution, UnverifiedDecision, SessionErased, TooMany,
         TooLargeBody, InvalidRequest, InvalidEvent, ReservedKind, SealedContent, NotInDoubt,
         NoSuchApproval, BadForkPoint, Backpressure, NotAcknowledged, RegistryUnavailable,
