@@ -13,7 +13,8 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 
 from . import errors
-from .models import Appended, EventAck, EventPage, Opened, ResumeBundle, SessionView, TerminalOutcome
+from .ledger import new_session_id
+from .models import Appended, EventAck, EventPage, NamedSession, Opened, ResumeBundle, SessionView, TerminalOutcome
 
 T = TypeVar("T")
 Service = Literal["ingest", "recovery"]
@@ -31,6 +32,9 @@ class Operation(Generic[T]):
     params: Mapping[str, str] | None = None
     #: Headers of this request only (the writer token): out of ``repr``, never logged.
     headers: Mapping[str, str] | None = field(default=None, repr=False)
+    #: Problems this operation answers with a value instead of raising, by code (a lookup's
+    #: ``unknown_name`` is ``None``): decided here, so that both clients read them alike.
+    answers: Mapping[str, Callable[[dict[str, Any]], T]] | None = None
 
 
 def _sid(session_id: str) -> str:
@@ -73,9 +77,49 @@ def _writer(token: str | None) -> dict[str, str] | None:
     return {WRITER_TOKEN_HEADER: token} if token else None
 
 
-def create(agent: str, title: str | None, session_id: str | None) -> Operation[Opened]:
-    body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id is not None else None)
+def create(agent: str, title: str | None, session_id: str | None, name: str | None = None) -> Operation[Opened]:
+    body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id is not None else None, name=name)
     return Operation("ingest", "POST", "/v1/sessions", Opened.from_json, body)
+
+
+def find(name: str) -> Operation[str | None]:
+    """The id of the session ``name`` points to in the caller's tenant; ``None`` when none
+    does (another tenant's names are not there for the caller either). The name travels in
+    the query, which ``httpx`` escapes whole."""
+
+    def session_id(doc: Any) -> str | None:
+        return _sid(str(_as_dict(doc)["session_id"]))
+
+    return Operation(
+        "ingest", "GET", "/v1/sessions", session_id, params={"name": name}, answers={"unknown_name": lambda _: None}
+    )
+
+
+def create_or_find(agent: str, name: str, title: str | None, session_id: str | None) -> Operation[NamedSession]:
+    """Starts the session ``name`` in the caller's tenant, or answers the one it points to.
+
+    The create names a session id (a fresh one unless given), so that a retry after an answer
+    that got lost finds the name (or the fresh id) taken by that same session: it answers
+    ``opened=None`` like any taken name, and the caller takes the session over as it would
+    anyone's."""
+    sid = _sid(session_id) if session_id is not None else new_session_id()
+
+    def created(doc: Any) -> NamedSession:
+        opened = Opened.from_json(_as_dict(doc))
+        return NamedSession(opened.session_id, name, opened)
+
+    def taken(problem: dict[str, Any]) -> NamedSession:
+        found = problem.get("session_id")
+        if not found:
+            raise errors.problem_error(409, problem)
+        return NamedSession(_sid(str(found)), name)
+
+    answers: dict[str, Callable[[dict[str, Any]], NamedSession]] = {"name_taken": taken}
+    if session_id is None:
+        # The id is ours and fresh: only our own earlier attempt can have started it.
+        answers["already_started"] = lambda _: NamedSession(sid, name)
+    op = create(agent, title, sid, name)
+    return Operation(op.service, op.method, op.path, created, op.body, answers=answers)
 
 
 def claim(session_id: str, writer: str) -> Operation[Opened]:
@@ -179,6 +223,9 @@ def read_answer(op: Operation[T], response: httpx.Response) -> T:
             raise errors.SessionlogError(f"{op.method} {op.path}: the answer is not JSON")
         return op.decode(doc)
     problem = doc if isinstance(doc, dict) else {"detail": response.text[:200]}
+    answer = (op.answers or {}).get(str(problem.get("code", "")))
+    if answer is not None:
+        return answer(problem)
     raise errors.problem_error(response.status_code, problem)
 
 
