@@ -13,7 +13,6 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 
 from . import errors
-from .ledger import new_session_id
 from .models import Appended, EventAck, EventPage, NamedSession, Opened, ResumeBundle, SessionView, TerminalOutcome
 
 T = TypeVar("T")
@@ -98,11 +97,11 @@ def find(name: str) -> Operation[str | None]:
 def create_or_find(agent: str, name: str, title: str | None, session_id: str | None) -> Operation[NamedSession]:
     """Starts the session ``name`` in the caller's tenant, or answers the one it points to.
 
-    The create names a session id (a fresh one unless given), so that a retry after an answer
-    that got lost finds the name (or the fresh id) taken by that same session: it answers
-    ``opened=None`` like any taken name, and the caller takes the session over as it would
-    anyone's."""
-    sid = _sid(session_id) if session_id is not None else new_session_id()
+    No session id is sent unless given, so the service picks one and keeps to it: a retry
+    after an answer that got lost finds the name taken by the session the first attempt
+    started (``opened=None``, like any taken name: the caller takes it over), and a create of
+    the name that died between taking the name and starting its session is finished by this
+    one."""
 
     def created(doc: Any) -> NamedSession:
         opened = Opened.from_json(_as_dict(doc))
@@ -114,12 +113,8 @@ def create_or_find(agent: str, name: str, title: str | None, session_id: str | N
             raise errors.problem_error(409, problem)
         return NamedSession(_sid(str(found)), name)
 
-    answers: dict[str, Callable[[dict[str, Any]], NamedSession]] = {"name_taken": taken}
-    if session_id is None:
-        # The id is ours and fresh: only our own earlier attempt can have started it.
-        answers["already_started"] = lambda _: NamedSession(sid, name)
-    op = create(agent, title, sid, name)
-    return Operation(op.service, op.method, op.path, created, op.body, answers=answers)
+    op = create(agent, title, session_id, name)
+    return Operation(op.service, op.method, op.path, created, op.body, answers={"name_taken": taken})
 
 
 def claim(session_id: str, writer: str) -> Operation[Opened]:
