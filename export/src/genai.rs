@@ -508,6 +508,7 @@ pub(crate) mod tests {
                 title: None,
                 tenant: "acme".into(),
                 writer_token_sha256: None,
+                name_sha256: None,
             },
             SessionEvent::ModelResponse {
                 model: "model-x".into(),

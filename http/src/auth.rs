@@ -91,7 +91,7 @@ impl Caller {
     }
 
     /// The 404 a session the caller may not know about gets: the same as a missing one.
-    fn unknown_session(&self, session: SessionId, reason: &'static str) -> Problem {
+    pub fn unknown_session(&self, session: SessionId, reason: &'static str) -> Problem {
         self.refuse(
             Problem::new(
                 StatusCode::NOT_FOUND,

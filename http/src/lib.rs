@@ -25,7 +25,7 @@ mod service;
 pub use auth::{Access, Approver, Authorized, Caller, Harness, Operator, Reader};
 pub use error::Error;
 pub use extract::{JsonBody, PathParams, QueryParams};
-pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, session_id};
+pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, identifier, session_id};
 pub use producer::{from_keys, log_error_status, store_error_status};
 pub use ready::{CHECK_TIMEOUT, CheckOutcome, Liveness, Readiness, ReadinessReport};
 pub use responses::{BodyProblems, ServerProblems};

@@ -147,14 +147,31 @@ impl From<QueryRejection> for Problem {
     }
 }
 
-/// Parses a session id from a path segment.
+/// Parses a session id from a path segment. The answer does not echo the segment: it may be
+/// kilobytes long, or someone's own identifier.
 pub fn session_id(text: &str) -> Result<sessionlog_schemas::SessionId, Problem> {
     text.parse().map_err(|_| {
         Problem::new(
             StatusCode::BAD_REQUEST,
             "bad_session_id",
-            format!("{text:?} is not a session id (a UUID)"),
+            "the path's session id is not a session id (a UUID)",
         )
+    })
+}
+
+/// Answers 422 `invalid_identifier` with the rule a client-chosen identifier breaks (see
+/// [`sessionlog_session::limits`]), before anything is read or written.
+pub fn identifier(
+    kind: sessionlog_session::limits::IdentifierKind,
+    text: &str,
+) -> Result<(), Problem> {
+    sessionlog_session::limits::check(kind, text).map_err(|bad| {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_identifier",
+            bad.to_string(),
+        )
+        .with("field", kind.field())
     })
 }
 

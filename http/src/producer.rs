@@ -98,7 +98,15 @@ pub fn store_error_status(error: &sessionlog_store::Error) -> (StatusCode, &'sta
         sessionlog_store::Error::Connect { .. } | sessionlog_store::Error::Cql { .. } => {
             (StatusCode::SERVICE_UNAVAILABLE, "unavailable")
         }
+        sessionlog_store::Error::Contended { .. } => (StatusCode::SERVICE_UNAVAILABLE, "contended"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+impl From<sessionlog_store::Error> for Problem {
+    fn from(error: sessionlog_store::Error) -> Self {
+        let (status, code) = store_error_status(&error);
+        Self::new(status, code, error.to_string())
     }
 }
 

@@ -28,13 +28,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sessionlog_http::{
     Authenticator, Authorized, BodyProblems, Harness, JsonBody, PathParams, Problem,
-    ProblemDocument, Readiness, ServerProblems, Service, ServiceInfo,
+    ProblemDocument, QueryParams, Readiness, ServerProblems, Service, ServiceInfo,
 };
 use sessionlog_log::{IngestSettings, Settings};
 use sessionlog_producer::{Appended, Confirmed, EventLog, Position, SessionWriter};
+use sessionlog_schemas::session_name_sha256;
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, Epoch, EventEnvelope, Seq, SessionEvent, SessionId, TerminalOutcome,
 };
+use sessionlog_session::Rejection;
+use sessionlog_session::limits::IdentifierKind;
+use sessionlog_store::{NameClaim, SessionNames};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use utoipa::ToSchema;
@@ -113,7 +117,7 @@ pub fn service() -> Service<Arc<Ingest>> {
     Service::new(
         INFO,
         OpenApiRouter::new()
-            .routes(routes!(create))
+            .routes(routes!(create, find_by_name))
             .routes(routes!(claim))
             .routes(routes!(append))
             .routes(routes!(checkpoint))
@@ -209,7 +213,7 @@ impl Ingest {
     }
 
     /// The writer of `session`: cached, or caught up from the projection and the log.
-    async fn writer(&self, session: SessionId) -> Result<SharedWriter, Problem> {
+    async fn writer(&self, session: SessionId) -> sessionlog_producer::Result<SharedWriter> {
         if let Some(writer) = self.writers().get(&session) {
             return Ok(Arc::clone(writer));
         }
@@ -228,6 +232,18 @@ impl Ingest {
         let writer = Arc::new(tokio::sync::Mutex::new(writer));
         writers.put(session, Arc::clone(&writer));
         writer
+    }
+
+    /// The names table of the projection the log reads, prepared once.
+    async fn names(&self) -> Result<&SessionNames, Problem> {
+        let store = self.log.projection().ok_or_else(|| {
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "session names live in the projection store, which this ingest instance was started without",
+            )
+        })?;
+        Ok(store.names().await?)
     }
 
     /// Replaces the cached writer of its session (a claim's new writer).
@@ -306,11 +322,20 @@ struct Opened {
     next_seq: Seq,
     /// The start or claim event.
     event: EventAck,
+    /// The session's name, when the create named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
 impl Opened {
+    fn named(mut self, name: Option<String>) -> Self {
+        self.name = name;
+        self
+    }
+
     fn new(writer: &SessionWriter, event: &Appended) -> Self {
         Self {
+            name: None,
             session_id: writer.session_id(),
             epoch: writer.epoch(),
             writer_token: writer
@@ -341,8 +366,29 @@ struct CreateRequest {
     agent: String,
     /// The human-readable task.
     title: Option<String>,
-    /// The session's id; a fresh UUIDv7 when absent.
+    /// The session's id; a fresh UUIDv7 when absent. Ids are global: one that was ever
+    /// started, in any tenant, is refused (`already_started`); frameworks name sessions instead.
     session_id: Option<SessionId>,
+    /// A name unique within the caller's tenant (`thread:abc`), by which
+    /// `GET /v1/sessions?name=` finds the session: 1 to 512 bytes of UTF-8 without control
+    /// characters. A name the tenant's sessions hold already answers 409 `name_taken`, with
+    /// the holder's `session_id`. Only the name's digest is stored.
+    name: Option<String>,
+}
+
+/// A session found by name.
+#[derive(Debug, Serialize, ToSchema)]
+struct NamedSession {
+    session_id: SessionId,
+    name: String,
+}
+
+/// Finds a session by name.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+struct NameQuery {
+    /// The session's name within the caller's tenant.
+    name: String,
 }
 
 /// Takes a session over.
@@ -442,6 +488,22 @@ fn writer_token(headers: &HeaderMap) -> Result<Option<&str>, Problem> {
         .transpose()
 }
 
+/// A session whose tenant cannot be read (retention deleted its start) answers a caller bound
+/// to a tenant exactly as an unknown session does: `start_deleted` would tell another tenant
+/// that the id exists. (A caller of every tenant, with authentication off, learns where to go.)
+fn tenant_first(
+    caller: &sessionlog_http::Caller,
+    session: SessionId,
+    error: sessionlog_producer::Error,
+) -> Problem {
+    match error {
+        sessionlog_producer::Error::StartDeleted { .. } if caller.tenant.is_some() => {
+            caller.unknown_session(session, "tenant_unknown")
+        }
+        other => other.into(),
+    }
+}
+
 /// Runs `serve` on `session`'s writer, holding it for the request; a failure that may leave
 /// the cached writer unlike the log (an outage, a conflict with another writer) drops it from
 /// the cache.
@@ -451,7 +513,10 @@ async fn with_writer<T>(
     session: SessionId,
     serve: impl AsyncFnOnce(&mut SessionWriter) -> Result<T, Problem>,
 ) -> Result<T, Problem> {
-    let shared = ingest.writer(session).await?;
+    let shared = ingest
+        .writer(session)
+        .await
+        .map_err(|e| tenant_first(caller, session, e))?;
     let mut writer = shared.lock().await;
     caller.require_tenant(session, &writer.state().tenant)?;
     let outcome = serve(&mut writer).await;
@@ -491,15 +556,115 @@ async fn create(
         request.title.as_deref(),
         caller.home_tenant(),
     );
-    let (writer, start) = match request.session_id {
+    let (writer, start) = match (&request.name, request.session_id) {
+        (Some(name), session) => create_named(&ingest, tenant, name, session, agent, title).await?,
         // Refused when the session exists, whichever instance created it; of two creates
         // racing, the one whose start the log put second is refused.
-        Some(session) => SessionWriter::create_in(log, session, agent, title, tenant).await?,
-        None => SessionWriter::create_new_in(log, agent, title, tenant).await?,
+        (None, Some(session)) => {
+            SessionWriter::create_in(log, session, agent, title, tenant).await?
+        }
+        (None, None) => SessionWriter::create_new_in(log, agent, title, tenant).await?,
     };
-    let opened = Opened::new(&writer, &start);
+    let opened = Opened::new(&writer, &start).named(request.name);
     ingest.replace(writer);
     Ok((StatusCode::CREATED, Json(opened)))
+}
+
+/// Starts a session under a name of the tenant: the name is taken for the session's id in
+/// the names table first (a conditional write: of two creates of one name, one takes it),
+/// then the start, which records the name's digest, is written. A create that took the name
+/// and died before its start is finished by the next create of the name, which starts the
+/// session the name points to.
+async fn create_named(
+    ingest: &Ingest,
+    tenant: &str,
+    name: &str,
+    session: Option<SessionId>,
+    agent: &str,
+    title: Option<&str>,
+) -> Result<(SessionWriter, Appended), Problem> {
+    sessionlog_http::identifier(IdentifierKind::SessionName, name)?;
+    let names = ingest.names().await?;
+    let digest = session_name_sha256(tenant, name);
+    let (id, fresh) = match session {
+        Some(id) => (id, false),
+        None => (SessionId::new(), true),
+    };
+    let (id, fresh, took_it) = match names.claim(tenant, &digest, id).await? {
+        NameClaim::Taken => (id, fresh, true),
+        // Another create took the name (or this one, retried): its session, if started, holds
+        // it; if not (that create died, or is a moment behind), starting it here settles the
+        // name either way.
+        NameClaim::Held(holder) if session.is_none_or(|id| id == holder) => (holder, false, false),
+        NameClaim::Held(holder) => return Err(name_taken(holder)),
+    };
+    let log = Arc::clone(&ingest.log);
+    match SessionWriter::create_named(log, id, fresh, agent, title, tenant, &digest).await {
+        Ok(started) => Ok(started),
+        // The name's session is started: the name is taken.
+        Err(sessionlog_producer::Error::Refused(Rejection::AlreadyStarted)) if !took_it => {
+            Err(name_taken(id))
+        }
+        // The caller's id was started before, by another create (ids are global): the name
+        // this request took must not point at it.
+        Err(refused @ sessionlog_producer::Error::Refused(Rejection::AlreadyStarted)) => {
+            names.release(tenant, &digest, id).await?;
+            Err(refused.into())
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The answer to a name the tenant's sessions hold already: the holder, which the caller may
+/// see (the name is its own tenant's).
+fn name_taken(holder: SessionId) -> Problem {
+    Problem::new(
+        StatusCode::CONFLICT,
+        "name_taken",
+        format!("the name is session {holder}'s: claim or resume that session"),
+    )
+    .with("session_id", holder.to_string())
+}
+
+/// Finds the caller's tenant's session of a name.
+#[utoipa::path(
+    get,
+    path = "/sessions",
+    tag = "sessions",
+    params(NameQuery),
+    responses(
+        (status = 200, description = "the session of that name", body = NamedSession),
+        (status = 404, description = "`unknown_name`: no session of the caller's tenant has that name", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_identifier`: the name breaks the rule for names", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn find_by_name(
+    State(ingest): State<Arc<Ingest>>,
+    Authorized(caller, _): Authorized<Harness>,
+    QueryParams(query): QueryParams<NameQuery>,
+) -> Answer<NamedSession> {
+    sessionlog_http::identifier(IdentifierKind::SessionName, &query.name)?;
+    let digest = session_name_sha256(caller.home_tenant(), &query.name);
+    let found = ingest
+        .names()
+        .await?
+        .find(caller.home_tenant(), &digest)
+        .await?;
+    match found {
+        Some(session_id) => Ok((
+            StatusCode::OK,
+            Json(NamedSession {
+                session_id,
+                name: query.name,
+            }),
+        )),
+        None => Err(Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown_name",
+            "no session of this tenant has that name",
+        )),
+    }
 }
 
 /// Takes a session over with the next epoch; fences every earlier writer.
@@ -530,7 +695,8 @@ async fn claim(
         session,
         &caller.on_behalf(&request.writer),
     )
-    .await?;
+    .await
+    .map_err(|e| tenant_first(&caller, session, e))?;
     // Before the claim is written: another tenant's session is not there for this caller.
     caller.require_tenant(session, &pending.state().tenant)?;
     let (writer, claimed) = pending.commit().await?;

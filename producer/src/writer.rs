@@ -164,6 +164,31 @@ impl SessionWriter {
         Self::start(log, session, first, token, false).await
     }
 
+    /// Starts a session named in its tenant: its start records the name's digest
+    /// ([`sessionlog_schemas::session_name_sha256`]), which the caller took for `session` in
+    /// the names table first. `fresh` says `session` is a UUIDv7 the caller just made
+    /// ([`SessionId::new`]), so nothing is read before the start is written; otherwise the id
+    /// is refused, as [`Self::create_in`] refuses it, when it was ever started.
+    pub async fn create_named(
+        log: Arc<EventLog>,
+        session: SessionId,
+        fresh: bool,
+        agent: &str,
+        title: Option<&str>,
+        tenant: &str,
+        name_sha256: &str,
+    ) -> Result<(Self, Appended)> {
+        let token = WriterToken::generate();
+        let mut first = started(agent, title, tenant, &token);
+        if let SessionEvent::SessionStarted {
+            name_sha256: name, ..
+        } = &mut first
+        {
+            *name = Some(name_sha256.to_string());
+        }
+        Self::start(log, session, first, token, fresh).await
+    }
+
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
     /// `SessionForked{fork_point}`. The parent's prefix is referenced, not copied; the child
     /// belongs to `tenant`, which must be the parent's; `forked_by` names the verified caller
@@ -861,6 +886,7 @@ fn started(agent: &str, title: Option<&str>, tenant: &str, token: &WriterToken) 
         title: title.map(Content::from),
         tenant: tenant.to_string(),
         writer_token_sha256: Some(token.sha256()),
+        name_sha256: None,
     }
 }
 

@@ -92,6 +92,9 @@ pub struct Folded {
     /// Rows of the lists keyed by something else than the session: a parent's children,
     /// sessions awaiting someone.
     lists: Vec<CqlRow>,
+    /// Names taken by starts and freed by erasures, in log order (conditional writes, made
+    /// one by one: see [`sessionlog_store::names`]).
+    names: Vec<NameChange>,
     topic: String,
     /// The next offset to read, by partition, once the batch is durable.
     pub next_offsets: BTreeMap<i32, i64>,
@@ -205,6 +208,7 @@ impl Applier {
             usage: Vec::new(),
             touched_usage: BTreeSet::new(),
             lists: Vec::new(),
+            names: Vec::new(),
             topic: self.topic.clone(),
             next_offsets: BTreeMap::new(),
             last_records: BTreeMap::new(),
@@ -346,6 +350,9 @@ impl Applier {
                         .or_default()
                         .push(by_day);
                 }
+                folded
+                    .names
+                    .extend(NameChange::of(&event, &entry.row.state));
                 folded.lists.extend(CqlRow::child(&event, offset));
                 folded
                     .lists
@@ -536,6 +543,16 @@ pub async fn persist(
             })
     })
     .await;
+    // Before the session rows, the commit point: a batch folded again after a crash takes
+    // or frees the same names, which changes nothing the second time.
+    with_retry("write session names", health, || async {
+        let names = store.names().await?;
+        for change in &folded.names {
+            change.write(names).await?;
+        }
+        Ok::<_, sessionlog_store::Error>(())
+    })
+    .await;
     let days_done = started.elapsed();
     // A session that ended in this batch has its session row, the commit point, held back
     // until its earlier rows are written again with the TTL: if the projector dies in between,
@@ -598,6 +615,43 @@ pub async fn persist(
         "batch written"
     );
     health.batch_done();
+}
+
+/// A session name a start took or an erasure freed.
+#[derive(Debug)]
+struct NameChange {
+    tenant: String,
+    name_sha256: String,
+    session: SessionId,
+    taken: bool,
+}
+
+impl NameChange {
+    /// The change an accepted `event` makes, with `state` already past it.
+    fn of(event: &EventEnvelope, state: &sessionlog_session::SessionState) -> Option<Self> {
+        let taken = match &event.event {
+            SessionEvent::SessionStarted { .. } => true,
+            SessionEvent::SessionErased { .. } => false,
+            _ => return None,
+        };
+        Some(Self {
+            tenant: state.tenant.clone(),
+            name_sha256: state.name_sha256.clone()?,
+            session: state.session_id,
+            taken,
+        })
+    }
+
+    async fn write(&self, names: &sessionlog_store::SessionNames) -> sessionlog_store::Result<()> {
+        let (tenant, digest) = (self.tenant.as_str(), self.name_sha256.as_str());
+        if !self.taken {
+            return names.release(tenant, digest, self.session).await;
+        }
+        // Held by another session: ingest gave the name to one session only, so another
+        // holder took it after this one was erased (and a replay restores it when it folds
+        // that session's start). Nothing to do either way.
+        names.claim(tenant, digest, self.session).await.map(|_| ())
+    }
 }
 
 /// Retries a store operation with capped exponential backoff until it succeeds, reporting

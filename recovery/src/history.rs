@@ -610,6 +610,7 @@ mod tests {
                 title: None,
                 tenant: String::new(),
                 writer_token_sha256: None,
+                name_sha256: None,
             },
             SessionEvent::UserRequest { content: text() },
             SessionEvent::ModelResponse {

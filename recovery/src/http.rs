@@ -20,6 +20,7 @@ use sessionlog_http::{
 };
 use sessionlog_producer::Appended;
 use sessionlog_schemas::{CallOutcome, EventEnvelope, SessionId};
+use sessionlog_session::limits::IdentifierKind;
 use std::sync::Arc;
 use utoipa::ToSchema;
 use utoipa::openapi::OpenApi;
@@ -639,7 +640,7 @@ async fn resolve(
         (status = 200, description = "recorded", body = RecordedEvent),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`fenced`, `unknown_epoch`, `session_ended`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid_request`, `no_such_approval`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `no_such_approval`, `invalid_identifier` (an approval id is 1 to 128 characters of A-Z a-z 0-9 . _ : @ + = -)", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
     )
@@ -651,6 +652,8 @@ async fn approve(
     JsonBody(r): JsonBody<ApprovalRequest>,
 ) -> Answer<RecordedEvent> {
     let session = sessionlog_http::session_id(&session)?;
+    // The same answer for every session: the rule, not the session, refuses it.
+    sessionlog_http::identifier(IdentifierKind::ApprovalId, &approval_id)?;
     visible(&recovery, &caller, session).await?;
     let appended = recovery
         .decide_approval(

@@ -58,6 +58,7 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 title: Some("Fix the flaky test".into()),
                 tenant: "acme".into(),
                 writer_token_sha256: Some(WRITER_TOKEN_SHA256.into()),
+                name_sha256: Some(sessionlog_schemas::session_name_sha256("acme", "thread:42")),
             },
             None,
             None,

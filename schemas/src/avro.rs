@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 5;
+pub const CURRENT_SCHEMA_VERSION: u32 = 6;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -37,6 +37,7 @@ const KEPT: &[(u32, &str)] = &[
     (3, include_str!("../avro/session-event.v3.avsc")),
     (4, include_str!("../avro/session-event.v4.avsc")),
     (5, include_str!("../avro/session-event.v5.avsc")),
+    (6, include_str!("../avro/session-event.v6.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -362,11 +363,13 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             title,
             tenant,
             writer_token_sha256,
+            name_sha256,
         } => vec![
             field("agent", string(agent)),
             field("title", optional_sealable(title)),
             field("tenant", string(tenant)),
             field("writer_token_sha256", optional_string(writer_token_sha256)),
+            field("name_sha256", optional_string(name_sha256)),
         ],
         E::UserRequest { content } => vec![field("content", content_to_value(content, c)?)],
         E::ModelResponse {
@@ -1215,6 +1218,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
             title: f.opt_sealable("title")?,
             tenant: f.string("tenant")?,
             writer_token_sha256: f.opt_string("writer_token_sha256")?,
+            name_sha256: f.opt_string("name_sha256")?,
         },
         "UserRequest" => E::UserRequest {
             content: f.content("content", c)?,

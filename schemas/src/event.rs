@@ -351,6 +351,19 @@ pub fn action_digest(action: &str) -> String {
     hex::encode(hash.finalize())
 }
 
+/// The digest of a session's name within its tenant (schema v6): what a start records and
+/// the names index is keyed by, so neither keeps the name, which users often fill with their
+/// own identifiers. `sha256("sessionlog-name-v1\n" + tenant + "\n" + name)`, hex.
+pub fn session_name_sha256(tenant: &str, name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"sessionlog-name-v1\n");
+    hash.update(tenant.as_bytes());
+    hash.update(b"\n");
+    hash.update(name.as_bytes());
+    hex::encode(hash.finalize())
+}
+
 /// The kinds of session event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -370,6 +383,11 @@ pub enum SessionEvent {
         /// only a caller presenting the token append at this epoch. `None` before v5.
         #[serde(default)]
         writer_token_sha256: Option<String>,
+        /// Hex SHA-256 of the session's tenant-scoped name (schema v6, see
+        /// [`session_name_sha256`]): a replay restores the name's index from it. `None` for a
+        /// session without a name, and before v6.
+        #[serde(default)]
+        name_sha256: Option<String>,
     },
     /// A user asked something.
     UserRequest {

@@ -79,12 +79,13 @@ fn event() -> impl Strategy<Value = SessionEvent> {
         Just(TerminalOutcome::Cancelled)
     ];
     prop_oneof![
-        (text(), opt_content(), text(), opt_text()).prop_map(
-            |(agent, title, tenant, writer_token_sha256)| E::SessionStarted {
+        (text(), opt_content(), text(), opt_text(), opt_text()).prop_map(
+            |(agent, title, tenant, writer_token_sha256, name_sha256)| E::SessionStarted {
                 agent,
                 title,
                 tenant,
                 writer_token_sha256,
+                name_sha256,
             }
         ),
         content().prop_map(|content| E::UserRequest { content }),
@@ -556,6 +557,31 @@ fn the_fields_of_v5_need_a_v5_writer() {
     }
 }
 
+/// A start's name digest is v6's: a v5 writer refuses a start that carries one rather than
+/// drop it (a replay would lose the session's name), and writes it without one.
+#[test]
+fn a_name_needs_a_v6_writer() {
+    let mut e = sample();
+    e.schema_version = 5;
+    e.event = SessionEvent::SessionStarted {
+        agent: "a".into(),
+        title: None,
+        tenant: "acme".into(),
+        writer_token_sha256: Some("ab".repeat(32)),
+        name_sha256: Some(sessionlog_schemas::session_name_sha256("acme", "thread:1")),
+    };
+    assert!(matches!(
+        encode_body_for_version(5, &e),
+        Err(Error::Unrepresentable { version: 5, .. })
+    ));
+    if let SessionEvent::SessionStarted { name_sha256, .. } = &mut e.event {
+        *name_sha256 = None;
+    }
+    let body = encode_body_for_version(5, &e).expect("v5 writes a start without a name");
+    let v5 = BodyDecoder::for_version(5).expect("v5 decoder");
+    assert_eq!(v5.decode(&body).expect("decodes"), e);
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -591,16 +617,17 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
     ));
 }
 
-/// Whether the fields schema v5 added (writer tokens, approvals' binding) are at their
-/// defaults: what every older version has room for.
+/// Whether the fields schemas v5 and v6 added (writer tokens, approvals' binding, names) are
+/// at their defaults: what every older version has room for.
 fn v5_fields_at_default(e: &SessionEvent) -> bool {
     use SessionEvent as E;
     match e {
         E::SessionStarted {
             writer_token_sha256,
+            name_sha256,
             ..
-        }
-        | E::WriterClaimed {
+        } => writer_token_sha256.is_none() && name_sha256.is_none(),
+        E::WriterClaimed {
             writer_token_sha256,
             ..
         } => writer_token_sha256.is_none(),
@@ -620,15 +647,16 @@ fn v5_fields_at_default(e: &SessionEvent) -> bool {
     }
 }
 
-/// Sets the fields schema v5 added to their defaults.
+/// Sets the fields schemas v5 and v6 added to their defaults.
 fn clear_v5_fields(e: &mut SessionEvent) {
     use SessionEvent as E;
     match e {
         E::SessionStarted {
             writer_token_sha256,
+            name_sha256,
             ..
-        }
-        | E::WriterClaimed {
+        } => (*writer_token_sha256, *name_sha256) = (None, None),
+        E::WriterClaimed {
             writer_token_sha256,
             ..
         } => *writer_token_sha256 = None,

@@ -777,6 +777,7 @@ mod tests {
                 title: None,
                 tenant: "default".into(),
                 writer_token_sha256: None,
+                name_sha256: None,
             },
         );
         let fold = |policies: &ContextPolicies| {

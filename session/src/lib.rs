@@ -25,6 +25,7 @@
 pub mod attest;
 pub mod context;
 pub mod gate;
+pub mod limits;
 mod state;
 pub mod trace;
 pub mod usage;

@@ -219,12 +219,23 @@ pub struct SessionState {
     /// one (schema v5): see [`Self::admits_writer`]. Left out of the canonical state when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer_token_sha256: Option<String>,
+    /// The digest of the session's tenant-scoped name, if its start named one (schema v6;
+    /// see [`sessionlog_schemas::session_name_sha256`]). Left out of the canonical state when
+    /// `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_sha256: Option<String>,
     /// Whether the fold keeps this session's gates, writer tokens and approvals' binding: true
     /// for a session started by an event of schema v5 or later. A session started earlier keeps
     /// the rules it was started under, so replaying an old log gives the tables it gave (left
     /// out of the canonical state when false, so old digests are unchanged).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keeps_gates: bool,
+    /// The schema version of the session's first event, from v6 on (0 for a session started
+    /// earlier): the rules added since v6 hold in a session started under them
+    /// ([`crate::limits`], operator kinds in [`crate::gate`]), so an older log replays to the
+    /// tables it gave. Left out of the canonical state when 0, so old digests are unchanged.
+    #[serde(default, skip_serializing_if = "before_v6")]
+    pub started_schema: u32,
     /// The last accepted seq (gap-free from 1).
     pub last_seq: Seq,
     /// When the start event happened.
@@ -290,7 +301,9 @@ impl SessionState {
             epoch: 0,
             writer: None,
             writer_token_sha256: None,
+            name_sha256: None,
             keeps_gates: false,
+            started_schema: 0,
             last_seq: 0,
             started_at: 0,
             updated_at: 0,
@@ -437,13 +450,45 @@ impl SessionState {
                 epoch: e.writer_epoch,
                 current: self.epoch,
             }),
-            event => match self.judge_sequenced(e) {
+            event => match self.judge_sequenced(e).and(|| self.judge_limits(e)) {
                 Verdict::Accepted => match self.judge_kind(event) {
                     Verdict::Accepted if self.keeps_gates => self.judge_gates(e),
                     other => other,
                 },
                 other => other,
             },
+        }
+    }
+
+    /// The limits on client-chosen identifiers ([`crate::limits`]), in a session started
+    /// under them.
+    fn judge_limits(&self, e: &EventEnvelope) -> Verdict {
+        use crate::limits::{IdentifierKind as K, LIMITS_FROM_SCHEMA, check};
+        use SessionEvent as E;
+        if self.started_schema < LIMITS_FROM_SCHEMA {
+            return Verdict::Accepted;
+        }
+        let approval = match &e.event {
+            E::ApprovalRequested { approval_id, .. }
+            | E::ApprovalDecided { approval_id, .. }
+            | E::ToolCallRequested {
+                approval_id: Some(approval_id),
+                ..
+            } => Some((K::ApprovalId, approval_id.as_str())),
+            E::FrameworkStateSaved { key, .. } => Some((K::FrameworkKey, key.as_str())),
+            _ => None,
+        };
+        let key = e
+            .idempotency_key
+            .as_deref()
+            .map(|key| (K::IdempotencyKey, key));
+        match approval
+            .into_iter()
+            .chain(key)
+            .try_for_each(|(kind, text)| check(kind, text))
+        {
+            Ok(()) => Verdict::Accepted,
+            Err(bad) => reject_invalid(bad.to_string()),
         }
     }
 
@@ -625,9 +670,12 @@ impl SessionState {
                 title,
                 tenant,
                 writer_token_sha256,
+                name_sha256,
             } => {
                 self.keeps_gates = e.schema_version >= crate::gate::GATES_FROM_SCHEMA;
+                self.started_schema = started_schema(e.schema_version);
                 self.writer_token_sha256.clone_from(writer_token_sha256);
+                self.name_sha256.clone_from(name_sha256);
                 self.tenant.clone_from(tenant);
                 self.started = true;
                 self.agent = Some(agent.clone());
@@ -644,6 +692,7 @@ impl SessionState {
                 ..
             } => {
                 self.keeps_gates = e.schema_version >= crate::gate::GATES_FROM_SCHEMA;
+                self.started_schema = started_schema(e.schema_version);
                 self.writer_token_sha256.clone_from(writer_token_sha256);
                 let statement = crate::attest::statement(e).unwrap_or_default();
                 for inherited in inherited_approvals {
@@ -870,4 +919,14 @@ fn is_default_tenant(tenant: &String) -> bool {
 
 fn reject_invalid(why: String) -> Verdict {
     Verdict::Rejected(Rejection::Invalid(why))
+}
+
+/// Whether a session started before schema v6 (see [`SessionState::started_schema`]).
+fn before_v6(version: &u32) -> bool {
+    *version < crate::limits::LIMITS_FROM_SCHEMA
+}
+
+/// What [`SessionState::started_schema`] keeps of a first event's schema version.
+fn started_schema(version: u32) -> u32 {
+    if before_v6(&version) { 0 } else { version }
 }

@@ -355,6 +355,7 @@ mod tests {
                 title: None,
                 tenant: "default".into(),
                 writer_token_sha256: None,
+                name_sha256: None,
             },
             SessionEvent::ToolCallRequested {
                 tool: "before_any_model".into(),

@@ -21,6 +21,14 @@ impl Verdict {
     pub fn is_accepted(&self) -> bool {
         matches!(self, Self::Accepted)
     }
+
+    /// This verdict, or when it accepts, the next judgement's.
+    pub fn and(self, next: impl FnOnce() -> Verdict) -> Verdict {
+        match self {
+            Self::Accepted => next(),
+            other => other,
+        }
+    }
 }
 
 /// Why an event was not accepted.

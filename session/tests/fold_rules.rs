@@ -35,6 +35,7 @@ fn started() -> SessionEvent {
         title: None,
         tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
         writer_token_sha256: None,
+        name_sha256: None,
     }
 }
 

@@ -45,6 +45,7 @@ impl Log {
                 title: None,
                 tenant: "acme".into(),
                 writer_token_sha256: Some(writer_token_sha256("token-1")),
+                name_sha256: None,
             },
         );
         assert_eq!(log.state.apply(&start), Verdict::Accepted);
@@ -478,4 +479,52 @@ fn a_session_that_keeps_its_gates_says_so_in_its_digest_and_an_old_one_does_not(
     let v4 = Log::started_under(4);
     assert!(v5.state.canonical_json().contains("\"keeps_gates\":true"));
     assert!(!v4.state.canonical_json().contains("keeps_gates"));
+}
+
+/// In a session started under schema v6 the fold refuses identifiers that break their rules
+/// (path-unsafe approval ids, control characters, oversized keys) whoever writes; a session
+/// started earlier keeps accepting what it accepted.
+#[test]
+fn identifiers_keep_their_limits_from_v6() {
+    let request = |approval_id: &str| SessionEvent::ApprovalRequested {
+        approval_id: approval_id.into(),
+        action: Content::plain("deploy"),
+        action_digest: None,
+    };
+    let framework = |key: &str| SessionEvent::FrameworkStateSaved {
+        framework: "langgraph".into(),
+        key: key.into(),
+        state: Content::plain("{}"),
+    };
+    let mut v6 = Log::started_under(6);
+    for bad in [
+        "../../other/approvals/x",
+        "a?b",
+        "a#b",
+        "a%2Fb",
+        "a\0b",
+        &"x".repeat(10_240),
+    ] {
+        let verdict = v6.write(request(bad));
+        assert!(
+            matches!(&verdict, Verdict::Rejected(Rejection::Invalid(why)) if why.starts_with("approval_id must be")),
+            "{bad:?}: {verdict:?}"
+        );
+    }
+    assert!(!v6.write(framework("thread\0")).is_accepted());
+    assert!(!v6.write(framework(&"k".repeat(513))).is_accepted());
+    let mut keyed = v6.next(framework("checkpoint::1"));
+    keyed.idempotency_key = Some("k\n".into());
+    assert!(!v6.state.apply(&keyed).is_accepted());
+    assert_eq!(v6.write(request("deploy-1")), Verdict::Accepted);
+    assert_eq!(
+        v6.write(framework("checkpoint:|ns:1/../x?#")),
+        Verdict::Accepted
+    );
+
+    let mut v5 = Log::started_under(5);
+    assert_eq!(
+        v5.write(request("../../other/approvals/x")),
+        Verdict::Accepted
+    );
 }

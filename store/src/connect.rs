@@ -18,6 +18,8 @@ pub struct ProjectionStore {
     pub(crate) reads: Arc<Reads>,
     /// Absent when opened read-only.
     pub(crate) writes: Option<Arc<Writes>>,
+    /// The names table's statements, prepared on first use ([`Self::names`]).
+    pub(crate) names: Arc<tokio::sync::OnceCell<crate::SessionNames>>,
 }
 
 /// The hint of a connect error that is no answer rather than a refusal (`sessionlog`'s exit
@@ -102,6 +104,7 @@ impl ProjectionStore {
             keyspace,
             reads: Arc::new(reads),
             writes: Some(Arc::new(writes)),
+            names: Default::default(),
         })
     }
 
@@ -121,6 +124,7 @@ impl ProjectionStore {
             keyspace,
             reads: Arc::new(reads),
             writes: None,
+            names: Default::default(),
         })
     }
 
@@ -191,4 +195,38 @@ impl ProjectionStore {
             keyspace: self.keyspace.clone(),
         })
     }
+}
+
+impl ProjectionStore {
+    /// The session names of this keyspace (see [`crate::names`]); its statements are prepared
+    /// on the first call. Written by ingest and the projector, which need no writer's store:
+    /// ingest opens the store for reading.
+    pub async fn names(&self) -> Result<&crate::SessionNames> {
+        self.names
+            .get_or_try_init(|| crate::SessionNames::prepare(self))
+            .await
+    }
+}
+
+/// Runs a conditional write and says whether it applied.
+pub(crate) async fn applied(
+    session: &Session,
+    statement: &scylla::statement::prepared::PreparedStatement,
+    values: impl scylla::serialize::row::SerializeRow,
+    action: &'static str,
+) -> Result<bool> {
+    use scylla::value::{CqlValue, Row};
+    let result = session
+        .execute_unpaged(statement, values)
+        .await
+        .map_err(Error::cql(action))?
+        .into_rows_result()
+        .map_err(Error::cql(action))?;
+    // The first column of a conditional write's answer is `[applied]`; the others (the row
+    // that made it fail) differ between Cassandra and ScyllaDB, so they are not read.
+    let row = result.first_row::<Row>().map_err(Error::cql(action))?;
+    Ok(matches!(
+        row.columns.first(),
+        Some(Some(CqlValue::Boolean(true)))
+    ))
 }

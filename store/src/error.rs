@@ -144,6 +144,13 @@ pub enum Error {
         #[source]
         source: Box<sessionlog_log::Error>,
     },
+    /// A conditional write kept losing to changes of the same row: retrying the request
+    /// after a moment is safe.
+    #[error("{what} changed while it was being written; try the request again")]
+    Contended {
+        /// What was written.
+        what: &'static str,
+    },
     /// A write through a store opened without migrating.
     #[error(
         "the store of keyspace {keyspace} was opened read-only; writers open it with \

@@ -22,7 +22,6 @@ use scylla::client::session::Session;
 use scylla::statement::Consistency;
 use scylla::statement::SerialConsistency;
 use scylla::statement::prepared::PreparedStatement;
-use scylla::value::{CqlValue, Row};
 use sessionlog_keys::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};
 use sessionlog_log::Settings;
 use sessionlog_schemas::{SessionId, now_micros};
@@ -216,20 +215,7 @@ impl KeyTable {
         values: impl scylla::serialize::row::SerializeRow,
         action: &'static str,
     ) -> Result<bool> {
-        let result = self
-            .session
-            .execute_unpaged(statement, values)
-            .await
-            .map_err(Error::cql(action))?
-            .into_rows_result()
-            .map_err(Error::cql(action))?;
-        // The first column of a conditional write's answer is `[applied]`; the others (the
-        // row that made it fail) differ between Cassandra and ScyllaDB, so they are not read.
-        let row = result.first_row::<Row>().map_err(Error::cql(action))?;
-        Ok(matches!(
-            row.columns.first(),
-            Some(Some(CqlValue::Boolean(true)))
-        ))
+        crate::connect::applied(&self.session, statement, values, action).await
     }
 
     async fn stored(&self, session: SessionId) -> Result<Option<StoredKey>> {

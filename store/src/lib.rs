@@ -22,14 +22,16 @@
 //! Every write is keyed by `(session_id, seq)`, by log position or by what it lists, and the
 //! rows that change are written `USING TIMESTAMP` a log offset, so a crash, a rebalance or a
 //! replay leaves the same tables. The portable subset of CQL only (ScyllaDB and Cassandra): no
-//! LWT, no materialized views, no secondary indexes, no `ALLOW FILTERING`. The exception is
-//! [`keys`], the key store, which is not a projection (see there why it needs LWT).
+//! LWT, no materialized views, no secondary indexes, no `ALLOW FILTERING`. The exceptions are
+//! [`keys`], the key store, which is not a projection, and [`names`], whose names are unique
+//! within a tenant (see there why each needs LWT).
 
 mod connect;
 mod error;
 mod expire;
 pub mod keys;
 pub mod migrations;
+pub mod names;
 pub mod nodes;
 pub mod read;
 pub mod rows;
@@ -41,6 +43,7 @@ pub mod write;
 pub use connect::ProjectionStore;
 pub use error::{DriverError, Error, Result};
 pub use keys::{KeyTable, KeyringError, keyring};
+pub use names::{NameClaim, SessionNames};
 pub use read::{
     AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, INDEX_PAGE_ROWS, IndexRow,
     MAX_SPAN_DAYS, ProjectedSession, RejectedRow, SpanRow, SpanSearch, VerifiedCheckpoint,

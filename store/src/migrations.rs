@@ -410,6 +410,23 @@ pub const MIGRATIONS: &[Migration] = &[
         ],
         columns: &[],
     },
+    Migration {
+        version: 13,
+        description: "session names, unique within a tenant",
+        statements: &[
+            // A framework finds its session by a name of its own (`thread:<id>`), unique
+            // within the tenant: written by a conditional insert when a named session is
+            // created (see crate::names), restored from the start's digest by a replay.
+            // Keyed by the name's digest: the table never holds the name.
+            "CREATE TABLE IF NOT EXISTS {ks}.session_names (
+            tenant text,
+            name_sha256 text,
+            session_id uuid,
+            named_at_us bigint,
+            PRIMARY KEY ((tenant, name_sha256)))",
+        ],
+        columns: &[],
+    },
 ];
 
 /// The newest migration this build knows.

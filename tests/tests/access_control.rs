@@ -52,6 +52,13 @@ fn routes(s: SessionId) -> Vec<Route> {
         ),
         r(
             Ingest,
+            Method::GET,
+            "/v1/sessions?name=thread:1".into(),
+            Role::Harness,
+            false,
+        ),
+        r(
+            Ingest,
             Method::POST,
             format!("/v1/sessions/{s}/claim"),
             Role::Harness,
@@ -539,5 +546,161 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
     let first = &forked["event"]["event"]["SessionForked"];
     assert_eq!(first["tenant"], "acme", "{forked}");
     assert_eq!(first["forked_by"], "someone", "{forked}");
+    Ok(())
+}
+
+/// A bearer client of `tenant` holding every role.
+fn tenant_client(tenant: &str) -> Result<reqwest::Client> {
+    client_with(&mint(&Grant {
+        tenant: Some(tenant.into()),
+        ..Grant::new("someone", &Role::ALL, Duration::from_secs(600))
+    })?)
+}
+
+/// POSTs a create and returns the status and the answer's JSON.
+async fn create(client: &reqwest::Client, base: &str, body: Value) -> Result<(u16, Value)> {
+    let answer = client
+        .post(format!("{base}/v1/sessions"))
+        .json(&body)
+        .send()
+        .await?;
+    Ok((answer.status().as_u16(), answer.json().await?))
+}
+
+/// Sessions are named within their tenant: two tenants use one name at once, each for its
+/// own session, and neither can find, take or learn the other's; within a tenant a name is
+/// one session's, whoever creates it concurrently; a replay restores the names from the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_belong_to_a_tenant() -> Result<()> {
+    let stack = TestStack::new("access_names", 2).await?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let base = ingest.base.as_str();
+    let (acme, globex, initech) = (
+        tenant_client("acme")?,
+        tenant_client("globex")?,
+        tenant_client("initech")?,
+    );
+    let name = "thread:support-4711";
+
+    // Eight creates of one name in one tenant at once: one session, every answer names it.
+    let racing = futures::future::join_all(
+        (0..8).map(|_| create(&acme, base, json!({ "agent": "a", "name": name }))),
+    )
+    .await;
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for answer in racing {
+        let (status, body) = answer?;
+        match status {
+            201 => {
+                created += 1;
+                ensure!(body["name"] == name, "{body}");
+                ids.insert(body["session_id"].as_str().unwrap_or_default().to_string());
+            }
+            409 => {
+                ensure!(body["code"] == "name_taken", "{body}");
+                ids.insert(body["session_id"].as_str().unwrap_or_default().to_string());
+            }
+            other => anyhow::bail!("create answered {other}: {body}"),
+        }
+    }
+    assert_eq!(created, 1, "one create of a name wins");
+    assert_eq!(ids.len(), 1, "every answer names the one session: {ids:?}");
+    let acme_session = ids.pop_first().unwrap_or_default();
+
+    // Another tenant uses the same name at the same time, for a session of its own.
+    let (status, body) = create(&globex, base, json!({ "agent": "g", "name": name })).await?;
+    assert_eq!(status, 201, "{body}");
+    let globex_session = body["session_id"].as_str().unwrap_or_default().to_string();
+    assert_ne!(globex_session, acme_session);
+
+    // Each finds its own; a third tenant finds nothing, exactly as for a name nobody used.
+    let find = |client: &reqwest::Client, name: &str| {
+        let request = client.get(format!(
+            "{base}/v1/sessions?name={}",
+            percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC)
+        ));
+        async move {
+            let answer = request.send().await?;
+            anyhow::Ok((answer.status().as_u16(), answer.json::<Value>().await?))
+        }
+    };
+    let (status, body) = find(&acme, name).await?;
+    assert_eq!(
+        (status, body["session_id"].as_str()),
+        (200, Some(acme_session.as_str()))
+    );
+    let (status, body) = find(&globex, name).await?;
+    assert_eq!(
+        (status, body["session_id"].as_str()),
+        (200, Some(globex_session.as_str()))
+    );
+    let (status, unused) = find(&initech, name).await?;
+    assert_eq!(status, 404, "{unused}");
+    let (_, never_used) = find(&initech, "thread:never-used").await?;
+    assert_eq!(unused["code"], "unknown_name");
+    assert_eq!(unused["detail"], never_used["detail"], "the same answer");
+
+    // A caller-chosen id another tenant started is refused exactly as one's own started id:
+    // the answer says the id cannot be used, never whose it is.
+    let refuse = |client: &reqwest::Client, id: &str| {
+        let body = json!({ "agent": "x", "session_id": id });
+        let client = client.clone();
+        async move { create(&client, base, body).await }
+    };
+    let (own_status, own) = refuse(&acme, &acme_session).await?;
+    let (other_status, other) = refuse(&initech, &acme_session).await?;
+    assert_eq!((own_status, other_status), (409, 409), "{own} {other}");
+    assert_eq!(
+        own, other,
+        "one answer for a started id, whoever started it"
+    );
+
+    // A create that took a name and died before its start is finished by the next create.
+    let store = sessionlog_tests::projector::store(&stack).await?;
+    let orphan = SessionId::new();
+    let digest = sessionlog_schemas::session_name_sha256("acme", "thread:orphan");
+    let names = store.names().await?;
+    names.claim("acme", &digest, orphan).await?;
+    let (status, body) = create(
+        &acme,
+        base,
+        json!({ "agent": "a", "name": "thread:orphan" }),
+    )
+    .await?;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["session_id"],
+        orphan.to_string(),
+        "the name's session is started"
+    );
+
+    // Names break no rule: a NUL is refused before anything is written.
+    let (status, body) = create(&acme, base, json!({ "agent": "a", "name": "a\u{0}b" })).await?;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_identifier")),
+        "{body}"
+    );
+
+    // The log keeps each start's name digest: a replay into a fresh keyspace finds them.
+    let fresh = format!("{}_names", stack.settings.cql.keyspace);
+    sessionlog_tests::projector::replay_into(&stack, &fresh).await?;
+    let mut cql = stack.settings.cql.clone();
+    cql.keyspace = fresh;
+    let replayed = sessionlog_store::ProjectionStore::open(&cql).await?;
+    let replayed = replayed.names().await?;
+    for (tenant, session) in [("acme", &acme_session), ("globex", &globex_session)] {
+        let digest = sessionlog_schemas::session_name_sha256(tenant, name);
+        assert_eq!(
+            replayed
+                .find(tenant, &digest)
+                .await?
+                .map(|s| s.to_string())
+                .as_deref(),
+            Some(session.as_str()),
+            "{tenant}'s name after a replay"
+        );
+    }
     Ok(())
 }

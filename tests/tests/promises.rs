@@ -686,6 +686,7 @@ async fn an_expired_session_id_is_never_started_again() -> Result<()> {
             title: None,
             tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
             writer_token_sha256: None,
+            name_sha256: None,
         },
     ))
     .await?;

@@ -528,5 +528,6 @@ fn v1_start(agent: &str, title: Option<&str>) -> SessionEvent {
         title: title.map(Content::from),
         tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
         writer_token_sha256: None,
+        name_sha256: None,
     }
 }
