@@ -12,7 +12,7 @@ import pytest
 
 import sessionlog
 from sessionlog import errors
-from stackcorner import StackCorner
+from stackcorner import StackCorner, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,24 @@ def test_open_named_starts_then_takes_over(tenants: tuple[sessionlog.Client, ses
     with pytest.raises(errors.Fenced):
         first.user_request("fenced")
     second.user_request("after the takeover")
+
+
+def test_an_erased_sessions_name_is_free_again(corner: StackCorner, tenants: tuple[sessionlog.Client, sessionlog.Client]) -> None:
+    acme, _ = tenants
+    name = fresh()
+    first = acme.create_or_find("py-names", name, "to be erased")
+    operator = corner.token("operator", "reader", tenant="acme")
+    erased = httpx.post(
+        f"{corner.recovery_url}/v1/sessions/{first.session_id}/erase",
+        json={"reason": "the user asked"},
+        headers={"authorization": f"Bearer {operator}"},
+        timeout=30,
+    )
+    assert erased.status_code == 200, erased.text
+    wait_for("the erased session's name to be free", 30, lambda: acme.find(name) is None or None)
+    again = acme.create_or_find("py-names", name, "after the erasure")
+    assert again.created and again.session_id != first.session_id
+    assert acme.find(name) == again.session_id
 
 
 class LoseFirstCreate(httpx.BaseTransport):
