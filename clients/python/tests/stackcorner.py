@@ -177,13 +177,16 @@ class StackCorner:
         service = self.services[name]
         service.process = self.spawn(*service.args, log_name=name)
 
-    def token(self, *roles: str, subject: str = "py-tests", session: str | None = None) -> str:
-        """A token for ``subject`` with ``roles``."""
+    def token(self, *roles: str, subject: str = "py-tests", session: str | None = None, tenant: str | None = None) -> str:
+        """A token for ``subject`` with ``roles``, of ``tenant`` (the services' ``default``
+        unless given)."""
         args = ["token", "mint", "--subject", subject, "--ttl-secs", "3600"]
         for role in roles:
             args += ["--role", role]
         if session:
             args += ["--session", session]
+        if tenant:
+            args += ["--tenant", tenant]
         return self.run(*args).strip()
 
     def stop(self) -> None:

@@ -16,7 +16,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 import sessionlog
 from counter_service import Counter
 from processes import Harness
-from sessionlog.integrations.openai_agents import SessionlogSession, sessionlog_id
+from sessionlog.integrations.openai_agents import SessionlogSession
 from stackcorner import StackCorner
 
 USER = {"role": "user", "content": "count the files"}
@@ -56,7 +56,7 @@ async def test_items_round_trip_through_the_log(client: sessionlog.AsyncClient) 
     # Another process (a new object) takes the session over and reads the same conversation.
     again = new_session(client, session.session_id)
     assert await again.get_items() == expected
-    kinds = [e.kind async for e in client.events(sessionlog_id(session.session_id))]
+    kinds = [e.kind async for e in client.events(session.writer.session_id)]
     assert kinds == ["SessionStarted", "UserRequest", "ToolCallRequested", "ToolCallResult", "ModelResponse", "ModelResponse"]
 
 
@@ -71,7 +71,7 @@ async def test_pop_and_clear_retract_without_rewriting_the_log(client: sessionlo
     await session.clear_session()
     assert await session.get_items() == []
     assert await session.pop_item() is None
-    history = [e async for e in client.events(sessionlog_id(session.session_id))]
+    history = [e async for e in client.events(session.writer.session_id)]
     assert [e.kind for e in history].count("EventRetracted") == 3
     assert [e.kind for e in history][:3] == ["SessionStarted", "UserRequest", "ModelResponse"], "nothing is rewritten"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from urllib.parse import quote
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -12,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 
 from . import errors
-from .models import Appended, EventAck, EventPage, Opened, ResumeBundle, SessionView, TerminalOutcome
+from .models import Appended, EventAck, EventPage, NamedSession, Opened, ResumeBundle, SessionView, TerminalOutcome
 
 T = TypeVar("T")
 Service = Literal["ingest", "recovery"]
@@ -30,11 +31,36 @@ class Operation(Generic[T]):
     params: Mapping[str, str] | None = None
     #: Headers of this request only (the writer token): out of ``repr``, never logged.
     headers: Mapping[str, str] | None = field(default=None, repr=False)
+    #: Problems this operation answers with a value instead of raising, by code (a lookup's
+    #: ``unknown_name`` is ``None``): decided here, so that both clients read them alike.
+    answers: Mapping[str, Callable[[dict[str, Any]], T]] | None = None
 
 
 def _sid(session_id: str) -> str:
-    # Checked here so that a typo is a clear ValueError, not a 400 after a round trip.
-    return str(uuid.UUID(str(session_id)))
+    # Checked here so that a typo is a clear error, not a 400 after a round trip (nor, with
+    # `../` in it, a request to another route).
+    try:
+        return str(uuid.UUID(str(session_id)))
+    except ValueError:
+        shown = repr(session_id) if len(session_id) <= 80 else f"{session_id[:80]!r}... ({len(session_id)} characters)"
+        raise errors.InvalidArgument(f"a session id is a UUID, not {shown}") from None
+
+
+def _segment(value: str) -> str:
+    """``value`` as one path segment, whatever it holds: ``/``, ``?``, ``#`` and ``%`` are
+    escaped, so it cannot end the path, start a query or name another route, and the service
+    reads back exactly ``value``. A segment of only dots is escaped too: an URL library removes
+    ``.`` and ``..`` (RFC 3986 5.2.4), which would send the request to the parent's route."""
+    if not value:
+        raise errors.InvalidArgument("an empty path segment would name another route")
+    escaped = quote(value, safe="")
+    return escaped.replace(".", "%2E") if escaped in (".", "..") else escaped
+
+
+def _session_path(session_id: str, *segments: str) -> str:
+    """The path of a session's route: ``/v1/sessions/{id}/{segment}...``, every part escaped
+    (see ``_segment``). Every route of a session is built here."""
+    return "/v1/sessions/" + "/".join(_segment(s) for s in (_sid(session_id), *segments))
 
 
 def _opt(**fields: Any) -> dict[str, Any]:
@@ -50,20 +76,56 @@ def _writer(token: str | None) -> dict[str, str] | None:
     return {WRITER_TOKEN_HEADER: token} if token else None
 
 
-def create(agent: str, title: str | None, session_id: str | None) -> Operation[Opened]:
-    body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id else None)
+def create(agent: str, title: str | None, session_id: str | None, name: str | None = None) -> Operation[Opened]:
+    body = _opt(agent=agent, title=title, session_id=_sid(session_id) if session_id is not None else None, name=name)
     return Operation("ingest", "POST", "/v1/sessions", Opened.from_json, body)
 
 
+def find(name: str) -> Operation[str | None]:
+    """The id of the session ``name`` points to in the caller's tenant; ``None`` when none
+    does (another tenant's names are not there for the caller either). The name travels in
+    the query, which ``httpx`` escapes whole."""
+
+    def session_id(doc: Any) -> str | None:
+        return _sid(str(_as_dict(doc)["session_id"]))
+
+    return Operation(
+        "ingest", "GET", "/v1/sessions", session_id, params={"name": name}, answers={"unknown_name": lambda _: None}
+    )
+
+
+def create_or_find(agent: str, name: str, title: str | None, session_id: str | None) -> Operation[NamedSession]:
+    """Starts the session ``name`` in the caller's tenant, or answers the one it points to.
+
+    No session id is sent unless given, so the service picks one and keeps to it: a retry
+    after an answer that got lost finds the name taken by the session the first attempt
+    started (``opened=None``, like any taken name: the caller takes it over), and a create of
+    the name that died between taking the name and starting its session is finished by this
+    one."""
+
+    def created(doc: Any) -> NamedSession:
+        opened = Opened.from_json(_as_dict(doc))
+        return NamedSession(opened.session_id, name, opened)
+
+    def taken(problem: dict[str, Any]) -> NamedSession:
+        found = problem.get("session_id")
+        if not found:
+            raise errors.problem_error(409, problem)
+        return NamedSession(_sid(str(found)), name)
+
+    op = create(agent, title, session_id, name)
+    return Operation(op.service, op.method, op.path, created, op.body, answers={"name_taken": taken})
+
+
 def claim(session_id: str, writer: str) -> Operation[Opened]:
-    return Operation("ingest", "POST", f"/v1/sessions/{_sid(session_id)}/claim", Opened.from_json, {"writer": writer})
+    return Operation("ingest", "POST", _session_path(session_id, "claim"), Opened.from_json, {"writer": writer})
 
 
 def append(
     session_id: str, epoch: int, events: Sequence[Mapping[str, Any]], writer_token: str | None = None
 ) -> Operation[Appended]:
     body = {"epoch": epoch, "events": list(events)}
-    path = f"/v1/sessions/{_sid(session_id)}/events"
+    path = _session_path(session_id, "events")
     return Operation("ingest", "POST", path, Appended.from_json, body, headers=_writer(writer_token))
 
 
@@ -71,7 +133,7 @@ def checkpoint(
     session_id: str, epoch: int, workspace_revision: str | None, writer_token: str | None = None
 ) -> Operation[EventAck]:
     body = _opt(epoch=epoch, workspace_revision=workspace_revision)
-    path = f"/v1/sessions/{_sid(session_id)}/checkpoint"
+    path = _session_path(session_id, "checkpoint")
     return Operation("ingest", "POST", path, EventAck.from_json, body, headers=_writer(writer_token))
 
 
@@ -79,17 +141,17 @@ def close(
     session_id: str, epoch: int, outcome: TerminalOutcome, reason: str | None, writer_token: str | None = None
 ) -> Operation[EventAck]:
     body = _opt(epoch=epoch, outcome=outcome, reason=reason)
-    path = f"/v1/sessions/{_sid(session_id)}/close"
+    path = _session_path(session_id, "close")
     return Operation("ingest", "POST", path, EventAck.from_json, body, headers=_writer(writer_token))
 
 
 def resume(session_id: str, writer: str, context_tokens: int | None) -> Operation[ResumeBundle]:
     body = _opt(writer=writer, context_tokens=context_tokens)
-    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/resume", ResumeBundle.from_json, body)
+    return Operation("recovery", "POST", _session_path(session_id, "resume"), ResumeBundle.from_json, body)
 
 
 def session(session_id: str) -> Operation[SessionView]:
-    return Operation("recovery", "GET", f"/v1/sessions/{_sid(session_id)}", SessionView.from_json)
+    return Operation("recovery", "GET", _session_path(session_id), SessionView.from_json)
 
 
 def events(
@@ -113,29 +175,29 @@ def events(
     return Operation(
         "recovery",
         "GET",
-        f"/v1/sessions/{_sid(session_id)}/events",
+        _session_path(session_id, "events"),
         EventPage.from_json,
         params={k: str(v) for k, v in params.items()},
     )
 
 
 def fork(session_id: str, at_seq: int, agent: str, child_id: str | None) -> Operation[dict[str, Any]]:
-    body = _opt(at_seq=at_seq, agent=agent, session_id=_sid(child_id) if child_id else None)
-    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/fork", _as_dict, body)
+    body = _opt(at_seq=at_seq, agent=agent, session_id=_sid(child_id) if child_id is not None else None)
+    return Operation("recovery", "POST", _session_path(session_id, "fork"), _as_dict, body)
 
 
 def resolve(
     session_id: str, call_seq: int, succeeded: bool, output: str, reason: str, operator: str | None
 ) -> Operation[dict[str, Any]]:
     body = _opt(call_seq=call_seq, succeeded=succeeded, output=output, reason=reason, operator=operator)
-    return Operation("recovery", "POST", f"/v1/sessions/{_sid(session_id)}/resolutions", _as_dict, body)
+    return Operation("recovery", "POST", _session_path(session_id, "resolutions"), _as_dict, body)
 
 
 def decide(
     session_id: str, approval_id: str, approved: bool, reason: str | None, decided_by: str | None
 ) -> Operation[dict[str, Any]]:
     body = _opt(approved=approved, reason=reason, decided_by=decided_by)
-    path = f"/v1/sessions/{_sid(session_id)}/approvals/{approval_id}"
+    path = _session_path(session_id, "approvals", approval_id)
     return Operation("recovery", "POST", path, _as_dict, body)
 
 
@@ -156,6 +218,9 @@ def read_answer(op: Operation[T], response: httpx.Response) -> T:
             raise errors.SessionlogError(f"{op.method} {op.path}: the answer is not JSON")
         return op.decode(doc)
     problem = doc if isinstance(doc, dict) else {"detail": response.text[:200]}
+    answer = (op.answers or {}).get(str(problem.get("code", "")))
+    if answer is not None:
+        return answer(problem)
     raise errors.problem_error(response.status_code, problem)
 
 

@@ -19,7 +19,17 @@ import httpx
 import tenacity
 
 from . import _api
-from .models import Appended, EventAck, EventPage, HistoryEvent, Opened, ResumeBundle, SessionView, TerminalOutcome
+from .models import (
+    Appended,
+    EventAck,
+    EventPage,
+    HistoryEvent,
+    NamedSession,
+    Opened,
+    ResumeBundle,
+    SessionView,
+    TerminalOutcome,
+)
 
 T = TypeVar("T")
 
@@ -106,9 +116,24 @@ class Client(_Base):
             raise _api.unreachable(op, self._urls, e) from e
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    def create(self, agent: str, title: str | None = None, session_id: str | None = None) -> Opened:
-        """Starts a session (epoch 1, next seq 2)."""
-        return self.send(_api.create(agent, title, session_id))
+    def create(
+        self, agent: str, title: str | None = None, session_id: str | None = None, *, name: str | None = None
+    ) -> Opened:
+        """Starts a session (epoch 1, next seq 2). ``name`` (1-512 bytes, no control characters)
+        names it within the caller's tenant; a name the tenant has already is refused with
+        ``NameTaken``, whose ``session_id`` is the session it points to."""
+        return self.send(_api.create(agent, title, session_id, name))
+
+    def find(self, name: str) -> str | None:
+        """The id of the session ``name`` points to in the caller's tenant, or ``None``."""
+        return self.send(_api.find(name))
+
+    def create_or_find(
+        self, agent: str, name: str, title: str | None = None, session_id: str | None = None
+    ) -> NamedSession:
+        """Starts the session ``name`` in the caller's tenant, or finds the one it points to
+        (``opened`` is ``None`` then: take it over with ``claim`` or ``resume``)."""
+        return self.send(_api.create_or_find(agent, name, title, session_id))
 
     def claim(self, session_id: str, writer: str) -> Opened:
         """Takes a session over with the next epoch; its earlier writers are fenced."""
@@ -209,9 +234,21 @@ class AsyncClient(_Base):
             raise _api.unreachable(op, self._urls, e) from e
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    async def create(self, agent: str, title: str | None = None, session_id: str | None = None) -> Opened:
-        """Starts a session (epoch 1, next seq 2)."""
-        return await self.send(_api.create(agent, title, session_id))
+    async def create(
+        self, agent: str, title: str | None = None, session_id: str | None = None, *, name: str | None = None
+    ) -> Opened:
+        """Starts a session (epoch 1, next seq 2), named ``name`` when given: see ``Client.create``."""
+        return await self.send(_api.create(agent, title, session_id, name))
+
+    async def find(self, name: str) -> str | None:
+        """The id of the session ``name`` points to in the caller's tenant, or ``None``."""
+        return await self.send(_api.find(name))
+
+    async def create_or_find(
+        self, agent: str, name: str, title: str | None = None, session_id: str | None = None
+    ) -> NamedSession:
+        """Starts the session ``name``, or finds the one it points to: see ``Client.create_or_find``."""
+        return await self.send(_api.create_or_find(agent, name, title, session_id))
 
     async def claim(self, session_id: str, writer: str) -> Opened:
         """Takes a session over with the next epoch; its earlier writers are fenced."""

@@ -15,6 +15,11 @@ class SessionlogError(Exception):
     """Anything the client raises."""
 
 
+class InvalidArgument(SessionlogError, ValueError):
+    """An argument the client refuses before sending anything (a session id that is not a
+    UUID, an empty approval id): a ``ValueError`` too."""
+
+
 class TransportError(SessionlogError):
     """The service could not be reached or did not answer, after every retry."""
 
@@ -143,6 +148,12 @@ class UnknownSession(NotFound):
     code_name = "unknown_session"
 
 
+class UnknownName(NotFound):
+    """No session of this name in the caller's tenant."""
+
+    code_name = "unknown_name"
+
+
 class NoSuchRoute(NotFound):
     """No such route: check the service's base URL."""
 
@@ -159,6 +170,18 @@ class WrongSeq(Conflict):
     """An event's seq is not the next one (`expected_seq` says which is)."""
 
     code_name = "wrong_seq"
+
+
+class NameTaken(Conflict):
+    """The caller's tenant has a session of this name already; ``session_id`` is that session."""
+
+    code_name = "name_taken"
+
+    @property
+    def session_id(self) -> str | None:
+        """The session the name points to (``None`` if the service did not say)."""
+        found = self.problem.get("session_id")
+        return str(found) if found else None
 
 
 class SeqConflict(Conflict):
@@ -237,6 +260,13 @@ class InvalidRequest(Unprocessable):
     """The body has the wrong shape."""
 
     code_name = "invalid_request"
+
+
+class InvalidIdentifier(Unprocessable):
+    """An identifier (an approval id, an idempotency key, a framework key, a session name) is
+    empty, too long, or holds characters it may not."""
+
+    code_name = "invalid_identifier"
 
 
 class InvalidEvent(Unprocessable):
@@ -372,8 +402,8 @@ _BY_CODE: dict[str, type[ProblemError]] = {
     cls.code_name: cls
     for cls in [
         Unauthenticated, Forbidden, InternalError, MalformedJson, BadSessionId, BadPath, BadQuery,
-        BadRequestBody, BadRange, BadLimit, BadCursor, UnknownKind, UnknownSession, NoSuchRoute,
-        AlreadyStarted, WrongSeq, SeqConflict, Fenced, UnknownEpoch, LostClaim, SessionEnded,
+        BadRequestBody, BadRange, BadLimit, BadCursor, UnknownKind, UnknownSession, UnknownName, NoSuchRoute,
+        AlreadyStarted, NameTaken, InvalidIdentifier, WrongSeq, SeqConflict, Fenced, UnknownEpoch, LostClaim, SessionEnded,
         StartDeleted, AwaitingApproval, NeedsResolution, UnverifiedDecision, SessionErased, TooMany,
         TooLargeBody, InvalidRequest, InvalidEvent, ReservedKind, SealedContent, NotInDoubt,
         NoSuchApproval, BadForkPoint, Backpressure, NotAcknowledged, RegistryUnavailable,

@@ -52,16 +52,36 @@ class Opened:
     #: What proves this writer on its appends, checkpoints and close (``None`` from a service
     #: that issues none). A secret: kept out of ``repr``.
     writer_token: str | None = field(default=None, repr=False)
+    #: The session's name within its tenant, when it was created with one.
+    name: str | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> Opened:
+        name = doc.get("name")
         return Opened(
             session_id=str(doc["session_id"]),
             epoch=int(doc["epoch"]),
             next_seq=int(doc["next_seq"]),
             event=EventAck.from_json(doc["event"]),
             writer_token=_token(doc),
+            name=str(name) if name is not None else None,
         )
+
+
+@dataclass(frozen=True)
+class NamedSession:
+    """The session a name points to within the caller's tenant, and whether this call made it."""
+
+    session_id: str
+    name: str
+    #: The create's answer when this call started the session: write with its epoch and token.
+    #: ``None`` when the name already pointed to a session: take that one over (claim or resume).
+    opened: Opened | None = None
+
+    @property
+    def created(self) -> bool:
+        """Whether this call started the session."""
+        return self.opened is not None
 
 
 @dataclass(frozen=True)

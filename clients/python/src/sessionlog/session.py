@@ -25,7 +25,7 @@ import tenacity
 from . import errors
 from .client import AsyncClient, Client
 from .ledger import Occurrences, SessionLedger, ToolCall, new_session_id, now_micros
-from .models import EffectClass, EventAck, EventPage, ResumeBundle, TerminalOutcome
+from .models import EffectClass, EventAck, EventPage, Opened, ResumeBundle, TerminalOutcome
 
 Event = tuple[str, dict[str, Any], dict[str, Any]]
 """An event to append: its kind, its data, and its envelope fields (``causation_id``,
@@ -143,6 +143,19 @@ async def await_projected(client: AsyncClient, session_id: str, seq: int, wait_f
             attempt.retry_state.set_result(page)
 
 
+def _opened_ledger(opened: Opened) -> SessionLedger:
+    return SessionLedger(opened.session_id, opened.epoch, opened.next_seq, opened.writer_token)
+
+
+def _our_start(refusal: errors.ProblemError, sid: str, given: str | None) -> bool:
+    """Whether a create's refusal found the session this very start made (an attempt whose
+    answer was lost, then retried): its fresh id is taken, or its name points to that id. An
+    id the caller gave may be another's start."""
+    if given is not None:
+        return False
+    return not isinstance(refusal, errors.NameTaken) or refusal.session_id == sid
+
+
 def framework_state(framework: str, key: str, state: str) -> Event:
     """A framework's own state, kept sealed in the log (schema v4)."""
     return "FrameworkStateSaved", {"framework": framework, "key": key, "state": _plain(state)}, {}
@@ -170,17 +183,45 @@ class Session:
         return self.ledger.occurrences
 
     @classmethod
-    def start(cls, client: Client, agent: str, title: str | None = None, session_id: str | None = None) -> Session:
-        """Starts a session run by ``agent`` (with a fresh id unless ``session_id`` names one)."""
+    def start(
+        cls,
+        client: Client,
+        agent: str,
+        title: str | None = None,
+        session_id: str | None = None,
+        *,
+        name: str | None = None,
+    ) -> Session:
+        """Starts a session run by ``agent`` (with a fresh id unless ``session_id`` names one),
+        named ``name`` within the caller's tenant when given (``NameTaken`` if the name is)."""
         sid = session_id or new_session_id()
         try:
-            opened = client.create(agent, title, sid)
-        except errors.AlreadyStarted:
-            if session_id is not None:
+            opened = client.create(agent, title, sid, name=name)
+        except (errors.AlreadyStarted, errors.NameTaken) as e:
+            if not _our_start(e, sid, session_id):
                 raise
-            # The id is ours and fresh: a retry found the first attempt's start. Claim to write on.
+            # A retry found the first attempt's start. Claim to write on.
             opened = client.claim(sid, agent)
-        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq, opened.writer_token))
+        return cls(client, _opened_ledger(opened))
+
+    @classmethod
+    def open_named(
+        cls,
+        client: Client,
+        name: str,
+        *,
+        agent: str,
+        writer: str | None = None,
+        title: str | None = None,
+        wait_for: float = 30.0,
+    ) -> Session:
+        """The writer of the session ``name`` in the caller's tenant: started by ``agent`` when
+        the name is new (``bundle`` is ``None`` then), else taken over as ``writer`` (``agent``
+        unless given) like ``resume`` does, so an earlier writer is fenced."""
+        named = client.create_or_find(agent, name, title)
+        if named.opened is not None:
+            return cls(client, _opened_ledger(named.opened))
+        return cls.resume(client, named.session_id, writer or agent, wait_for=wait_for)
 
     @classmethod
     def resume(
@@ -300,17 +341,40 @@ class AsyncSession:
 
     @classmethod
     async def start(
-        cls, client: AsyncClient, agent: str, title: str | None = None, session_id: str | None = None
+        cls,
+        client: AsyncClient,
+        agent: str,
+        title: str | None = None,
+        session_id: str | None = None,
+        *,
+        name: str | None = None,
     ) -> AsyncSession:
         """Starts a session run by ``agent``: see ``Session.start``."""
         sid = session_id or new_session_id()
         try:
-            opened = await client.create(agent, title, sid)
-        except errors.AlreadyStarted:
-            if session_id is not None:
+            opened = await client.create(agent, title, sid, name=name)
+        except (errors.AlreadyStarted, errors.NameTaken) as e:
+            if not _our_start(e, sid, session_id):
                 raise
             opened = await client.claim(sid, agent)
-        return cls(client, SessionLedger(opened.session_id, opened.epoch, opened.next_seq, opened.writer_token))
+        return cls(client, _opened_ledger(opened))
+
+    @classmethod
+    async def open_named(
+        cls,
+        client: AsyncClient,
+        name: str,
+        *,
+        agent: str,
+        writer: str | None = None,
+        title: str | None = None,
+        wait_for: float = 30.0,
+    ) -> AsyncSession:
+        """The writer of the session ``name``, started or taken over: see ``Session.open_named``."""
+        named = await client.create_or_find(agent, name, title)
+        if named.opened is not None:
+            return cls(client, _opened_ledger(named.opened))
+        return await cls.resume(client, named.session_id, writer or agent, wait_for=wait_for)
 
     @classmethod
     async def resume(

@@ -1,7 +1,8 @@
 """LangGraph on sessionlog: ``SessionlogSaver`` is a ``BaseCheckpointSaver`` that keeps a
 thread's checkpoints and pending writes in a sessionlog session's log.
 
-A thread is a session (its id when the thread id is a UUID, else a name-based UUID of it). Each
+A thread is a session, found by its name ``thread:{thread_id}`` within the caller's tenant (so
+two tenants' threads of the same id are two sessions, and neither learns of the other's). Each
 checkpoint and each pending write is a ``FrameworkStateSaved`` event (framework ``langgraph``),
 its state sealed under the session's key like any text and read back by range reads, so the
 graph's state has the log's guarantees: acknowledged means durable, and a new process on any
@@ -9,8 +10,14 @@ machine resumes the thread where the last one stopped. Nothing is rewritten: ``d
 ``prune`` and ``delete_for_runs`` append markers that readers honour (``sessionlog erase``
 destroys the text itself), and ``copy_thread`` is a fork, so the copy keeps its lineage.
 
-Every thread a saver starts is also recorded in its catalogue session (one per ``catalogue``
-name), so ``list(None)`` and ``delete_for_runs`` reach threads other processes wrote.
+A framework state's key is plain in the log (only the state is sealed), so no key holds text a
+user chose: checkpoints and writes are keyed by what LangGraph generates (checkpoint and task
+ids, and the checkpoint namespace, which holds the graph's node names), and the thread id is
+only in sealed state.
+
+Every thread a saver starts is also recorded in its catalogue session (named
+``catalogue:{catalogue}``), so ``list(None)`` and ``delete_for_runs`` reach threads other
+processes wrote.
 
 Both the blocking and the async methods run on one event loop the saver owns, in a thread of its
 own: one implementation serves both, whichever loop (if any) the caller runs.
@@ -51,7 +58,7 @@ from langgraph.config import get_config
 from .. import errors
 from ..client import AsyncClient, Credential
 from ..ledger import Occurrences, SessionLedger, ToolCall
-from ..models import EffectClass, EventAck, HistoryEvent, text_of
+from ..models import EffectClass, EventAck, HistoryEvent, SessionView, text_of
 from ..session import AsyncSession, await_projected, framework_state
 from ..tools import durable_tool
 
@@ -59,7 +66,14 @@ T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
 FRAMEWORK = "langgraph"
-_NAMESPACE = uuid.UUID("0f6b1d2e-4f53-4a39-8d7e-6c1f3b2a9e11")
+#: The key of a catalogue's record of a thread: a constant, as a key is plain in the log (the
+#: thread id is in the record's sealed state).
+THREAD_KEY = "thread"
+#: The agent of a copied thread's named session. A fork cannot take a name, so ``copy_thread``
+#: starts a session under the target thread's name that only holds the name, and forks the
+#: source into the session ``copy_session_id`` derives from it: the thread's events are there.
+COPY_AGENT = "sessionlog-langgraph:copy"
+_COPIES = uuid.UUID("0f6b1d2e-4f53-4a39-8d7e-6c1f3b2a9e11")
 
 
 # The durable calls of the LangGraph task running now. LangGraph runs each execution of a node in
@@ -79,12 +93,18 @@ def _task_occurrences() -> Occurrences:
     return occurrences
 
 
-def thread_session_id(thread_id: str) -> str:
-    """The session of a LangGraph thread: the id itself when it is a UUID, else a UUIDv5 of it."""
-    try:
-        return str(uuid.UUID(thread_id))
-    except ValueError:
-        return str(uuid.uuid5(_NAMESPACE, f"thread:{thread_id}"))
+_THREAD = "thread:"
+
+
+def thread_name(thread_id: str) -> str:
+    """The name of a LangGraph thread's session, unique within the caller's tenant."""
+    return _THREAD + thread_id
+
+
+def copy_session_id(named: str) -> str:
+    """The session a copied thread's events are in, given the id its name points to (a fresh
+    id of the caller's tenant, which another tenant can neither guess nor hold)."""
+    return str(uuid.uuid5(_COPIES, named))
 
 
 def _typed(value: tuple[str, bytes]) -> list[str]:
@@ -184,12 +204,18 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         wait_for: float = 30.0,
     ) -> None:
         super().__init__(serde=serde)
+        if writer == COPY_AGENT:
+            raise ValueError(f"{COPY_AGENT!r} marks a copied thread's name: name the writer otherwise")
         self.writer_name = writer
-        self.catalogue_id = str(uuid.uuid5(_NAMESPACE, f"catalogue:{catalogue}"))
+        #: The catalogue session's name within the caller's tenant.
+        self.catalogue_name = f"catalogue:{catalogue}"
         self.wait_for = wait_for
         self._client = AsyncClient(ingest_url, recovery_url, token=token)
+        # By session name (a thread's, or the catalogue's).
         self._writers: dict[str, AsyncSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # The session holding each name's events, once known (a copy's is not the named one).
+        self._sessions: dict[str, str] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sessionlog-saver", daemon=True)
         self._thread.start()
@@ -299,57 +325,83 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
 
     # -- on the saver's loop --------------------------------------------------------------------
 
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(thread_id, asyncio.Lock())
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
 
-    async def _writer(self, thread_id: str, *, create: bool = True) -> AsyncSession | None:
-        """The writer of ``thread_id``'s session: taken over (resume) or started."""
-        if thread_id in self._writers:
-            return self._writers[thread_id]
-        sid = thread_session_id(thread_id)
-        try:
-            writer = await AsyncSession.resume(self._client, sid, self.writer_name, wait_for=self.wait_for)
-        except errors.UnknownSession:
-            if not create:
+    async def _resume(self, session_id: str) -> AsyncSession:
+        return await AsyncSession.resume(self._client, session_id, self.writer_name, wait_for=self.wait_for)
+
+    async def _writer(self, name: str, *, create: bool = True) -> AsyncSession | None:
+        """The writer of the session ``name`` (a thread's or the catalogue's): taken over
+        (resume), or started when ``create``; a thread new to the log is catalogued."""
+        if name in self._writers:
+            return self._writers[name]
+        if create:
+            writer = await AsyncSession.open_named(
+                self._client, name, agent=self.writer_name, title=f"langgraph {name}", wait_for=self.wait_for
+            )
+        else:
+            sid = await self._client.find(name)
+            if sid is None:
                 return None
+            writer = await self._resume(sid)
+        if writer.bundle is not None and writer.bundle.state.get("agent") == COPY_AGENT:
             try:
-                writer = await AsyncSession.start(self._client, self.writer_name, f"langgraph thread {thread_id}", sid)
-            except errors.AlreadyStarted:
-                writer = await AsyncSession.resume(self._client, sid, self.writer_name, wait_for=self.wait_for)
-            if thread_id != self.catalogue_id:
-                await self._catalogue(thread_id)
-        self._writers[thread_id] = writer
+                writer = await self._resume(copy_session_id(writer.session_id))
+            except errors.UnknownSession:
+                raise errors.SessionlogError(
+                    f"{name!r} names a copy whose fork is not in the log (an interrupted copy_thread?): copy it again"
+                ) from None
+        elif writer.bundle is None and name.startswith(_THREAD):
+            await self._catalogue(name.removeprefix(_THREAD))
+        self._sessions[name] = writer.session_id
+        self._writers[name] = writer
         return writer
 
     async def _tool_writer(self, thread_id: str) -> AsyncSession:
         """The writer for a durable tool, taken under the thread's lock: LangGraph saves the
         thread's writes while its nodes run, and two first takeovers would fence each other."""
-        async with self._lock(thread_id):
-            writer = await self._writer(thread_id)
+        name = thread_name(thread_id)
+        async with self._lock(name):
+            writer = await self._writer(name)
         assert writer is not None
         return writer
 
     async def _catalogue(self, thread_id: str) -> None:
         """Records ``thread_id`` in the catalogue, taking the catalogue over if another process did."""
-        event = framework_state(FRAMEWORK, f"thread:{thread_id}", json.dumps({"type": "thread", "thread_id": thread_id}))
+        event = framework_state(FRAMEWORK, THREAD_KEY, json.dumps({"type": "thread", "thread_id": thread_id}))
         for _ in range(3):
-            writer = await self._writer(self.catalogue_id)
+            writer = await self._writer(self.catalogue_name)
             assert writer is not None
             try:
                 await writer.append(event)
                 return
             except errors.Fenced:
-                del self._writers[self.catalogue_id]
+                del self._writers[self.catalogue_name]
         raise errors.SessionlogError("the LangGraph catalogue is being taken over by other processes; try again")
 
-    async def _last_seq(self, thread_id: str) -> int | None:
-        """The thread session's last seq (``None`` when it does not exist)."""
-        writer = self._writers.get(thread_id)
+    async def _view(self, name: str) -> SessionView | None:
+        """The session holding ``name``'s events, rebuilt (``None`` when there is none)."""
+        sid = self._sessions.get(name) or await self._client.find(name)
+        if sid is None:
+            return None
+        try:
+            view = await self._client.session(sid)
+            if view.state.get("agent") == COPY_AGENT:
+                sid = copy_session_id(sid)
+                view = await self._client.session(sid)
+        except errors.UnknownSession:
+            return None
+        self._sessions[name] = sid
+        return view
+
+    async def _last_seq(self, name: str) -> int | None:
+        """The last seq of the session holding ``name``'s events (``None`` when there is none)."""
+        writer = self._writers.get(name)
         if writer is not None:
             return writer.ledger.next_seq - 1
-        try:
-            view = await self._client.session(thread_session_id(thread_id))
-        except errors.UnknownSession:
+        view = await self._view(name)
+        if view is None:
             return None
         # A copy reads its source's history through the fork point: wait for that too.
         parent = view.state.get("parent")
@@ -359,11 +411,11 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             )
         return int(view.state.get("last_seq", 0))
 
-    async def _load(self, thread_id: str) -> ThreadState | None:
-        last = await self._last_seq(thread_id)
+    async def _load(self, name: str) -> ThreadState | None:
+        last = await self._last_seq(name)
         if last is None:
             return None
-        sid = thread_session_id(thread_id)
+        sid = self._sessions[name]
         await await_projected(self._client, sid, last, self.wait_for)
         events = [
             e async for e in self._client.events(sid, kinds=["FrameworkStateSaved"], inherited=True, limit=1000)
@@ -390,8 +442,9 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
         thread_id, ns = str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
-        async with self._lock(thread_id):
-            thread = await self._load(thread_id)
+        name = thread_name(thread_id)
+        async with self._lock(name):
+            thread = await self._load(name)
         if thread is None or not thread.checkpoints.get(ns):
             return None
         checkpoint_id = get_checkpoint_id(config) or max(thread.checkpoints[ns])
@@ -401,12 +454,13 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
 
     async def _threads(self) -> builtins.list[str]:
         """Every thread the catalogue records."""
-        last = await self._last_seq(self.catalogue_id)
+        last = await self._last_seq(self.catalogue_name)
         if last is None:
             return []
-        await await_projected(self._client, self.catalogue_id, last, self.wait_for)
+        catalogue = self._sessions[self.catalogue_name]
+        await await_projected(self._client, catalogue, last, self.wait_for)
         found: builtins.list[str] = []
-        async for event in self._client.events(self.catalogue_id, kinds=["FrameworkStateSaved"], limit=1000):
+        async for event in self._client.events(catalogue, kinds=["FrameworkStateSaved"], limit=1000):
             text = text_of((event.data or {}).get("state"))
             if text is not None:
                 thread_id = str(json.loads(text)["thread_id"])
@@ -427,8 +481,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         before_id = get_checkpoint_id(before) if before else None
         found: builtins.list[CheckpointTuple] = []
         for thread_id in threads:
-            async with self._lock(thread_id):
-                thread = await self._load(thread_id)
+            async with self._lock(thread_name(thread_id)):
+                thread = await self._load(thread_name(thread_id))
             for ns, saved in (thread.checkpoints if thread else {}).items():
                 if wanted_ns is not None and ns != wanted_ns:
                     continue
@@ -455,8 +509,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             "checkpoint": _typed(self.serde.dumps_typed(checkpoint)),
             "metadata": _typed(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
         }
-        async with self._lock(thread_id):
-            writer = await self._writer(thread_id)
+        async with self._lock(thread_name(thread_id)):
+            writer = await self._writer(thread_name(thread_id))
             assert writer is not None
             await writer.append(framework_state(FRAMEWORK, f"checkpoint:{ns}:{checkpoint['id']}", json.dumps(state)))
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
@@ -477,21 +531,22 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             }
             key = f"writes:{ns}:{checkpoint_id}:{task_id}:{index}"
             events.append(framework_state(FRAMEWORK, key, json.dumps(state)))
-        async with self._lock(thread_id):
-            writer = await self._writer(thread_id)
+        async with self._lock(thread_name(thread_id)):
+            writer = await self._writer(thread_name(thread_id))
             assert writer is not None
             await writer.append_all(events)
 
     async def _mark(self, thread_id: str, markers: Any) -> None:
         """Appends the markers ``markers(thread)`` answers for the thread, if it exists."""
-        async with self._lock(thread_id):
-            thread = await self._load(thread_id)
+        name = thread_name(thread_id)
+        async with self._lock(name):
+            thread = await self._load(name)
             if thread is None:
                 return
             found = markers(thread)
             if not found:
                 return
-            writer = await self._writer(thread_id, create=False)
+            writer = await self._writer(name, create=False)
             if writer is None:
                 return
             await writer.append_all(
@@ -531,20 +586,42 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             await self._mark(thread_id, older)
 
     async def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        last = await self._last_seq(source_thread_id)
+        source, target = thread_name(source_thread_id), thread_name(target_thread_id)
+        last = await self._last_seq(source)
         if last is None:
             return
-        target = thread_session_id(target_thread_id)
+        # A fork takes no name: the target's name goes to a session of its own, which only
+        # holds it, and the fork gets the id derived from that session's (see COPY_AGENT).
+        named = await self._client.create_or_find(COPY_AGENT, target, f"langgraph {target}")
+        copy = copy_session_id(named.session_id)
+        if named.opened is None and not await self._interrupted_copy(named.session_id):
+            raise errors.SessionlogError(f"thread {target_thread_id!r} exists: copy_thread copies into a new thread")
         # A fork: the target reads the source's history through `last` as its own past, and
         # keeps the lineage (`sessionlog lineage`). Forking needs the operator role.
-        forked = await self._client.fork(thread_session_id(source_thread_id), last, self.writer_name, target)
-        if forked.get("session_id") != target:
+        try:
+            forked = await self._client.fork(self._sessions[source], last, self.writer_name, copy)
+        except errors.AlreadyStarted:
+            # The copy was free above: the client's retry found its own first attempt's fork.
+            forked = {"session_id": copy}
+        if forked.get("session_id") != copy:
             # A recovery service older than the fork's `session_id` picks an id of its own.
             raise errors.SessionlogError(
-                f"the recovery service forked {source_thread_id!r} into {forked.get('session_id')}, not {target}: "
+                f"the recovery service forked {source_thread_id!r} into {forked.get('session_id')}, not {copy}: "
                 "copy_thread needs a recovery service of this release"
             )
+        self._sessions[target] = copy
         await self._catalogue(target_thread_id)
+
+    async def _interrupted_copy(self, named: str) -> bool:
+        """Whether the session ``named`` holds a copy's name and its fork is not there (a
+        copy_thread that stopped in between): then copying into it goes on."""
+        if (await self._client.session(named)).state.get("agent") != COPY_AGENT:
+            return False
+        try:
+            await self._client.session(copy_session_id(named))
+        except errors.UnknownSession:
+            return True
+        return False
 
 
 class _ThreadWriter:

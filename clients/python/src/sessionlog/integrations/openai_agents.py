@@ -1,5 +1,8 @@
 """The OpenAI Agents SDK on sessionlog: ``SessionlogSession`` implements the SDK's ``Session``
-protocol over a sessionlog session, so an agent's conversation is the session's log.
+protocol over a sessionlog session, so an agent's conversation is the session's log. The SDK
+session id ``id`` finds its sessionlog session by the name ``openai-agents:{id}`` within the
+caller's tenant: two tenants using the same id have two sessions, and neither learns of the
+other's.
 
 Items map to event kinds: a user message is a ``UserRequest``, an assistant message a
 ``ModelResponse``, a function call a ``ToolCallRequested`` (its ``call_id`` is the call's
@@ -27,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
@@ -52,16 +54,12 @@ RETRACTED_BY = "openai-agents:pop_item"
 #: The model name prefix of items kept whole.
 ITEM_MODEL = "openai-agents:item:"
 _ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted"]
-_NAMESPACE = uuid.UUID("5b7e1f5e-2f0c-4c3e-9a55-0c0a5e5510c0")
 
 
-def sessionlog_id(session_id: str) -> str:
-    """The sessionlog session of an SDK session id: the id itself when it is a UUID, else a
-    name-based UUID of it (the same for every process)."""
-    try:
-        return str(uuid.UUID(session_id))
-    except ValueError:
-        return str(uuid.uuid5(_NAMESPACE, session_id))
+def session_name(session_id: str) -> str:
+    """The name of an SDK session's sessionlog session, unique within the caller's tenant (the
+    same in every process)."""
+    return f"openai-agents:{session_id}"
 
 
 def _text_parts(content: Any) -> str:
@@ -74,8 +72,8 @@ def _text_parts(content: Any) -> str:
 class SessionlogSession:
     """An OpenAI Agents SDK ``Session`` whose items live in a sessionlog session.
 
-    The first call takes the session over as ``writer`` (resume: the next epoch, so a crashed
-    process is fenced, and its tool calls settled), or starts it. ``model`` names assistant
+    The first call takes the session named after ``session_id`` over as ``writer`` (resume: the
+    next epoch, so a crashed process is fenced, and its tool calls settled), or starts it. ``model`` names assistant
     messages' model in the log; ``tool_effects`` gives each function tool's effect class
     (``NonIdempotent`` when not named), which recovery settles an unfinished call by.
     """
@@ -125,19 +123,17 @@ class SessionlogSession:
         return wrap
 
     async def open(self) -> AsyncSession:
-        """Takes the session over, or starts it; idempotent."""
+        """Takes the session over, or starts it; idempotent. Another process (or our own retried
+        create) that started it first leaves it to be taken over."""
         if self._writer is None:
-            sid = sessionlog_id(self.session_id)
-            try:
-                self._writer = await AsyncSession.resume(self.client, sid, self.writer_name, wait_for=self.wait_for)
-            except errors.UnknownSession:
-                try:
-                    self._writer = await AsyncSession.start(self.client, self.agent, self.session_id, session_id=sid)
-                except errors.AlreadyStarted:
-                    # Another process (or our own retried create) started it first: take it over.
-                    self._writer = await AsyncSession.resume(
-                        self.client, sid, self.writer_name, wait_for=self.wait_for
-                    )
+            self._writer = await AsyncSession.open_named(
+                self.client,
+                session_name(self.session_id),
+                agent=self.agent,
+                writer=self.writer_name,
+                title=self.session_id,
+                wait_for=self.wait_for,
+            )
         return self._writer
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
