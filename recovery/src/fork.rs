@@ -27,6 +27,20 @@ pub struct Lineage {
     /// Sessions forked from it (directly), with their fork seq, as the projection knows them
     /// (`session_children`), by child id.
     pub children: Vec<(SessionId, u64)>,
+    /// True when the answer covers the session alone ([`Scope::Session`]): its parent appears
+    /// as an id and fork point, nothing further up or down is read.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub withheld: bool,
+}
+
+/// Which sessions an answer about a lineage may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The session and its relatives: a credential of the tenant.
+    Family,
+    /// The session alone: a credential narrowed to it sees its relatives only as ids, and
+    /// reads them with a credential of their own.
+    Session,
 }
 
 /// The events after a fork point on each side.
@@ -38,6 +52,9 @@ pub struct BranchDiff {
     pub parent_only: Vec<LoggedEvent>,
     /// Accepted child events after its fork event.
     pub child_only: Vec<LoggedEvent>,
+    /// True when the parent's events were not read ([`Scope::Session`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub withheld: bool,
 }
 
 impl Recovery {
@@ -169,25 +186,45 @@ impl Recovery {
 
     /// The ancestors of `session` (from the log) and its children (from the projection).
     pub async fn lineage(&self, session: SessionId) -> Result<Lineage> {
+        self.lineage_in(session, Scope::Family).await
+    }
+
+    /// [`Self::lineage`] as `scope` may see it: with [`Scope::Session`], only the session's
+    /// own fork point (its parent as an id), no ancestor above it and no child.
+    pub async fn lineage_in(&self, session: SessionId, scope: Scope) -> Result<Lineage> {
         let mut ancestors = Vec::new();
         let mut current = session;
         // Each step rebuilds one ancestor (from its latest checkpoint) to learn its parent.
         while let Some(point) = self.rebuild(current).await?.state.parent {
             current = point.parent_session_id;
             ancestors.push(point);
+            if scope == Scope::Session {
+                break;
+            }
             if ancestors.len() > 1000 {
                 break; // a cycle cannot be written (a fork is always a new session); guard anyway
             }
         }
+        let children = match scope {
+            Scope::Family => self.children(session).await?,
+            Scope::Session => Vec::new(),
+        };
         Ok(Lineage {
             session_id: session,
             ancestors,
-            children: self.children(session).await?,
+            children,
+            withheld: scope == Scope::Session,
         })
     }
 
     /// The events after the fork point on each side of a child and its parent.
     pub async fn diff(&self, child: SessionId) -> Result<BranchDiff> {
+        self.diff_in(child, Scope::Family).await
+    }
+
+    /// [`Self::diff`] as `scope` may see it: with [`Scope::Session`], the child's side only;
+    /// the parent's events (opened with the parent's key) need a credential on the parent.
+    pub async fn diff_in(&self, child: SessionId, scope: Scope) -> Result<BranchDiff> {
         let mut child_only = Vec::new();
         let rebuilt = self
             .rebuild_with(child, Some(0), |e, _| {
@@ -201,6 +238,17 @@ impl Recovery {
             seq: 0,
             reason: "the session is not a fork".into(),
         })?;
+        // Each side opens with its own session's key (an erased side reads as erased).
+        let child_opener = self.opener(child, rebuilt.state.erased).await?;
+        crate::reveal::open_events(&child_opener, &mut child_only);
+        if scope == Scope::Session {
+            return Ok(BranchDiff {
+                fork_point,
+                parent_only: Vec::new(),
+                child_only,
+                withheld: true,
+            });
+        }
         let mut parent_only = Vec::new();
         // A checkpoint at or before the fork point still reads every parent event after it.
         let parent = self
@@ -214,9 +262,6 @@ impl Recovery {
                 },
             )
             .await?;
-        // Each side opens with its own session's key (an erased side reads as erased).
-        let child_opener = self.opener(child, rebuilt.state.erased).await?;
-        crate::reveal::open_events(&child_opener, &mut child_only);
         let parent_opener = self
             .opener(fork_point.parent_session_id, parent.state.erased)
             .await?;
@@ -225,6 +270,7 @@ impl Recovery {
             fork_point,
             parent_only,
             child_only,
+            withheld: false,
         })
     }
 

@@ -6,7 +6,7 @@
 use crate::history::clip;
 use crate::{BranchDiff, Error, EventPage, EventRange, ForkAt, Lineage, RebuiltSession};
 use crate::{ErasureStatus, ResumeBundle, SessionTrace, StuckSession, UsageBy, UsageReport};
-use crate::{OperatorAct, Recovery, Resolution};
+use crate::{OperatorAct, Recovery, Resolution, Scope};
 use crate::{SpanPage, SpanQuery};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -395,7 +395,8 @@ async fn fork(
     }))
 }
 
-/// A session's ancestors and the sessions forked from it.
+/// A session's ancestors and the sessions forked from it. For a credential narrowed to the
+/// session: its own fork point only (the parent as an id), `withheld: true`.
 #[utoipa::path(
     get,
     path = "/sessions/{session_id}/lineage",
@@ -415,7 +416,10 @@ async fn lineage(
 ) -> Answer<LineageView> {
     let session = sessionlog_http::session_id(&session)?;
     visible(&recovery, &caller, session).await?;
-    Ok(Json(LineageView(recovery.lineage(session).await?)))
+    let scope = scope_of(&caller);
+    Ok(Json(LineageView(
+        recovery.lineage_in(session, scope).await?,
+    )))
 }
 
 /// A session's trace as the projector wrote it: a tree of spans. The session's span is the
@@ -446,7 +450,9 @@ async fn trace(
     ))
 }
 
-/// The events after the fork point on each side of a fork and its parent.
+/// The events after the fork point on each side of a fork and its parent. For a credential
+/// narrowed to the child: the child's side only, `withheld: true` (the parent's events need a
+/// credential on the parent).
 #[utoipa::path(
     get,
     path = "/sessions/{session_id}/diff",
@@ -467,7 +473,19 @@ async fn diff(
 ) -> Answer<BranchDiffView> {
     let session = sessionlog_http::session_id(&session)?;
     visible(&recovery, &caller, session).await?;
-    Ok(Json(BranchDiffView(recovery.diff(session).await?)))
+    let scope = scope_of(&caller);
+    Ok(Json(BranchDiffView(
+        recovery.diff_in(session, scope).await?,
+    )))
+}
+
+/// What a caller may read of a session's relatives: a credential narrowed to one session sees
+/// them only as ids (its route checks made sure the session is that one).
+fn scope_of(caller: &Caller) -> Scope {
+    match caller.session {
+        Some(_) => Scope::Session,
+        None => Scope::Family,
+    }
 }
 
 /// The query of `GET /sessions/{session_id}/events`. Every member is taken as text and parsed

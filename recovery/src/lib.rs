@@ -35,7 +35,7 @@ mod view;
 
 pub use erase::ErasureStatus;
 pub use error::{Error, Result};
-pub use fork::{BranchDiff, ForkAt, Lineage};
+pub use fork::{BranchDiff, ForkAt, Lineage, Scope};
 pub use history::{Cursor, EventPage, EventRange, HistoryEvent};
 pub use observe::describe_metrics;
 pub use operator::{OperatorAct, Resolution, StuckSession};

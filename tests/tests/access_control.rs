@@ -739,3 +739,66 @@ async fn names_belong_to_a_tenant() -> Result<()> {
     }
     Ok(())
 }
+
+/// A credential narrowed to a fork reads the fork, not its parent: `diff` shows the child's
+/// side only and `lineage` the parent as an id; a credential of the whole tenant reads both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_narrowed_to_a_fork_reads_only_the_fork() -> Result<()> {
+    let stack = TestStack::new("access_narrowed", 1).await?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let log = event_log(&stack).await?;
+    let (mut parent, _) = SessionWriter::create(log, "agent", None).await?;
+    parent.user_request("before the fork").await?;
+    let parent_id = parent.session_id();
+    let child: SessionId = recovery
+        .fork(parent_id, sessionlog_recovery::ForkAt::Seq(2), "branch")
+        .await?
+        .envelope
+        .session_id;
+    parent.user_request("PARENT-ONLY secret").await?;
+
+    let narrowed = client_with(&token_with(
+        "carol",
+        &[Role::Reader],
+        Some(child),
+        Duration::from_secs(600),
+    )?)?;
+    let whole = client_with(&token("dave", &[Role::Reader])?)?;
+    let get = |client: &reqwest::Client, tail: &'static str| {
+        let request = client.get(format!(
+            "{}/v1/sessions/{child}/{tail}",
+            recovery_service.base
+        ));
+        async move {
+            let answer = request.send().await?;
+            ensure!(answer.status().is_success(), "{tail}: {}", answer.status());
+            anyhow::Ok(answer.text().await?)
+        }
+    };
+    let diff = get(&narrowed, "diff").await?;
+    ensure!(
+        !diff.contains("PARENT-ONLY"),
+        "a narrowed diff read the parent: {diff}"
+    );
+    let diff: Value = serde_json::from_str(&diff)?;
+    assert_eq!(diff["withheld"], true, "{diff}");
+    assert_eq!(diff["parent_only"], json!([]), "{diff}");
+    let lineage: Value = serde_json::from_str(&get(&narrowed, "lineage").await?)?;
+    assert_eq!(lineage["withheld"], true, "{lineage}");
+    assert_eq!(
+        lineage["ancestors"][0]["parent_session_id"],
+        parent_id.to_string(),
+        "{lineage}"
+    );
+    // The parent itself stays another session for the narrowed credential.
+    let parent_answer = narrowed
+        .get(format!("{}/v1/sessions/{parent_id}", recovery_service.base))
+        .send()
+        .await?;
+    assert_eq!(parent_answer.status().as_u16(), 404);
+    // A credential of the tenant reads both sides.
+    let diff = get(&whole, "diff").await?;
+    ensure!(diff.contains("PARENT-ONLY"), "the tenant's diff: {diff}");
+    Ok(())
+}

@@ -796,7 +796,10 @@ async fn operator_kinds_are_the_operators_through_every_door() -> Result<()> {
     let paused = json!({ "seq": 2, "event_id": Uuid::now_v7(), "kind": "SessionPaused",
         "data": { "reason": { "Plain": "x" } } });
     for (event, want) in [
-        (paused, (StatusCode::UNPROCESSABLE_ENTITY, Some("reserved_kind"))),
+        (
+            paused,
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("reserved_kind")),
+        ),
         (
             json!({ "seq": 2, "event_id": Uuid::now_v7(), "kind": "SessionResumed" }),
             (StatusCode::UNPROCESSABLE_ENTITY, Some("reserved_kind")),
@@ -829,7 +832,12 @@ async fn operator_kinds_are_the_operators_through_every_door() -> Result<()> {
     }
 
     // A plain Kafka producer: the record lands, the fold refuses it, the projection says so.
-    let raw = raw_next(&recovery, session, SessionEvent::SessionPaused { reason: None }).await?;
+    let raw = raw_next(
+        &recovery,
+        session,
+        SessionEvent::SessionPaused { reason: None },
+    )
+    .await?;
     let schema_id = event_log(&stack).await?.schema_id();
     send_to_partition(&stack, schema_id, &raw, recovery.partition_of(session)).await?;
     wait_rejected(&stack, session, "unsigned").await?;
