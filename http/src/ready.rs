@@ -1,6 +1,9 @@
 //! Liveness and readiness: `/health/live` answers while the process serves; `/health/ready`
-//! (and `/health`) asks every server the service needs, and answers 503 naming the ones that
-//! do not answer, so that a load balancer stops sending work a service cannot do.
+//! (and `/health`) asks every server the service needs, and answers 503 when one does not
+//! answer, so that a load balancer stops sending work a service cannot do. Which one, and its
+//! error (internal addresses), only a caller with the operator role sees. The checks run at
+//! most once per [`REPORT_FRESH_FOR`], whoever asks: a flood of probes costs the servers
+//! behind the service nothing more.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -17,10 +20,16 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
 type Check = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// How long a readiness report answers every probe before the checks run again.
+pub const REPORT_FRESH_FOR: Duration = Duration::from_secs(1);
+
 /// The servers (and loops) a service needs, each with a check, for `/health/ready`.
 #[derive(Clone, Default)]
 pub struct Readiness {
     checks: Arc<Vec<(&'static str, Check)>>,
+    /// The last report and when it was made; the lock also makes concurrent probes wait for
+    /// one run of the checks instead of each starting its own.
+    last: Arc<tokio::sync::Mutex<Option<(Instant, ReadinessReport)>>>,
 }
 
 /// What `/health/live` answers: the process serves.
@@ -54,7 +63,9 @@ pub struct ReadinessReport {
     /// `ready`, or `not_ready` when any check failed.
     #[schema(example = "ready")]
     pub status: &'static str,
-    /// Every check, by name (`kafka`, `registry`, `store`, ...).
+    /// Every check, by name (`kafka`, `registry`, `store`, ...); empty unless the caller has
+    /// the operator role.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub checks: BTreeMap<&'static str, CheckOutcome>,
 }
 
@@ -143,9 +154,19 @@ impl Readiness {
         }
     }
 
-    /// The report with its status code: 200 when ready, 503 when not.
+    /// The report with its status code: 200 when ready, 503 when not. A report made within
+    /// [`REPORT_FRESH_FOR`] is answered again.
     pub async fn answer(&self) -> (StatusCode, Json<ReadinessReport>) {
-        let report = self.report().await;
+        let mut last = self.last.lock().await;
+        let report = match &*last {
+            Some((at, report)) if at.elapsed() < REPORT_FRESH_FOR => report.clone(),
+            _ => {
+                let report = self.report().await;
+                *last = Some((Instant::now(), report.clone()));
+                report
+            }
+        };
+        drop(last);
         let status = if report.ready() {
             StatusCode::OK
         } else {

@@ -151,10 +151,14 @@ impl<S: Clone + Send + Sync + 'static> Service<S> {
             metrics,
             before: self.before_scrape.take(),
         };
-        self.api = self
-            .api
-            .route_layer(middleware::from_fn_with_state(authenticator, authenticate));
-        let readiness = self.readiness.clone();
+        self.api = self.api.route_layer(middleware::from_fn_with_state(
+            Arc::clone(&authenticator),
+            authenticate,
+        ));
+        let readiness = Probe {
+            readiness: self.readiness.clone(),
+            authenticator,
+        };
         let (router, document) = self.assemble().with_state(state).split_for_parts();
         let document = secured(document);
         let document = Arc::new(serde_json::to_value(&document).unwrap_or_default());
@@ -378,12 +382,41 @@ async fn render_metrics(Extension(scrape): Extension<Scrape>) -> Response {
     path = "/health",
     tag = "infrastructure",
     responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+        (status = 200, description = "ready (each check's outcome for a caller with the operator role)", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer (which one, for a caller with the operator role)", body = ReadinessReport),
     )
 )]
-async fn health(Extension(readiness): Extension<Readiness>) -> Response {
-    readiness.answer().await.into_response()
+async fn health(Extension(probe): Extension<Probe>, request: Request) -> Response {
+    probe.answer(request).await
+}
+
+/// What the readiness routes need: the checks, and the authenticator that tells an operator
+/// (who sees each check's outcome) from anyone else (who sees ready or not ready).
+#[derive(Clone)]
+struct Probe {
+    readiness: Readiness,
+    authenticator: Arc<dyn Authenticator>,
+}
+
+impl Probe {
+    /// The readiness report; its details (each check, and what failed, which names internal
+    /// addresses) only for a caller authenticated with the operator role.
+    async fn answer(&self, request: Request) -> Response {
+        let (mut parts, _) = request.into_parts();
+        let operator = parts
+            .headers
+            .contains_key(axum::http::header::AUTHORIZATION)
+            && self.authenticator.authenticate(&mut parts).await.is_ok()
+            && parts
+                .extensions
+                .get::<crate::Caller>()
+                .is_some_and(|caller| caller.roles.contains(&sessionlog_log::Role::Operator));
+        let (status, axum::Json(mut report)) = self.readiness.answer().await;
+        if !operator {
+            report.checks.clear();
+        }
+        (status, axum::Json(report)).into_response()
+    }
 }
 
 /// Readiness: every server the service needs answers; 503 names those that do not.
@@ -392,12 +425,12 @@ async fn health(Extension(readiness): Extension<Readiness>) -> Response {
     path = "/health/ready",
     tag = "infrastructure",
     responses(
-        (status = 200, description = "ready", body = ReadinessReport),
-        (status = 503, description = "a server the service needs does not answer", body = ReadinessReport),
+        (status = 200, description = "ready (each check's outcome for a caller with the operator role)", body = ReadinessReport),
+        (status = 503, description = "a server the service needs does not answer (which one, for a caller with the operator role)", body = ReadinessReport),
     )
 )]
-async fn ready(Extension(readiness): Extension<Readiness>) -> Response {
-    readiness.answer().await.into_response()
+async fn ready(Extension(probe): Extension<Probe>, request: Request) -> Response {
+    probe.answer(request).await
 }
 
 /// Liveness: the process serves requests, whatever the servers behind it do.

@@ -42,11 +42,13 @@ async fn readiness_names_a_stopped_registry_and_liveness_does_not_change() -> Re
     let projector_listen = format!("http://127.0.0.1:{port}");
     let mut projector = spawn_projector_with(&stack, &["--listen", &format!("127.0.0.1:{port}")])?;
     let http = reqwest::Client::new();
+    // Each check's outcome is an operator's to see; anyone else learns ready or not.
+    let operator = sessionlog_tests::auth::client()?;
     let ready = format!("{}/health/ready", ingest.base);
 
     let (_, report) = wait_for("the services to be ready", Duration::from_secs(60), || {
         let (http, ready, projector_ready) = (
-            http.clone(),
+            operator.clone(),
             ready.clone(),
             format!("{projector_listen}/health/ready"),
         );
@@ -73,7 +75,18 @@ async fn readiness_names_a_stopped_registry_and_liveness_does_not_change() -> Re
     assert!(stopped.success());
 
     for path in ["/health/ready", "/health"] {
-        let (status, report) = get(&http, &format!("{}{path}", ingest.base)).await?;
+        let (status, anonymous) = get(&http, &format!("{}{path}", ingest.base)).await?;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{path}: {anonymous}"
+        );
+        assert_eq!(
+            anonymous,
+            serde_json::json!({ "status": "not_ready" }),
+            "{path}"
+        );
+        let (status, report) = get(&operator, &format!("{}{path}", ingest.base)).await?;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {report}");
         assert_eq!(report["status"], "not_ready", "{report}");
         assert_eq!(report["checks"]["registry"]["ok"], false, "{report}");
