@@ -97,7 +97,8 @@ struct Point {
     outcome: &'static str,
     at: LogPosition,
     time_us: Micros,
-    /// The approval's id, cut at [`MAX_APPROVAL_ID_BYTES`].
+    /// The approval's span name: a digest of its id, never the id
+    /// ([`sessionlog_session::trace::approval_span_name`]).
     approval_id: Option<String>,
 }
 
@@ -120,10 +121,6 @@ impl Point {
 /// default limit, so a session steered without end does not grow the export's memory or one
 /// request without bound.
 pub const MAX_SESSION_EVENTS: usize = 128;
-
-/// The most of an approval id (the harness's, up to an event's size) a root span's event
-/// carries: 128 whole ones could make the root span too large for a receiver.
-pub const MAX_APPROVAL_ID_BYTES: usize = 256;
 
 /// The span an event closes, before it is turned into OTLP.
 struct Closed<'a> {
@@ -241,8 +238,7 @@ impl Trail {
             outcome: write.outcome,
             at,
             time_us: write.start_us,
-            approval_id: (write.span_kind == tree::APPROVAL)
-                .then(|| cut(&write.name, MAX_APPROVAL_ID_BYTES)),
+            approval_id: (write.span_kind == tree::APPROVAL).then(|| write.name.clone()),
         });
     }
 }
@@ -779,22 +775,25 @@ pub(crate) mod tests {
         );
         assert_eq!(
             value_of(approval, "sessionlog.approval.id"),
-            Some(&Value::from("deploy-1"))
+            Some(&Value::from(sessionlog_session::trace::approval_span_name(
+                "deploy-1"
+            )))
         );
         assert_eq!(
             value_of(approval, "sessionlog.outcome"),
             Some(&Value::from("requested"))
         );
-        // Neither who steered nor what they said leaves.
+        // Neither who steered, nor what they said, nor the approval's own id leaves.
         let everything = format!("{:?}", root.events);
         assert!(!everything.contains("ana") && !everything.contains("staging"));
+        assert!(!everything.contains("deploy-1"), "{everything}");
         assert_eq!(root.events.dropped_count, 0);
     }
 
     #[test]
-    fn steering_before_a_mid_way_start_is_kept_and_long_approval_ids_are_cut() {
+    fn steering_before_a_mid_way_start_is_kept_and_long_approval_ids_leave_as_digests() {
         let session = SessionId(Uuid::now_v7());
-        let long_id = "é".repeat(MAX_APPROVAL_ID_BYTES);
+        let long_id = "é".repeat(256);
         let past = [
             started(),
             SessionEvent::SteeringMessage {
@@ -821,8 +820,7 @@ pub(crate) mod tests {
         let id = value_of(&root.events[1].attributes, "sessionlog.approval.id")
             .map(|id| id.as_str().into_owned())
             .unwrap_or_default();
-        assert!(id.len() < long_id.len() && id.starts_with('é'), "{id}");
-        assert!(id.ends_with("more bytes not exported]"), "{id}");
+        assert_eq!(id, sessionlog_session::trace::approval_span_name(&long_id));
     }
 
     #[test]

@@ -199,20 +199,33 @@ pub fn span_of(
         // Who steered is a person's name, which a trace does not need: the span says only
         // that someone did, and when.
         SessionEvent::SteeringMessage { .. } => Some(point(STEERING, "steering", "noted")),
-        SessionEvent::ApprovalRequested { approval_id, .. } => {
-            Some(point(APPROVAL, approval_id, "requested"))
-        }
+        SessionEvent::ApprovalRequested { approval_id, .. } => Some(point(
+            APPROVAL,
+            &approval_span_name(approval_id),
+            "requested",
+        )),
         SessionEvent::ApprovalDecided {
             approval_id,
             approved,
             ..
         } => Some(point(
             APPROVAL,
-            approval_id,
+            &approval_span_name(approval_id),
             if *approved { "approved" } else { "denied" },
         )),
         _ => None,
     }
+}
+
+/// The name an approval's spans carry: a digest of its id, never the id. Harnesses name
+/// approvals after what they approve (`refund-jane.doe@example.com`), and spans leave the
+/// session: span tables every reader of a tenant lists, OTLP receivers. The request and the
+/// decision of one approval share the name, so a reader still pairs them.
+/// `approval-` and the first 16 hex digits of `sha256("sessionlog-approval-v1\n" + id)`.
+pub fn approval_span_name(approval_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("sessionlog-approval-v1\n{approval_id}").as_bytes());
+    format!("approval-{}", &hex::encode(digest)[..16])
 }
 
 /// The seq of the last model call once `event` is accepted: the parent of the tool calls
