@@ -408,8 +408,8 @@ pub struct ProjectorSettings {
     /// then takes its partitions back at once, instead of waiting for the group to drop the
     /// member it was before (`session.timeout.ms`, 10 s). Empty: dynamic membership.
     pub instance_id: String,
-    /// How many CQL partitions one day of `trace_spans_by_day_bucket` is spread over, by
-    /// session id (1 to 1024). Fixed for a keyspace by its first projector: another value is
+    /// How many CQL partitions one tenant's day of `trace_spans_by_tenant_day` is spread
+    /// over, by session id (1 to 1024). Fixed for a keyspace by its first projector: another value is
     /// refused at start (a span's opening and closing writes must pick the same bucket); a
     /// replay into a fresh keyspace takes a new one.
     pub trace_day_buckets: u16,

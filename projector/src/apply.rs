@@ -82,9 +82,12 @@ pub struct Folded {
     sessions: Vec<(SessionId, Vec<CqlRow>)>,
     /// Where each session is in `sessions`.
     positions: HashMap<SessionId, usize>,
-    /// Span rows by day and bucket, their partition key (rather than the session): each
-    /// entry's rows are written as single-partition batches, which no batch size limit refuses.
-    days: BTreeMap<(String, i32), Vec<CqlRow>>,
+    /// Span rows by tenant, day and bucket, their partition key (rather than the session):
+    /// each entry's rows are written as single-partition batches, which no batch size limit
+    /// refuses. Since migration 14 they go to `trace_spans_by_tenant_day` alone:
+    /// `trace_spans_by_day_bucket` keeps what was projected before (a replay into a fresh
+    /// keyspace puts it in the new table).
+    days: BTreeMap<(String, String, i32), Vec<CqlRow>>,
     /// The usage rollups the batch changed, as they stand at its end.
     usage: Vec<CqlRow>,
     /// Which rollups the batch changed.
@@ -346,7 +349,7 @@ impl Applier {
                     rows.push(by_session);
                     folded
                         .days
-                        .entry((span.day(), bucket))
+                        .entry((tenant.to_string(), span.day(), bucket))
                         .or_default()
                         .push(by_day);
                 }
@@ -493,7 +496,7 @@ impl Applier {
     }
 }
 
-/// Makes a folded batch durable: span rows by day and the lists' rows first, then each
+/// Makes a folded batch durable: span rows by tenant and day and the lists' rows first, then each
 /// touched session's rows as one mutation (its session row, the commit point, with its event
 /// rows; small sessions share a request, see [`ProjectionStore::write_sessions`]), then the
 /// partitions' progress. Retries until the store answers, so an outage stalls the projector
@@ -530,11 +533,13 @@ pub async fn persist(
         })
     })
     .await;
-    // Each list row alone: they are few (forks, waits, a day's buckets) and each is keyed by
-    // another partition. A day's bucket is noted after its spans, so a reader that finds the
-    // note finds them.
+    // Each list row alone: they are few (forks, waits, the tenants' day buckets the spans went
+    // to) and each is keyed by another partition. A tenant's day bucket is noted after its
+    // spans, so a reader that finds the note finds them.
     let buckets: Vec<CqlRow> = (folded.days.keys())
-        .map(|(day, bucket)| CqlRow::day_bucket(day.clone(), *bucket))
+        .map(|(tenant, day, bucket)| {
+            CqlRow::tenant_day_bucket(tenant.clone(), day.clone(), *bucket)
+        })
         .collect();
     with_retry("write lists", health, || {
         stream::iter(folded.lists.iter().chain(&buckets).map(Ok))

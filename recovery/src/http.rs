@@ -913,10 +913,10 @@ struct SpansQuery {
     cursor: Option<String>,
 }
 
-/// Every session's spans by start time, a page at a time (from the spans by day, merged
-/// across their buckets), filtered by agent, model, tool and outcome. A tenant's credential
-/// sees its own tenant's spans. A narrow filter over a long range reads more spans than it
-/// answers: narrow the range too.
+/// Every session's spans by start time, a page at a time (from the spans by tenant and day,
+/// merged across their partitions), filtered by agent, model, tool and outcome. A tenant's
+/// credential sees its own tenant's spans, read from its own partitions alone. A narrow filter
+/// over a long range reads more spans than it answers: narrow the range too.
 #[utoipa::path(
     get,
     path = "/spans",

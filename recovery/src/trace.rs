@@ -6,8 +6,9 @@
 //! spans had parents, or a parent the projector has not written yet) is a root of its own,
 //! so nothing stored is left out of the tree.
 //!
-//! [`SpanQuery`] lists every session's spans by time, a page at a time, filtered by agent,
-//! model, tool and outcome.
+//! [`SpanQuery`] lists spans by time, a page at a time, filtered by agent, model, tool and
+//! outcome: a tenant's from its own partitions of `trace_spans_by_tenant_day`, an operator's
+//! (no tenant) from every tenant's.
 
 use crate::history::bad;
 use crate::{Error, Result};
@@ -210,11 +211,14 @@ impl SpanQuery {
             ));
         }
         let after = self.cursor.as_deref().map(decode_cursor).transpose()?;
+        // The store reads only the tenant's partitions: what its listing costs does not grow
+        // with other tenants' spans, and none of theirs is ever read to be filtered out.
         let search = SpanSearch {
             from_us,
             to_us,
             after,
             limit,
+            tenant: tenant.map(String::from),
         };
         let is = |wanted: &Option<String>, value: Option<&str>| {
             wanted.as_deref().is_none_or(|w| Some(w) == value)
@@ -225,13 +229,12 @@ impl SpanQuery {
                 .is_none_or(|w| row.span_kind == kind && row.name == w)
         };
         let keep = |row: &DaySpanRow| {
-            tenant.is_none_or(|t| row.tenant.as_deref() == Some(t))
-                && is(&self.agent, row.agent.as_deref())
+            is(&self.agent, row.agent.as_deref())
                 && is(&self.outcome, Some(row.outcome.as_str()))
                 && call(sessionlog_session::trace::MODEL_CALL, &self.model, row)
                 && call(sessionlog_session::trace::TOOL_CALL, &self.tool, row)
         };
-        let spans = match store.spans_between(&search, keep).await {
+        let listing = match store.spans_between(&search, keep).await {
             Err(sessionlog_store::Error::SpanRangeTooWide { max, .. }) => {
                 return Err(bad(
                     "bad_range",
@@ -240,6 +243,7 @@ impl SpanQuery {
             }
             other => other?,
         };
+        let spans = listing.spans;
         let next_cursor = (spans.len() == limit)
             .then(|| spans.last().map(|s| encode_cursor(s.order_key())))
             .flatten();

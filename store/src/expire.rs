@@ -9,7 +9,7 @@
 //!
 //! Expiring tables (their partition is the session): `sessions`, `context_view`,
 //! `event_index`, `writer_claims`, `checkpoints`, `rejected_events`, `trace_spans_by_session`,
-//! `context_turns`. Not expiring: `trace_spans_by_day_bucket` and `trace_day_buckets`,
+//! `context_turns`. Not expiring: `trace_spans_by_tenant_day` and `trace_tenant_day_buckets`,
 //! `session_children`, `sessions_awaiting`, `partition_progress`, `session_starts` (see [`crate::rows`]
 //! `Table::expires` for why).
 

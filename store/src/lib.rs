@@ -46,7 +46,8 @@ pub use keys::{KeyTable, KeyringError, keyring};
 pub use names::{NameClaim, SessionNames};
 pub use read::{
     AwaitingSession, CheckpointRow, ContextViewRow, DaySpanRow, INDEX_PAGE_ROWS, IndexRow,
-    MAX_SPAN_DAYS, ProjectedSession, RejectedRow, SpanRow, SpanSearch, VerifiedCheckpoint,
+    MAX_SPAN_DAYS, ProjectedSession, RejectedRow, SpanListing, SpanPartition, SpanRow, SpanSearch,
+    VerifiedCheckpoint,
 };
 pub use rows::{CqlRow, LastWritten, Wait};
 pub use topic_guard::{LastRecord, ProgressMark};

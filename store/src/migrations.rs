@@ -427,6 +427,50 @@ pub const MIGRATIONS: &[Migration] = &[
         ],
         columns: &[],
     },
+    Migration {
+        version: 14,
+        description: "spans by tenant, day and bucket: a tenant's listing reads its own partitions",
+        statements: &[
+            // `trace_spans_by_day_bucket` holds every tenant's spans of a day in the same
+            // partitions, so a tenant's listing read (and filtered out) the whole fleet's. Here
+            // the tenant leads the partition key, and a tenant's day is still spread over
+            // `[projector] trace_day_buckets` partitions by session id, so a large tenant's day
+            // does not grow one partition without bound. `trace_spans_by_day_bucket` keeps what
+            // was projected before and is no longer written (a replay into a fresh keyspace
+            // puts those spans here too).
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_spans_by_tenant_day (
+            tenant text,
+            day text,
+            bucket int,
+            start_us bigint,
+            session_id uuid,
+            span_seq bigint,
+            span_kind text,
+            name text,
+            agent text,
+            parent_seq bigint,
+            end_seq bigint,
+            end_us bigint,
+            duration_us bigint,
+            tokens_in bigint,
+            tokens_out bigint,
+            cost_micros bigint,
+            outcome text,
+            log_partition int,
+            open_offset bigint,
+            close_offset bigint,
+            PRIMARY KEY ((tenant, day, bucket), start_us, session_id, span_seq))",
+            // The (tenant, bucket) partitions each day's spans went to, clustered by tenant: a
+            // tenant's listing reads its slice of the day, an operator's the whole day. One
+            // partition per day, of tenants times buckets rows at most.
+            "CREATE TABLE IF NOT EXISTS {ks}.trace_tenant_day_buckets (
+            day text,
+            tenant text,
+            bucket int,
+            PRIMARY KEY ((day), tenant, bucket))",
+        ],
+        columns: &[],
+    },
 ];
 
 /// The newest migration this build knows.

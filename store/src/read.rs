@@ -138,7 +138,8 @@ pub struct SpanRow {
     pub close_offset: Option<i64>,
 }
 
-/// A `trace_spans_by_day_bucket` row: a span of any session, found by when it began.
+/// A `trace_spans_by_tenant_day` row: a span of any session, found by its tenant and when it
+/// began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, scylla::DeserializeRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
@@ -177,12 +178,14 @@ pub struct DaySpanRow {
     pub open_offset: Option<i64>,
     /// The log offset of the event that closed it.
     pub close_offset: Option<i64>,
-    /// The session's tenant (none for spans projected before migration 11).
+    /// The session's tenant (`default` for sessions without one). Always present since
+    /// migration 14, where it is part of the partition key; optional as the answer's schema
+    /// has always had it.
     pub tenant: Option<String>,
 }
 
-/// A time-ordered read of every session's spans ([`ProjectionStore::spans_between`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A time-ordered read of spans ([`ProjectionStore::spans_between`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpanSearch {
     /// Spans that began at or after this, µs since the Unix epoch.
     pub from_us: i64,
@@ -193,7 +196,42 @@ pub struct SpanSearch {
     pub after: Option<(i64, Uuid, i64)>,
     /// At most this many.
     pub limit: usize,
+    /// Only this tenant's spans, read from its own partitions alone; `None`: every tenant's
+    /// (an operator's listing, which reads every tenant's partitions of each day).
+    pub tenant: Option<String>,
 }
+
+/// One `trace_spans_by_tenant_day` partition.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpanPartition {
+    /// The tenant.
+    pub tenant: String,
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// The bucket of the day (by session id).
+    pub bucket: i32,
+}
+
+/// The spans a read by time found ([`ProjectionStore::spans_between`]), and what it read to
+/// find them: which partitions it queried and how many rows it took from them, so what a
+/// listing costs can be checked (a tenant's must not grow with other tenants' spans).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SpanListing {
+    /// The spans, by [`DaySpanRow::order_key`].
+    pub spans: Vec<DaySpanRow>,
+    /// Every span partition queried, in the order the day indexes listed them.
+    pub partitions: Vec<SpanPartition>,
+    /// Span rows taken from those partitions, kept or filtered out. The driver fetches a page
+    /// at a time, so a partition read that stopped early may have fetched up to a page more.
+    pub rows_read: u64,
+}
+
+/// Span partitions one read by time queries at once: an operator's listing of a day queries
+/// every tenant's, which can be many.
+const SPAN_PARTITION_READS: usize = 16;
+
+/// What a read of one span partition is called in errors.
+const SPANS_BY_DAY: &str = "read trace spans by day";
 
 /// A `usage_rollups` row as stored.
 #[derive(scylla::DeserializeRow)]
@@ -851,29 +889,32 @@ impl ProjectionStore {
         .await
     }
 
-    /// The first `search.limit` spans of every session that began in `[from_us, to_us)` and
-    /// come after `search.after` and that `keep` keeps, in start order (then session and seq),
-    /// from `trace_spans_by_day_bucket`: each day's buckets (those `trace_day_buckets` names)
-    /// are read and merged. A bucket is read only until it has given `limit` spans, which is
-    /// all the merge can take from it; `keep` filters as rows stream in, so a narrow filter
-    /// reads more of a day than it answers.
+    /// The first `search.limit` spans that began in `[from_us, to_us)`, come after
+    /// `search.after` and that `keep` keeps, in start order (then session and seq), of
+    /// `search.tenant`'s sessions (`None`: every tenant's), from `trace_spans_by_tenant_day`.
+    /// Each day's partitions are those `trace_tenant_day_buckets` names: a tenant's slice of
+    /// the day (so its listing reads its own partitions alone, whatever other tenants hold),
+    /// or the whole day for every tenant. They are read and merged; a partition is read only
+    /// until it has given as many spans as the page still lacks, which is all the merge can
+    /// take from it; `keep` filters as rows stream in, so a narrow filter reads more of a day
+    /// than it answers.
     pub async fn spans_between(
         &self,
         search: &SpanSearch,
         keep: impl Fn(&DaySpanRow) -> bool + Sync,
-    ) -> Result<Vec<DaySpanRow>> {
-        let ks = &self.keyspace;
+    ) -> Result<SpanListing> {
         let SpanSearch {
             from_us,
             to_us,
             after,
             limit,
+            ref tenant,
         } = *search;
         // Spans at the cursor's start time can still follow it (a later session or seq).
         let from_us = after.map_or(from_us, |(start, _, _)| start.max(from_us));
-        let mut found: Vec<DaySpanRow> = Vec::new();
+        let mut listing = SpanListing::default();
         if from_us >= to_us || limit == 0 {
-            return Ok(found);
+            return Ok(listing);
         }
         const DAY_US: i64 = 86_400_000_000;
         // Each day is at least one read, so a range is bounded in days.
@@ -891,48 +932,82 @@ impl ProjectionStore {
         // start then (days only serve to name partitions).
         let mut day_start = first_day.checked_mul(DAY_US).unwrap_or(from_us);
         let keep = &keep;
-        while day_start < to_us && found.len() < limit {
+        while day_start < to_us && listing.spans.len() < limit {
             let day = sessionlog_session::trace::day_of(day_start);
-            let buckets: Vec<(i32,)> = self
-                .query_paged(
-                    format!("SELECT bucket FROM {ks}.trace_day_buckets WHERE day = ?"),
-                    (day.as_str(),),
-                    "read trace day buckets",
-                )
-                .await?;
-            let action = "read trace spans by day";
-            let reads = buckets.iter().map(|(bucket,)| {
-                let cql = format!(
-                    "SELECT start_us, session_id, span_seq, span_kind, name, agent, end_seq,
-                     end_us, duration_us, tokens_in, tokens_out, cost_micros, outcome,
-                     parent_seq, log_partition, open_offset, close_offset, tenant
-                     FROM {ks}.trace_spans_by_day_bucket
-                     WHERE day = ? AND bucket = ? AND start_us >= ? AND start_us < ?"
-                );
-                let values = (day.clone(), *bucket, from_us, to_us);
-                async move {
-                    self.query_rows::<DaySpanRow>(cql, values, action)
-                        .await?
-                        .try_filter(|row| {
-                            let later = after.is_none_or(|after| row.order_key() > after);
-                            std::future::ready(later && keep(row))
-                        })
-                        .take(limit)
-                        .try_collect::<Vec<DaySpanRow>>()
-                        .await
+            let partitions = self.span_partitions(&day, tenant.as_deref()).await?;
+            listing.partitions.extend(partitions.iter().cloned());
+            // Earlier days' spans all come first: a partition need give no more than this.
+            let wanted = limit - listing.spans.len();
+            let reads = partitions.into_iter().map(|partition| async move {
+                let SpanPartition {
+                    tenant,
+                    day,
+                    bucket,
+                } = partition;
+                let values = (tenant, day, bucket, from_us, to_us);
+                let rows = self
+                    .session
+                    .execute_iter(self.reads.partition_spans.clone(), values)
+                    .await
+                    .map_err(Error::cql(SPANS_BY_DAY))?
+                    .rows_stream::<DaySpanRow>()
+                    .map_err(Error::cql(SPANS_BY_DAY))?
+                    .map_err(Error::cql(SPANS_BY_DAY));
+                let mut rows = std::pin::pin!(rows);
+                let (mut kept, mut read) = (Vec::new(), 0u64);
+                while kept.len() < wanted {
+                    let Some(row) = rows.try_next().await? else {
+                        break;
+                    };
+                    read += 1;
+                    if after.is_none_or(|after| row.order_key() > after) && keep(&row) {
+                        kept.push(row);
+                    }
                 }
+                Ok::<_, Error>((kept, read))
             });
-            let mut day_rows: Vec<DaySpanRow> = futures::future::try_join_all(reads)
-                .await?
-                .into_iter()
-                .flatten()
-                .collect();
+            let mut reads = futures::stream::iter(reads).buffer_unordered(SPAN_PARTITION_READS);
+            let mut day_rows: Vec<DaySpanRow> = Vec::new();
+            while let Some((rows, read)) = reads.try_next().await? {
+                listing.rows_read += read;
+                day_rows.extend(rows);
+                // Only the day's first `wanted` can be answered: with many partitions (every
+                // tenant's), the rest are dropped as they come, not held until the day is read.
+                if day_rows.len() >= wanted.saturating_mul(2) {
+                    day_rows.sort_by_key(DaySpanRow::order_key);
+                    day_rows.truncate(wanted);
+                }
+            }
             day_rows.sort_by_key(DaySpanRow::order_key);
-            found.extend(day_rows);
+            day_rows.truncate(wanted);
+            listing.spans.extend(day_rows);
             day_start = day_start.saturating_add(DAY_US);
         }
-        found.truncate(limit);
-        Ok(found)
+        Ok(listing)
+    }
+
+    /// The span partitions of `day` that `trace_tenant_day_buckets` names: `tenant`'s (a
+    /// slice of the day's index) or, for `None`, every tenant's.
+    async fn span_partitions(&self, day: &str, tenant: Option<&str>) -> Result<Vec<SpanPartition>> {
+        let action = "read trace day partitions";
+        let rows: Vec<(String, i32)> = match tenant {
+            Some(tenant) => {
+                let statement = &self.reads.tenant_span_partitions;
+                self.select_paged(statement, (day, tenant), action).await?
+            }
+            None => {
+                let statement = &self.reads.day_span_partitions;
+                self.select_paged(statement, (day,), action).await?
+            }
+        };
+        Ok(rows
+            .into_iter()
+            .map(|(tenant, bucket)| SpanPartition {
+                tenant,
+                day: day.to_string(),
+                bucket,
+            })
+            .collect())
     }
 
     /// A usage rollup of `partition` as stored, with the offset of the last record folded

@@ -154,10 +154,11 @@ struct SessionSpanValues {
     columns: SpanColumns,
 }
 
-/// A `trace_spans_by_day_bucket` write.
+/// A `trace_spans_by_tenant_day` write.
 #[derive(scylla::SerializeRow)]
 #[scylla(flavor = "enforce_order", skip_name_checks)]
 struct DaySpanValues {
+    tenant: String,
     day: String,
     bucket: i32,
     start_us: i64,
@@ -166,7 +167,6 @@ struct DaySpanValues {
     span_kind: &'static str,
     name: String,
     agent: MaybeUnset<String>,
-    tenant: String,
     #[scylla(flatten)]
     columns: SpanColumns,
 }
@@ -307,10 +307,11 @@ pub(crate) enum Table {
     Checkpoints,
     RejectedEvents,
     SpansBySession,
-    /// `trace_spans_by_day_bucket`.
-    SpansByDay,
-    /// The buckets a day's spans went to.
-    DayBuckets,
+    /// `trace_spans_by_tenant_day` (since migration 14; `trace_spans_by_day_bucket` is no
+    /// longer written).
+    SpansByTenantDay,
+    /// `trace_tenant_day_buckets`: the (tenant, bucket) partitions a day's spans went to.
+    TenantDayBuckets,
     /// `usage_rollups`.
     UsageRollups,
     ContextView,
@@ -337,8 +338,8 @@ impl Table {
         Table::Checkpoints,
         Table::RejectedEvents,
         Table::SpansBySession,
-        Table::SpansByDay,
-        Table::DayBuckets,
+        Table::SpansByTenantDay,
+        Table::TenantDayBuckets,
         Table::UsageRollups,
         Table::ContextView,
         Table::ContextTurns,
@@ -354,9 +355,9 @@ impl Table {
 
     /// Whether an ended session's rows in this table are written with the ended-session TTL
     /// (`[retention] ended_session_ttl_secs`): the tables whose partition is the session,
-    /// which hold what it said and did. Not the lists keyed by something else: spans by day
-    /// (an operator's view of load, partitioned by day: rewriting it would mean a read of
-    /// another partition per span, and it holds span names, timings and token counts, no
+    /// which hold what it said and did. Not the lists keyed by something else: spans by tenant
+    /// and day (a view of load, partitioned by tenant and day: rewriting it would mean a read
+    /// of another partition per span, and it holds span names, timings and token counts, no
     /// content), a parent's children (the parent's lineage, which outlives a child), sessions
     /// awaiting someone (an ended session awaits no one: its row is already deleted) and the
     /// partitions' progress; nor the record that an id was started (`session_starts`), which
@@ -492,11 +493,13 @@ impl CqlRow {
         Self::new(Table::RejectedEvents, values)
     }
 
-    /// A span's rows: by session, and by day (whose partition is the day and `bucket`, the
-    /// session's bucket of it: see [`CqlRow::day_bucket`]). `partition` and `offset` are the
-    /// event's log position; `offset` is the write timestamp, so the write of the event that
-    /// completes a span wins over the one that opened it. `tenant` and `agent` are the
-    /// session's, kept on the day's rows for analytics by tenant and agent.
+    /// A span's rows: by session, and by tenant and day (whose partition is the session's
+    /// tenant, the day and `bucket`, the session's bucket of it: see
+    /// [`CqlRow::tenant_day_bucket`]). `partition` and `offset` are the event's log position;
+    /// `offset` is the write timestamp, so the write of the event that completes a span wins
+    /// over the one that opened it. `tenant` is the session's (`default` without one), so a
+    /// tenant's listing reads only its own partitions; `agent` is kept on the day's rows for
+    /// analytics by agent.
     pub fn span(
         span: &SpanWrite,
         partition: i32,
@@ -506,6 +509,7 @@ impl CqlRow {
     ) -> [Self; 2] {
         let columns = SpanColumns::of(span, partition, offset);
         let by_day = DaySpanValues {
+            tenant: tenant.to_string(),
             day: span.day(),
             bucket,
             start_us: span.start_us,
@@ -514,7 +518,6 @@ impl CqlRow {
             span_kind: span.span_kind,
             name: span.name.clone(),
             agent: unset_or(agent.map(String::from)),
-            tenant: tenant.to_string(),
             columns: columns.clone(),
         };
         let by_session = SessionSpanValues {
@@ -527,7 +530,7 @@ impl CqlRow {
         };
         [
             Self::new(Table::SpansBySession, by_session),
-            Self::new(Table::SpansByDay, by_day),
+            Self::new(Table::SpansByTenantDay, by_day),
         ]
     }
 
@@ -558,10 +561,10 @@ impl CqlRow {
         Self::new(Table::UsageRollups, values)
     }
 
-    /// The note that `day`'s spans went to `bucket` (of `trace_spans_by_day_bucket`), which
-    /// tells readers which buckets to query.
-    pub fn day_bucket(day: String, bucket: i32) -> Self {
-        Self::new(Table::DayBuckets, (day, bucket))
+    /// The note that `tenant`'s spans of `day` went to `bucket` (of
+    /// `trace_spans_by_tenant_day`), which tells readers which partitions to query.
+    pub fn tenant_day_bucket(tenant: String, day: String, bucket: i32) -> Self {
+        Self::new(Table::TenantDayBuckets, (day, tenant, bucket))
     }
 
     /// A session's context view: the window, plus the plan and unresolved calls of `state`.

@@ -35,6 +35,12 @@ pub(crate) struct Reads {
     pub children: PreparedStatement,
     pub awaiting: PreparedStatement,
     pub session_start: PreparedStatement,
+    /// A tenant's span partitions of a day.
+    pub tenant_span_partitions: PreparedStatement,
+    /// Every tenant's span partitions of a day.
+    pub day_span_partitions: PreparedStatement,
+    /// One span partition's spans in a time range.
+    pub partition_spans: PreparedStatement,
 }
 
 impl Reads {
@@ -124,6 +130,23 @@ impl Reads {
                 "SELECT log_partition, start_offset FROM {ks}.session_starts WHERE session_id = ?"
             ))
             .await?,
+            tenant_span_partitions: p(format!(
+                "SELECT tenant, bucket FROM {ks}.trace_tenant_day_buckets
+                 WHERE day = ? AND tenant = ?"
+            ))
+            .await?,
+            day_span_partitions: p(format!(
+                "SELECT tenant, bucket FROM {ks}.trace_tenant_day_buckets WHERE day = ?"
+            ))
+            .await?,
+            partition_spans: p(format!(
+                "SELECT start_us, session_id, span_seq, span_kind, name, agent, end_seq, end_us,
+                 duration_us, tokens_in, tokens_out, cost_micros, outcome, parent_seq,
+                 log_partition, open_offset, close_offset, tenant
+                 FROM {ks}.trace_spans_by_tenant_day
+                 WHERE tenant = ? AND day = ? AND bucket = ? AND start_us >= ? AND start_us < ?"
+            ))
+            .await?,
         })
     }
 }
@@ -162,9 +185,9 @@ fn write_cql(table: Table, ks: &str) -> String {
                  parent_seq, log_partition, open_offset, close_offset)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
-        Table::SpansByDay => format!(
-            "INSERT INTO {ks}.trace_spans_by_day_bucket (day, bucket, start_us, session_id,
-                 span_seq, span_kind, name, agent, tenant, end_seq, end_us, duration_us,
+        Table::SpansByTenantDay => format!(
+            "INSERT INTO {ks}.trace_spans_by_tenant_day (tenant, day, bucket, start_us,
+                 session_id, span_seq, span_kind, name, agent, end_seq, end_us, duration_us,
                  tokens_in, tokens_out, cost_micros, outcome, parent_seq, log_partition,
                  open_offset, close_offset)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
@@ -174,9 +197,9 @@ fn write_cql(table: Table, ks: &str) -> String {
                  errors, tokens_in, tokens_out, cost_micros, latency, applied_offset)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
-        Table::DayBuckets => {
-            format!("INSERT INTO {ks}.trace_day_buckets (day, bucket) VALUES (?, ?)")
-        }
+        Table::TenantDayBuckets => format!(
+            "INSERT INTO {ks}.trace_tenant_day_buckets (day, tenant, bucket) VALUES (?, ?, ?)"
+        ),
         Table::ContextView => format!(
             "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
                  recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out,

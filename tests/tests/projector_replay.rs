@@ -57,7 +57,7 @@ async fn dropping_everything_and_replaying_gives_the_same_tables() -> Result<()>
     assert!(
         before
             .iter()
-            .any(|t| t.table == "trace_spans_by_day_bucket" && t.rows > 0)
+            .any(|t| t.table == "trace_spans_by_tenant_day" && t.rows > 0)
     );
 
     // The CLI's verify agrees, then notices a single changed cell.

@@ -172,6 +172,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         to_us,
         after: None,
         limit,
+        tenant: None,
     };
     let end = open_call.envelope.occurred_at + 1;
     // The calls: the session's own span may start before or after the model call's (which
@@ -179,7 +180,8 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     let calls = |r: &sessionlog_store::DaySpanRow| r.span_kind != "session";
     let by_day = store
         .spans_between(&search(started_at, end, 100), calls)
-        .await?;
+        .await?
+        .spans;
     let names: Vec<&str> = by_day.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(
         names,
@@ -194,17 +196,19 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
     );
     let capped = store
         .spans_between(&search(started_at, end, 2), calls)
-        .await?;
+        .await?
+        .spans;
     assert_eq!(capped, by_day[..2], "the first two of the same read");
     let after = sessionlog_store::SpanSearch {
         after: Some(by_day[0].order_key()),
         ..search(started_at, end, 100)
     };
-    let rest = store.spans_between(&after, calls).await?;
+    let rest = store.spans_between(&after, calls).await?.spans;
     assert_eq!(rest, by_day[1..], "after the first, the others");
     let grep = store
         .spans_between(&search(started_at, end, 100), |r| r.name == "grep")
-        .await?;
+        .await?
+        .spans;
     assert_eq!(grep, by_day[1..2], "kept by the filter");
     let wide = store
         .spans_between(&search(i64::MIN, i64::MAX, 2), |_| true)
