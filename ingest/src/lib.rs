@@ -385,6 +385,7 @@ struct NamedSession {
 
 /// Finds a session by name.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct NameQuery {
     /// The session's name within the caller's tenant.

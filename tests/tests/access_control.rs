@@ -14,8 +14,9 @@ use sessionlog_schemas::{SessionEvent, SessionId};
 use sessionlog_tests::auth::{client, client_with, mint, token, token_with};
 use sessionlog_tests::projector::event_log;
 use sessionlog_tests::recovery::{accepted_events, end_offset};
-use sessionlog_tests::{ServedProcess, TestStack};
+use sessionlog_tests::{ServedProcess, TestStack, wait_for};
 use std::time::{Duration, SystemTime};
+use uuid::Uuid;
 
 /// One API route: which service, method, path, and the role it needs.
 struct Route {
@@ -800,5 +801,80 @@ async fn a_credential_narrowed_to_a_fork_reads_only_the_fork() -> Result<()> {
     // A credential of the tenant reads both sides.
     let diff = get(&whole, "diff").await?;
     ensure!(diff.contains("PARENT-ONLY"), "the tenant's diff: {diff}");
+    Ok(())
+}
+
+/// Every list a tenant's credential reads (spans, usage, sessions awaiting someone) holds
+/// only its own tenant's: another tenant holding every role finds nothing of the first in any
+/// body, not even a count.
+#[tokio::test(flavor = "multi_thread")]
+async fn lists_show_a_tenant_only_its_own() -> Result<()> {
+    let stack = TestStack::new("access_lists", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let (acme, globex) = (tenant_client("acme")?, tenant_client("globex")?);
+    let agent = format!("acme-agent-{}", Uuid::now_v7().simple());
+    let (status, created) = create(&acme, &ingest.base, json!({ "agent": agent })).await?;
+    assert_eq!(status, 201, "{created}");
+    let session = created["session_id"].as_str().context("id")?.to_string();
+    let token = created["writer_token"].as_str().context("token")?;
+    let now = sessionlog_schemas::now_micros();
+    let events = json!({ "epoch": 1, "events": [
+        { "seq": 2, "kind": "ModelResponse", "data": { "model": "m-acme", "tokens_in": 7,
+          "tokens_out": 3, "cost_micros": 11, "started_at": now - 1_000,
+          "content": { "Plain": "hi" } } },
+        { "seq": 3, "kind": "ApprovalRequested",
+          "data": { "approval_id": "acme-approval", "action": { "Plain": "deploy" } } },
+    ]});
+    let appended = acme
+        .post(format!("{}/v1/sessions/{session}/events", ingest.base))
+        .header(sessionlog_ingest::WRITER_TOKEN_HEADER, token)
+        .json(&events)
+        .send()
+        .await?;
+    ensure!(appended.status().is_success(), "{}", appended.text().await?);
+
+    let today = time::OffsetDateTime::now_utc().date();
+    let lists = [
+        format!("/v1/spans?from={today}T00:00:00Z"),
+        format!("/v1/usage?from={today}&by=agent"),
+        "/v1/resolutions".to_string(),
+    ];
+    let read = |client: &reqwest::Client, path: &str| {
+        let request = client.get(format!("{}{path}", recovery_service.base));
+        async move {
+            let answer = request.send().await?;
+            let status = answer.status().as_u16();
+            anyhow::Ok((status, answer.text().await?))
+        }
+    };
+    // Each list shows the session to its own tenant once the projector wrote it.
+    for path in &lists {
+        wait_for(
+            &format!("acme's {path} to show its session"),
+            Duration::from_secs(60),
+            || {
+                let (acme, path, session, agent) = (&acme, path, &session, &agent);
+                async move {
+                    let (status, body) = read(acme, path).await?;
+                    Ok((status == 200
+                        && (body.contains(session.as_str()) || body.contains(agent.as_str())))
+                    .then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+    for path in &lists {
+        let (status, body) = read(&globex, path).await?;
+        assert_eq!(status, 200, "{path}: {body}");
+        for secret in [session.as_str(), agent.as_str(), "m-acme", "acme"] {
+            ensure!(
+                !body.contains(secret),
+                "globex's {path} shows {secret:?}: {body}"
+            );
+        }
+    }
     Ok(())
 }
