@@ -39,7 +39,9 @@ pub struct ExportArgs {
     #[arg(long)]
     pub from_beginning: bool,
     /// Put message content on the spans (model output, tool arguments and results). Never
-    /// for an erased session; off by default because spans often leave the trust boundary.
+    /// for an erased session, even one erased after its texts were read: the key store is
+    /// asked before each request. Off by default because spans often leave the trust
+    /// boundary.
     #[arg(long)]
     pub with_content: bool,
     /// Stop once the log is read up to where it ended at the start (a one-off re-export).
@@ -104,8 +106,12 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
             0 => String::new(),
             n => format!(", {n} rejected by the receiver (its log says why)"),
         };
+        let withheld = match summary.content_withheld {
+            0 => String::new(),
+            n => format!(", {n} without the texts of sessions erased meanwhile"),
+        };
         println!(
-            "exported {} spans{rejected} from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
+            "exported {} spans{rejected}{withheld} from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
             summary.spans,
             summary.records,
             summary.seconds,

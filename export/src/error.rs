@@ -12,6 +12,10 @@ pub enum Error {
     /// Rebuilding a session the export met mid-way (the store or the log).
     #[error(transparent)]
     Recovery(#[from] sessionlog_recovery::Error),
+    /// The key store: renewing a session's key, or asking whether a session was erased
+    /// before its texts are sent.
+    #[error("key store (is a session whose texts the export holds erased?): {0}")]
+    Keys(#[from] sessionlog_keys::Error),
     /// The OTLP exporter could not be built from the options.
     #[error("cannot export to {endpoint}: {source} (check --endpoint and --header)")]
     Exporter {

@@ -175,6 +175,14 @@ impl Trail {
         Some(span)
     }
 
+    /// Drops every text of the session the trail keeps (the arguments of its open tool
+    /// calls): the session was erased, and what was opened before must not go out later.
+    pub fn forget_texts(&mut self) {
+        for call in self.calls.values_mut() {
+            call.arguments = None;
+        }
+    }
+
     /// Folds `event` without building its span: catching up on a session's past.
     pub fn catch_up(
         &mut self,
@@ -241,6 +249,39 @@ impl Trail {
             approval_id: (write.span_kind == tree::APPROVAL).then(|| write.name.clone()),
         });
     }
+}
+
+/// The model's output on a model call's span (with `--with-content`).
+pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+/// A tool call's arguments on its span (with `--with-content`).
+pub const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+/// A tool call's result on its span (with `--with-content`).
+pub const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
+
+/// Every attribute that carries a session's text: all a span says that the session's data
+/// key sealed. The rest (names, times, tokens, outcomes) goes out without `--with-content`.
+pub const CONTENT_ATTRIBUTES: [&str; 3] = [OUTPUT_MESSAGES, TOOL_CALL_ARGUMENTS, TOOL_CALL_RESULT];
+
+/// Whether `span` carries a text of its session.
+pub(crate) fn carries_content(span: &SpanData) -> bool {
+    span.attributes
+        .iter()
+        .any(|kv| CONTENT_ATTRIBUTES.contains(&kv.key.as_str()))
+}
+
+/// Removes the texts `span` carries, keeping the rest; whether it carried any.
+pub(crate) fn strip_content(span: &mut SpanData) -> bool {
+    let before = span.attributes.len();
+    span.attributes
+        .retain(|kv| !CONTENT_ATTRIBUTES.contains(&kv.key.as_str()));
+    span.attributes.len() != before
+}
+
+/// The session whose span `span` is: its trace id is the session id ([`trace_id`]).
+pub(crate) fn session_of(span: &SpanData) -> SessionId {
+    SessionId(uuid::Uuid::from_bytes(
+        span.span_context.trace_id().to_bytes(),
+    ))
 }
 
 /// `gen_ai.provider.name` of a model call whose event names no provider.
@@ -409,10 +450,7 @@ fn span_data(
                     "role": "assistant",
                     "parts": [{"type": "text", "content": text}],
                 }]);
-                attributes.push(KeyValue::new(
-                    "gen_ai.output.messages",
-                    messages.to_string(),
-                ));
+                attributes.push(KeyValue::new(OUTPUT_MESSAGES, messages.to_string()));
             }
             (format!("chat {model}"), SpanKind::Client)
         }
@@ -438,12 +476,12 @@ fn span_data(
             }
             if texts.is_some() {
                 if let Some(arguments) = call.arguments {
-                    attributes.push(KeyValue::new("gen_ai.tool.call.arguments", arguments));
+                    attributes.push(KeyValue::new(TOOL_CALL_ARGUMENTS, arguments));
                 }
                 if let Some(SessionEvent::ToolCallResult { output, .. }) = texts
                     && let Some(text) = plain(output)
                 {
-                    attributes.push(KeyValue::new("gen_ai.tool.call.result", text));
+                    attributes.push(KeyValue::new(TOOL_CALL_RESULT, text));
                 }
             }
             (format!("execute_tool {tool}"), SpanKind::Internal)
@@ -709,6 +747,26 @@ pub(crate) mod tests {
             attribute(tool, "gen_ai.tool.call.result"),
             Some(&Value::from("no match"))
         );
+    }
+
+    #[test]
+    fn stripping_a_span_takes_its_texts_and_leaves_the_rest() {
+        let session = SessionId(Uuid::now_v7());
+        let without = follow(session, false);
+        for ((_, mut span), (_, plain)) in follow(session, true).into_iter().zip(without) {
+            assert_eq!(session_of(&span), session);
+            let carried = carries_content(&span);
+            assert_eq!(strip_content(&mut span), carried);
+            assert!(!carries_content(&span), "{:?}", span.attributes);
+            // What is left is what an export without content sends (the events' ids aside).
+            let keys = |span: &SpanData| -> Vec<String> {
+                span.attributes
+                    .iter()
+                    .map(|kv| kv.key.to_string())
+                    .collect()
+            };
+            assert_eq!(keys(&span), keys(&plain), "{}", span.name);
+        }
     }
 
     /// The spans `events` close, without content.

@@ -3,6 +3,8 @@
 //!
 //! - [`genai`]: what a session's events turn into (pure): span names, attributes, the tree
 //!   and the ids a re-export reproduces;
+//! - `erasure`: before every request, the texts of sessions erased since they were opened
+//!   are taken off the spans;
 //! - [`observe`]: the metrics a running export keeps;
 //! - [`probe`]: whether a receiver answers, and what it is (`sessionlog doctor`);
 //! - `receiver`: sending spans to the receiver and acting on its answers (retry, split,
@@ -10,6 +12,7 @@
 //! - [`worker`]: the consumer group that reads the log, follows each session and exports the
 //!   spans, committing its offsets only once the receiver took them.
 
+mod erasure;
 pub mod error;
 pub mod genai;
 pub mod observe;

@@ -9,6 +9,8 @@ pub const SPANS: &str = "sessionlog_export_spans_total";
 pub const REJECTED_SPANS: &str = "sessionlog_export_rejected_spans_total";
 /// Requests the receiver did not take: retried, sent again in halves, or the export stops.
 pub const SEND_FAILURES: &str = "sessionlog_export_send_failures_total";
+/// Spans sent without their texts: their session was erased after the texts were opened.
+pub const CONTENT_WITHHELD: &str = "sessionlog_export_content_withheld_total";
 /// Seconds from a record's log timestamp to the receiver having taken its batch's spans.
 pub const LAG_SECONDS: &str = "sessionlog_export_lag_seconds";
 
@@ -30,6 +32,11 @@ pub fn describe_metrics() {
         SEND_FAILURES,
         Unit::Count,
         "Export requests the receiver did not take: retried, sent again in halves (413 or a span it refuses), or the export stops (credentials, endpoint, format)."
+    );
+    describe_counter!(
+        CONTENT_WITHHELD,
+        Unit::Count,
+        "Spans sent without their texts because their session was erased after the texts were opened (--with-content)."
     );
     describe_histogram!(
         LAG_SECONDS,

@@ -1,12 +1,14 @@
 //! Sending spans to the trace receiver, and acting on what it answers.
 //!
-//! The OTLP exporter retries what OTLP/HTTP calls retryable (429, 502, 503, 504) and only
-//! logs a partial success, and its error for a refusal carries the status in a message. So the
-//! exporter sends through [`AnsweringClient`], our reqwest client that keeps each answer's
-//! status and partial success, and [`Receiver::deliver`] decides from those: retry, send a
-//! request the receiver found too large (413) or would not take (another 4xx) again in halves,
-//! count the spans it rejected, or stop with an error that names the setting to fix.
+//! The OTLP exporter only logs a partial success, and its error for a refusal carries the
+//! status in a message. So the exporter sends through [`AnsweringClient`], our reqwest client
+//! that keeps each answer's status and partial success, and [`Receiver::deliver`] decides from
+//! those: retry, send a request the receiver found too large (413) or would not take (another
+//! 4xx) again in halves, count the spans it rejected, or stop with an error that names the
+//! setting to fix. The exporter's own retries are off: every try goes through
+//! [`Receiver::deliver`], which takes off the texts of sessions erased since before each.
 
+use crate::erasure::Erasures;
 use crate::error::Refusal;
 use crate::worker::ExportSummary;
 use crate::{Error, ExportOptions, Result};
@@ -145,6 +147,8 @@ impl Receiver {
             .with_http_client(client.clone())
             .with_endpoint(&options.endpoint)
             .with_headers(options.headers.clone())
+            // Ours retry, each try after asking about erasures (see the module's comment).
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
             .with_timeout(options.request_timeout)
             .build()
             .map_err(|source| Error::Exporter {
@@ -167,14 +171,16 @@ impl Receiver {
     }
 
     /// Sends `spans` in requests of at most [`SPANS_PER_REQUEST`], each retried with backoff
-    /// until the receiver answers it for good, counting them in `summary`. `Ok(false)` when
-    /// `shutdown` came first; [`Error::ReceiverRefused`] when the receiver refuses in a way
-    /// no retry changes (its credentials, the endpoint, the format, a single span too large).
+    /// until the receiver answers it for good, counting them in `summary`. Before every try,
+    /// `erasures` takes off the texts of sessions erased since. `Ok(false)` when `shutdown`
+    /// came first; [`Error::ReceiverRefused`] when the receiver refuses in a way no retry
+    /// changes (its credentials, the endpoint, the format, a single span too large).
     pub(crate) async fn deliver(
         &self,
         spans: Vec<SpanData>,
         summary: &mut ExportSummary,
         shutdown: &mut (impl Future<Output = ()> + Unpin),
+        erasures: &mut Erasures<'_>,
     ) -> Result<bool> {
         let mut requests: VecDeque<Vec<SpanData>> = VecDeque::new();
         let mut spans = spans.into_iter().peekable();
@@ -183,7 +189,7 @@ impl Receiver {
         }
         while let Some(request) = requests.pop_front() {
             let count = request.len();
-            match self.send(request, shutdown).await? {
+            match self.send(request, shutdown, erasures, summary).await? {
                 Sent::Taken { rejected } => {
                     summary.spans += count as u64;
                     summary.rejected_spans += rejected;
@@ -202,14 +208,20 @@ impl Receiver {
         Ok(true)
     }
 
-    /// One request, retried with backoff until the receiver answers it for good.
+    /// One request, retried with backoff until the receiver answers it for good; before each
+    /// try, `erasures` takes off the texts of sessions erased since (counted in `summary`).
     async fn send(
         &self,
-        spans: Vec<SpanData>,
+        mut spans: Vec<SpanData>,
         shutdown: &mut (impl Future<Output = ()> + Unpin),
+        erasures: &mut Erasures<'_>,
+        summary: &mut ExportSummary,
     ) -> Result<Sent> {
         let mut waits = sessionlog_log::retry::forever().build();
         loop {
+            // Before every try, not once per request: a receiver in trouble may be retried
+            // for an hour, and a session erased meanwhile must not have its texts sent.
+            summary.content_withheld += erasures.withhold(&mut spans).await?;
             self.client.take_last();
             let result = self.exporter.export(spans.clone()).await;
             let answer = self.client.take_last();
@@ -286,6 +298,7 @@ mod tests {
         ExportTracePartialSuccess, ExportTraceServiceRequest,
     };
     use opentelemetry_proto::tonic::trace::v1::Span;
+    use sessionlog_keys::StoredKey;
     use sessionlog_schemas::SessionId;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -360,9 +373,11 @@ mod tests {
         let receiver = Receiver::new(&options).expect("an exporter");
         let mut summary = ExportSummary::default();
         let mut never = std::pin::pin!(std::future::pending::<()>());
+        let mut known = std::collections::HashSet::new();
+        let mut erasures = Erasures::none(&mut known);
         let result = tokio::time::timeout(
             Duration::from_secs(60),
-            receiver.deliver(spans, &mut summary, &mut never),
+            receiver.deliver(spans, &mut summary, &mut never, &mut erasures),
         )
         .await
         .expect("delivered or refused within a minute");
@@ -483,6 +498,145 @@ mod tests {
         assert!(result.expect("the export goes on"));
         assert_eq!((summary.spans, summary.rejected_spans), (15, 5));
         assert_eq!(*taken.lock().expect("not poisoned"), ids(&sent, tool));
+    }
+
+    /// Per span the receiver took: its trace id and how many texts it carried.
+    type TextsTaken = Arc<Mutex<Vec<(Vec<u8>, usize)>>>;
+
+    /// A key table in which session `erased` reads as erased once `erasing` is set.
+    struct ErasedTable {
+        erased: SessionId,
+        erasing: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl sessionlog_keys::DataKeyStore for ErasedTable {
+        fn get(
+            &self,
+            session: SessionId,
+        ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<Option<StoredKey>>> {
+            let erased = session == self.erased && self.erasing.load(Ordering::SeqCst);
+            Box::pin(async move { Ok(erased.then_some(StoredKey::Destroyed { at: 1 })) })
+        }
+        fn create(
+            &self,
+            _: SessionId,
+            _: sessionlog_keys::WrappedKey,
+        ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<StoredKey>> {
+            Box::pin(async { Err(not_here()) })
+        }
+        fn insert_fresh(
+            &self,
+            _: SessionId,
+            _: sessionlog_keys::WrappedKey,
+        ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<()>> {
+            Box::pin(async { Err(not_here()) })
+        }
+        fn destroy(
+            &self,
+            _: sessionlog_keys::ErasureReceipt,
+        ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<()>> {
+            Box::pin(async { Err(not_here()) })
+        }
+        fn receipt(
+            &self,
+            _: SessionId,
+        ) -> futures::future::BoxFuture<
+            '_,
+            sessionlog_keys::Result<Option<sessionlog_keys::ErasureReceipt>>,
+        > {
+            Box::pin(async { Err(not_here()) })
+        }
+        fn live_keys(
+            &self,
+        ) -> futures::stream::BoxStream<
+            '_,
+            sessionlog_keys::Result<(SessionId, sessionlog_keys::WrappedKey)>,
+        > {
+            Box::pin(futures::stream::empty())
+        }
+        fn rewrap(
+            &self,
+            _: SessionId,
+            _: String,
+            _: sessionlog_keys::WrappedKey,
+        ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<bool>> {
+            Box::pin(async { Err(not_here()) })
+        }
+    }
+
+    /// What [`ErasedTable`] answers to what the export never asks it.
+    fn not_here() -> sessionlog_keys::Error {
+        sessionlog_keys::Error::Store("not asked in this test".into())
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_an_erasure_goes_without_the_erased_sessions_texts() {
+        let (erased, kept) = (SessionId::new(), SessionId::new());
+        let erasing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // The first request fails, and the session is erased while the export waits to try
+        // again; the receiver counts the texts of each session it takes.
+        let texts: TextsTaken = Arc::default();
+        let (endpoint, _) = receiver({
+            let (erasing, texts) = (Arc::clone(&erasing), Arc::clone(&texts));
+            Arc::new(move |spans| {
+                if !erasing.swap(true, Ordering::SeqCst) {
+                    return (503, Vec::new());
+                }
+                let mut texts = texts.lock().expect("not poisoned");
+                for span in spans {
+                    let carried = span
+                        .attributes
+                        .iter()
+                        .filter(|kv| crate::genai::CONTENT_ATTRIBUTES.contains(&kv.key.as_str()))
+                        .count();
+                    texts.push((span.trace_id.clone(), carried));
+                }
+                (200, Vec::new())
+            })
+        })
+        .await;
+        let sent: Vec<SpanData> = [erased, kept]
+            .into_iter()
+            .flat_map(|session| crate::genai::tests::follow(session, true))
+            .map(|(_, span)| span)
+            .collect();
+        let table = ErasedTable {
+            erased,
+            erasing: Arc::clone(&erasing),
+        };
+        let options = ExportOptions {
+            endpoint,
+            request_timeout: Duration::from_secs(5),
+            ..ExportOptions::default()
+        };
+        let receiver = Receiver::new(&options).expect("an exporter");
+        let mut summary = ExportSummary::default();
+        let mut never = std::pin::pin!(std::future::pending::<()>());
+        let mut known = std::collections::HashSet::new();
+        let mut erasures = Erasures::new(Some((&table, None)), &mut known);
+        let delivered = tokio::time::timeout(
+            Duration::from_secs(60),
+            receiver.deliver(sent, &mut summary, &mut never, &mut erasures),
+        )
+        .await
+        .expect("delivered within a minute");
+        assert!(delivered.expect("taken once the receiver recovers"));
+        assert_eq!(erasures.found(), [erased]);
+
+        // Every span went, the erased session's (a model call and a tool call with texts,
+        // its root without) without any text, the other's with theirs.
+        let texts = texts.lock().expect("not poisoned").clone();
+        let of = |session: SessionId| -> Vec<usize> {
+            let id = crate::genai::trace_id(session).to_bytes().to_vec();
+            texts
+                .iter()
+                .filter(|(trace, _)| *trace == id)
+                .map(|(_, n)| *n)
+                .collect()
+        };
+        assert_eq!(of(erased), [0, 0, 0]);
+        assert_eq!(of(kept).iter().sum::<usize>(), 3, "{texts:?}");
+        assert_eq!((summary.spans, summary.content_withheld), (6, 2));
     }
 
     #[tokio::test]

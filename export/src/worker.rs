@@ -7,6 +7,7 @@
 //! is first rebuilt from the log up to the event before, through recovery's rebuild, so its
 //! spans have the same parents and names as if the export had followed it from the start.
 
+use crate::erasure::Erasures;
 use crate::genai::{LogPosition, Trail};
 use crate::receiver::Receiver;
 use crate::{Error, Result};
@@ -17,7 +18,7 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use sessionlog_keys::Opener;
+use sessionlog_keys::{DataKeyStore, Opener};
 use sessionlog_log::{RawRecord, Settings, StartAt};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{EventDecoder, EventEnvelope, SessionEvent, SessionId};
@@ -41,7 +42,8 @@ pub struct ExportOptions {
     /// beginning for a new group.
     pub start: Option<StartAt>,
     /// Put message content on the spans (model output, tool arguments and results); never
-    /// for an erased session.
+    /// for an erased session: before each request the key store is asked whether the
+    /// sessions whose texts it carries were erased, and their spans go without them.
     pub with_content: bool,
     /// Stop once every partition is read up to where it ended when the export started.
     pub until_caught_up: bool,
@@ -92,6 +94,9 @@ pub struct ExportSummary {
     pub partial_sessions: u64,
     /// Records that did not decode (the projector dead-letters them; the export skips them).
     pub undecodable: u64,
+    /// Spans sent without their texts: their session was erased after the export opened
+    /// them (with `--with-content`).
+    pub content_withheld: u64,
     /// Export lag: from a record's log timestamp to the receiver having taken its batch's
     /// spans, in milliseconds, median (within 2.5%).
     pub lag_p50_ms: Option<f64>,
@@ -189,6 +194,7 @@ pub async fn export(
             NonZeroUsize::new(options.cache_sessions.max(1)).unwrap_or(NonZeroUsize::MIN),
         ),
         summary: ExportSummary::default(),
+        erased: HashSet::new(),
     };
     let mut read: BTreeMap<i32, i64> = BTreeMap::new();
     let mut last_report = Instant::now();
@@ -237,9 +243,20 @@ pub async fn export(
         follower
             .follow_batch(&decoder, &records, &mut spans)
             .await?;
+        // Spans are built from texts opened as their records were read, maybe long before
+        // they go out: the erasures made meanwhile are asked about before each request.
+        let keys = follower.with_content.then(|| {
+            (
+                follower.recovery.key_table() as &dyn DataKeyStore,
+                follower.recovery.log().keyring().map(|keyring| &**keyring),
+            )
+        });
+        let mut erasures = Erasures::new(keys, &mut follower.erased);
         let delivered = receiver
-            .deliver(spans, &mut follower.summary, &mut shutdown)
+            .deliver(spans, &mut follower.summary, &mut shutdown, &mut erasures)
             .await;
+        let erased = erasures.found();
+        follower.withdraw(&erased);
         if !matches!(delivered, Ok(true)) {
             // Shut down, or refused, before the receiver took them all: nothing of this batch
             // is committed, so the next run sends it again.
@@ -302,6 +319,9 @@ struct Follower {
     with_content: bool,
     trails: LruCache<SessionId, Followed>,
     summary: ExportSummary,
+    /// Sessions the key store said were erased since the export opened their texts: none
+    /// of their texts is opened again.
+    erased: HashSet<SessionId>,
 }
 
 /// A session followed: its trail, and what opens its texts when content is exported.
@@ -396,11 +416,29 @@ impl Follower {
         if followed.trail.has_seen(at) {
             return Ok(());
         }
+        // The key is held between batches on a lease: once the key cache's TTL is up it is
+        // renewed against the key table before it opens anything, and dropped if destroyed.
+        if let (Some(opener), Some(keyring)) =
+            (followed.opener.as_mut(), self.recovery.log().keyring())
+        {
+            keyring.renew(opener).await?;
+        }
         let opened = followed.opener.as_ref().map(|o| o.open_event(event).0);
         if let Some(span) = followed.trail.follow(event, at, opened.as_ref()) {
             spans.push(span);
         }
         Ok(())
+    }
+
+    /// Drops the keys of `sessions`, found erased, and the texts their trails keep: nothing
+    /// of them is opened again, nor sent.
+    fn withdraw(&mut self, sessions: &[SessionId]) {
+        for session in sessions {
+            if let Some(followed) = self.trails.peek_mut(session) {
+                followed.opener = None;
+                followed.trail.forget_texts();
+            }
+        }
     }
 
     /// Forgets the sessions of `partitions` (revoked: they go on elsewhere).
@@ -480,10 +518,11 @@ impl Follower {
         }
     }
 
-    /// What opens `session`'s texts when content is exported: nothing for a session the
-    /// projection says is erased (without encryption, its texts are still in the log).
+    /// What opens `session`'s texts when content is exported: nothing for a session found
+    /// erased, or that the projection says is erased (without encryption, its texts are
+    /// still in the log).
     async fn opener(&self, session: SessionId) -> Result<Option<Opener>> {
-        if !self.with_content {
+        if !self.with_content || self.erased.contains(&session) {
             return Ok(None);
         }
         let status = self

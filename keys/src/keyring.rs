@@ -29,6 +29,32 @@ pub enum KeyState {
     Absent,
 }
 
+/// What the key store answered for one session, and when it was asked (this process's clock):
+/// an answer tells how the key stood no earlier than then.
+#[derive(Clone)]
+struct Answer {
+    state: KeyState,
+    asked: Instant,
+}
+
+/// A holder's hold on one session's key: the store's answer, when the store was asked, and
+/// the keyring's count of forgotten keys just before. Every holder of a data key keeps one
+/// (the keyring's cache keeps the answers themselves): a writer between appends
+/// ([`HeldKey`]), a reader such as the OTLP export between batches ([`Opener`]), so that one
+/// rule bounds them all. A lease is used for at most the key cache's TTL (`[privacy]
+/// key_cache_secs`) after the store was asked, and not at all once this process destroyed
+/// or forgot any key since; then the store is asked again before the key is used again
+/// ([`Keyring::renew`]), and a destroyed key is dropped. An erasure made by another process
+/// therefore stops every use of the key here within the TTL, and one made by this process at
+/// once.
+#[derive(Clone)]
+struct KeyLease {
+    session: SessionId,
+    state: KeyState,
+    asked: Instant,
+    generation: u64,
+}
+
 /// Data keys for one process: the key store, the KEKs, and a short-lived cache.
 pub struct Keyring {
     store: Arc<dyn DataKeyStore>,
@@ -36,14 +62,15 @@ pub struct Keyring {
     ttl: Duration,
     /// Read on every append by every task, written once per session per TTL: sharded, so
     /// tasks on different cores sealing different sessions do not contend for one lock.
-    cache: DashMap<SessionId, (KeyState, Instant)>,
-    /// Counts keys this process forgot or saw destroyed: a [`HeldKey`] taken before a change
-    /// is no longer used.
+    cache: DashMap<SessionId, Answer>,
+    /// Counts keys this process forgot or saw destroyed: a lease taken before a change is no
+    /// longer used.
     forgotten: AtomicU64,
 }
 
 impl Keyring {
-    /// A keyring over `store`, wrapping with `keks`, trusting a fetched key for `ttl`.
+    /// A keyring over `store`, wrapping with `keks`, trusting the store's answer about a key
+    /// for `ttl` after it was asked.
     pub fn new(store: Arc<dyn DataKeyStore>, keks: Keks, ttl: Duration) -> Self {
         Self {
             store,
@@ -68,32 +95,61 @@ impl Keyring {
         self.keks.current().id()
     }
 
-    /// What the cache holds for `session`: only if fetched within the TTL, unless `any_age`.
-    fn cached(&self, session: SessionId, any_age: bool) -> Option<KeyState> {
-        self.cache
-            .get(&session)
-            .filter(|entry| any_age || entry.1.elapsed() < self.ttl)
-            .map(|entry| entry.0.clone())
+    /// Whether an answer the store gave when asked at `asked` may still be used.
+    fn fresh(&self, asked: Instant) -> bool {
+        asked.elapsed() < self.ttl
     }
 
-    fn remember(&self, session: SessionId, state: KeyState) {
+    /// Whether `lease` may still be used: the store was asked within the TTL, and this
+    /// process has destroyed or forgotten no key since.
+    fn is_current(&self, lease: &KeyLease) -> bool {
+        lease.generation == self.forgotten.load(Ordering::Acquire) && self.fresh(lease.asked)
+    }
+
+    /// What the cache holds for `session`, if the store was asked within the TTL. There is
+    /// no older answer to fall back on: while the store cannot be reached, a key is used
+    /// until its TTL is up and then not at all, so that an erasure the store holds reaches
+    /// this process within the TTL whatever happens to the store.
+    fn cached(&self, session: SessionId) -> Option<Answer> {
+        self.cache
+            .get(&session)
+            .filter(|entry| self.fresh(entry.asked))
+            .map(|entry| entry.clone())
+    }
+
+    /// Keeps the store's `answer` about the session's key; returns the answer kept.
+    fn remember(&self, session: SessionId, answer: Answer) -> Answer {
         let cache = &self.cache;
         if cache.len() >= CACHE_LIMIT {
-            let ttl = self.ttl;
-            cache.retain(|_, (_, at)| at.elapsed() < ttl);
+            cache.retain(|_, answer| self.fresh(answer.asked));
             if cache.len() >= CACHE_LIMIT {
                 cache.clear();
             }
         }
-        let destroyed = matches!(state, KeyState::Destroyed);
-        cache.insert(session, (state, Instant::now()));
-        // After the insert: a writer that reads the count after this sees the new state.
+        let destroyed = matches!(answer.state, KeyState::Destroyed);
+        let kept = match cache.entry(session) {
+            // A destroyed key never comes back: an answer given before the destruction and
+            // arriving after it (a fetch racing this process's own erasure) is not kept.
+            dashmap::Entry::Occupied(entry)
+                if !destroyed && matches!(entry.get().state, KeyState::Destroyed) =>
+            {
+                entry.get().clone()
+            }
+            dashmap::Entry::Occupied(mut entry) => {
+                entry.insert(answer.clone());
+                answer
+            }
+            dashmap::Entry::Vacant(entry) => entry.insert(answer).clone(),
+        };
+        // After the insert: a holder that reads the count after this sees the new state.
         if destroyed {
             self.forgotten.fetch_add(1, Ordering::AcqRel);
         }
+        kept
     }
 
-    /// Drops what this process remembers of the session's key.
+    /// Drops what this process remembers of the session's key, and ends every lease taken
+    /// before (a writer's hold, a reader's opener), which ask the store again before next use.
     pub fn forget(&self, session: SessionId) {
         self.cache.remove(&session);
         self.forgotten.fetch_add(1, Ordering::AcqRel);
@@ -116,27 +172,58 @@ impl Keyring {
         })
     }
 
-    /// The session's key as the store has it (cached for the configured time). While the key
-    /// store cannot be reached, a key this process already held is used however old: a writer
-    /// of a running session goes on through a store outage (an erasure made meanwhile reaches
-    /// it when the store is back); a key it never held fails with the store's error.
-    pub async fn key(&self, session: SessionId) -> Result<KeyState> {
-        if let Some(state) = self.cached(session, false) {
-            return Ok(state);
-        }
-        let stored = match self.store.get(session).await {
-            Ok(stored) => stored,
-            Err(error) => match self.cached(session, true) {
-                Some(state) if error.is_store() => {
-                    tracing::warn!(%session, %error, "key store unreachable; using the key held");
-                    return Ok(state);
-                }
-                _ => return Err(error),
-            },
+    /// Asks the store about the session's key now, whatever the cache holds, and remembers
+    /// the answer.
+    async fn ask(&self, session: SessionId) -> Result<Answer> {
+        // Taken before the question: the answer says how the key stood no earlier than this.
+        let asked = Instant::now();
+        let stored = self.store.get(session).await?;
+        let answer = Answer {
+            state: self.unwrap_stored(session, stored)?,
+            asked,
         };
-        let state = self.unwrap_stored(session, stored)?;
-        self.remember(session, state.clone());
-        Ok(state)
+        Ok(self.remember(session, answer))
+    }
+
+    /// A lease on the session's key: the cached answer if the store gave it within the TTL
+    /// (the lease expires with it, not a TTL after this call), else the store's answer now.
+    async fn lease(&self, session: SessionId) -> Result<KeyLease> {
+        // Read before the answer: a key forgotten meanwhile ends this lease at once.
+        let generation = self.forgotten.load(Ordering::Acquire);
+        let answer = match self.cached(session) {
+            Some(answer) => answer,
+            None => self.ask(session).await?,
+        };
+        Ok(KeyLease {
+            session,
+            state: answer.state,
+            asked: answer.asked,
+            generation,
+        })
+    }
+
+    /// Renews `lease` unless it is current. Its key is dropped before the store is asked, so
+    /// a lease the store could not renew holds no key.
+    async fn renew_lease(&self, lease: &mut KeyLease) -> Result<()> {
+        if self.is_current(lease) {
+            return Ok(());
+        }
+        lease.state = KeyState::Absent;
+        *lease = self.lease(lease.session).await?;
+        Ok(())
+    }
+
+    /// The session's key as the store has it (cached for the configured time). While the key
+    /// store cannot be reached, a key the store answered about within the TTL is used; an
+    /// older one is not: this fails with the store's error.
+    pub async fn key(&self, session: SessionId) -> Result<KeyState> {
+        Ok(self.lease(session).await?.state)
+    }
+
+    /// Asks the store about the session's key now, whatever the cache holds: for a holder
+    /// that must know of an erasure before it acts (the OTLP export before each batch).
+    pub async fn key_now(&self, session: SessionId) -> Result<KeyState> {
+        Ok(self.ask(session).await?.state)
     }
 
     /// The key to seal the session's events with, made and stored if the session has none yet
@@ -145,30 +232,62 @@ impl Keyring {
     /// burst of new sessions, a node restarting) is tried again a few times before the
     /// append fails with its error.
     pub async fn sealing_key(&self, session: SessionId) -> Result<Arc<DataKey>> {
-        use sessionlog_log::retry::{self, Retryable};
-        // The common case, on every append: a key fetched within the TTL.
-        if let Some(KeyState::Live(key)) = self.cached(session, false) {
-            return Ok(key);
+        match self.sealing_lease(session).await?.state {
+            KeyState::Live(key) => Ok(key),
+            _ => Err(Error::Erased(session)),
         }
-        (|| self.sealing_key_once(session))
+    }
+
+    /// A lease on the live key to seal the session's events with (see [`Self::sealing_key`]).
+    async fn sealing_lease(&self, session: SessionId) -> Result<KeyLease> {
+        use sessionlog_log::retry::{self, Retryable};
+        // The common case, on every append: a key the store answered about within the TTL.
+        let generation = self.forgotten.load(Ordering::Acquire);
+        if let Some(
+            answer @ Answer {
+                state: KeyState::Live(_),
+                ..
+            },
+        ) = self.cached(session)
+        {
+            return Ok(KeyLease {
+                session,
+                state: answer.state,
+                asked: answer.asked,
+                generation,
+            });
+        }
+        (|| self.sealing_lease_once(session))
             .retry(retry::tries(5))
             .when(Error::is_store)
             .await
     }
 
-    async fn sealing_key_once(&self, session: SessionId) -> Result<Arc<DataKey>> {
-        match self.key(session).await? {
-            KeyState::Live(key) => return Ok(key),
+    async fn sealing_lease_once(&self, session: SessionId) -> Result<KeyLease> {
+        let lease = self.lease(session).await?;
+        match lease.state {
+            KeyState::Live(_) => return Ok(lease),
             KeyState::Destroyed => return Err(Error::Erased(session)),
             KeyState::Absent => {}
         }
         let (_, wrapped) = self.generate(session);
+        let asked = Instant::now();
         // Another process may have made one first: the store keeps one, and everyone uses it.
         let stored = self.store.create(session, wrapped).await?;
-        let state = self.unwrap_stored(session, Some(stored))?;
-        self.remember(session, state.clone());
-        match state {
-            KeyState::Live(key) => Ok(key),
+        let answer = self.remember(
+            session,
+            Answer {
+                state: self.unwrap_stored(session, Some(stored))?,
+                asked,
+            },
+        );
+        match answer.state {
+            KeyState::Live(_) => Ok(KeyLease {
+                session,
+                state: answer.state,
+                asked: answer.asked,
+                generation: lease.generation,
+            }),
             _ => Err(Error::Erased(session)),
         }
     }
@@ -180,12 +299,19 @@ impl Keyring {
     pub async fn key_fresh_session(&self, session: SessionId) -> Result<()> {
         use sessionlog_log::retry::{self, Retryable};
         let (key, wrapped) = self.generate(session);
+        let asked = Instant::now();
         // The write is idempotent (the same key each try), so an outage is worth a few tries.
         (|| self.store.insert_fresh(session, wrapped.clone()))
             .retry(retry::tries(5))
             .when(Error::is_store)
             .await?;
-        self.remember(session, KeyState::Live(Arc::new(key)));
+        self.remember(
+            session,
+            Answer {
+                state: KeyState::Live(Arc::new(key)),
+                asked,
+            },
+        );
         Ok(())
     }
 
@@ -227,8 +353,9 @@ impl Keyring {
 
     /// [`Self::seal`] for the envelopes of one session's writer, which holds the key in `held`
     /// between appends: on every append a writer would otherwise look it up in the cache
-    /// every task of the process shares, which cost more than sealing. The hold lasts the
-    /// cache's TTL and ends at once when this process destroys or forgets any key.
+    /// every task of the process shares, which cost more than sealing. The hold is a lease:
+    /// it ends a TTL after the store answered about the key (not after the hold was taken),
+    /// and at once when this process destroys or forgets any key.
     pub async fn seal_held(
         &self,
         held: &mut HeldKey,
@@ -239,37 +366,56 @@ impl Keyring {
                 continue;
             }
             let session = envelope.session_id;
-            let mut fetched = None;
-            let key = match held.valid(session, self) {
-                Some(key) => key,
-                None => {
-                    let generation = self.forgotten.load(Ordering::Acquire);
-                    let key = self.sealing_key(session).await?;
-                    &fetched.insert((session, key, Instant::now(), generation)).1
-                }
+            let current = held
+                .0
+                .as_ref()
+                .is_some_and(|lease| lease.session == session && self.is_current(lease));
+            if !current {
+                // Dropped first: a hold the store could not renew keeps no key.
+                held.0 = None;
+                held.0 = Some(self.sealing_lease(session).await?);
+            }
+            let Some(KeyLease {
+                state: KeyState::Live(key),
+                ..
+            }) = &held.0
+            else {
+                return Err(Error::Erased(session));
             };
             seal_checked(key, envelope)?;
-            if fetched.is_some() {
-                held.0 = fetched;
-            }
         }
         Ok(())
     }
 
-    /// What a reader of `session` needs to open its fields.
+    /// What a reader of `session` needs to open its fields. A reader that keeps it beyond
+    /// the request it serves renews it with [`Self::renew`] before each use.
     pub async fn opener(&self, session: SessionId) -> Result<Opener> {
         Ok(Opener {
-            session,
-            key: self.key(session).await?,
+            lease: self.lease(session).await?,
             erased: false,
         })
+    }
+
+    /// Renews a kept `opener` unless the store answered about its key within the TTL (and
+    /// this process forgot no key since): a session erased elsewhere then reads as erased,
+    /// its key dropped. When the store cannot be reached, the error is returned and the
+    /// opener holds no key any more (its sealed fields read as [`Text::Sealed`]).
+    pub async fn renew(&self, opener: &mut Opener) -> Result<()> {
+        self.renew_lease(&mut opener.lease).await
     }
 
     /// Destroys the session's data key and records the erasure's receipt.
     pub async fn destroy(&self, receipt: ErasureReceipt) -> Result<()> {
         let session = receipt.session_id;
+        let asked = Instant::now();
         self.store.destroy(receipt).await?;
-        self.remember(session, KeyState::Destroyed);
+        self.remember(
+            session,
+            Answer {
+                state: KeyState::Destroyed,
+                asked,
+            },
+        );
         Ok(())
     }
 
@@ -397,10 +543,10 @@ impl Text {
 }
 
 /// Opens one session's fields for a reader. Never fails: what cannot be opened says why.
+/// It holds the session's key on a lease (see [`Keyring::renew`]).
 #[derive(Clone)]
 pub struct Opener {
-    session: SessionId,
-    key: KeyState,
+    lease: KeyLease,
     erased: bool,
 }
 
@@ -409,8 +555,12 @@ impl Opener {
     /// [`Text::Sealed`].
     pub fn without_keys(session: SessionId) -> Self {
         Self {
-            session,
-            key: KeyState::Absent,
+            lease: KeyLease {
+                session,
+                state: KeyState::Absent,
+                asked: Instant::now(),
+                generation: 0,
+            },
             erased: false,
         }
     }
@@ -424,7 +574,7 @@ impl Opener {
 
     /// Whether the session's key is destroyed or the session is marked erased.
     pub fn is_erased(&self) -> bool {
-        self.erased || matches!(self.key, KeyState::Destroyed)
+        self.erased || matches!(self.lease.state, KeyState::Destroyed)
     }
 
     /// A field's text, where it is not known which event and field it came from (a title in
@@ -439,9 +589,9 @@ impl Opener {
                 key_id,
                 nonce,
                 ciphertext,
-            } => match &self.key {
+            } => match &self.lease.state {
                 KeyState::Live(key) => key
-                    .open(self.session, key_id, nonce, ciphertext)
+                    .open(self.lease.session, key_id, nonce, ciphertext)
                     .map_or(Text::Unreadable, Text::Plain),
                 KeyState::Destroyed => Text::Erased,
                 KeyState::Absent => Text::Sealed,
@@ -541,21 +691,9 @@ fn seal_checked(key: &DataKey, envelope: &mut EventEnvelope) -> Result<()> {
     Ok(())
 }
 
-/// One writer's hold on its session's sealing key (see [`Keyring::seal_held`]).
+/// One writer's hold on its session's sealing key (see [`Keyring::seal_held`]): a lease.
 #[derive(Default)]
-pub struct HeldKey(Option<(SessionId, Arc<DataKey>, Instant, u64)>);
-
-impl HeldKey {
-    /// The key held for `session`, if still good: fetched within the TTL, and no key forgotten
-    /// or destroyed by this process since.
-    fn valid(&self, session: SessionId, keyring: &Keyring) -> Option<&DataKey> {
-        let (held_for, key, fetched, generation) = self.0.as_ref()?;
-        (*held_for == session
-            && *generation == keyring.forgotten.load(Ordering::Acquire)
-            && fetched.elapsed() < keyring.ttl)
-            .then_some(key.as_ref())
-    }
-}
+pub struct HeldKey(Option<KeyLease>);
 
 #[cfg(test)]
 mod tests {
@@ -762,8 +900,8 @@ mod tests {
             "opens with the stored key"
         );
         // Held for the next append, and never lent to another session.
-        assert!(held.valid(session, &ring).is_some());
-        assert!(held.valid(other, &ring).is_none());
+        assert!(holds(&held, session, &ring));
+        assert!(!holds(&held, other, &ring));
 
         ring.destroy(receipt(session)).await.unwrap();
         let mut after = vec![envelope(session, 2, "after")];
@@ -788,32 +926,171 @@ mod tests {
             ring.seal_held(&mut held, &mut events).await.unwrap();
             let opener = ring.opener(session).await.unwrap();
             assert!(opener.open_event(&events[0]).1.is_empty());
-            assert!(
-                held.valid(session, &ring).is_none(),
-                "a TTL of zero holds nothing"
-            );
+            assert!(!holds(&held, session, &ring), "a TTL of zero holds nothing");
         }
     }
 
+    /// Whether `held` holds a key `ring` lets the writer seal `session`'s events with
+    /// without asking the store.
+    fn holds(held: &HeldKey, session: SessionId, ring: &Keyring) -> bool {
+        held.0.as_ref().is_some_and(|lease| {
+            lease.session == session
+                && ring.is_current(lease)
+                && matches!(lease.state, KeyState::Live(_))
+        })
+    }
+
+    /// Moves every answer `ring` remembers `by` into the past, and each of `leases`: time
+    /// passing, without waiting for it.
+    fn age(ring: &Keyring, leases: &mut [&mut KeyLease], by: Duration) {
+        let back = |at: Instant| at.checked_sub(by).expect("an instant that far back");
+        for mut entry in ring.cache.iter_mut() {
+            entry.asked = back(entry.asked);
+        }
+        for lease in leases {
+            lease.asked = back(lease.asked);
+        }
+    }
+
+    /// The TTL of [`ten_second_keyring`].
+    const TTL: Duration = Duration::from_secs(10);
+
+    /// A keyring over `store` trusting an answer for [`TTL`].
+    fn ten_second_keyring(store: &Arc<MapStore>) -> Keyring {
+        Keyring::new(
+            Arc::clone(store) as Arc<dyn DataKeyStore>,
+            Keks::new(Kek::generate(), vec![]),
+            TTL,
+        )
+    }
+
     #[tokio::test]
-    async fn a_key_held_outlives_a_store_outage_and_a_new_one_does_not() {
+    async fn a_writers_hold_ends_a_ttl_after_the_store_answered_not_after_it_was_taken() {
         let store = Arc::new(MapStore::default());
-        // A TTL of zero: every lookup goes to the store first.
-        let ring = keyring(&store, Keks::new(Kek::generate(), vec![]));
-        let (running, new) = (SessionId::new(), SessionId::new());
-        ring.seal(&mut [envelope(running, 1, "before")])
+        let ring = ten_second_keyring(&store);
+        let session = SessionId::new();
+        ring.seal(&mut [envelope(session, 1, "first")])
             .await
             .unwrap();
-        store.1.store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut during = [envelope(running, 2, "during")];
-        ring.seal(&mut during).await.unwrap();
-        assert_eq!(
-            ring.opener(running).await.unwrap().open_event(&during[0]).1,
-            vec![]
+        // The store answered nine seconds ago; the writer takes its hold from the cache now.
+        age(&ring, &mut [], Duration::from_secs(9));
+        let mut held = HeldKey::default();
+        ring.seal_held(&mut held, &mut [envelope(session, 2, "second")])
+            .await
+            .unwrap();
+        // Another process erases the session; two seconds later the answer is 11 s old.
+        store.destroy(receipt(session)).await.unwrap();
+        let lease = held.0.as_mut().expect("a hold");
+        age(&ring, &mut [lease], Duration::from_secs(2));
+        let mut after = [envelope(session, 3, "after")];
+        assert!(matches!(
+            ring.seal_held(&mut held, &mut after).await,
+            Err(Error::Erased(_))
+        ));
+        assert!(held.0.is_none(), "the erased session's key is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_kept_opener_reads_an_erasure_made_elsewhere_once_renewed_after_the_ttl() {
+        let store = Arc::new(MapStore::default());
+        let ring = ten_second_keyring(&store);
+        let session = SessionId::new();
+        let mut events = [envelope(session, 1, "text")];
+        ring.seal(&mut events).await.unwrap();
+        let mut opener = ring.opener(session).await.unwrap();
+        store.destroy(receipt(session)).await.unwrap();
+
+        // Within the TTL the answer the store gave stands: the bound the promise allows.
+        ring.renew(&mut opener).await.unwrap();
+        assert!(opener.open_event(&events[0]).1.is_empty());
+
+        age(&ring, &mut [&mut opener.lease], TTL);
+        ring.renew(&mut opener).await.unwrap();
+        assert!(opener.is_erased());
+        assert!(
+            matches!(opener.lease.state, KeyState::Destroyed),
+            "key dropped"
         );
+        assert_eq!(
+            opener.open_event(&events[0]).1,
+            vec![("content", Text::Erased)]
+        );
+    }
+
+    #[tokio::test]
+    async fn through_a_store_outage_a_key_is_used_until_its_ttl_is_up_and_not_after() {
+        let store = Arc::new(MapStore::default());
+        let ring = ten_second_keyring(&store);
+        let (running, new) = (SessionId::new(), SessionId::new());
+        let mut held = HeldKey::default();
+        let mut before = [envelope(running, 1, "before")];
+        ring.seal_held(&mut held, &mut before).await.unwrap();
+        let mut opener = ring.opener(running).await.unwrap();
+        store.1.store(true, std::sync::atomic::Ordering::Relaxed);
+
+        // Within the TTL the writer and the reader go on; a session without a key waits.
+        let mut during = [envelope(running, 2, "during")];
+        ring.seal_held(&mut held, &mut during).await.unwrap();
+        ring.seal(&mut [envelope(running, 3, "during")])
+            .await
+            .unwrap();
+        ring.renew(&mut opener).await.unwrap();
+        assert_eq!(opener.open_event(&during[0]).1, vec![]);
         assert!(matches!(
             ring.seal(&mut [envelope(new, 1, "x")]).await,
             Err(Error::Store(_))
+        ));
+
+        // Past it, the key could have been destroyed meanwhile: none of them uses it.
+        let lease = held.0.as_mut().expect("a hold");
+        age(&ring, &mut [lease, &mut opener.lease], TTL);
+        assert!(matches!(
+            ring.seal_held(&mut held, &mut [envelope(running, 4, "after")])
+                .await,
+            Err(Error::Store(_))
+        ));
+        assert!(
+            held.0.is_none(),
+            "a hold the store cannot renew keeps no key"
+        );
+        assert!(matches!(
+            ring.seal(&mut [envelope(running, 4, "after")]).await,
+            Err(Error::Store(_))
+        ));
+        assert!(ring.opener(running).await.is_err());
+        assert!(matches!(
+            ring.renew(&mut opener).await,
+            Err(Error::Store(_))
+        ));
+        assert_eq!(
+            opener.open_event(&during[0]).1,
+            vec![("content", Text::Sealed)],
+            "an opener the store cannot renew holds no key"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_destroyed_key_is_not_brought_back_by_an_answer_given_before() {
+        let store = Arc::new(MapStore::default());
+        let ring = ten_second_keyring(&store);
+        let session = SessionId::new();
+        let asked = Instant::now();
+        let live = Answer {
+            state: KeyState::Live(Arc::new(DataKey::generate())),
+            asked,
+        };
+        ring.remember(
+            session,
+            Answer {
+                state: KeyState::Destroyed,
+                asked,
+            },
+        );
+        // A fetch that read the key before this process destroyed it, answering after.
+        ring.remember(session, live);
+        assert!(matches!(
+            ring.key(session).await.unwrap(),
+            KeyState::Destroyed
         ));
     }
 

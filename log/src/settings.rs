@@ -69,8 +69,11 @@ pub struct PrivacySettings {
     /// The keyspace of the data keys and erasure receipts: not a projection, so replays and
     /// `verify` never touch it.
     pub keyspace: String,
-    /// How long a process keeps a data key it fetched, in seconds. After an erasure, another
-    /// process may open the session's text for at most this long.
+    /// How long a process uses the key store's answer about a session's data key, in seconds:
+    /// every holder of a key asks the store again before using it once the answer is older,
+    /// and drops a destroyed one. After an erasure, another process may open the session's
+    /// text or seal with its key for at most this long, also when it cannot reach the store
+    /// (its uses of the key then fail with the store's error).
     pub key_cache_secs: u64,
 }
 

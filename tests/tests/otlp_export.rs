@@ -3,20 +3,23 @@
 //! exported and read back through Phoenix's own span API: every span present, with its
 //! GenAI name and attributes, its parent and its duration. A re-export from the middle of a
 //! session rebuilds it first and gives the same ids, which Phoenix keeps once; content goes
-//! out only when asked for, and never for an erased session. A running export serves its
-//! readiness (Kafka and the receiver) and metrics with `--listen`.
+//! out only when asked for, and never for an erased session, even one erased while the export
+//! is behind with its texts already opened. A running export serves its readiness (Kafka and
+//! the receiver) and metrics with `--listen`.
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 use sessionlog_cli::example::run_example_session;
-use sessionlog_export::{span_id, trace_id};
+use sessionlog_export::{ExportOptions, span_id, trace_id};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
 use sessionlog_tests::projector::{event_log, store};
 use sessionlog_tests::traces::{started_at, tool_session};
 use sessionlog_tests::{ChildGuard, TestStack, free_address, sessionlog_bin, wait_for};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Phoenix's address, from the stack's environment.
 fn phoenix() -> Result<(String, String)> {
@@ -548,6 +551,183 @@ async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Res
         not_ready["checks"]["receiver"]["ok"] == false
             && not_ready["checks"]["kafka"]["ok"] == true,
         "{not_ready:#}"
+    );
+    Ok(())
+}
+
+/// What every text of the erasure test starts with: the receiver must hold none of the erased
+/// session's.
+const CANARY: &str = "CANARY-";
+
+/// A session whose every text is `{prefix}{field}`: a request, a model's answer (a span with
+/// content), a tool call with arguments and a result (another), then its end.
+async fn text_session(stack: &TestStack, prefix: &str) -> Result<SessionId> {
+    use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
+    let text = |field: &str| Content::plain(format!("{prefix}{field}"));
+    let (mut writer, _) = SessionWriter::create(event_log(stack).await?, "writer", None).await?;
+    writer
+        .append(SessionEvent::UserRequest {
+            content: text("request"),
+        })
+        .await?;
+    writer
+        .append(SessionEvent::ModelResponse {
+            model: "model-x".into(),
+            tokens_in: 10,
+            tokens_out: 5,
+            cost_micros: 1,
+            started_at: sessionlog_schemas::now_micros(),
+            content: text("output"),
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
+            provider: None,
+        })
+        .await?;
+    let call = writer
+        .append(SessionEvent::ToolCallRequested {
+            tool: "grep".into(),
+            arguments: text("arguments"),
+            effect: EffectClass::Pure,
+            approval_id: None,
+        })
+        .await?;
+    writer
+        .append(SessionEvent::ToolCallResult {
+            call_seq: call.envelope.seq,
+            outcome: CallOutcome::Succeeded,
+            output: text("result"),
+            source: ResultSource::Executed,
+            recorded_by: None,
+            note: None,
+        })
+        .await?;
+    writer.close(TerminalOutcome::Completed, None).await?;
+    Ok(writer.session_id())
+}
+
+/// A receiver in front of Phoenix that holds the first request it gets until released, then
+/// answers it 503, as a receiver in trouble does: the export stays behind, with a batch it
+/// built and the log after it still to read, while the test acts. Every other request goes to
+/// Phoenix as it came. Its endpoint, and the signals it was held and to let it go.
+async fn holding_receiver(phoenix: String) -> Result<(String, Arc<Notify>, Arc<Notify>)> {
+    let (held, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post({
+            let (held, release) = (Arc::clone(&held), Arc::clone(&release));
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| async move {
+                use axum::http::StatusCode;
+                if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    held.notify_one();
+                    release.notified().await;
+                    return (StatusCode::SERVICE_UNAVAILABLE, Vec::new());
+                }
+                let mut forward = http.post(&phoenix).body(body.to_vec());
+                if let Some(kind) = headers.get("content-type").and_then(|v| v.to_str().ok()) {
+                    forward = forward.header("content-type", kind);
+                }
+                match forward.send().await {
+                    Ok(answer) => (
+                        StatusCode::from_u16(answer.status().as_u16())
+                            .unwrap_or(StatusCode::BAD_GATEWAY),
+                        answer.bytes().await.map(|b| b.to_vec()).unwrap_or_default(),
+                    ),
+                    Err(_) => (StatusCode::BAD_GATEWAY, Vec::new()),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((format!("http://{address}/v1/traces"), held, release))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_erasure_while_the_export_is_behind_keeps_the_sessions_text_from_the_receiver()
+-> Result<()> {
+    let (url, endpoint) = phoenix()?;
+    // One partition: the erased session's records, then the kept one's, in that order. With
+    // encryption on (the default): the export opens the texts with the session's data key.
+    let stack = TestStack::new("otlp_erasure", 1).await?;
+    ensure!(stack.settings.privacy.encrypt);
+    let erased = text_session(&stack, &format!("{CANARY}erased-")).await?;
+    let kept = text_session(&stack, "KEPT-").await?;
+    let project = stack
+        .settings
+        .kafka
+        .topic
+        .replace("session-events-t-", "otlp-");
+
+    // One record per batch: the export opens the erased session's texts with its key, sends
+    // the model call's span (with its output) and is held there, its session's tool call
+    // and end still to read.
+    let (through, held, release) = holding_receiver(endpoint).await?;
+    let options = ExportOptions {
+        endpoint: through,
+        group_id: format!("{}-otlp-erasure", stack.group),
+        with_content: true,
+        until_caught_up: true,
+        service_name: project.clone(),
+        batch_max: 1,
+        request_timeout: Duration::from_secs(120),
+        ..ExportOptions::default()
+    };
+    let settings = stack.settings.clone();
+    let running = tokio::spawn(async move {
+        sessionlog_export::export(&settings, options, std::future::pending()).await
+    });
+    tokio::time::timeout(Duration::from_secs(120), held.notified())
+        .await
+        .context("the export's first request never reached the receiver")?;
+
+    // The erasure, by another process, while the export is behind.
+    let output = stack.sessionlog(&["erase", &erased.to_string(), "--reason", "otlp behind"])?;
+    ensure!(
+        output.status.success(),
+        "erase: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    release.notify_one();
+    let summary = tokio::time::timeout(Duration::from_secs(180), running)
+        .await
+        .context("the export did not finish")???;
+    assert_eq!(summary.spans, 6, "{summary:?}");
+    // The model call's span, built with its output before the erasure and sent again after
+    // it, went without it; the rest of the session was not opened again.
+    assert_eq!(summary.content_withheld, 1, "{summary:?}");
+
+    // Every span of both sessions arrived; none holds a text of the erased session, whose
+    // spans keep their shape without their content, while the kept session's carry theirs.
+    let spans = wait_for_spans(&url, &project, 6).await?;
+    for (id, span) in &spans {
+        let text = span.to_string();
+        assert!(
+            !text.contains(CANARY),
+            "span {id} holds erased text: {span:#}"
+        );
+    }
+    for seq in [1, 3, 4] {
+        let span = span_of(&spans, erased, seq)?;
+        for key in [
+            "gen_ai.output.messages",
+            "gen_ai.tool.call.arguments",
+            "gen_ai.tool.call.result",
+        ] {
+            assert!(attribute(span, key).is_none(), "{key}: {span:#}");
+        }
+    }
+    let said = attribute(span_of(&spans, kept, 3)?, "gen_ai.output.messages");
+    assert!(
+        said.and_then(Value::as_str)
+            .is_some_and(|m| m.contains("KEPT-output")),
+        "{said:?}"
+    );
+    assert_eq!(
+        attribute(span_of(&spans, kept, 4)?, "gen_ai.tool.call.result"),
+        Some(&Value::from("KEPT-result"))
     );
     Ok(())
 }

@@ -1,24 +1,30 @@
 //! Privacy: every sensitive field is sealed before it reaches Kafka, and erasing a session
 //! destroys its data key, so its texts are gone from every byte of the topic, the dead letters
-//! and every table, while other sessions still open theirs.
+//! and every table, while other sessions still open theirs; a process holding the key stops
+//! using it within `[privacy] key_cache_secs` of an erasure made elsewhere.
 
 use anyhow::{Context, Result};
-use futures::TryStreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, TryStreamExt};
 use rdkafka::message::Message;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sessionlog_keys::Text;
+use sessionlog_keys::{
+    DataKeyStore, ErasureReceipt, HeldKey, Keyring, StoredKey, Text, WrappedKey,
+};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::{ForkAt, OperatorAct, Recovery};
 use sessionlog_schemas::{
-    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
-    frame, unframe,
+    CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
+    SessionEvent, SessionId, TerminalOutcome, frame, unframe,
 };
 use sessionlog_tests::auth::client;
 use sessionlog_tests::projector::{dead_letters, event_log, send_raw, store, wait_caught_up};
 use sessionlog_tests::recovery::accepted_events;
 use sessionlog_tests::{ServedProcess, TestStack, wait_for};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The header a harness presents its writer token in.
@@ -529,5 +535,208 @@ async fn erasing_a_parent_or_a_fork_reaches_exactly_its_own_events() -> Result<(
         SessionEvent::UserRequest { content } if content.as_plain() == Some(&format!("own text of {kept_fork}")))));
     assert!(diff.parent_only.iter().all(|e| !matches!(&e.envelope.event,
         SessionEvent::UserRequest { content } if content.as_plain().is_some_and(|t| !t.is_empty()))));
+    Ok(())
+}
+
+/// The key store as one process reaches it: the real key table, until the test cuts this
+/// process off from it (every other process still reaches it).
+struct CutOff {
+    table: sessionlog_store::KeyTable,
+    cut: AtomicBool,
+}
+
+impl CutOff {
+    /// The error a cut-off store answers, as a store the driver cannot reach does.
+    fn down<T: Send + 'static>(&self) -> Option<BoxFuture<'static, sessionlog_keys::Result<T>>> {
+        self.cut.load(Ordering::SeqCst).then(|| {
+            async {
+                Err(sessionlog_keys::Error::Store(
+                    "cut off from the key store".into(),
+                ))
+            }
+            .boxed()
+        })
+    }
+}
+
+impl DataKeyStore for CutOff {
+    fn create(
+        &self,
+        session: SessionId,
+        key: WrappedKey,
+    ) -> BoxFuture<'_, sessionlog_keys::Result<StoredKey>> {
+        self.down()
+            .unwrap_or_else(|| self.table.create(session, key))
+    }
+    fn insert_fresh(
+        &self,
+        session: SessionId,
+        key: WrappedKey,
+    ) -> BoxFuture<'_, sessionlog_keys::Result<()>> {
+        self.down()
+            .unwrap_or_else(|| self.table.insert_fresh(session, key))
+    }
+    fn get(&self, session: SessionId) -> BoxFuture<'_, sessionlog_keys::Result<Option<StoredKey>>> {
+        self.down().unwrap_or_else(|| self.table.get(session))
+    }
+    fn destroy(&self, receipt: ErasureReceipt) -> BoxFuture<'_, sessionlog_keys::Result<()>> {
+        self.down().unwrap_or_else(|| self.table.destroy(receipt))
+    }
+    fn receipt(
+        &self,
+        session: SessionId,
+    ) -> BoxFuture<'_, sessionlog_keys::Result<Option<ErasureReceipt>>> {
+        self.down().unwrap_or_else(|| self.table.receipt(session))
+    }
+    fn live_keys(&self) -> BoxStream<'_, sessionlog_keys::Result<(SessionId, WrappedKey)>> {
+        self.table.live_keys()
+    }
+    fn rewrap(
+        &self,
+        session: SessionId,
+        old_kek_id: String,
+        key: WrappedKey,
+    ) -> BoxFuture<'_, sessionlog_keys::Result<bool>> {
+        self.down()
+            .unwrap_or_else(|| self.table.rewrap(session, old_kek_id, key))
+    }
+}
+
+/// A request of `session` at `seq` holding `text`, plain, as a writer hands it to be sealed.
+fn request(session: SessionId, seq: u64, text: &str) -> EventEnvelope {
+    EventEnvelope {
+        event_id: uuid::Uuid::now_v7(),
+        session_id: session,
+        seq,
+        writer_epoch: 1,
+        occurred_at: sessionlog_schemas::now_micros(),
+        causation_id: None,
+        idempotency_key: None,
+        schema_version: CURRENT_SCHEMA_VERSION,
+        event: SessionEvent::UserRequest {
+            content: Content::plain(text),
+        },
+        attestation: None,
+    }
+}
+
+/// Erases `session` with `sessionlog erase`: another process, with a key cache of its own.
+fn erase_elsewhere(stack: &TestStack, session: SessionId) -> Result<()> {
+    let output = stack.sessionlog(&["erase", &session.to_string(), "--reason", "key ttl"])?;
+    anyhow::ensure!(
+        output.status.success(),
+        "erase: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// The promise of `[privacy] key_cache_secs`: a process that holds a session's data key (an
+/// ingest instance's key cache and a writer's hold, the recovery service's cache) stops opening
+/// and sealing with it within that time of an erasure made elsewhere, also when it cannot
+/// reach the key store to learn of the erasure.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_held_stops_opening_and_sealing_within_key_cache_secs_of_an_erasure_elsewhere()
+-> Result<()> {
+    let mut stack = TestStack::new("privacy_key_ttl", 1).await?;
+    stack.settings.privacy.key_cache_secs = 2;
+    let ttl = Duration::from_secs(2);
+    let is_erased = |result: &Result<(), sessionlog_producer::Error>| {
+        matches!(
+            result,
+            Err(sessionlog_producer::Error::Keys(
+                sessionlog_keys::Error::Erased(_)
+            ))
+        )
+    };
+
+    // What an ingest instance holds (its log's key cache, a writer's hold) and what the
+    // recovery service holds (its key cache), each having opened or sealed the session's text.
+    let log = event_log(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = writer.session_id();
+    let written = writer.user_request(&canary("ttl", "request")).await?;
+    let opened = recovery
+        .opener(session, false)
+        .await?
+        .open_event(&written.envelope);
+    assert!(opened.1.is_empty(), "{:?}", opened.1);
+    // Locked by each probe below, which borrows it across its awaits.
+    let held = tokio::sync::Mutex::new(HeldKey::default());
+    log.seal_held(&mut *held.lock().await, &mut [request(session, 3, "held")])
+        .await?;
+
+    erase_elsewhere(&stack, session)?;
+    // Within the TTL (and a margin for the probe's own round trips) every one of them refuses.
+    wait_for(
+        "ingest and recovery to stop using the key",
+        ttl + Duration::from_secs(2),
+        || {
+            let (log, recovery, written, held) = (&log, &recovery, &written, &held);
+            async move {
+                let opened = recovery
+                    .opener(session, false)
+                    .await?
+                    .open_event(&written.envelope)
+                    .1;
+                let by_hold = log
+                    .seal_held(&mut *held.lock().await, &mut [request(session, 3, "x")])
+                    .await;
+                let by_cache = log.seal(&mut [request(session, 3, "x")]).await;
+                Ok((opened == [("content", Text::Erased)]
+                    && is_erased(&by_hold)
+                    && is_erased(&by_cache))
+                .then_some(()))
+            }
+        },
+    )
+    .await?;
+
+    // A process cut off from the key store cannot learn of the erasure: it stops using the
+    // key all the same once the store's last answer about it is older than the TTL.
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let other = writer.session_id();
+    let written = writer.user_request(&canary("ttl", "cut")).await?;
+    let store = Arc::new(CutOff {
+        table: sessionlog_store::KeyTable::open(&stack.settings).await?,
+        cut: AtomicBool::new(false),
+    });
+    let keyring = Keyring::from_settings(
+        &stack.settings.privacy,
+        Arc::clone(&store) as Arc<dyn DataKeyStore>,
+    )?
+    .context("encryption is on")?;
+    let held = tokio::sync::Mutex::new(HeldKey::default());
+    keyring
+        .seal_held(&mut *held.lock().await, &mut [request(other, 3, "held")])
+        .await?;
+    let opened = keyring.opener(other).await?.open_event(&written.envelope);
+    assert!(opened.1.is_empty(), "{:?}", opened.1);
+    store.cut.store(true, Ordering::SeqCst);
+    erase_elsewhere(&stack, other)?;
+    wait_for(
+        "a process cut off from the key store to stop using the key",
+        // A seal tries the store a few times (about two seconds) before it fails.
+        ttl + Duration::from_secs(5),
+        || {
+            let (keyring, written, held) = (&keyring, &written, &held);
+            async move {
+                let sealed = keyring
+                    .seal_held(&mut *held.lock().await, &mut [request(other, 3, "x")])
+                    .await;
+                let opened = match keyring.opener(other).await {
+                    Ok(opener) => opener.open_event(&written.envelope).1.is_empty(),
+                    Err(_) => false,
+                };
+                Ok((sealed.is_err() && !opened).then_some(()))
+            }
+        },
+    )
+    .await?;
+    // Once the store answers again, the erasure is what it says.
+    store.cut.store(false, Ordering::SeqCst);
+    let opened = keyring.opener(other).await?.open_event(&written.envelope).1;
+    assert_eq!(opened, [("content", Text::Erased)]);
     Ok(())
 }
