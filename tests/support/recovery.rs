@@ -404,7 +404,8 @@ pub async fn random_session(log: Arc<EventLog>, seed: u64) -> Result<SessionStat
             5 => {
                 writer
                     .append(SessionEvent::SteeringMessage {
-                        author: "human".into(),
+                        // A harness's own note, in its writer's name.
+                        author: writer.state().writer_name().unwrap_or_default().to_string(),
                         content: Content::plain("steer"),
                     })
                     .await?;

@@ -62,9 +62,11 @@ pub async fn tool_session(stack: &TestStack) -> Result<ToolSession> {
             .await?;
         calls.push((request, result));
     }
+    // A harness's own note: in its own writer's name (an operator's is signed by recovery).
+    let author = writer.state().writer_name().unwrap_or_default().to_string();
     let steering = writer
         .append(SessionEvent::SteeringMessage {
-            author: "someone".into(),
+            author,
             content: Content::plain("look in src/"),
         })
         .await?;
