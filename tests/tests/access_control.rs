@@ -824,8 +824,9 @@ async fn lists_show_a_tenant_only_its_own() -> Result<()> {
         { "seq": 2, "kind": "ModelResponse", "data": { "model": "m-acme", "tokens_in": 7,
           "tokens_out": 3, "cost_micros": 11, "started_at": now - 1_000,
           "content": { "Plain": "hi" } } },
-        { "seq": 3, "kind": "ApprovalRequested",
-          "data": { "approval_id": "acme-approval", "action": { "Plain": "deploy" } } },
+        { "seq": 3, "kind": "ToolCallRequested", "idempotency_key": "charge-1",
+          "data": { "tool": "payments.charge", "arguments": { "Plain": "{}" },
+                    "effect": "NonIdempotent" } },
     ]});
     let appended = acme
         .post(format!("{}/v1/sessions/{session}/events", ingest.base))
@@ -834,6 +835,20 @@ async fn lists_show_a_tenant_only_its_own() -> Result<()> {
         .send()
         .await?;
     ensure!(appended.status().is_success(), "{}", appended.text().await?);
+    // The harness dies mid-call; resuming stops the session for an operator, which lists it.
+    let resumed = acme
+        .post(format!(
+            "{}/v1/sessions/{session}/resume",
+            recovery_service.base
+        ))
+        .json(&json!({ "writer": "harness-2" }))
+        .send()
+        .await?;
+    ensure!(
+        resumed.status().as_u16() == 409,
+        "resume of a call in doubt: {}",
+        resumed.text().await?
+    );
 
     let today = time::OffsetDateTime::now_utc().date();
     let lists = [
