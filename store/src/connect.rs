@@ -208,6 +208,25 @@ impl ProjectionStore {
     }
 }
 
+/// Prepares a statement of a table whose rows are written only conditionally (the key store,
+/// the names): at quorum, with serial consistency for the conditional writes; the plain
+/// reads may be retried by the driver, the conditional writes may not.
+pub(crate) async fn prepare_conditional_table(
+    session: &Session,
+    cql: String,
+    conditional: bool,
+) -> Result<scylla::statement::prepared::PreparedStatement> {
+    use scylla::statement::{Consistency, SerialConsistency};
+    let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
+    statement.set_consistency(Consistency::Quorum);
+    if conditional {
+        statement.set_serial_consistency(Some(SerialConsistency::Serial));
+    } else {
+        statement.set_is_idempotent(true);
+    }
+    Ok(statement)
+}
+
 /// Runs a conditional write and says whether it applied.
 pub(crate) async fn applied(
     session: &Session,

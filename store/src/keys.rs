@@ -19,8 +19,6 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt};
 use scylla::client::session::Session;
-use scylla::statement::Consistency;
-use scylla::statement::SerialConsistency;
 use scylla::statement::prepared::PreparedStatement;
 use sessionlog_keys::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};
 use sessionlog_log::Settings;
@@ -104,17 +102,7 @@ impl KeyTable {
 
     async fn prepare_statements(session: Session, keyspace: String) -> Result<Self> {
         let prepare = |cql: String, conditional: bool| {
-            let session = &session;
-            async move {
-                let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
-                statement.set_consistency(Consistency::Quorum);
-                if conditional {
-                    statement.set_serial_consistency(Some(SerialConsistency::Serial));
-                } else {
-                    statement.set_is_idempotent(true);
-                }
-                Ok::<_, Error>(statement)
-            }
+            crate::connect::prepare_conditional_table(&session, cql, conditional)
         };
         let ks = &keyspace;
         let columns = "key_version, kek_id, wrapped, created_at_us, destroyed_at_us";

@@ -14,8 +14,8 @@
 use crate::connect::applied;
 use crate::{Error, ProjectionStore, Result};
 use scylla::client::session::Session;
+use scylla::statement::Consistency;
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::{Consistency, SerialConsistency};
 use sessionlog_schemas::{SessionId, now_micros};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -43,15 +43,8 @@ impl SessionNames {
     pub async fn prepare(store: &ProjectionStore) -> Result<Self> {
         let ks = &store.keyspace;
         let session = &store.session;
-        let prepare = |cql: String, conditional: bool| async move {
-            let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
-            statement.set_consistency(Consistency::Quorum);
-            if conditional {
-                statement.set_serial_consistency(Some(SerialConsistency::Serial));
-            } else {
-                statement.set_is_idempotent(true);
-            }
-            Ok::<_, Error>(statement)
+        let prepare = |cql: String, conditional: bool| {
+            crate::connect::prepare_conditional_table(session, cql, conditional)
         };
         Ok(Self {
             claim: prepare(
