@@ -587,30 +587,46 @@ async fn create_named(
     sessionlog_http::identifier(IdentifierKind::SessionName, name)?;
     let names = ingest.names().await?;
     let digest = session_name_sha256(tenant, name);
-    let (id, fresh) = match session {
-        Some(id) => (id, false),
-        None => (SessionId::new(), true),
-    };
-    let (id, fresh, took_it) = match names.claim(tenant, &digest, id).await? {
-        NameClaim::Taken => (id, fresh, true),
+    let id = session.unwrap_or_default(); // the default id is a fresh UUIDv7
+    let id = match names.claim(tenant, &digest, id).await? {
+        NameClaim::Taken => id,
         // Another create took the name (or this one, retried): its session, if started, holds
         // it; if not (that create died, or is a moment behind), starting it here settles the
         // name either way.
-        NameClaim::Held(holder) if session.is_none_or(|id| id == holder) => (holder, false, false),
+        NameClaim::Held(holder) if session.is_none_or(|id| id == holder) => holder,
         NameClaim::Held(holder) => return Err(name_taken(holder)),
     };
+    // Once the name points at the id, another create may start it too: the start is always
+    // read back (never written as a fresh id's), so of the two exactly one is answered 201.
     let log = Arc::clone(&ingest.log);
-    match SessionWriter::create_named(log, id, fresh, agent, title, tenant, &digest).await {
+    match SessionWriter::create_named(Arc::clone(&log), id, agent, title, tenant, &digest).await {
         Ok(started) => Ok(started),
-        // The name's session is started: the name is taken.
-        Err(sessionlog_producer::Error::Refused(Rejection::AlreadyStarted)) if !took_it => {
-            Err(name_taken(id))
-        }
-        // The caller's id was started before, by another create (ids are global): the name
-        // this request took must not point at it.
-        Err(refused @ sessionlog_producer::Error::Refused(Rejection::AlreadyStarted)) => {
+        // Refused on the catch-up, or rejected on the read-back: another start came first.
+        Err(
+            refused @ (sessionlog_producer::Error::Refused(Rejection::AlreadyStarted)
+            | sessionlog_producer::Error::Rejected {
+                rejection: Rejection::AlreadyStarted,
+                ..
+            }),
+        ) => {
+            // Started under this name (by a racing create of it): the name is taken. Started
+            // otherwise (a caller's id used before, ids are global; or a leftover of a create
+            // that died): the name must not point at it.
+            let holds_name = SessionWriter::current(log, id)
+                .await
+                .is_ok_and(|w| w.state().name_sha256.as_deref() == Some(digest.as_str()));
+            if holds_name {
+                return Err(name_taken(id));
+            }
             names.release(tenant, &digest, id).await?;
-            Err(refused.into())
+            match session {
+                Some(_) => Err(refused.into()),
+                // The name was a leftover's and is free again: a retry takes it.
+                None => Err(sessionlog_store::Error::Contended {
+                    what: "session name",
+                }
+                .into()),
+            }
         }
         Err(other) => Err(other.into()),
     }
@@ -904,8 +920,8 @@ fn envelope(writer: &SessionWriter, incoming: &IncomingEvent) -> Result<EventEnv
             )
             .with("seq", incoming.seq)
         })?;
-    // Facts of the recovery service: decisions and operator results (signed for a verified
-    // person), the stop for an operator, and erasure.
+    // Facts of the recovery service: decisions, operator results, pauses and unpauses (signed
+    // for a verified person), the stop for an operator, and erasure.
     if sessionlog_session::attest::is_privileged(&event)
         || matches!(
             event,
@@ -916,7 +932,7 @@ fn envelope(writer: &SessionWriter, incoming: &IncomingEvent) -> Result<EventEnv
             StatusCode::UNPROCESSABLE_ENTITY,
             "reserved_kind",
             format!(
-                "event seq {} ({}): decisions, operator results, resolution stops and erasure are recorded by the recovery service for a verified person (POST /v1/sessions/{{id}}/approvals/{{approval_id}}, /resolutions), not appended by a harness",
+                "event seq {} ({}): decisions, operator results, pauses, unpauses, resolution stops and erasure are recorded by the recovery service for a verified person (POST /v1/sessions/{{id}}/approvals/{{approval_id}}, /resolutions, /pause, /unpause), not appended by a harness",
                 incoming.seq,
                 event.kind()
             ),

@@ -132,7 +132,7 @@ impl SessionWriter {
         tenant: &str,
     ) -> Result<(Self, Appended)> {
         let token = WriterToken::generate();
-        let first = started(agent, title, tenant, &token);
+        let first = started(agent, title, tenant, &token, None);
         Self::start(log, SessionId::new(), first, token, true).await
     }
 
@@ -160,33 +160,26 @@ impl SessionWriter {
         tenant: &str,
     ) -> Result<(Self, Appended)> {
         let token = WriterToken::generate();
-        let first = started(agent, title, tenant, &token);
+        let first = started(agent, title, tenant, &token, None);
         Self::start(log, session, first, token, false).await
     }
 
     /// Starts a session named in its tenant: its start records the name's digest
     /// ([`sessionlog_schemas::session_name_sha256`]), which the caller took for `session` in
-    /// the names table first. `fresh` says `session` is a UUIDv7 the caller just made
-    /// ([`SessionId::new`]), so nothing is read before the start is written; otherwise the id
-    /// is refused, as [`Self::create_in`] refuses it, when it was ever started.
+    /// the names table first. The id is refused, as [`Self::create_in`] refuses it, when it was
+    /// ever started, and the start is read back: once the name points at the id, another
+    /// create of the name may start it too, and only one of them may be told it did.
     pub async fn create_named(
         log: Arc<EventLog>,
         session: SessionId,
-        fresh: bool,
         agent: &str,
         title: Option<&str>,
         tenant: &str,
         name_sha256: &str,
     ) -> Result<(Self, Appended)> {
         let token = WriterToken::generate();
-        let mut first = started(agent, title, tenant, &token);
-        if let SessionEvent::SessionStarted {
-            name_sha256: name, ..
-        } = &mut first
-        {
-            *name = Some(name_sha256.to_string());
-        }
-        Self::start(log, session, first, token, fresh).await
+        let first = started(agent, title, tenant, &token, Some(name_sha256));
+        Self::start(log, session, first, token, false).await
     }
 
     /// Starts a new session forked from a parent: its first event (seq 1, epoch 1) is
@@ -879,14 +872,21 @@ impl SessionWriter {
     }
 }
 
-/// The first event of a session a harness starts, recording the hash of its writer's token.
-fn started(agent: &str, title: Option<&str>, tenant: &str, token: &WriterToken) -> SessionEvent {
+/// The first event of a session a harness starts, recording the hash of its writer's token
+/// and, for a named session, its name's digest.
+fn started(
+    agent: &str,
+    title: Option<&str>,
+    tenant: &str,
+    token: &WriterToken,
+    name_sha256: Option<&str>,
+) -> SessionEvent {
     SessionEvent::SessionStarted {
         agent: agent.to_string(),
         title: title.map(Content::from),
         tenant: tenant.to_string(),
         writer_token_sha256: Some(token.sha256()),
-        name_sha256: None,
+        name_sha256: name_sha256.map(str::to_string),
     }
 }
 

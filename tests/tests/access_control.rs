@@ -673,9 +673,13 @@ async fn names_belong_to_a_tenant() -> Result<()> {
     );
     let (status, unused) = find(&initech, name).await?;
     assert_eq!(status, 404, "{unused}");
-    let (_, never_used) = find(&initech, "thread:never-used").await?;
+    let (never_status, never_used) = find(&initech, "thread:never-used").await?;
     assert_eq!(unused["code"], "unknown_name");
-    assert_eq!(unused["detail"], never_used["detail"], "the same answer");
+    assert_eq!(
+        (status, &unused),
+        (never_status, &never_used),
+        "the same answer"
+    );
 
     // A caller-chosen id another tenant started is refused exactly as one's own started id:
     // the answer says the id cannot be used, never whose it is.
@@ -709,6 +713,28 @@ async fn names_belong_to_a_tenant() -> Result<()> {
         body["session_id"],
         orphan.to_string(),
         "the name's session is started"
+    );
+    // The create that took the name was only a moment behind: its start now comes second, and
+    // it must be refused, not answered as if its session had started (review: a start written
+    // as a fresh id's was never read back, so both creates were told 201).
+    let late = SessionWriter::create_named(
+        event_log(&stack).await?,
+        orphan,
+        "late",
+        None,
+        "acme",
+        &digest,
+    )
+    .await;
+    ensure!(
+        matches!(
+            late,
+            Err(sessionlog_producer::Error::Refused(
+                sessionlog_session::Rejection::AlreadyStarted
+            ))
+        ),
+        "a second start of the named session was answered {:?}",
+        late.map(|(_, a)| a.position)
     );
 
     // Names break no rule: a NUL is refused before anything is written.
