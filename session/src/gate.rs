@@ -169,7 +169,7 @@ impl SessionState {
     /// own note), never in someone else's name.
     pub(crate) fn judge_operator_kinds(&self, e: &EventEnvelope) -> Verdict {
         use SessionEvent as E;
-        if self.started_schema < crate::limits::LIMITS_FROM_SCHEMA || attest::is_signed(e) {
+        if !self.keeps_v6_rules() || attest::is_signed(e) {
             return Verdict::Accepted;
         }
         match &e.event {

@@ -467,9 +467,9 @@ impl SessionState {
     /// The limits on client-chosen identifiers ([`crate::limits`]), in a session started
     /// under them.
     fn judge_limits(&self, e: &EventEnvelope) -> Verdict {
-        use crate::limits::{IdentifierKind as K, LIMITS_FROM_SCHEMA, check};
+        use crate::limits::{IdentifierKind as K, check};
         use SessionEvent as E;
-        if self.started_schema < LIMITS_FROM_SCHEMA {
+        if !self.keeps_v6_rules() {
             return Verdict::Accepted;
         }
         let approval = match &e.event {
@@ -494,6 +494,12 @@ impl SessionState {
             Ok(()) => Verdict::Accepted,
             Err(bad) => reject_invalid(bad.to_string()),
         }
+    }
+
+    /// Whether the session was started under schema v6 or later, and keeps the rules added
+    /// then (identifier limits, operator kinds).
+    pub(crate) fn keeps_v6_rules(&self) -> bool {
+        !before_v6(&self.started_schema)
     }
 
     /// Epoch and seq rules for every event that takes a seq.
