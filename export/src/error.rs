@@ -95,3 +95,9 @@ impl std::fmt::Display for Refusal {
 
 /// The export's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+impl Error {
+    /// Whether the key store did not answer: worth waiting out, like a receiver's outage.
+    pub fn is_key_store_outage(&self) -> bool {
+        matches!(self, Self::Keys(e) if e.is_store())
+    }
+}

@@ -221,7 +221,21 @@ impl Receiver {
         loop {
             // Before every try, not once per request: a receiver in trouble may be retried
             // for an hour, and a session erased meanwhile must not have its texts sent.
-            summary.content_withheld += erasures.withhold(&mut spans).await?;
+            match erasures.withhold(&mut spans).await {
+                Ok(withheld) => summary.content_withheld += withheld,
+                // Nothing is sent while the key store cannot say what is erased; an outage is
+                // waited out like a receiver's, not the end of the export.
+                Err(e) if e.is_key_store_outage() => {
+                    let wait = waits.next().unwrap_or(sessionlog_log::retry::MAX_DELAY);
+                    tracing::warn!(error = %e, ?wait, "the key store did not answer whether a session is erased; retrying");
+                    tokio::select! {
+                        () = &mut *shutdown => return Ok(Sent::ShutDown),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
             self.client.take_last();
             let result = self.exporter.export(spans.clone()).await;
             let answer = self.client.take_last();
