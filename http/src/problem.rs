@@ -78,6 +78,13 @@ impl Problem {
         self
     }
 
+    /// Adds `Retry-After: seconds`: when a retry of this request may succeed.
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.headers
+            .push((header::RETRY_AFTER, HeaderValue::from(seconds)));
+        self
+    }
+
     /// The document sent as the body.
     pub fn document(&self) -> ProblemDocument {
         ProblemDocument {

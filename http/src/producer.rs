@@ -51,7 +51,7 @@ impl From<Error> for Problem {
                 | SchemaError::Malformed { .. },
             ) => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message),
             Error::Backpressure { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backpressure", message)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backpressure", message).retry_after(1)
             }
             Error::NotAcknowledged { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "not_acknowledged", message)
@@ -66,6 +66,12 @@ impl From<Error> for Problem {
                 "registry_unavailable",
                 message,
             ),
+            Error::Log(sessionlog_log::Error::TailBehind {
+                partition, behind, ..
+            }) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "tail_behind", message)
+                .with("partition", partition)
+                .with("behind", behind)
+                .retry_after(1),
             Error::Log(e) => {
                 let (status, code) = log_error_status(&e);
                 Self::new(status, code, message)

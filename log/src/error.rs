@@ -64,6 +64,21 @@ pub enum Error {
         /// How long.
         seconds: u64,
     },
+    /// The process's tail of the log had not read as far as an append's own records when
+    /// the wait for it ran out: the consumer is behind the partition (a burst beyond what it
+    /// reads, or brokers away). Nothing is wrong with the append: retry it (same seq and event
+    /// id), which answers it once the tail catches up.
+    #[error(
+        "the log tail of partition {partition} is {behind} records behind the append after          waiting {waited_ms} ms; retry (the same seq and event id answer the append once it          catches up), or raise [producer] tail_wait_ms"
+    )]
+    TailBehind {
+        /// The partition.
+        partition: i32,
+        /// Records between what the tail read and what the append waits for.
+        behind: i64,
+        /// How long the append waited.
+        waited_ms: u64,
+    },
 }
 
 impl Error {

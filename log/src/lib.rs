@@ -9,6 +9,7 @@
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
 //! - [`positions`]: where a reader of the whole topic starts (offsets, a time, the beginning);
 //! - [`reader`]: reading one partition between two offsets, for recovery and read-backs;
+//! - [`tail`]: a process's live tail of the topic, which confirmed appends wait on;
 //! - [`retry`]: the one retry policy (exponential backoff with jitter) every component uses.
 
 pub mod cluster;
@@ -20,6 +21,7 @@ pub mod positions;
 pub mod reader;
 pub mod retry;
 pub mod settings;
+pub mod tail;
 pub mod topic;
 
 pub use dead_letters::{DeadLetter, DeadLetterId, DeadLetters, Lookup, Replayer};
@@ -34,3 +36,4 @@ pub use settings::{
     ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Resolution,
     ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
 };
+pub use tail::LogTail;

@@ -15,7 +15,7 @@ const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Errors a read rides out: a broker restarting or a leader moving heals by itself within the
 /// stall limit, and a consumer reports them as messages on its queue.
-fn is_transient(error: &KafkaError) -> bool {
+pub(crate) fn is_transient(error: &KafkaError) -> bool {
     use RDKafkaErrorCode as C;
     match error {
         KafkaError::PartitionEOF(_) => true,

@@ -338,6 +338,22 @@ pub struct ProducerSettings {
     /// Kafka consumer with its threads and a connection per broker, and up to about 2 MiB of
     /// prefetched records.
     pub readers: usize,
+    /// Bytes of recent records the process's tail of the topic keeps, over all partitions
+    /// (`0`: no tail). A confirmed append waits for the tail to read its own records and
+    /// takes the session's from it instead of reading the partition back; one whose last
+    /// confirmed offset the tail no longer holds reads the partition as before.
+    pub tail_bytes: usize,
+    /// How long a confirmed append waits for the tail to read its records before it answers
+    /// that the tail is behind (HTTP 503 with `Retry-After`; the retry is answered as a
+    /// duplicate once the tail catches up).
+    pub tail_wait_ms: u64,
+}
+
+impl ProducerSettings {
+    /// [`Self::tail_wait_ms`] as a duration.
+    pub fn tail_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.tail_wait_ms)
+    }
 }
 
 impl Default for ProducerSettings {
@@ -354,6 +370,10 @@ impl Default for ProducerSettings {
             // A thousand sessions resuming at once queued behind 16; 64 keep the rebuilds'
             // reads busy without a consumer per session (docs/performance.md).
             readers: 64,
+            // About ten seconds of a 6 MB/s fleet: an append confirmed within that finds its
+            // session's records in memory.
+            tail_bytes: 64 * 1024 * 1024,
+            tail_wait_ms: 5_000,
         }
     }
 }

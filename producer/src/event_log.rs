@@ -6,7 +6,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
 use sessionlog_keys::Keyring;
 use sessionlog_log::retry::{self, Retryable};
-use sessionlog_log::{KafkaSettings, PartitionReader, Settings, partitioner, topic};
+use sessionlog_log::{KafkaSettings, LogTail, PartitionReader, Settings, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
 use sessionlog_store::ProjectionStore;
@@ -69,6 +69,10 @@ pub struct EventLog {
     /// `PartitionReader::read_range` delivers exactly the offsets asked for, and reads again on
     /// any gap (tests/tests/reader_reuse.rs).
     reader_permits: Arc<Semaphore>,
+    /// The process's tail of the topic, started by the first keyed read (a confirmation, a
+    /// catch-up): afterwards such reads wait for it instead of seeking a reader
+    /// (`[producer] tail_bytes`; see [`LogTail`]).
+    tail: tokio::sync::OnceCell<Option<LogTail>>,
 }
 
 /// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
@@ -146,6 +150,7 @@ impl EventLog {
             attester: None,
             readers: Mutex::new(Vec::new()),
             reader_permits: Arc::new(Semaphore::new(readers)),
+            tail: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -516,6 +521,19 @@ impl EventLog {
         until: Option<i64>,
         key: Option<&str>,
     ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
+        if let (Some(key), Some(tail)) = (key, self.tail().await)
+            && let Some(read) = tail
+                .read(
+                    partition,
+                    from,
+                    until,
+                    key.as_bytes(),
+                    self.options.tail_wait(),
+                )
+                .await?
+        {
+            return Ok(read);
+        }
         let read = || async {
             let _permit = Arc::clone(&self.reader_permits)
                 .acquire_owned()
@@ -548,6 +566,30 @@ impl EventLog {
                 tracing::warn!(partition, error = %e, ?wait, "read-back failed; reading again");
             })
             .await?)
+    }
+
+    /// The process's tail of the topic, started at the first call (`None` with
+    /// `[producer] tail_bytes = 0`, or when its consumer cannot be made: reads then go to the
+    /// partition, as without a tail).
+    async fn tail(&self) -> Option<&LogTail> {
+        self.tail
+            .get_or_init(|| async {
+                if self.options.tail_bytes == 0 {
+                    return None;
+                }
+                LogTail::start(
+                    &self.kafka,
+                    &self.kafka.topic,
+                    self.partitions,
+                    self.options.tail_bytes,
+                )
+                .inspect_err(
+                    |e| tracing::warn!(error = %e, "no log tail: confirmations read the partition"),
+                )
+                .ok()
+            })
+            .await
+            .as_ref()
     }
 
     /// A reader of the topic lent from this log's pool, within its permits (so a thousand
