@@ -1,16 +1,24 @@
-//! Shared pieces of the benchmark programs in `src/bin/`: latency percentiles, the process's
-//! peak resident memory, the result table, and dropping what a run created. Absolute numbers
-//! on a shared 2-core machine are noise; every benchmark prints a ratio against a reference
-//! measured in the same run.
+//! The benchmark programs of `sessionlog-bench`, one module each (its subcommand:
+//! `sessionlog-bench producer`, `sessionlog-bench claim`, ...), and the pieces they share:
+//! latency percentiles, the process's peak resident memory, the result table, and dropping what
+//! a run created. Absolute numbers on a shared 2-core machine are noise; every benchmark prints a
+//! ratio against a reference measured in the same run.
+//!
+//! One binary rather than one per benchmark, so a release build links the dependency tree once.
+
+pub mod claim;
+pub mod export;
+pub mod producer;
+pub mod projector;
+pub mod recovery;
+pub mod rejoin;
+pub mod resume;
+pub mod span_tenant;
+pub mod trace_read;
 
 use sessionlog_log::{Settings, topic};
 use sessionlog_store::ProjectionStore;
 use std::time::{Duration, Instant};
-
-/// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
-/// cli/src/main.rs), so what it measures of our libraries is what the services do.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Latency samples and their percentiles.
 #[derive(Clone, Debug, Default)]

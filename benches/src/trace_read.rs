@@ -15,16 +15,15 @@
 //!    client did without rollups). Both must count the same calls; the ratio of their medians
 //!    shows the rollups answer without scanning spans.
 //!
-//! `cargo run --release -p sessionlog-benches --bin trace_read_bench -- --rounds 5`
+//! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- trace-read --rounds 5`
 
-use anyhow::{Context, Result, bail, ensure};
-use clap::Parser;
-use futures::StreamExt;
-use serde_json::Value;
-use sessionlog_benches::{
+use crate::{
     BenchAuth, Latencies, Spread, Watched, drop_run, free_address, isolate_run, prepare_privacy,
     prepare_topics, print_table, sessionlog_bin, sessionlog_env, wait_ready,
 };
+use anyhow::{Context, Result, bail, ensure};
+use futures::StreamExt;
+use serde_json::Value;
 use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{
@@ -34,8 +33,9 @@ use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
-struct Args {
+#[derive(Debug, clap::Args)]
+#[command(about = "sessionlog serve-recovery: trace and usage reads vs the reads under them")]
+pub struct Args {
     /// Rounds.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -64,9 +64,8 @@ struct Args {
 
 const DAY_US: i64 = 86_400_000_000;
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     if args.spans < 3 || args.rounds == 0 || args.days < 1 || args.days > 31 {
         bail!("--spans must be at least 3, --rounds at least 1, --days 1 to 31");
     }
@@ -79,25 +78,17 @@ async fn main() -> Result<()> {
     let auth = BenchAuth::new()?;
     let mut env = sessionlog_env(&settings);
     env.extend(auth.env());
-    let projector = Watched::spawn(sessionlog_benches::sessionlog_command(
-        &bin,
-        &["project"],
-        &env,
-    ))?;
+    let projector = Watched::spawn(crate::sessionlog_command(&bin, &["project"], &env))?;
 
     let log = Arc::new(EventLog::from_settings(&settings).await?);
     let big = big_session(&log, args.spans).await?;
     let calls = daily_sessions(&log, &args).await?;
     log.flush(Duration::from_secs(30)).await?;
-    let took = sessionlog_benches::wait_projected(&settings, &store).await?;
+    let took = crate::wait_projected(&settings, &store).await?;
     eprintln!("written and projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let serve = sessionlog_benches::sessionlog_command(
-        &bin,
-        &["serve-recovery", "--listen", &listen],
-        &env,
-    );
+    let serve = crate::sessionlog_command(&bin, &["serve-recovery", "--listen", &listen], &env);
     let service = Watched::spawn(serve)?;
     let base = format!("http://{listen}");
     let http = auth.client(8, Duration::from_secs(60))?;

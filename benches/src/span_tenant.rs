@@ -19,13 +19,12 @@
 //!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
-//! cargo run --release -p sessionlog-benches --bin span_tenant_bench -- --rounds 6
+//! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- span-tenant --rounds 6
 //! ```
 
+use crate::{Latencies, Spread, print_table};
 use anyhow::{Context, Result, bail, ensure};
-use clap::Parser;
 use futures::TryStreamExt;
-use sessionlog_benches::{Latencies, Spread, print_table};
 use sessionlog_log::Settings;
 use sessionlog_schemas::SessionId;
 use sessionlog_session::trace::{MODEL_CALL, SpanWrite, day_bucket, day_of};
@@ -33,9 +32,9 @@ use sessionlog_store::{CqlRow, DaySpanRow, ProjectionStore, ROWS_PER_BATCH, Span
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Args)]
 #[command(about = "sessionlog spans: a small tenant's listing against the fleet's size")]
-struct Args {
+pub struct Args {
     /// Rounds.
     #[arg(long, default_value_t = 6)]
     rounds: usize,
@@ -79,9 +78,8 @@ struct Listed {
     rows_read: u64,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     if args.rounds == 0 || args.small_spans == 0 || args.factor == 0 || args.limit == 0 {
         bail!("--rounds, --small-spans, --factor and --limit must be at least 1");
     }

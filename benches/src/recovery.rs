@@ -18,12 +18,11 @@
 //!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
-//! cargo run --release -p sessionlog-benches --bin recovery_bench -- --max-events 100000
+//! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- recovery --max-events 100000
 //! ```
 
+use crate::{Latencies, drop_run, peak_rss_bytes, print_table};
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use sessionlog_benches::{Latencies, drop_run, peak_rss_bytes, print_table};
 use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::Projector;
@@ -35,9 +34,9 @@ use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Args)]
 #[command(about = "sessionlog recovery: checkpoint rebuild vs full replay against session length")]
-struct Args {
+pub struct Args {
     /// Longest session measured (lengths 1,000 / 10,000 / 100,000 / 1,000,000 up to it, and
     /// this value itself if it is not one of them).
     #[arg(long, default_value_t = 100_000)]
@@ -80,9 +79,8 @@ struct Row {
     view_from_checkpoint_records: u64,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     if args.checkpoint_every < 2 {
         bail!("--checkpoint-every must be at least 2");
     }
@@ -94,7 +92,7 @@ async fn main() -> Result<()> {
         lengths.push(args.max_events);
     }
     let mut base = Settings::load(None).context("loading settings")?;
-    let _kek = sessionlog_benches::prepare_privacy(&mut base).await?;
+    let _kek = crate::prepare_privacy(&mut base).await?;
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = &run[run.len() - 8..];
 
@@ -189,7 +187,7 @@ async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result
     settings.kafka.dead_letter_topic = format!("bench-recovery-{tag}-dlq");
     settings.kafka.partitions = 1;
     settings.cql.keyspace = format!("bench_recovery_{tag}");
-    sessionlog_benches::prepare_topics(&settings).await?;
+    crate::prepare_topics(&settings).await?;
 
     // The projector runs alongside the appends, as it would in production.
     let options = ProjectorOptions {

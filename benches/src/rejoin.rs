@@ -8,14 +8,13 @@
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
 //! cargo build --release -p sessionlog-cli -p sessionlog-benches
-//! target/release/rejoin_bench --rounds 6
+//! target/release/sessionlog-bench rejoin --rounds 6
 //! ```
 
-use anyhow::Result;
-use clap::Parser;
-use sessionlog_benches::{
+use crate::{
     Spread, partition_ends, print_table, sessionlog_bin, sessionlog_env, wait_applied_through,
 };
+use anyhow::Result;
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
@@ -27,8 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[derive(Parser)]
-struct Args {
+#[derive(clap::Args)]
+#[command(about = "sessionlog project killed and restarted: static vs dynamic group membership")]
+pub struct Args {
     /// Rounds; each restarts a projector once with each kind of membership.
     #[arg(long, default_value_t = 6)]
     rounds: usize,
@@ -112,14 +112,13 @@ async fn rejoin(
     Ok(restarted.elapsed().as_secs_f64())
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
-    let tag = sessionlog_benches::isolate_run(&mut settings, "rejoin", args.partitions);
-    sessionlog_benches::prepare_topics(&settings).await?;
+    let tag = crate::isolate_run(&mut settings, "rejoin", args.partitions);
+    crate::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
+    let _kek = crate::prepare_privacy(&mut settings).await?;
 
     // A light load throughout, so that there is always something to apply after a restart.
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
@@ -194,7 +193,7 @@ async fn main() -> Result<()> {
     println!("static/dynamic: median {}", Spread::of(&ratios));
     if !args.keep {
         let keyspace = settings.cql.keyspace.clone();
-        sessionlog_benches::drop_run(&store, &settings, &[keyspace]).await?;
+        crate::drop_run(&store, &settings, &[keyspace]).await?;
     }
     Ok(())
 }

@@ -19,12 +19,11 @@
 //! (1.) with `[privacy] encrypt` off and on, each on its own topic and keyspace, alternating
 //! which goes first; every round, the median ratios (sealed / plain) and their spread.
 //!
-//! `cargo run --release -p sessionlog-benches --bin projector_bench -- --duration 120`
+//! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- projector --duration 120`
 
+use crate::{Latencies, Watched, drop_run, print_table};
 use anyhow::{Result, bail};
-use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use sessionlog_benches::{Latencies, Watched, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_projector::observe;
@@ -38,8 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
-#[derive(Debug, Parser)]
-struct Args {
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "sessionlog project: end-to-end lag, and replay vs a plain insert of the same rows"
+)]
+pub struct Args {
     /// Seconds of load measured per round.
     #[arg(long, default_value_t = 120)]
     duration: u64,
@@ -91,16 +93,16 @@ async fn start_projector(
     settings: &Settings,
     store: &ProjectionStore,
 ) -> Result<(Projector, Arc<EventLog>)> {
-    let listen = sessionlog_benches::free_address()?;
+    let listen = crate::free_address()?;
     let started = Instant::now();
     let mut project = Command::new(bin);
     project
         .args(["project", "--listen", &listen])
-        .envs(sessionlog_benches::sessionlog_env(settings));
+        .envs(crate::sessionlog_env(settings));
     let process = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(settings, ProducerOptions::default()).await?);
     SessionWriter::create(Arc::clone(&log), "bench-probe", None).await?;
-    sessionlog_benches::wait_projected(settings, store).await?;
+    crate::wait_projected(settings, store).await?;
     eprintln!(
         "projector projecting {:.1} s after its start",
         started.elapsed().as_secs_f64()
@@ -149,8 +151,8 @@ impl Projector {
 /// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
 async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> {
     let mut settings = base.clone();
-    sessionlog_benches::isolate_run(&mut settings, "projector", args.partitions);
-    sessionlog_benches::prepare_topics(&settings).await?;
+    crate::isolate_run(&mut settings, "projector", args.partitions);
+    crate::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let (projector, log) = start_projector(bin, &settings, &store).await?;
     let (appended, Lag { mut all, .. }) =
@@ -167,7 +169,7 @@ async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> 
 
 /// Rounds of the lag run with encryption off and on, alternating which runs first.
 async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> Result<()> {
-    let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(settings).await?;
+    let (plain, sealed, _kek) = crate::plain_and_sealed(settings).await?;
     let (mut rows, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=args.encryption_rounds {
         let plain_first = round % 2 == 1;
@@ -216,37 +218,30 @@ async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> 
         ],
         &rows,
     );
-    println!(
-        "lag p50 sealed/plain: median {}",
-        sessionlog_benches::Spread::of(&p50s)
-    );
-    println!(
-        "lag p99 sealed/plain: median {}",
-        sessionlog_benches::Spread::of(&p99s)
-    );
+    println!("lag p50 sealed/plain: median {}", crate::Spread::of(&p50s));
+    println!("lag p99 sealed/plain: median {}", crate::Spread::of(&p99s));
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
     if args.encryption_rounds > 0 {
-        let bin = sessionlog_benches::sessionlog_bin()?;
+        let bin = crate::sessionlog_bin()?;
         return compare_encryption(&args, &settings, &bin).await;
     }
-    sessionlog_benches::isolate_run(&mut settings, "projector", args.partitions);
-    sessionlog_benches::prepare_topics(&settings).await?;
+    crate::isolate_run(&mut settings, "projector", args.partitions);
+    crate::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let bin = sessionlog_benches::sessionlog_bin()?;
-    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
+    let bin = crate::sessionlog_bin()?;
+    let _kek = crate::prepare_privacy(&mut settings).await?;
 
     // Run 1: live projection under load.
     let (projector, log) = start_projector(&bin, &settings, &store).await?;
     let (appended, mut lag) = load(&args, args.rounds, &log, &store, &settings.kafka.topic).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let ends = sessionlog_benches::partition_ends(&reader, args.partitions).await?;
-    sessionlog_benches::wait_applied_through(
+    let ends = crate::partition_ends(&reader, args.partitions).await?;
+    crate::wait_applied_through(
         &store,
         &settings.kafka.topic,
         &ends,
@@ -332,10 +327,7 @@ async fn main() -> Result<()> {
         ],
         &rows,
     );
-    println!(
-        "replay/plain: median {}",
-        sessionlog_benches::Spread::of(&ratios)
-    );
+    println!("replay/plain: median {}", crate::Spread::of(&ratios));
     if !args.keep {
         let keyspaces: Vec<String> = std::iter::once(keyspace).chain(source).collect();
         drop_run(&store, &settings, &keyspaces).await?;
@@ -349,7 +341,7 @@ fn replay(bin: &PathBuf, settings: &Settings, keyspace: &str) -> Result<(f64, f6
     let mut replay = Command::new(bin);
     replay
         .args(["replay", "--keyspace", keyspace])
-        .envs(sessionlog_benches::sessionlog_env(settings))
+        .envs(crate::sessionlog_env(settings))
         .stderr(Stdio::null());
     let started = Instant::now();
     let mut replayer = Watched::spawn(replay)?;
@@ -400,7 +392,7 @@ fn report_lag(lag: &mut Lag) {
     );
     println!(
         "lag p99 over rounds: median {} ms; all samples: p50 {} ms, p99 {} ms",
-        sessionlog_benches::Spread::of(&p99s),
+        crate::Spread::of(&p99s),
         ms(lag.all.percentile(50.0)),
         ms(lag.all.percentile(99.0))
     );

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
-//! cargo run --release -p sessionlog-benches --bin producer_bench -- --sessions 1000 --events 300 --rounds 3
+//! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- producer --sessions 1000 --events 300 --rounds 3
 //! ```
 //!
 //! Each of `--rounds` runs both producers, alternating which goes first, and the bench prints
@@ -21,9 +21,8 @@
 //! (`SessionWriter::append_confirmed`, what every HTTP append does) against appends answered at
 //! Kafka's ack.
 
+use crate::{Latencies, peak_rss_bytes, print_table};
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use sessionlog_benches::{Latencies, peak_rss_bytes, print_table};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEncoder, SessionEvent};
@@ -32,9 +31,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Debug, Parser)]
+#[derive(Clone, Debug, clap::Args)]
 #[command(about = "sessionlog producer vs Kafka's ProducerPerformance")]
-struct Args {
+pub struct Args {
     /// Sessions open at once.
     #[arg(long, default_value_t = 10_000)]
     sessions: usize,
@@ -90,9 +89,8 @@ impl Figures {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None).context("loading settings")?;
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = &run[run.len() - 8..];
@@ -101,7 +99,7 @@ async fn main() -> Result<()> {
     settings.kafka.partitions = args.partitions;
     topic::ensure_topics(&settings.kafka).await?;
     if args.encryption_rounds > 0 {
-        let (plain, sealed, _kek) = sessionlog_benches::plain_and_sealed(&settings).await?;
+        let (plain, sealed, _kek) = crate::plain_and_sealed(&settings).await?;
         let sides = [
             Side {
                 name: "plain",
@@ -118,7 +116,7 @@ async fn main() -> Result<()> {
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
-    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
+    let _kek = crate::prepare_privacy(&mut settings).await?;
     if args.confirm_rounds > 0 {
         let sides = [
             Side {
@@ -248,7 +246,7 @@ async fn against_kafka(settings: &Settings, reference_topic: &str, args: &Args) 
         ],
         &rows,
     );
-    let spread = sessionlog_benches::Spread::of;
+    let spread = crate::Spread::of;
     println!(
         "throughput sessionlog/kafka: median {}",
         spread(&throughput)
@@ -327,10 +325,7 @@ async fn compare(sides: [Side<'_>; 2], rounds: usize, args: &Args) -> Result<()>
         &headers.iter().map(String::as_str).collect::<Vec<_>>(),
         &rows,
     );
-    let (t, p) = (
-        sessionlog_benches::Spread::of(&throughput),
-        sessionlog_benches::Spread::of(&p99),
-    );
+    let (t, p) = (crate::Spread::of(&throughput), crate::Spread::of(&p99));
     println!("throughput {}/{}: median {t}", b.name, a.name);
     println!("ack p99 {}/{}:    median {p}", b.name, a.name);
     Ok(())

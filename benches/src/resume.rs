@@ -15,15 +15,14 @@
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
 //! cargo build --release -p sessionlog-benches -p sessionlog-cli
-//! target/release/resume_bench --sessions 1000 --rounds 3
+//! target/release/sessionlog-bench resume --sessions 1000 --rounds 3
 //! ```
 
-use anyhow::{Context, Result, bail};
-use clap::Parser;
-use futures::StreamExt;
-use sessionlog_benches::{
+use crate::{
     BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table, wait_ready,
 };
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
 use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
@@ -32,9 +31,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Args)]
 #[command(about = "sessionlog: resuming a fleet of sessions at once through the recovery service")]
-struct Args {
+pub struct Args {
     /// Sessions resumed at once.
     #[arg(long, default_value_t = 1_000)]
     sessions: usize,
@@ -81,38 +80,29 @@ struct Round {
     phase_ms: [f64; PHASES.len()],
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     if args.sessions == 0 || args.rounds == 0 {
         bail!("--sessions and --rounds must be at least 1");
     }
-    let bin = sessionlog_benches::sessionlog_bin()?;
+    let bin = crate::sessionlog_bin()?;
     let mut settings = Settings::load(None).context("loading settings")?;
-    sessionlog_benches::isolate_run(&mut settings, "resume", args.partitions);
-    let _kek = sessionlog_benches::prepare_privacy(&mut settings).await?;
-    sessionlog_benches::prepare_topics(&settings).await?;
+    crate::isolate_run(&mut settings, "resume", args.partitions);
+    let _kek = crate::prepare_privacy(&mut settings).await?;
+    crate::prepare_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let auth = BenchAuth::new()?;
-    let mut env = sessionlog_benches::sessionlog_env(&settings);
+    let mut env = crate::sessionlog_env(&settings);
     env.extend(auth.env());
 
-    let projector = Watched::spawn(sessionlog_benches::sessionlog_command(
-        &bin,
-        &["project"],
-        &env,
-    ))?;
+    let projector = Watched::spawn(crate::sessionlog_command(&bin, &["project"], &env))?;
 
     let sessions = write_sessions(&settings, &args).await?;
-    let took = sessionlog_benches::wait_projected(&settings, &store).await?;
+    let took = crate::wait_projected(&settings, &store).await?;
     eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let mut serve = sessionlog_benches::sessionlog_command(
-        &bin,
-        &["serve-recovery", "--listen", &listen],
-        &env,
-    );
+    let mut serve = crate::sessionlog_command(&bin, &["serve-recovery", "--listen", &listen], &env);
     if let Some(readers) = args.readers {
         serve.env("SESSIONLOG_PRODUCER__READERS", readers.to_string());
     }

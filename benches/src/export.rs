@@ -18,17 +18,14 @@
 //! the p99s; the end prints the median ratio, its spread, and ours against the goal
 //! (p99 ≤ 1 s at 5,000 events/s).
 //!
-//! `cargo run --release -p sessionlog-benches --bin export_bench -- --sink --rounds 5 --duration 30`
+//! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- export --sink --rounds 5 --duration 30`
 
+use crate::{Spread, drop_run, isolate_run, partition_ends, prepare_topics, print_table};
 use anyhow::{Context, Result};
-use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use sessionlog_benches::{
-    Spread, drop_run, isolate_run, partition_ends, prepare_topics, print_table,
-};
 use sessionlog_export::{ExportOptions, ExportSummary};
 use sessionlog_log::{PartitionReader, Settings, StartAt};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
@@ -42,8 +39,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Parser)]
-struct Args {
+#[derive(Debug, clap::Args)]
+#[command(
+    about = "sessionlog export-otlp: lag at a fleet's load vs a plain consumer of the same records"
+)]
+pub struct Args {
     /// Rounds; each appends a fresh load and measures both readers on it.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -92,9 +92,8 @@ impl Lag {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     anyhow::ensure!(
         args.rate > 0 && args.sessions > 0 && args.rounds > 0,
         "--rate, --sessions and --rounds must be at least 1"
@@ -105,7 +104,8 @@ async fn main() -> Result<()> {
         (None, false) => anyhow::bail!("--endpoint or --sink"),
     };
     let mut settings = Settings::load(None)?;
-    // Sealing is the producer's cost, measured by projector_bench; here the texts stay plain.
+    // Sealing is the producer's cost, measured by `sessionlog-bench projector`; here the texts
+    // stay plain.
     settings.privacy.encrypt = false;
     isolate_run(&mut settings, "export", args.partitions);
     prepare_topics(&settings).await?;

@@ -12,12 +12,11 @@
 //!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
-//! cargo run --release -p sessionlog-benches --bin claim_bench -- --others 1000000 --rounds 10
+//! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- claim --others 1000000 --rounds 10
 //! ```
 
+use crate::{Spread, drop_run, print_table};
 use anyhow::{Context, Result, bail};
-use clap::Parser;
-use sessionlog_benches::{Spread, drop_run, print_table};
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_projector::Projector;
@@ -29,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Args)]
 #[command(about = "sessionlog claim: takeover cost on a full partition vs an empty one")]
-struct Args {
+pub struct Args {
     /// Records of other sessions written to the full topic before the measured session.
     #[arg(long, default_value_t = 1_000_000)]
     others: u64,
@@ -63,11 +62,10 @@ struct Side {
     projecting: JoinHandle<sessionlog_projector::Result<()>>,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
     let mut base = Settings::load(None).context("loading settings")?;
-    let _kek = sessionlog_benches::prepare_privacy(&mut base).await?;
+    let _kek = crate::prepare_privacy(&mut base).await?;
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = &run[run.len() - 8..];
 
@@ -166,7 +164,7 @@ impl Side {
         settings.kafka.dead_letter_topic = format!("bench-claim-{tag}-dlq");
         settings.kafka.partitions = 1;
         settings.cql.keyspace = format!("bench_claim_{tag}");
-        sessionlog_benches::prepare_topics(&settings).await?;
+        crate::prepare_topics(&settings).await?;
         let options = ProjectorOptions {
             group_id: format!("bench-claim-{tag}"),
             ..ProjectorOptions::from(&settings.projector)

@@ -1,0 +1,54 @@
+//! `sessionlog-bench`: every benchmark program, one subcommand each (see docs/performance.md).
+//!
+//! ```sh
+//! set -a; . .stack/stack.env; set +a
+//! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- producer --help
+//! ```
+
+use clap::{Parser, Subcommand};
+use sessionlog_benches::{
+    claim, export, producer, projector, recovery, rejoin, resume, span_tenant, trace_read,
+};
+
+/// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
+/// cli/src/main.rs), so what it measures of our libraries is what the services do.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(
+    name = "sessionlog-bench",
+    about = "sessionlog benchmarks: each prints a ratio against a reference measured in the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    Claim(claim::Args),
+    Export(export::Args),
+    Producer(producer::Args),
+    Projector(projector::Args),
+    Recovery(recovery::Args),
+    Rejoin(rejoin::Args),
+    Resume(resume::Args),
+    SpanTenant(span_tenant::Args),
+    TraceRead(trace_read::Args),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().bench {
+        Bench::Claim(args) => claim::run(args).await,
+        Bench::Export(args) => export::run(args).await,
+        Bench::Producer(args) => producer::run(args).await,
+        Bench::Projector(args) => projector::run(args).await,
+        Bench::Recovery(args) => recovery::run(args).await,
+        Bench::Rejoin(args) => rejoin::run(args).await,
+        Bench::Resume(args) => resume::run(args).await,
+        Bench::SpanTenant(args) => span_tenant::run(args).await,
+        Bench::TraceRead(args) => trace_read::run(args).await,
+    }
+}
