@@ -25,6 +25,9 @@ pub struct Status {
     pub schemas: schemas::Report,
     /// The projection keyspace.
     pub store: StoreHealth,
+    /// Records of a partition past its projector's position beyond which claims, cold appends
+    /// and resumes answer 503 `projection_behind` (`[producer] max_unprojected_records`).
+    pub max_unprojected_records: i64,
     /// Whether nothing is wrong.
     pub healthy: bool,
     /// What is wrong, each with its fix.
@@ -93,6 +96,7 @@ async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
         groups: group_statuses,
         schemas,
         store,
+        max_unprojected_records: settings.producer.max_unprojected_records,
         healthy: true,
         problems: Vec::new(),
     };
@@ -140,6 +144,22 @@ pub fn problems(status: &Status) -> Vec<Problem> {
                 ),
                 fix: format!(
                     "start a projector: sessionlog project --group {}",
+                    group.group
+                ),
+            });
+        }
+        let limit = status.max_unprojected_records;
+        for p in group.partitions.iter().filter(|p| p.lag > limit) {
+            found.push(Problem {
+                problem: format!(
+                    "partition {} is {} records ahead of group {}: claims, cold appends and \
+                     resumes of its sessions answer 503 projection_behind (limit {limit})",
+                    p.partition, p.lag, group.group
+                ),
+                fix: format!(
+                    "wait for the projector, or start more (sessionlog project --group {}); \
+                     producer.max_unprojected_records (SESSIONLOG_PRODUCER__MAX_UNPROJECTED_RECORDS) \
+                     raises the limit",
                     group.group
                 ),
             });
@@ -202,11 +222,12 @@ fn human(status: &Status) -> String {
     text.push_str(&format!("{:<18} {}\n", "dead letters", status.dead_letters));
     for group in &status.groups {
         text.push_str(&format!(
-            "\ngroup {} ({}): {} live instance(s), lag {}\n",
+            "\ngroup {} ({}): {} live instance(s), lag {} (claims refuse past {} per partition)\n",
             group.group,
             group.state,
             group.members.len(),
-            group.total_lag()
+            group.total_lag(),
+            status.max_unprojected_records
         ));
         text.push_str(&format!(
             "  {:<9} {:>10} {:>10} {:>10} {:>8}\n",
@@ -315,6 +336,7 @@ mod tests {
                 state: "migrated",
                 detail: None,
             },
+            max_unprojected_records: 5,
             healthy: true,
             problems: Vec::new(),
         }
@@ -327,6 +349,23 @@ mod tests {
         let mut idle = healthy();
         idle.groups = vec![group(&[0, 0], 0), group(&[3, 0], 2)];
         assert_eq!(problems(&idle), Vec::new());
+    }
+
+    #[test]
+    fn a_partition_past_the_unprojected_limit_says_claims_are_refused_and_what_fixes_it() {
+        let mut behind = healthy();
+        behind.groups = vec![group(&[5, 6], 1)];
+        let found = problems(&behind);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].problem.contains("partition 1 is 6 records"),
+            "{found:?}"
+        );
+        assert!(found[0].problem.contains("projection_behind"), "{found:?}");
+        assert!(
+            found[0].fix.contains("max_unprojected_records"),
+            "{found:?}"
+        );
     }
 
     #[test]

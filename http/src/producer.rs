@@ -66,6 +66,19 @@ impl From<Error> for Problem {
                 "registry_unavailable",
                 message,
             ),
+            Error::ProjectionBehind {
+                partition,
+                unprojected,
+                limit,
+            } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "projection_behind",
+                message,
+            )
+            .with("partition", partition)
+            .with("lag", unprojected)
+            .with("limit", limit)
+            .retry_after(1),
             Error::Log(sessionlog_log::Error::TailBehind {
                 partition, behind, ..
             }) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "tail_behind", message)

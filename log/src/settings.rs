@@ -347,6 +347,11 @@ pub struct ProducerSettings {
     /// that the tail is behind (HTTP 503 with `Retry-After`; the retry is answered as a
     /// duplicate once the tail catches up).
     pub tail_wait_ms: u64,
+    /// Most records after the projection's position that catching a session up (a claim, a
+    /// cold append, a resume) reads from the partition before it answers that the projection
+    /// is behind (HTTP 503 `projection_behind`, with the lag). Records the tail holds cost no
+    /// read and do not count.
+    pub max_unprojected_records: i64,
 }
 
 impl ProducerSettings {
@@ -374,6 +379,8 @@ impl Default for ProducerSettings {
             // session's records in memory.
             tail_bytes: 64 * 1024 * 1024,
             tail_wait_ms: 5_000,
+            // About half a second of reading on a small machine (38,000 records a second).
+            max_unprojected_records: 20_000,
         }
     }
 }

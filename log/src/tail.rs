@@ -250,7 +250,17 @@ impl LogTail {
             .map(|records| (records, until)))
     }
 
-    async fn high_watermark(&self, partition: i32) -> Result<i64> {
+    /// The first offset of `partition` the tail holds (`None` before it is positioned).
+    pub fn first_held(&self, partition: i32) -> Option<i64> {
+        let ring = usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.shared.partitions.get(p))?;
+        Some(lock(ring).start).filter(|start| *start != i64::MAX)
+    }
+
+    /// The offset the next record of `partition` will get, asked of its leader: every record
+    /// acknowledged before the call is below it.
+    pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
         let consumer = Arc::clone(&self.consumer);
         let topic = self.shared.topic.clone();
         // A round trip to the leader: what was acknowledged before this read began is below it.

@@ -62,7 +62,7 @@ impl CaughtUp {
 pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<CaughtUp> {
     let partition = log.partition_of(session);
     let mut started_once = false;
-    let (state, from) = match log.projection() {
+    let (state, from, bounded) = match log.projection() {
         Some(store) => {
             // The projector stores a partition's progress after every write below it, so a
             // session with no row below it has no event there. That holds only if the row is
@@ -74,37 +74,65 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
             let row = store.load_session(session).await?;
             let progress = progress.get(&partition).copied().unwrap_or(0);
             match row.filter(|r| r.partition == partition && r.state.started) {
-                Some(row) => (row.state, (row.applied_offset + 1).max(progress)),
+                Some(row) => (row.state, (row.applied_offset + 1).max(progress), true),
                 // No row of a started session below the progress: a session the projector
                 // never saw (or saw only refused records of), or one whose rows expired after
                 // it ended. The permanent record of its start tells them apart; an expired one
                 // is folded from its first event in the log.
                 None => match store.session_start(session).await? {
+                    // Its stretch of the partition is projected and expired, not behind: read
+                    // whole (the projection no longer says which records are its own).
                     Some((p, first_offset)) if p == partition => {
                         started_once = true;
-                        (SessionState::empty(session), first_offset)
+                        (SessionState::empty(session), first_offset, false)
                     }
-                    _ => (SessionState::empty(session), progress),
+                    _ => (SessionState::empty(session), progress, true),
                 },
             }
         }
-        None => (SessionState::empty(session), 0),
+        None => (SessionState::empty(session), 0, false),
     };
-    let mut caught = catch_up_from(log, state, partition, from).await?;
+    let mut caught = match bounded {
+        true => catch_up_from(log, state, partition, from).await?,
+        false => fold_from(log, state, partition, from, None).await?,
+    };
     caught.started_once = started_once;
     Ok(caught)
 }
 
-/// Folds the session's events of `partition` from `from` to its end into `state`.
+/// Whether catching up from the log's projection was refused for the projector's lag.
+pub(crate) fn projection_behind(error: &Error) -> bool {
+    matches!(error, Error::ProjectionBehind { .. })
+}
+
+/// Folds the session's events of `partition` from `from` to its end into `state`. With a
+/// projection, what is read is what the projector has not applied yet: bounded, so a stopped
+/// projector costs a fast refusal ([`Error::ProjectionBehind`]) rather than a read of
+/// everything.
 pub(crate) async fn catch_up_from(
+    log: &EventLog,
+    state: SessionState,
+    partition: i32,
+    from: i64,
+) -> Result<CaughtUp> {
+    let until = match log.projection() {
+        Some(_) => Some(log.unprojected_end(partition, from).await?),
+        None => None,
+    };
+    fold_from(log, state, partition, from, until).await
+}
+
+/// Folds the session's events of `partition` in `[from, until)` (`until`: its end) into `state`.
+async fn fold_from(
     log: &EventLog,
     mut state: SessionState,
     partition: i32,
     from: i64,
+    until: Option<i64>,
 ) -> Result<CaughtUp> {
     let session = state.session_id;
     let (events, next_offset) = log
-        .read_events(partition, from, None, Some(session))
+        .read_events(partition, from, until, Some(session))
         .await?;
     let found_in_log = !events.is_empty();
     let accepted = events

@@ -103,6 +103,23 @@ pub enum Error {
         /// The partition's first offset now.
         low_watermark: i64,
     },
+    /// Catching a session up would read more records after the projection's position than
+    /// `[producer] max_unprojected_records` allows: the projector is that far behind the
+    /// partition (or stopped). Nothing was written; retry once it catches up.
+    #[error(
+        "the projection is {unprojected} records behind partition {partition}; catching the \
+         session up would read them all (limit {limit}, [producer] max_unprojected_records): \
+         retry once the projector catches up (`sessionlog status` shows its lag; start more \
+         projectors with `sessionlog project`)"
+    )]
+    ProjectionBehind {
+        /// The session's partition.
+        partition: i32,
+        /// Records of the partition after what the projection holds.
+        unprojected: i64,
+        /// The limit.
+        limit: i64,
+    },
     /// A read-back did not find an event the log had acknowledged at that position.
     #[error(
         "read-back of partition {partition} did not find the event acknowledged at offset {offset}"

@@ -501,6 +501,48 @@ impl EventLog {
         Ok(events)
     }
 
+    /// The first offset of `partition` the process's tail holds: `None` before a keyed read
+    /// started it and it positioned itself, or without a tail.
+    pub fn tail_start(&self, partition: i32) -> Option<i64> {
+        match self.tail.get() {
+            Some(Some(tail)) => tail.first_held(partition),
+            _ => None,
+        }
+    }
+
+    /// The offset `partition`'s next record will get (asked of its leader, through the tail's
+    /// consumer when the process has one): everything acknowledged before is below it.
+    pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
+        if let Some(tail) = self.tail().await {
+            return Ok(tail.high_watermark(partition).await?);
+        }
+        let reader = self.lend_reader().await?;
+        let (_, high) = reader.watermarks(partition).await?;
+        reader.keep();
+        Ok(high)
+    }
+
+    /// The end of `partition` for a catch-up from `from`, the projection's position: refused
+    /// with [`Error::ProjectionBehind`] when it would read more than
+    /// `[producer] max_unprojected_records` records from the partition (the tail's cost
+    /// nothing). Every record acknowledged before the call is below what it answers.
+    pub async fn unprojected_end(&self, partition: i32, from: i64) -> Result<i64> {
+        let end = self.high_watermark(partition).await?;
+        let unprojected = end.saturating_sub(from);
+        let limit = self.options.max_unprojected_records;
+        let held = self
+            .tail_start(partition)
+            .is_some_and(|start| start <= from);
+        if unprojected > limit && !held {
+            return Err(Error::ProjectionBehind {
+                partition,
+                unprojected,
+                limit,
+            });
+        }
+        Ok(end)
+    }
+
     /// The first offset `partition` still holds: above 0 once retention deleted records.
     pub async fn low_watermark(&self, partition: i32) -> Result<i64> {
         let reader = self.lend_reader().await?;

@@ -1,6 +1,6 @@
 //! Appending one session's events: creating, claiming and forking sessions, fencing.
 
-use crate::catch_up::{CaughtUp, catch_up, catch_up_from};
+use crate::catch_up::{CaughtUp, catch_up, catch_up_from, projection_behind};
 use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::now_micros;
@@ -331,13 +331,18 @@ impl SessionWriter {
     /// Folds whatever reached the session's partition since the last read-back (another
     /// process's appends or claims): the writer's state becomes the log's.
     pub async fn refresh(&mut self) -> Result<()> {
-        let caught = catch_up_from(
+        let caught = match catch_up_from(
             &self.log,
             self.verified.clone(),
             self.partition,
             self.confirmed,
         )
-        .await?;
+        .await
+        {
+            // Long idle here while the projector moved on: start from its row instead.
+            Err(e) if projection_behind(&e) => catch_up(&self.log, self.session_id()).await?,
+            other => other?,
+        };
         for position in caught.positions() {
             self.remember(position);
         }

@@ -388,6 +388,19 @@ impl Recovery {
             }
             tail_from = covered + 1;
         }
+        // Beyond the index lies what the projector has not applied: bounded, so a stopped
+        // projector costs a fast 503 rather than a read of everything it left (a session whose
+        // rows expired has no index at all, and is read whole).
+        let limit = self.log().options().max_unprojected_records;
+        let unprojected = end_offset.saturating_sub(tail_from);
+        if !index_expired && unprojected > limit {
+            return Err(sessionlog_producer::Error::ProjectionBehind {
+                partition,
+                unprojected,
+                limit,
+            }
+            .into());
+        }
         let mut next = tail_from;
         while next < end_offset {
             let until = (next + WINDOW as i64).min(end_offset);
