@@ -77,7 +77,9 @@ pub struct Appended {
 /// - at every append, from the [`EventLog`]'s per-session epoch map, which every claim made
 ///   through the same `EventLog` updates: immediate, no round trip, but blind to other processes;
 /// - at every *confirmed* append, by reading the session's partition back from the last offset
-///   it confirmed up to its own events and folding it: authoritative, for any process.
+///   it confirmed up to its own events and folding it: authoritative, for any process. The
+///   records come from the process's tail of the log when it holds them (an append then costs
+///   a produce and a wait, not a fetch), else from the partition.
 ///
 /// Confirmed appends: [`Self::append_confirmed`], every [`Self::checkpoint`] and
 /// [`Self::close`], and every batch holding an intent a harness acts on once it is told the
