@@ -8,6 +8,7 @@
 
 pub mod claim;
 pub mod export;
+pub mod ingest;
 pub mod producer;
 pub mod projector;
 pub mod recovery;
@@ -50,6 +51,11 @@ impl Latencies {
         self.samples.sort_unstable();
         let rank = ((p / 100.0) * self.samples.len() as f64).ceil() as usize;
         self.samples[rank.clamp(1, self.samples.len()) - 1]
+    }
+
+    /// Every sample, in the order recorded (or sorted, after a percentile).
+    pub fn samples(&self) -> &[Duration] {
+        &self.samples
     }
 
     /// The largest sample.

@@ -7,7 +7,7 @@
 
 use clap::{Parser, Subcommand};
 use sessionlog_benches::{
-    claim, export, producer, projector, recovery, rejoin, resume, span_tenant, trace_read,
+    claim, export, ingest, producer, projector, recovery, rejoin, resume, span_tenant, trace_read,
 };
 
 /// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
@@ -29,6 +29,7 @@ struct Cli {
 enum Bench {
     Claim(claim::Args),
     Export(export::Args),
+    Ingest(ingest::Args),
     Producer(producer::Args),
     Projector(projector::Args),
     Recovery(recovery::Args),
@@ -43,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().bench {
         Bench::Claim(args) => claim::run(args).await,
         Bench::Export(args) => export::run(args).await,
+        Bench::Ingest(args) => ingest::run(args).await,
         Bench::Producer(args) => producer::run(args).await,
         Bench::Projector(args) => projector::run(args).await,
         Bench::Recovery(args) => recovery::run(args).await,

@@ -1,0 +1,357 @@
+//! HTTP ingest benchmark: a fleet of sessions appending one event per request through
+//! `sessionlog ingest` instances (each 2xx a confirmed append: the fold accepted the event),
+//! against the same load appended through the library and answered at Kafka's ack, in the same
+//! run.
+//!
+//! ```sh
+//! set -a; . .stack/stack.env; set +a
+//! cargo build --release -p sessionlog-cli -p sessionlog-benches
+//! target/release/sessionlog-bench ingest --sessions 1000 --events 20 --rounds 4
+//! target/release/sessionlog-bench ingest --sessions 10000 --rate 5000 --duration 30 --rounds 3
+//! ```
+//!
+//! Each round runs both sides, alternating which goes first: `acked` (one `EventLog` in this
+//! process, `SessionWriter::append` per event, every session a task) and `http` (`--instances`
+//! ingest processes, each session's requests sent to one of them, as a load balancer with
+//! session affinity does). Closed loop by default: each session sends its next event when the
+//! last was answered. With `--rate R` an open loop: each session sends at its share of R
+//! events a second whatever the answers do, and latency counts from when a request was due.
+//! The bench prints every round, the median ratio http ÷ acked of throughput and its spread,
+//! and each side's p99.
+
+use crate::{BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table};
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+use sessionlog_log::Settings;
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_schemas::{Content, SessionEvent};
+use sessionlog_store::ProjectionStore;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, clap::Args)]
+#[command(about = "sessionlog HTTP ingest (confirmed) vs the library's acked appends")]
+pub struct Args {
+    /// Sessions appending at once.
+    #[arg(long, default_value_t = 1_000)]
+    sessions: usize,
+    /// Events each session appends per side and round (closed loop).
+    #[arg(long, default_value_t = 20)]
+    events: usize,
+    /// Open loop: events a second over every session; `--events` then follows from
+    /// `--duration`.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Seconds of open-loop load per side with `--rate`.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Ingest processes the sessions are spread over.
+    #[arg(long, default_value_t = 2)]
+    instances: usize,
+    /// Bytes of text in each event.
+    #[arg(long, default_value_t = 512)]
+    text_bytes: usize,
+    /// Partitions of the run's topic.
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// Rounds, alternating which side goes first.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Also run `sessionlog project` on the run's topic, as a deployment does.
+    #[arg(long)]
+    with_projector: bool,
+    /// Keep the run's topic and keyspace.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// One side's figures in one round.
+struct Figures {
+    events: usize,
+    failed: usize,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl Figures {
+    fn throughput(&self) -> f64 {
+        self.events as f64 / self.seconds
+    }
+
+    fn of(events: usize, failed: usize, seconds: f64, mut latencies: Latencies) -> Self {
+        Self {
+            events,
+            failed,
+            seconds,
+            p50_ms: latencies.percentile(50.0).as_secs_f64() * 1e3,
+            p99_ms: latencies.percentile(99.0).as_secs_f64() * 1e3,
+        }
+    }
+}
+
+/// The schedule of one session: when each of its events is due, from the side's start.
+fn due_times(args: &Args, session: usize) -> Vec<Option<Duration>> {
+    match args.rate {
+        None => vec![None; args.events],
+        Some(rate) => {
+            // Each session sends every sessions/rate seconds, the sessions staggered evenly.
+            let interval = Duration::from_secs_f64(args.sessions as f64 / rate.max(1) as f64);
+            let offset = interval.mul_f64(session as f64 / args.sessions as f64);
+            let count = (args.duration as f64 / interval.as_secs_f64())
+                .floor()
+                .max(1.0) as usize;
+            (0..count)
+                .map(|i| Some(offset + interval.mul_f64(i as f64)))
+                .collect()
+        }
+    }
+}
+
+/// Waits until `due` (from `start`), returning when the request counts from.
+async fn wait_due(start: Instant, due: Option<Duration>) -> Instant {
+    match due {
+        Some(due) => {
+            tokio::time::sleep_until((start + due).into()).await;
+            start + due
+        }
+        None => Instant::now(),
+    }
+}
+
+/// Runs the benchmark.
+pub async fn run(args: Args) -> Result<()> {
+    if args.sessions == 0 || args.rounds == 0 || args.instances == 0 {
+        bail!("--sessions, --rounds and --instances must be at least 1");
+    }
+    let bin = crate::sessionlog_bin()?;
+    let mut settings = Settings::load(None).context("loading settings")?;
+    crate::isolate_run(&mut settings, "ingest", args.partitions);
+    let _kek = crate::prepare_privacy(&mut settings).await?;
+    crate::prepare_topics(&settings).await?;
+    let store = ProjectionStore::migrate(&settings.cql).await?;
+    let auth = BenchAuth::new()?;
+    let mut env = crate::sessionlog_env(&settings);
+    env.extend(auth.env());
+    let _projector = match args.with_projector {
+        true => Some(Watched::spawn(crate::sessionlog_command(
+            &bin,
+            &["project"],
+            &env,
+        ))?),
+        false => None,
+    };
+    let mut instances = Vec::new();
+    let mut bases = Vec::new();
+    let http = auth.client(args.sessions, Duration::from_secs(60))?;
+    for _ in 0..args.instances {
+        let listen = free_address()?;
+        instances.push(Watched::spawn(crate::sessionlog_command(
+            &bin,
+            &["ingest", "--listen", &listen],
+            &env,
+        ))?);
+        let base = format!("http://{listen}");
+        crate::wait_ready(&http, &base).await?;
+        bases.push(base);
+    }
+    let log = Arc::new(EventLog::from_settings(&settings).await?);
+    let text = "x".repeat(args.text_bytes);
+    eprintln!(
+        "{} sessions, {} ingest instance(s), {}{}",
+        args.sessions,
+        args.instances,
+        match args.rate {
+            Some(rate) => format!("open loop at {rate} events/s for {} s", args.duration),
+            None => format!("closed loop, {} events each", args.events),
+        },
+        if args.with_projector {
+            ", projector running"
+        } else {
+            ""
+        }
+    );
+
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for round in 1..=args.rounds {
+        let http_first = round % 2 == 0;
+        let (acked, over_http) = if http_first {
+            let h = http_side(&args, &http, &bases, &text).await?;
+            let a = acked_side(&args, &log, &text).await?;
+            (a, h)
+        } else {
+            let a = acked_side(&args, &log, &text).await?;
+            let h = http_side(&args, &http, &bases, &text).await?;
+            (a, h)
+        };
+        let ratio = over_http.throughput() / acked.throughput();
+        ratios.push(ratio);
+        let row = vec![
+            round.to_string(),
+            if http_first {
+                "http, acked"
+            } else {
+                "acked, http"
+            }
+            .to_string(),
+            format!("{:.0}", acked.throughput()),
+            format!("{:.0}", over_http.throughput()),
+            format!("{ratio:.3}"),
+            format!("{:.1}", acked.p50_ms),
+            format!("{:.1}", acked.p99_ms),
+            format!("{:.1}", over_http.p50_ms),
+            format!("{:.1}", over_http.p99_ms),
+            format!(
+                "{}/{}",
+                over_http.failed,
+                over_http.events + over_http.failed
+            ),
+        ];
+        eprintln!("round {round}: {}", row.join(" | "));
+        rows.push(row);
+    }
+    print_table(
+        &[
+            "round",
+            "order",
+            "acked ev/s",
+            "http ev/s",
+            "http ÷ acked",
+            "acked p50 ms",
+            "acked p99 ms",
+            "http p50 ms",
+            "http p99 ms",
+            "http failed",
+        ],
+        &rows,
+    );
+    let spread = Spread::of(&ratios);
+    println!(
+        "median http ÷ acked {:.3} (range {:.3}–{:.3}) over {} rounds",
+        spread.median, spread.min, spread.max, args.rounds
+    );
+    drop(instances);
+    if !args.keep {
+        drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+    }
+    Ok(())
+}
+
+/// The library's side: one process appending every session's events, answered at the ack.
+async fn acked_side(args: &Args, log: &Arc<EventLog>, text: &str) -> Result<Figures> {
+    let mut writers = Vec::with_capacity(args.sessions);
+    for _ in 0..args.sessions {
+        writers.push(
+            SessionWriter::create(Arc::clone(log), "bench", None)
+                .await?
+                .0,
+        );
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = writers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut writer)| {
+            let due = due_times(args, i);
+            let text = text.to_string();
+            tokio::spawn(async move {
+                let mut latencies = Latencies::default();
+                for due in due {
+                    let from = wait_due(start, due).await;
+                    let event = SessionEvent::UserRequest {
+                        content: Content::plain(&text),
+                    };
+                    writer.append(event).await?;
+                    latencies.record(from.elapsed());
+                }
+                anyhow::Ok(latencies)
+            })
+        })
+        .collect();
+    let mut all = Latencies::default();
+    for task in tasks {
+        for sample in task.await??.samples() {
+            all.record(*sample);
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(Figures::of(all.len(), 0, seconds, all))
+}
+
+/// The HTTP side: every session created through an instance, then one event per request.
+async fn http_side(
+    args: &Args,
+    http: &reqwest::Client,
+    bases: &[String],
+    text: &str,
+) -> Result<Figures> {
+    let mut sessions = Vec::with_capacity(args.sessions);
+    for i in 0..args.sessions {
+        let base = &bases[i % bases.len()];
+        let answer = http
+            .post(format!("{base}/v1/sessions"))
+            .json(&json!({ "agent": "bench" }))
+            .send()
+            .await?;
+        ensure!(answer.status() == 201, "create: {}", answer.status());
+        let opened: Value = answer.json().await?;
+        let id = opened["session_id"].as_str().context("session_id")?;
+        let token = opened["writer_token"].as_str().context("writer_token")?;
+        sessions.push((format!("{base}/v1/sessions/{id}/events"), token.to_string()));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(i, (url, token))| {
+            let due = due_times(args, i);
+            let http = http.clone();
+            let text = text.to_string();
+            tokio::spawn(async move {
+                let mut latencies = Latencies::default();
+                let mut failed = 0;
+                for (n, due) in due.into_iter().enumerate() {
+                    let from = wait_due(start, due).await;
+                    let body = json!({ "epoch": 1, "events": [{
+                        "seq": n + 2,
+                        "event_id": uuid::Uuid::now_v7(),
+                        "kind": "UserRequest",
+                        "data": { "content": { "Plain": text } },
+                    }]});
+                    // A 503 (the tail behind, backpressure) is retried as a harness does: the
+                    // same seq and event id, answered once the event is confirmed.
+                    loop {
+                        let answer = http
+                            .post(&url)
+                            .header("sessionlog-writer-token", &token)
+                            .json(&body)
+                            .send()
+                            .await?;
+                        match answer.status().as_u16() {
+                            200 => break,
+                            503 => {
+                                failed += 1;
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                            status => bail!("append: {status}: {}", answer.text().await?),
+                        }
+                    }
+                    latencies.record(from.elapsed());
+                }
+                anyhow::Ok((latencies, failed))
+            })
+        })
+        .collect();
+    let mut all = Latencies::default();
+    let mut failed = 0;
+    for task in tasks {
+        let (latencies, f) = task.await??;
+        failed += f;
+        for sample in latencies.samples() {
+            all.record(*sample);
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(Figures::of(all.len(), failed, seconds, all))
+}
