@@ -78,8 +78,24 @@ impl Ring {
 
     fn push(&mut self, record: RawRecord, budget: usize) {
         if record.offset < self.end {
-            // Fetched twice (a consumer reconnecting): already held.
-            return;
+            let held = self
+                .records
+                .binary_search_by_key(&record.offset, |r| r.offset)
+                .ok()
+                .and_then(|at| self.records.get(at));
+            if held.is_some_and(|r| r.key == record.key && r.payload == record.payload) {
+                // Fetched twice (a consumer reconnecting): already held.
+                return;
+            }
+            // The partition went back (the topic was deleted and created again): nothing held
+            // describes it any more.
+            tracing::warn!(
+                partition = record.partition,
+                offset = record.offset,
+                end = self.end,
+                "the log tail's partition went back; dropping what it held"
+            );
+            self.position(record.offset);
         }
         // Offsets past `end` with nothing between were never delivered by the broker to a
         // consumer reading the partition in order: there is no record there to hold.
@@ -379,6 +395,11 @@ mod tests {
         // A record fetched twice is held once.
         ring.push(record(12, "a", 10), usize::MAX);
         assert_eq!(offsets(ring.take(b"a", 10, 15)), Some(vec![10, 12, 14]));
+        // Another record at an offset already held: the partition went back (a recreated
+        // topic), and nothing held before answers for it.
+        ring.push(record(3, "a", 11), usize::MAX);
+        assert_eq!(offsets(ring.take(b"a", 10, 15)), None);
+        assert_eq!(offsets(ring.take(b"a", 3, 4)), Some(vec![3]));
     }
 
     #[test]
