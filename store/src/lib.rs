@@ -7,6 +7,7 @@
 //!   keyspace;
 //! - [`rows`]: what the projector's fold becomes in each table ([`CqlRow`]);
 //! - [`write`]: writing a batch's rows, one session's as one atomic mutation;
+//! - [`written`]: what those writes send to each table (rows, cells, bytes), as counters;
 //! - [`read`]: every typed read: the rows the projector reloads, the checkpoints and index
 //!   recovery starts from, a range of a session's index for range reads of its history, the
 //!   lists operators ask for (a session's children, sessions awaiting someone) and the rows
@@ -39,6 +40,7 @@ mod statements;
 mod topic_guard;
 pub mod verify;
 pub mod write;
+pub mod written;
 
 pub use connect::ProjectionStore;
 pub use error::{DriverError, Error, Result};

@@ -353,6 +353,38 @@ impl Table {
         Table::SessionStarts,
     ];
 
+    /// The CQL table this write changes (a deletion's: the one it deletes from).
+    pub(crate) fn cql_name(self) -> &'static str {
+        match self {
+            Table::Sessions => "sessions",
+            Table::EventIndex => "event_index",
+            Table::WriterClaims => "writer_claims",
+            Table::Checkpoints | Table::ErasedCheckpoints => "checkpoints",
+            Table::RejectedEvents => "rejected_events",
+            Table::SpansBySession => "trace_spans_by_session",
+            Table::SpansByTenantDay => "trace_spans_by_tenant_day",
+            Table::TenantDayBuckets => "trace_tenant_day_buckets",
+            Table::UsageRollups => "usage_rollups",
+            Table::ContextView => "context_view",
+            Table::ContextTurns | Table::ErasedTurns | Table::SummarizedTurns => "context_turns",
+            Table::PartitionProgress => "partition_progress",
+            Table::SessionChildren => "session_children",
+            Table::AwaitingInsert | Table::AwaitingDelete => "sessions_awaiting",
+            Table::SessionStarts => "session_starts",
+        }
+    }
+
+    /// `delete` for a deletion, `insert` for the others.
+    pub(crate) fn op(self) -> &'static str {
+        match self {
+            Table::ErasedTurns
+            | Table::SummarizedTurns
+            | Table::ErasedCheckpoints
+            | Table::AwaitingDelete => "delete",
+            _ => "insert",
+        }
+    }
+
     /// Whether an ended session's rows in this table are written with the ended-session TTL
     /// (`[retention] ended_session_ttl_secs`): the tables whose partition is the session,
     /// which hold what it said and did. Not the lists keyed by something else: spans by tenant

@@ -326,4 +326,20 @@ mod tests {
             );
         }
     }
+
+    /// The labels the write counters carry (see [`crate::written`]) name what each write's CQL
+    /// does.
+    #[test]
+    fn each_write_is_counted_under_its_table_and_op() {
+        for table in Table::ALL {
+            let cql = write_cql(table, "k");
+            assert!(
+                cql.contains(&format!("k.{} ", table.cql_name())),
+                "{table:?} is counted under {} but writes {cql}",
+                table.cql_name()
+            );
+            let op = cql.split_whitespace().next().unwrap_or_default();
+            assert!(op.eq_ignore_ascii_case(table.op()), "{table:?}: {op}");
+        }
+    }
 }
