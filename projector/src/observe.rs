@@ -28,10 +28,18 @@ pub const DEAD_LETTERS_RESENT_SKIPPED: &str =
     "sessionlog_projector_dead_letters_already_sent_total";
 /// Reads of a session's stored row that could not be parsed (each retry counts).
 pub const CORRUPT_ROWS: &str = "sessionlog_projector_corrupt_rows_total";
+/// CQL rows the projector wrote, by `table` and `op` (recorded by the store, where the rows
+/// are written: see [`sessionlog_store::written`]).
+pub const CQL_ROWS: &str = sessionlog_store::written::ROWS;
+/// Cells of those rows, by `table` and `op`.
+pub const CQL_CELLS: &str = sessionlog_store::written::CELLS;
+/// Bytes of bound values of those rows, by `table` and `op`.
+pub const CQL_BYTES: &str = sessionlog_store::written::BYTES;
 /// Registers a help text for every metric above with the installed recorder (call it once,
 /// after installing the recorder; without one it does nothing).
 pub fn describe_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    sessionlog_store::written::describe_metrics();
     describe_counter!(
         CONSUMED,
         Unit::Count,
@@ -102,6 +110,9 @@ pub const METRICS: &[&str] = &[
     LAG,
     APPLY_SECONDS,
     VISIBLE_SECONDS,
+    CQL_ROWS,
+    CQL_CELLS,
+    CQL_BYTES,
 ];
 
 pub(crate) fn count_batch(stats: &BatchStats) {
