@@ -134,6 +134,8 @@ impl Ingest {
         let log = EventLog::from_settings(settings)
             .await?
             .with_projection(projection.clone());
+        // Every append is confirmed: the tail runs from the start.
+        log.start_tail().await;
         // Ready while the servers every append needs answer: Kafka (the write and its
         // read-back), the registry (encoding and decoding), the store (the projection writers
         // catch up from, and the data keys, which live in the same cluster).

@@ -170,13 +170,17 @@ fn size(record: &RawRecord) -> usize {
 
 impl LogTail {
     /// Starts tailing every one of `partitions` of `topic` from its end as of now, holding at
-    /// most `bytes` of records over all of them. Needs a Tokio runtime: the consumer's loop is
-    /// a task of it, stopped when the tail is dropped.
-    pub fn start(
+    /// most `bytes` of records over all of them. Returns once the tail is positioned (or, if
+    /// the brokers do not answer within `ready_within`, at once, the tail positioning itself in
+    /// the background): every record acknowledged after it returns is one the tail will hold.
+    /// Needs a Tokio runtime: the consumer's loop is a task of it, stopped when the tail is
+    /// dropped.
+    pub async fn start(
         settings: &KafkaSettings,
         topic: &str,
         partitions: i32,
         bytes: usize,
+        ready_within: Duration,
     ) -> Result<Self> {
         let count = usize::try_from(partitions.max(1)).unwrap_or(1);
         let consumer: StreamConsumer = settings
@@ -188,9 +192,9 @@ impl LogTail {
             // Positioned below what retention kept (a tail far behind), the consumer goes on
             // from the first record kept: those before it are gone, and nothing kept is skipped.
             .set("auto.offset.reset", "earliest")
-            // An append waits for the tail to fetch its record: a fetch that finds nothing new
-            // returns after this long, so it bounds the wait of an append on a quiet partition.
-            .set("fetch.wait.max.ms", "5")
+            // A fetch is answered as soon as a record arrives (fetch.min.bytes is 1), so this
+            // bounds only how often an idle tail asks each broker, not how long an append waits.
+            .set("fetch.wait.max.ms", "100")
             .set("queued.max.messages.kbytes", "16384")
             .create()
             .map_err(Error::kafka("create tail consumer"))?;
@@ -200,7 +204,13 @@ impl LogTail {
             partitions: (0..count).map(|_| Mutex::new(Ring::new())).collect(),
             budget: (bytes / count).max(64 * 1024),
         });
-        let task = tokio::spawn(run(Arc::clone(&shared), Arc::clone(&consumer)));
+        let (positioned, ready) = oneshot::channel();
+        let task = tokio::spawn(run(Arc::clone(&shared), Arc::clone(&consumer), positioned));
+        if tokio::time::timeout(ready_within, ready).await.is_err() {
+            tracing::warn!(
+                "the log tail is not positioned yet; confirmations read the partitions until it is"
+            );
+        }
         Ok(Self {
             shared,
             consumer,
@@ -303,13 +313,14 @@ fn lock(ring: &Mutex<Ring>) -> std::sync::MutexGuard<'_, Ring> {
 }
 
 /// Positions the consumer at every partition's end, then files each record it reads.
-async fn run(shared: Arc<Shared>, consumer: Arc<StreamConsumer>) {
+async fn run(shared: Arc<Shared>, consumer: Arc<StreamConsumer>, positioned: oneshot::Sender<()>) {
     let mut waits = retry::forever().build();
     while let Err(e) = position(&shared, &consumer).await {
         let wait = waits.next().unwrap_or(retry::MAX_DELAY);
         tracing::warn!(error = %e, ?wait, "cannot start the log tail; confirmations read the partitions directly until it starts");
         tokio::time::sleep(wait).await;
     }
+    let _ = positioned.send(());
     loop {
         match consumer.recv().await {
             Ok(message) => {

@@ -610,6 +610,14 @@ impl EventLog {
             .await?)
     }
 
+    /// Starts the process's tail of the topic now, if it is not running (see [`LogTail`]):
+    /// every record acknowledged afterwards is one a confirmation finds in memory. A service
+    /// that confirms (ingest) calls it at start-up; a writer starts it before its session's
+    /// first event, so that none of its confirmations reads the partition.
+    pub async fn start_tail(&self) {
+        self.tail().await;
+    }
+
     /// The process's tail of the topic, started at the first call (`None` with
     /// `[producer] tail_bytes = 0`, or when its consumer cannot be made: reads then go to the
     /// partition, as without a tail).
@@ -624,7 +632,9 @@ impl EventLog {
                     &self.kafka.topic,
                     self.partitions,
                     self.options.tail_bytes,
+                    self.options.tail_wait(),
                 )
+                .await
                 .inspect_err(
                     |e| tracing::warn!(error = %e, "no log tail: confirmations read the partition"),
                 )

@@ -239,6 +239,9 @@ impl SessionWriter {
         token: WriterToken,
         fresh: bool,
     ) -> Result<(Self, Appended)> {
+        // Before the first event, so that every confirmation of the session finds its records
+        // in the tail rather than reading the partition.
+        log.start_tail().await;
         if fresh {
             log.key_fresh_session(session).await?;
             let partition = log.partition_of(session);
