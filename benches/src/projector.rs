@@ -15,6 +15,15 @@
 //! The projector's peak resident memory (VmHWM of the child process) is printed for both runs,
 //! and, from its metrics, how many batches it wrote and how long each took to be durable.
 //!
+//! After the lag rounds it also prints what the live projector wrote per event applied, by
+//! table: CQL statements (rows), cells and bytes of bound values, from its counters
+//! (`sessionlog_projector_cql_{rows,cells,bytes}_total{table,op}`, over the whole run, warm-up
+//! included) divided by the events it applied (`sessionlog_projector_applied_total`), and the
+//! totals; beside them, the rows each table holds at the end per event: what the plain insert of
+//! the replay comparison (2.) writes, one statement per stored row. The difference is what the
+//! projector writes more than once (the session and context rows it rewrites each batch, a
+//! span's opening and closing writes, progress and rollups) or writes and deletes.
+//!
 //! With `--encryption-rounds N` it measures what sealing costs instead: N rounds of the lag run
 //! (1.) with `[privacy] encrypt` off and on, each on its own topic and keyspace, alternating
 //! which goes first; every round, the median ratios (sealed / plain) and their spread.
@@ -30,6 +39,7 @@ use sessionlog_projector::observe;
 use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -146,6 +156,182 @@ impl Projector {
             sum / count.max(1.0) * 1e3,
         ))
     }
+
+    /// What the projector wrote over the whole run, by table, from its own metrics.
+    async fn written(&self) -> Result<Written> {
+        let text = reqwest::get(&self.metrics).await?.text().await?;
+        Written::parse(&text)
+    }
+}
+
+/// What a projector wrote, from its metrics: CQL rows, cells and bytes by table and op, and
+/// the events it applied.
+#[derive(Debug, PartialEq)]
+struct Written {
+    /// Events the fold accepted and the projector applied.
+    applied: f64,
+    /// By (table, op): rows, cells, bytes.
+    tables: BTreeMap<(String, String), [f64; 3]>,
+}
+
+impl Written {
+    /// Reads it from a Prometheus text exposition.
+    fn parse(text: &str) -> Result<Self> {
+        let Some(applied) = samples(text, observe::APPLIED).first().map(|(_, v)| *v) else {
+            bail!("no {} in the projector's metrics", observe::APPLIED);
+        };
+        let mut tables = BTreeMap::<(String, String), [f64; 3]>::new();
+        let counters = [observe::CQL_ROWS, observe::CQL_CELLS, observe::CQL_BYTES];
+        for (i, name) in counters.into_iter().enumerate() {
+            for (labels, value) in samples(text, name) {
+                let label = |key: &str| labels.get(key).copied().unwrap_or("?").to_string();
+                tables.entry((label("table"), label("op"))).or_default()[i] += value;
+            }
+        }
+        if tables.is_empty() {
+            bail!("no {} in the projector's metrics", observe::CQL_ROWS);
+        }
+        Ok(Self { applied, tables })
+    }
+}
+
+/// The samples of the metric `name` in a Prometheus text exposition, with their labels (values
+/// without commas or escaped quotes, as the projector's are).
+fn samples<'t>(text: &'t str, name: &str) -> Vec<(BTreeMap<&'t str, &'t str>, f64)> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let value = value.parse::<f64>().ok()?;
+            let rest = series.strip_prefix(name)?;
+            let labels = match rest.strip_prefix('{') {
+                Some(labels) => labels.strip_suffix('}')?,
+                None if rest.is_empty() => "",
+                None => return None,
+            };
+            let labels = labels
+                .split(',')
+                .filter_map(|pair| {
+                    let (key, value) = pair.split_once('=')?;
+                    Some((key.trim(), value.trim().trim_matches('"')))
+                })
+                .collect();
+            Some((labels, value))
+        })
+        .collect()
+}
+
+/// Rows each derived table of `keyspace` holds, by table: what the plain insert writes. None
+/// (and why, on stderr) if a count fails.
+async fn stored_rows(store: &ProjectionStore, keyspace: &str) -> Option<BTreeMap<String, u64>> {
+    let mut stored = BTreeMap::new();
+    for table in TABLES {
+        let count = async {
+            let mut rows = store
+                .cql()
+                .query_iter(format!("SELECT COUNT(*) FROM {keyspace}.{table}"), ())
+                .await?
+                .rows_stream::<(i64,)>()?;
+            let mut count = 0;
+            while let Some((n,)) = rows.try_next().await? {
+                count += n;
+            }
+            Ok::<_, anyhow::Error>(u64::try_from(count).unwrap_or_default())
+        };
+        match count.await {
+            Ok(count) => stored.insert(table.to_string(), count),
+            Err(e) => {
+                eprintln!("rows of {keyspace}.{table} could not be counted: {e:#}");
+                return None;
+            }
+        };
+    }
+    Some(stored)
+}
+
+/// Prints what the projector wrote per event applied, by table and in total, beside the rows
+/// each table holds per event (`stored`: what the plain insert writes).
+fn report_written(written: &Written, stored: Option<&BTreeMap<String, u64>>) {
+    let per_event = |v: f64| v / written.applied.max(1.0);
+    let mut rows: Vec<(&(String, String), &[f64; 3])> = written.tables.iter().collect();
+    // The biggest first.
+    rows.sort_by(|a, b| b.1[2].total_cmp(&a.1[2]));
+    let stored_of = |table: &str, op: &str| match (stored, op) {
+        (Some(stored), "insert") => stored
+            .get(table)
+            .map_or("-".into(), |n| format!("{:.3}", per_event(*n as f64))),
+        (Some(_), _) => String::new(),
+        (None, _) => "?".into(),
+    };
+    let mut table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|((name, op), [r, c, b])| {
+            vec![
+                name.clone(),
+                op.clone(),
+                format!("{:.3}", per_event(*r)),
+                format!("{:.2}", per_event(*c)),
+                format!("{:.1}", per_event(*b)),
+                format!("{:.1}", c / r.max(1.0)),
+                format!("{:.0}", b / r.max(1.0)),
+                stored_of(name, op),
+            ]
+        })
+        .collect();
+    // Tables that hold rows the projector did not write in this run (`projection_settings`,
+    // written by the migration), so the stored rows add up to the total.
+    let unwritten = stored.into_iter().flatten().filter(|(name, n)| {
+        **n > 0
+            && !written
+                .tables
+                .contains_key(&((*name).clone(), "insert".into()))
+    });
+    for (name, n) in unwritten {
+        let none = || "-".to_string();
+        table.push(vec![
+            name.clone(),
+            "insert".into(),
+            none(),
+            none(),
+            none(),
+            none(),
+            none(),
+            format!("{:.3}", per_event(*n as f64)),
+        ]);
+    }
+    let sum = |i: usize| written.tables.values().map(|v| v[i]).sum::<f64>();
+    let (r, c, b) = (sum(0), sum(1), sum(2));
+    let stored_total = stored.map_or("?".into(), |stored| {
+        format!("{:.3}", per_event(stored.values().sum::<u64>() as f64))
+    });
+    table.push(vec![
+        "total".into(),
+        String::new(),
+        format!("{:.3}", per_event(r)),
+        format!("{:.2}", per_event(c)),
+        format!("{:.1}", per_event(b)),
+        format!("{:.1}", c / r.max(1.0)),
+        format!("{:.0}", b / r.max(1.0)),
+        stored_total,
+    ]);
+    println!();
+    println!(
+        "what the projector wrote per event applied ({:.0} events over the run, warm-up included), by table; stored rows/ev: what each table holds at the end per event, which the plain insert writes",
+        written.applied
+    );
+    print_table(
+        &[
+            "table",
+            "op",
+            "rows/ev",
+            "cells/ev",
+            "bytes/ev",
+            "cells/row",
+            "bytes/row",
+            "stored rows/ev",
+        ],
+        &table,
+    );
 }
 
 /// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
@@ -250,6 +436,7 @@ pub async fn run(args: Args) -> Result<()> {
     .await?;
     let live_rss = projector.process.peak_mib();
     let batches = projector.batches().await;
+    let written = projector.written().await;
     drop(projector);
     let total: i64 = ends.values().sum();
     println!(
@@ -264,6 +451,13 @@ pub async fn run(args: Args) -> Result<()> {
     match batches {
         Ok(batches) => println!("\n{batches}"),
         Err(e) => eprintln!("the projector's metrics could not be read: {e:#}"),
+    }
+    match written {
+        Ok(written) => {
+            let stored = stored_rows(&store, &settings.cql.keyspace).await;
+            report_written(&written, stored.as_ref());
+        }
+        Err(e) => eprintln!("the projector's write counters could not be read: {e:#}"),
     }
 
     // Run 2: rounds of a replay into a fresh keyspace against the same rows inserted plainly.
@@ -614,4 +808,35 @@ async fn plain_insert(settings: &Settings, source: &str, target: &str) -> Result
         .try_for_each(|_| async { Ok(()) })
         .await?;
     Ok((rows.len() as u64, started.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_counters_are_read_by_table_and_op() {
+        let text = "\
+# TYPE sessionlog_projector_applied_total counter
+sessionlog_projector_applied_total 200
+sessionlog_projector_applied_totals_other 7
+sessionlog_projector_cql_rows_total{table=\"event_index\",op=\"insert\"} 200
+sessionlog_projector_cql_rows_total{table=\"context_turns\",op=\"delete\"} 3
+sessionlog_projector_cql_cells_total{table=\"event_index\",op=\"insert\"} 1600
+sessionlog_projector_cql_bytes_total{table=\"event_index\",op=\"insert\"} 20000
+";
+        let written = Written::parse(text).expect("parsed");
+        assert_eq!(written.applied, 200.0);
+        let key = |t: &str, op: &str| (t.to_string(), op.to_string());
+        assert_eq!(
+            written.tables[&key("event_index", "insert")],
+            [200.0, 1600.0, 20000.0]
+        );
+        assert_eq!(
+            written.tables[&key("context_turns", "delete")],
+            [3.0, 0.0, 0.0]
+        );
+        assert_eq!(written.tables.len(), 2);
+        assert!(Written::parse("sessionlog_projector_applied_total 1\n").is_err());
+    }
 }
