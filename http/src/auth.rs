@@ -44,6 +44,20 @@ pub const API_KEY_PREFIX: &str = "slk_";
 /// makes the service fetch it again.
 const JWKS_REFRESH: Duration = Duration::from_secs(60);
 
+/// Verified tokens an instance remembers. A harness presents the same token on every request,
+/// and checking an ES256 signature costs more CPU than the rest of an append's handling; a
+/// remembered token is checked again only for its expiry and for its key still being trusted.
+const VERIFIED_TOKENS: usize = 10_000;
+
+/// A token that passed verification, remembered by its SHA-256.
+struct Verified {
+    caller: Caller,
+    /// The key that signed it: dropped from the JWKS, the token stops working at once.
+    kid: String,
+    /// Unix seconds (its `exp` plus the leeway) from which it is refused.
+    refused_from: u64,
+}
+
 /// Who is calling, as authentication established it.
 #[derive(Clone, Debug)]
 pub struct Caller {
@@ -313,6 +327,7 @@ pub struct Access {
     fetched: Mutex<Option<Instant>>,
     http: reqwest::Client,
     api_keys: HashMap<String, KnownKey>,
+    verified: Mutex<lru::LruCache<[u8; 32], Verified>>,
 }
 
 impl Access {
@@ -363,6 +378,9 @@ impl Access {
                     reason: source.to_string(),
                 })?,
             api_keys,
+            verified: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(VERIFIED_TOKENS).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
         };
         if let Some(path) = &settings.jwks_file {
             let text = std::fs::read_to_string(path).map_err(|e| Error::Jwks {
@@ -460,6 +478,10 @@ impl Access {
                 authenticated: true,
             });
         }
+        let digest: [u8; 32] = Sha256::digest(credential.as_bytes()).into();
+        if let Some(caller) = self.remembered(&digest, route) {
+            return Ok(caller);
+        }
         let header = jsonwebtoken::decode_header(credential).map_err(|_| "not a JWT")?;
         // Pinned: a JWKS `oct` key must never turn a token into an HMAC the caller can forge.
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256) {
@@ -493,14 +515,47 @@ impl Access {
             })?
             .claims;
         let session = parse_session(claims.session.as_deref()).map_err(|_| "bad session claim")?;
-        Ok(Caller {
+        let caller = Caller {
             subject: claims.sub,
             roles: claims.roles.iter().filter_map(|r| r.parse().ok()).collect(),
             session,
             tenant: Some(claims.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_string())),
             route: route.to_string(),
             authenticated: true,
+        };
+        if let Some(exp) = claims.exp {
+            let remembered = Verified {
+                caller: caller.clone(),
+                kid,
+                refused_from: exp.saturating_add(self.leeway),
+            };
+            self.verified_tokens().put(digest, remembered);
+        }
+        Ok(caller)
+    }
+
+    /// The caller of a token verified before, if it is not expired and its key is still
+    /// trusted (a token whose key left the JWKS, or that expired, is verified again, and
+    /// refused).
+    fn remembered(&self, digest: &[u8; 32], route: &str) -> Option<Caller> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(u64::MAX, |d| d.as_secs());
+        let mut verified = self.verified_tokens();
+        let entry = verified.get(digest)?;
+        if now >= entry.refused_from || self.read_keys().find(&entry.kid).is_none() {
+            verified.pop(digest);
+            return None;
+        }
+        Some(Caller {
+            route: route.to_string(),
+            ..entry.caller.clone()
         })
+    }
+
+    fn verified_tokens(&self) -> std::sync::MutexGuard<'_, lru::LruCache<[u8; 32], Verified>> {
+        // Each use is one call on the cache: a panic cannot leave it torn.
+        self.verified.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -867,6 +922,37 @@ mod tests {
         assert_eq!(
             caller.require(Role::Operator).map_err(|p| p.status),
             Err(StatusCode::FORBIDDEN)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_remembered_token_is_refused_once_its_key_leaves_the_jwks_or_it_expires() {
+        let key = SigningKey::generate().expect("key");
+        let access = access_trusting(&key, Vec::new()).await;
+        let token = key.mint(&grant(&[Role::Reader])).expect("mint");
+        let first = access.caller(&token, "/a").await.expect("accepted");
+        assert_eq!(access.verified_tokens().len(), 1, "remembered");
+        let again = access.caller(&token, "/b").await.expect("accepted again");
+        assert_eq!(
+            (again.subject.as_str(), again.route.as_str()),
+            ("alice", "/b")
+        );
+        assert_eq!(again.roles, first.roles);
+
+        // Expired while remembered: verified again, and refused by the validation.
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(entry) = access.verified_tokens().get_mut(&digest) {
+            entry.refused_from = 0;
+        }
+        assert!(access.remembered(&digest, "/c").is_none());
+        assert_eq!(access.verified_tokens().len(), 0, "forgotten");
+
+        // Its key dropped from the JWKS: refused at once, though it was remembered.
+        access.caller(&token, "/d").await.expect("accepted");
+        *access.write_keys() = JwkSet { keys: Vec::new() };
+        assert_eq!(
+            access.caller(&token, "/e").await.err(),
+            Some("unknown key id")
         );
     }
 
