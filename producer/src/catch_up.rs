@@ -100,11 +100,6 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
     Ok(caught)
 }
 
-/// Whether catching up from the log's projection was refused for the projector's lag.
-pub(crate) fn projection_behind(error: &Error) -> bool {
-    matches!(error, Error::ProjectionBehind { .. })
-}
-
 /// Folds the session's events of `partition` from `from` to its end into `state`. With a
 /// projection, what is read is what the projector has not applied yet: bounded, so a stopped
 /// projector costs a fast refusal ([`Error::ProjectionBehind`]) rather than a read of

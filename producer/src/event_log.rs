@@ -522,25 +522,34 @@ impl EventLog {
         Ok(high)
     }
 
-    /// The end of `partition` for a catch-up from `from`, the projection's position: refused
-    /// with [`Error::ProjectionBehind`] when it would read more than
-    /// `[producer] max_unprojected_records` records from the partition (the tail's cost
-    /// nothing). Every record acknowledged before the call is below what it answers.
+    /// The end of `partition` for a catch-up from `from`, the projection's position, checked
+    /// by [`Self::check_unprojected`]; what the tail holds is read from memory and does not
+    /// count. Every record acknowledged before the call is below what it answers.
     pub async fn unprojected_end(&self, partition: i32, from: i64) -> Result<i64> {
         let end = self.high_watermark(partition).await?;
-        let unprojected = end.saturating_sub(from);
-        let limit = self.options.max_unprojected_records;
         let held = self
             .tail_start(partition)
             .is_some_and(|start| start <= from);
-        if unprojected > limit && !held {
+        if !held {
+            self.check_unprojected(partition, end.saturating_sub(from))?;
+        }
+        Ok(end)
+    }
+
+    /// Refuses with [`Error::ProjectionBehind`] a catch-up that would read `unprojected`
+    /// records of `partition` past the projection's position from the partition, more than
+    /// `[producer] max_unprojected_records`: the one bound for claims, cold appends and
+    /// recovery's rebuilds.
+    pub fn check_unprojected(&self, partition: i32, unprojected: i64) -> Result<()> {
+        let limit = self.options.max_unprojected_records;
+        if unprojected > limit {
             return Err(Error::ProjectionBehind {
                 partition,
                 unprojected,
                 limit,
             });
         }
-        Ok(end)
+        Ok(())
     }
 
     /// The first offset `partition` still holds: above 0 once retention deleted records.

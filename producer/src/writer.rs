@@ -1,6 +1,6 @@
 //! Appending one session's events: creating, claiming and forking sessions, fencing.
 
-use crate::catch_up::{CaughtUp, catch_up, catch_up_from, projection_behind};
+use crate::catch_up::{CaughtUp, catch_up, catch_up_from};
 use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
 use sessionlog_schemas::now_micros;
@@ -345,7 +345,7 @@ impl SessionWriter {
         .await
         {
             // Long idle here while the projector moved on: start from its row instead.
-            Err(e) if projection_behind(&e) => catch_up(&self.log, self.session_id()).await?,
+            Err(Error::ProjectionBehind { .. }) => catch_up(&self.log, self.session_id()).await?,
             other => other?,
         };
         for position in caught.positions() {

@@ -391,15 +391,9 @@ impl Recovery {
         // Beyond the index lies what the projector has not applied: bounded, so a stopped
         // projector costs a fast 503 rather than a read of everything it left (a session whose
         // rows expired has no index at all, and is read whole).
-        let limit = self.log().options().max_unprojected_records;
-        let unprojected = end_offset.saturating_sub(tail_from);
-        if !index_expired && unprojected > limit {
-            return Err(sessionlog_producer::Error::ProjectionBehind {
-                partition,
-                unprojected,
-                limit,
-            }
-            .into());
+        if !index_expired {
+            self.log()
+                .check_unprojected(partition, end_offset.saturating_sub(tail_from))?;
         }
         let mut next = tail_from;
         while next < end_offset {
