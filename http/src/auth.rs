@@ -45,8 +45,9 @@ pub const API_KEY_PREFIX: &str = "slk_";
 const JWKS_REFRESH: Duration = Duration::from_secs(60);
 
 /// Verified tokens an instance remembers. A harness presents the same token on every request,
-/// and checking an ES256 signature costs more CPU than the rest of an append's handling; a
-/// remembered token is checked again only for its expiry and for its key still being trusted.
+/// and each check parses the JWK and verifies an ES256 signature (public-key arithmetic, the
+/// costliest step of authenticating); a remembered token is checked again only for its expiry
+/// and for its key still being trusted.
 const VERIFIED_TOKENS: usize = 10_000;
 
 /// A token that passed verification, remembered by its SHA-256.
