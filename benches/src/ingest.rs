@@ -19,13 +19,11 @@
 //! The bench prints every round, the median ratio http ÷ acked of throughput and its spread,
 //! and each side's p99.
 
-use crate::{BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table};
+use crate::{Latencies, ServiceRun, Spread, Watched, free_address, print_table};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
-use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
-use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -124,38 +122,24 @@ pub async fn run(args: Args) -> Result<()> {
     if args.sessions == 0 || args.rounds == 0 || args.instances == 0 {
         bail!("--sessions, --rounds and --instances must be at least 1");
     }
-    let bin = crate::sessionlog_bin()?;
-    let mut settings = Settings::load(None).context("loading settings")?;
-    crate::isolate_run(&mut settings, "ingest", args.partitions);
-    let _kek = crate::prepare_privacy(&mut settings).await?;
-    crate::prepare_topics(&settings).await?;
-    let store = ProjectionStore::migrate(&settings.cql).await?;
-    let auth = BenchAuth::new()?;
-    let mut env = crate::sessionlog_env(&settings);
-    env.extend(auth.env());
+    let run = ServiceRun::prepare("ingest", args.partitions).await?;
     let _projector = match args.with_projector {
-        true => Some(Watched::spawn(crate::sessionlog_command(
-            &bin,
-            &["project"],
-            &env,
-        ))?),
+        true => Some(Watched::spawn(run.command(&["project"]))?),
         false => None,
     };
     let mut instances = Vec::new();
     let mut bases = Vec::new();
-    let http = auth.client(args.sessions, Duration::from_secs(60))?;
+    let http = run.auth.client(args.sessions, Duration::from_secs(60))?;
     for _ in 0..args.instances {
         let listen = free_address()?;
-        instances.push(Watched::spawn(crate::sessionlog_command(
-            &bin,
-            &["ingest", "--listen", &listen],
-            &env,
-        ))?);
+        instances.push(Watched::spawn(
+            run.command(&["ingest", "--listen", &listen]),
+        )?);
         let base = format!("http://{listen}");
         crate::wait_ready(&http, &base).await?;
         bases.push(base);
     }
-    let log = Arc::new(EventLog::from_settings(&settings).await?);
+    let log = Arc::new(EventLog::from_settings(&run.settings).await?);
     let text = "x".repeat(args.text_bytes);
     eprintln!(
         "{} sessions, {} ingest instance(s), {}{}",
@@ -233,7 +217,7 @@ pub async fn run(args: Args) -> Result<()> {
     );
     drop(instances);
     if !args.keep {
-        drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+        run.drop().await?;
     }
     Ok(())
 }

@@ -446,6 +446,62 @@ pub fn sessionlog_env(settings: &Settings) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A run whose `sessionlog` services the bench spawns: its own topic and keyspace (made, with
+/// the schemas registered), a KEK when encryption is on, a signing key the services trust, and
+/// the environment that points them at all of it.
+pub struct ServiceRun {
+    /// The `sessionlog` binary the services run.
+    pub bin: std::path::PathBuf,
+    /// The run's settings.
+    pub settings: Settings,
+    /// The run's keyspace, migrated.
+    pub store: ProjectionStore,
+    /// The key the services trust; mints the bench's tokens.
+    pub auth: BenchAuth,
+    /// The services' environment.
+    pub env: Vec<(&'static str, String)>,
+    _kek: Option<TempKek>,
+}
+
+impl ServiceRun {
+    /// Prepares a run named `name` on a topic of `partitions` partitions.
+    pub async fn prepare(name: &str, partitions: i32) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let bin = sessionlog_bin()?;
+        let mut settings = Settings::load(None).context("loading settings")?;
+        isolate_run(&mut settings, name, partitions);
+        let kek = prepare_privacy(&mut settings).await?;
+        prepare_topics(&settings).await?;
+        let store = ProjectionStore::migrate(&settings.cql).await?;
+        let auth = BenchAuth::new()?;
+        let mut env = sessionlog_env(&settings);
+        env.extend(auth.env());
+        Ok(Self {
+            bin,
+            settings,
+            store,
+            auth,
+            env,
+            _kek: kek,
+        })
+    }
+
+    /// `sessionlog <args>` with the run's environment.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
+        sessionlog_command(&self.bin, args, &self.env)
+    }
+
+    /// Drops the run's keyspace and topics.
+    pub async fn drop(&self) -> anyhow::Result<()> {
+        drop_run(
+            &self.store,
+            &self.settings,
+            std::slice::from_ref(&self.settings.cql.keyspace),
+        )
+        .await
+    }
+}
+
 /// A signing key the run's services trust, and tokens minted with it.
 pub struct BenchAuth {
     key: sessionlog_http::auth::SigningKey,

@@ -18,15 +18,12 @@
 //! target/release/sessionlog-bench resume --sessions 1000 --rounds 3
 //! ```
 
-use crate::{
-    BenchAuth, Latencies, Spread, Watched, drop_run, free_address, print_table, wait_ready,
-};
-use anyhow::{Context, Result, bail};
+use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
+use anyhow::{Result, bail};
 use futures::StreamExt;
 use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
-use sessionlog_store::ProjectionStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,24 +82,18 @@ pub async fn run(args: Args) -> Result<()> {
     if args.sessions == 0 || args.rounds == 0 {
         bail!("--sessions and --rounds must be at least 1");
     }
-    let bin = crate::sessionlog_bin()?;
-    let mut settings = Settings::load(None).context("loading settings")?;
-    crate::isolate_run(&mut settings, "resume", args.partitions);
-    let _kek = crate::prepare_privacy(&mut settings).await?;
-    crate::prepare_topics(&settings).await?;
-    let store = ProjectionStore::migrate(&settings.cql).await?;
-    let auth = BenchAuth::new()?;
-    let mut env = crate::sessionlog_env(&settings);
-    env.extend(auth.env());
+    let run = crate::ServiceRun::prepare("resume", args.partitions).await?;
+    let (bin, settings, store, auth, env) =
+        (&run.bin, &run.settings, &run.store, &run.auth, &run.env);
 
-    let projector = Watched::spawn(crate::sessionlog_command(&bin, &["project"], &env))?;
+    let projector = Watched::spawn(crate::sessionlog_command(bin, &["project"], env))?;
 
-    let sessions = write_sessions(&settings, &args).await?;
-    let took = crate::wait_projected(&settings, &store).await?;
+    let sessions = write_sessions(settings, &args).await?;
+    let took = crate::wait_projected(settings, store).await?;
     eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let mut serve = crate::sessionlog_command(&bin, &["serve-recovery", "--listen", &listen], &env);
+    let mut serve = crate::sessionlog_command(bin, &["serve-recovery", "--listen", &listen], env);
     if let Some(readers) = args.readers {
         serve.env("SESSIONLOG_PRODUCER__READERS", readers.to_string());
     }
@@ -128,7 +119,7 @@ pub async fn run(args: Args) -> Result<()> {
     drop(service);
     drop(projector);
     if !args.keep {
-        drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+        run.drop().await?;
     }
     Ok(())
 }

@@ -17,19 +17,14 @@
 //!
 //! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- trace-read --rounds 5`
 
-use crate::{
-    BenchAuth, Latencies, Spread, Watched, drop_run, free_address, isolate_run, prepare_privacy,
-    prepare_topics, print_table, sessionlog_bin, sessionlog_env, wait_ready,
-};
+use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
 use serde_json::Value;
-use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
 };
-use sessionlog_store::ProjectionStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,26 +64,20 @@ pub async fn run(args: Args) -> Result<()> {
     if args.spans < 3 || args.rounds == 0 || args.days < 1 || args.days > 31 {
         bail!("--spans must be at least 3, --rounds at least 1, --days 1 to 31");
     }
-    let bin = sessionlog_bin()?;
-    let mut settings = Settings::load(None).context("loading settings")?;
-    isolate_run(&mut settings, "traceread", args.partitions);
-    let _kek = prepare_privacy(&mut settings).await?;
-    prepare_topics(&settings).await?;
-    let store = ProjectionStore::migrate(&settings.cql).await?;
-    let auth = BenchAuth::new()?;
-    let mut env = sessionlog_env(&settings);
-    env.extend(auth.env());
-    let projector = Watched::spawn(crate::sessionlog_command(&bin, &["project"], &env))?;
+    let run = crate::ServiceRun::prepare("traceread", args.partitions).await?;
+    let (bin, settings, store, auth, env) =
+        (&run.bin, &run.settings, &run.store, &run.auth, &run.env);
+    let projector = Watched::spawn(crate::sessionlog_command(bin, &["project"], env))?;
 
-    let log = Arc::new(EventLog::from_settings(&settings).await?);
+    let log = Arc::new(EventLog::from_settings(settings).await?);
     let big = big_session(&log, args.spans).await?;
     let calls = daily_sessions(&log, &args).await?;
     log.flush(Duration::from_secs(30)).await?;
-    let took = crate::wait_projected(&settings, &store).await?;
+    let took = crate::wait_projected(settings, store).await?;
     eprintln!("written and projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let serve = crate::sessionlog_command(&bin, &["serve-recovery", "--listen", &listen], &env);
+    let serve = crate::sessionlog_command(bin, &["serve-recovery", "--listen", &listen], env);
     let service = Watched::spawn(serve)?;
     let base = format!("http://{listen}");
     let http = auth.client(8, Duration::from_secs(60))?;
@@ -216,7 +205,7 @@ pub async fn run(args: Args) -> Result<()> {
     drop(service);
     drop(projector);
     if !args.keep {
-        drop_run(&store, &settings, &[settings.cql.keyspace.clone()]).await?;
+        run.drop().await?;
     }
     Ok(())
 }
