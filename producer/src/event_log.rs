@@ -67,7 +67,7 @@ pub struct EventLog {
     /// make a thousand; a consumer made per read-back managed about 25 a second). A reused
     /// reader never hands a read records it fetched for an earlier one:
     /// `PartitionReader::read_range` delivers exactly the offsets asked for, and reads again on
-    /// any gap (tests/tests/reader_reuse.rs).
+    /// any gap (tests/tests/integration/reader_reuse.rs).
     reader_permits: Arc<Semaphore>,
     /// The process's tail of the topic, started by the first keyed read (a confirmation, a
     /// catch-up): afterwards such reads wait for it instead of seeking a reader

@@ -3,8 +3,8 @@
 //! the topic exactly once in the accepted history; then it is restarted while another 100,000
 //! are appended, and the same must hold.
 //!
-//! One test on purpose: cargo runs the tests of a binary in parallel, and a dead broker would
-//! break any other test's replication-1 topics on it.
+//! One test on purpose, in the faults binary, which runs its tests one at a time: a dead broker
+//! would break any other test's replication-1 topics on it.
 
 use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
@@ -131,6 +131,7 @@ async fn check(log: &EventLog, appended: &HashMap<SessionId, Vec<EventEnvelope>>
 
 #[tokio::test(flavor = "multi_thread")]
 async fn acknowledged_events_survive_a_killed_and_a_restarted_broker_exactly_once() -> Result<()> {
+    let _fault = crate::one_fault_at_a_time().await;
     let mut settings = Settings::load(None)?;
     let run = uuid::Uuid::now_v7().simple().to_string();
     settings.kafka.topic = format!("t-faults_{}", &run[run.len() - 8..]);

@@ -3,7 +3,7 @@
 //! stays 200; when it is back, they are ready again.
 //!
 //! One test in this file on purpose: it stops the shared registry, which no other test of this
-//! binary may see (cargo runs test binaries one at a time).
+//! binary may see (the faults binary runs them one at a time).
 
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
@@ -33,6 +33,7 @@ async fn get(http: &reqwest::Client, url: &str) -> Result<(StatusCode, Value)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn readiness_names_a_stopped_registry_and_liveness_does_not_change() -> Result<()> {
+    let _fault = crate::one_fault_at_a_time().await;
     let stack = TestStack::new("fregistry", 1).await?;
     let ingest = IngestInstance::start(&stack).await?;
     let recovery = Recovery::connect(&stack.settings).await?;

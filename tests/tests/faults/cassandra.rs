@@ -2,7 +2,7 @@
 //! says so), resumes when the store is back, and loses nothing.
 //!
 //! One test in this file on purpose: it stops the shared Cassandra, which no other test of
-//! this binary may see (cargo runs test binaries one at a time).
+//! this binary may see (the faults binary runs them one at a time).
 
 use anyhow::{Context, Result};
 use sessionlog_tests::projector::{
@@ -39,11 +39,12 @@ async fn health(address: &str) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cassandra_outage_of_30_seconds_loses_nothing() -> Result<()> {
+    let _fault = crate::one_fault_at_a_time().await;
     let mut stack = TestStack::new("fcass", 3).await?;
     // The key store is in the stopped Cassandra too, and a writer uses its session's key for
     // only `key_cache_secs` after the store last answered about it: the load's writers keep
     // writing through the outage only with a key cache longer than the load. This test is
-    // about the projector; tests/tests/privacy.rs has the writers' side.
+    // about the projector; tests/tests/integration/privacy.rs has the writers' side.
     stack.settings.privacy.key_cache_secs = 600;
     let live = store(&stack).await?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
