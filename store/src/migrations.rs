@@ -598,10 +598,11 @@ pub async fn migrate_through(
         .await
         .map_err(Error::cql("schema agreement"))?;
     let applied = applied(session, ks).await?;
-    let pending = MIGRATIONS
+    let pending: Vec<&Migration> = MIGRATIONS
         .iter()
-        .filter(|m| m.version <= version && !applied.contains(&m.version));
-    for migration in pending {
+        .filter(|m| m.version <= version && !applied.contains(&m.version))
+        .collect();
+    for migration in &pending {
         for statement in migration.statements {
             ddl(statement.replace("{ks}", ks)).await?;
         }
@@ -636,10 +637,30 @@ pub async fn migrate_through(
             )
             .await
             .map_err(Error::cql("record migration"))?;
-        tracing::info!(
+        // Each step is routine: the summary below says what changed.
+        tracing::debug!(
             version = migration.version,
+            description = migration.description,
             keyspace = ks,
             "applied CQL migration"
+        );
+    }
+    let at = applied
+        .iter()
+        .chain(pending.iter().map(|m| &m.version))
+        .copied()
+        .max()
+        .unwrap_or_default();
+    if pending.is_empty() {
+        tracing::debug!(
+            keyspace = ks,
+            schema_version = at,
+            "CQL keyspace up to date"
+        );
+    } else {
+        tracing::info!(
+            "keyspace {ks}: {} CQL migration(s) applied, schema version {at}",
+            pending.len()
         );
     }
     Ok(())
