@@ -483,7 +483,13 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
         sessionlog_http::auth::describe_metrics,
     ]);
     let access = Arc::new(Access::from_settings(&settings.auth).await?);
-    let app = sessionlog_recovery::http::router(connect(settings).await?, metrics, access);
+    let recovery = connect(settings).await?;
+    // Said once, by the service that would sign: the one-shot commands that sign fail naming
+    // the setting instead, and the others never need the key.
+    if !recovery.notary().can_sign() {
+        tracing::warn!("{}", sessionlog_recovery::notary::Notary::UNSIGNED_WARNING);
+    }
+    let app = sessionlog_recovery::http::router(recovery, metrics, access);
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;

@@ -17,7 +17,10 @@ pub struct Notary {
 
 impl Notary {
     /// The key `[recovery] signing_key_file` names, and the retired keys of
-    /// `previous_keys_file`. Without a key, nothing can be signed and nothing verifies.
+    /// `previous_keys_file`. Without a key, nothing can be signed and nothing verifies: an
+    /// action that must sign fails naming the setting ([`Notary::signing_key`]), and the
+    /// recovery service warns when it starts without one ([`Notary::UNSIGNED_WARNING`]). A
+    /// command that never signs (a rebuild, an erasure's status) says nothing about it.
     pub fn from_settings(settings: &RecoverySettings) -> Result<Self> {
         let read = |path: &str, setting: &str| {
             std::fs::read_to_string(path).map_err(|e| Error::Attestation {
@@ -32,12 +35,7 @@ impl Notary {
                     }
                 })?,
             ),
-            None => {
-                tracing::warn!(
-                    "recovery.signing_key_file is not set: approvals and operator results cannot be recorded, and sessions that waited for one cannot resume (`sessionlog token init` writes a key)"
-                );
-                None
-            }
+            None => None,
         };
         let mut trusted: Vec<PublicKey> = key.iter().map(SigningKey::public_key).collect();
         if let Some(path) = &settings.previous_keys_file {
@@ -51,6 +49,9 @@ impl Notary {
         }
         Ok(Self { key, trusted })
     }
+
+    /// What the recovery service logs (once, as it starts) when it holds no signing key.
+    pub const UNSIGNED_WARNING: &str = "recovery.signing_key_file is not set: approvals and operator results cannot be recorded, and sessions that waited for one cannot resume (`sessionlog token init` writes a key)";
 
     /// No key and no trusted keys: for a reader, which signs nothing. It verifies nothing
     /// either, so a session waiting on a signed decision does not resume through it.
