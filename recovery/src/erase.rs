@@ -112,7 +112,9 @@ impl Recovery {
             None => self.key_table().destroy(receipt.clone()).await?,
         }
         metrics::counter!(crate::observe::ERASURES).increment(1);
-        tracing::info!(seq = erased_seq, "session erased: data key destroyed");
+        // The receipt is the record (and the HTTP route writes its audit line): a log line at
+        // info would only repeat it, next to what `sessionlog erase` prints.
+        tracing::debug!(seq = erased_seq, "session erased: data key destroyed");
         Ok(receipt)
     }
 
