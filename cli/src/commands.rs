@@ -14,6 +14,7 @@ use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{SessionId, value_subject};
 use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,16 +56,29 @@ pub enum LogFormat {
 
 /// Sets up logging once for the process: `SESSIONLOG_LOG` filters (default
 /// `warn,sessionlog=info`), `format` shapes the lines. Payloads and secrets are never fields.
+/// Text lines are coloured only on a terminal ([`log_colours`]): in a file, a pipe or a
+/// collector they are plain.
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
         .unwrap_or_else(|_| "warn,sessionlog=info".into());
+    let colours = log_colours(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(format == LogFormat::Text && colours)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
+}
+
+/// Whether log lines get ANSI colours: only when stderr is a terminal, and not when `NO_COLOR`
+/// is set to anything but the empty string (<https://no-color.org>).
+fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
 }
 
 #[derive(Debug, Subcommand)]
@@ -622,6 +636,22 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("sessionlog").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colours(true, None));
+        assert!(
+            log_colours(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!log_colours(true, Some(OsStr::new("1"))));
+        assert!(
+            !log_colours(false, None),
+            "a file or a pipe gets no escapes"
+        );
+        assert!(!log_colours(false, Some(OsStr::new("1"))));
     }
 
     #[test]
