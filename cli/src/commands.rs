@@ -3,6 +3,7 @@
 
 use crate::example;
 use crate::recovery::parse_session;
+use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use serde::Serialize;
@@ -10,7 +11,7 @@ use sessionlog_log::{Settings, topic};
 use sessionlog_producer::EventLog;
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
-use sessionlog_recovery::Recovery;
+use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_schemas::{SessionId, value_subject};
 use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
@@ -573,16 +574,29 @@ async fn recover(settings: &Settings, session: &SessionId, json: bool) -> Result
         }),
         || {
             format!(
-                "recovered session from the log: partition {}, start {:?}, read {} records, \
+                "recovered session from the log: partition {}, {}; read {} records, \
                  folded {} events\n{}",
                 rebuilt.partition,
-                rebuilt.start,
+                start_text(&rebuilt.start),
                 rebuilt.records_read,
                 rebuilt.events_folded,
                 describe(&rebuilt.state, &digest)
             )
         },
     )
+}
+
+/// Where a rebuild started reading, in words.
+fn start_text(start: &StartPoint) -> String {
+    match start {
+        StartPoint::Checkpoint { seq, offset } => {
+            format!("from the verified checkpoint at seq {seq} (offset {offset})")
+        }
+        StartPoint::FirstEvent { offset } => format!("from its first event (offset {offset})"),
+        StartPoint::PartitionStart { offset } => {
+            format!("from the partition's start (offset {offset})")
+        }
+    }
 }
 
 /// A short human description of a session's state.
@@ -602,13 +616,18 @@ fn describe(state: &SessionState, digest: &str) -> String {
             )
         })
         .unwrap_or_else(|| "none".into());
+    let now = crate::when::now();
+    let when = |micros| timestamp(micros, Precision::Seconds, Some(now));
     format!(
-        "  session     {}\n  status      {}\n  agent       {}\n  epoch       {}\n  last seq    {}\n  \
+        "  session     {}\n  status      {}\n  agent       {}\n  started     {}\n  \
+         last event  {}\n  epoch       {}\n  last seq    {}\n  \
          tokens      {} in / {} out\n  cost        ${:.6}\n  tool calls  {} ({} pending)\n  \
          checkpoint  {}\n  digest      {}",
         state.session_id,
         state.status().as_str(),
         state.agent.as_deref().unwrap_or("-"),
+        when(state.started_at),
+        when(state.updated_at),
         state.epoch,
         state.last_seq,
         state.tokens_in,

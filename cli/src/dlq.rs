@@ -7,7 +7,8 @@
 //! a decoded dead letter shows its envelope (session, seq, kind, epoch, ids, time), an
 //! undecodable one its size and first bytes.
 
-use crate::recovery::{one_line, utc};
+use crate::recovery::one_line;
+use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -173,8 +174,8 @@ fn list_text(report: &ListReport) -> String {
         return text;
     }
     text.push_str(&format!(
-        "\n{:<11}  {:<23}  {:<11}  {:<36}  REASON",
-        "DEAD LETTER", "TIME (UTC)", "ORIGIN", "SESSION (KEY)"
+        "\n{:<11}  {:<24}  {:<11}  {:<36}  REASON",
+        "DEAD LETTER", "TIME", "ORIGIN", "SESSION (KEY)"
     ));
     for line in &report.dead_letters {
         let origin = match &line.origin {
@@ -182,9 +183,9 @@ fn list_text(report: &ListReport) -> String {
             other => origin_text(other.as_ref()),
         };
         text.push_str(&format!(
-            "\n{:<11}  {:<23}  {:<11}  {:<36}  {}",
+            "\n{:<11}  {:<24}  {:<11}  {:<36}  {}",
             format!("{}:{}", line.partition, line.offset),
-            time_text(line.timestamp_ms),
+            time_text(line.timestamp_ms, None),
             origin,
             line.key.as_deref().unwrap_or("-"),
             reason_text(line.reason.as_deref())
@@ -304,13 +305,14 @@ async fn show(
 }
 
 fn show_text(shown: &Shown) -> String {
+    let now = crate::when::now();
     let mut text = format!(
-        "dead letter {}:{} of {}\n  dead-lettered  {} UTC\n  reason         {}\n  origin         {}\n  \
+        "dead letter {}:{} of {}\n  dead-lettered  {}\n  reason         {}\n  origin         {}\n  \
          key            {}\n  value          {} bytes{}",
         shown.letter.partition,
         shown.letter.offset,
         shown.topic,
-        time_text(shown.letter.timestamp_ms),
+        time_text(shown.letter.timestamp_ms, Some(now)),
         reason_text(shown.letter.reason.as_deref()),
         origin_text(shown.letter.origin.as_ref()),
         shown.letter.key.as_deref().unwrap_or("-"),
@@ -323,14 +325,14 @@ fn show_text(shown: &Shown) -> String {
     if let Some(e) = &shown.decoded {
         text.push_str(&format!(
             "\n  decodes now    yes: {} seq {} of session {}, epoch {}, event id {}, schema v{}, \
-             occurred {} UTC",
+             occurred {}",
             e.kind,
             e.seq,
             e.session_id,
             e.writer_epoch,
             e.event_id,
             e.schema_version,
-            utc(e.occurred_at)
+            timestamp(e.occurred_at, Precision::Millis, Some(now))
         ));
     }
     if let Some(reason) = &shown.undecodable {
@@ -583,11 +585,12 @@ fn origin_text(origin: Option<&Origin>) -> String {
     )
 }
 
-/// A record timestamp (ms) as `utc` prints times; `-` when it has none or it is out of range.
-fn time_text(timestamp_ms: Option<i64>) -> String {
+/// A record timestamp (ms) as [`timestamp`] prints times, with its age when `now` is given;
+/// `-` when it has none or it is beyond what microseconds hold.
+fn time_text(timestamp_ms: Option<i64>, now: Option<i64>) -> String {
     timestamp_ms
         .and_then(|ms| ms.checked_mul(1_000))
-        .map_or_else(|| "-".into(), utc)
+        .map_or_else(|| "-".into(), |us| timestamp(us, Precision::Millis, now))
 }
 
 /// The first `n` bytes as hex pairs, with `…` when there are more.
@@ -641,8 +644,12 @@ mod tests {
 
     #[test]
     fn times_out_of_range_print_as_a_dash() {
-        assert_eq!(time_text(None), "-");
-        assert_eq!(time_text(Some(i64::MAX)), "-");
-        assert_eq!(time_text(Some(0)), "1970-01-01 00:00:00.000");
+        assert_eq!(time_text(None, None), "-");
+        assert_eq!(time_text(Some(i64::MAX), None), "-");
+        assert_eq!(time_text(Some(0), None), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            time_text(Some(1_500), Some(61_500_000)),
+            "1970-01-01T00:00:01.500Z (1 min ago)"
+        );
     }
 }

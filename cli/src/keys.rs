@@ -1,6 +1,7 @@
 //! `sessionlog keys` (the key-encryption key) and `sessionlog erase`.
 
 use crate::recovery::{Output, parse_session};
+use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use sessionlog_keys::{Kek, Keks};
@@ -175,8 +176,8 @@ pub async fn erase(settings: &Settings, args: &EraseArgs) -> Result<Output> {
         );
         if let Some(r) = &status.receipt {
             human.push_str(&format!(
-                "\nreceipt: erased at {} (µs) by {} at seq {} (partition {}, offset {}); reason: {}; key wrapped by {}",
-                r.erased_at,
+                "\nreceipt: erased at {} by {} at seq {} (partition {}, offset {}); reason: {}; key wrapped by {}",
+                timestamp(r.erased_at, Precision::Seconds, Some(crate::when::now())),
                 r.requested_by,
                 r.erased_seq,
                 r.log_partition,

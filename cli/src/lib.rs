@@ -18,5 +18,6 @@ mod serve;
 mod status;
 mod token;
 mod trace;
+mod when;
 
 pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};

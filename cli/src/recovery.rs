@@ -1,6 +1,7 @@
 //! Recovery subcommands: resume, fork, lineage, diff, events, resolve, approve, and the HTTP
 //! service.
 
+use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use sessionlog_http::Access;
@@ -293,8 +294,8 @@ pub async fn events(settings: &Settings, args: &EventsArgs, json: bool) -> Resul
 fn event_header(inherited: bool) -> String {
     let session = if inherited { "SESSION   " } else { "" };
     format!(
-        "{session}{:>6}  {:<18}  {:<23}  TEXT\n",
-        "SEQ", "KIND", "TIME (UTC)"
+        "{session}{:>6}  {:<18}  {:<24}  TEXT\n",
+        "SEQ", "KIND", "TIME"
     )
 }
 
@@ -309,24 +310,11 @@ fn event_line(event: &HistoryEvent, inherited: bool) -> String {
         String::new()
     };
     format!(
-        "{session}{:>6}  {:<18}  {:<23}  {}",
+        "{session}{:>6}  {:<18}  {:<24}  {}",
         event.seq,
         event.kind,
-        utc(event.occurred_at),
+        timestamp(event.occurred_at, Precision::Millis, None),
         short_text(event)
-    )
-}
-
-/// `YYYY-MM-DD HH:MM:SS.mmm` (UTC) of a time in microseconds since the Unix epoch.
-pub(crate) fn utc(micros: i64) -> String {
-    let of_day = micros.rem_euclid(86_400_000_000);
-    let (seconds, millis) = (of_day / 1_000_000, of_day % 1_000_000 / 1_000);
-    format!(
-        "{} {:02}:{:02}:{:02}.{millis:03}",
-        sessionlog_session::trace::day_of(micros),
-        seconds / 3600,
-        seconds % 3600 / 60,
-        seconds % 60
     )
 }
 

@@ -8,6 +8,7 @@ use sessionlog_store::ProjectionStore;
 use sessionlog_store::SpanRow;
 
 use crate::recovery::{Output, parse_session};
+use crate::when::{Precision, timestamp};
 
 /// Columns of the timeline.
 const TIMELINE: usize = 40;
@@ -123,8 +124,17 @@ pub fn waterfall(trace: &SessionTrace) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    // When it began, for a trace with spans (an empty one has no time to tell).
+    let began = if spans.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", started {}",
+            timestamp(t0, Precision::Seconds, Some(crate::when::now()))
+        )
+    };
     let mut out = format!(
-        "trace of session {} ({} spans)\n{:<label_width$}  {:>9}  {:>9}  {:>13}  {:>10}  {:<11}  {}",
+        "trace of session {}: {} spans{began}\n{:<label_width$}  {:>9}  {:>9}  {:>13}  {:>10}  {:<11}  {}",
         trace.session_id,
         trace.span_count,
         "SPAN",
@@ -237,6 +247,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 5, "{text}");
         assert!(lines[0].contains(&session.to_string()) && lines[0].contains("3 spans"));
+        assert!(
+            lines[0].contains(", started 1970-01-01T00:00:00Z (") && lines[0].ends_with(" ago)"),
+            "{text}"
+        );
         assert!(lines[2].starts_with("session planner") && lines[2].contains("running"));
         assert!(lines[3].starts_with("  model_call model-x"), "{text}");
         assert!(lines[3].contains("1200/300") && lines[3].contains("0.004500"));
