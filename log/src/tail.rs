@@ -26,6 +26,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// Whether a tail read asks the log where the partition starts before answering from memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Ask: the range may reach below what retention or a deletion has left.
+    AskTheLog,
+    /// Do not: the range begins where the caller's own last write or read ended.
+    Held,
+}
+
 /// One consumer over every partition of the topic, and what it has read of each.
 pub struct LogTail {
     shared: Arc<Shared>,
@@ -111,22 +120,37 @@ impl Ring {
             }
         }
         self.records.push_back(record);
-        while self.bytes > budget {
-            let Some(oldest) = self.records.pop_front() else {
-                break;
-            };
-            self.bytes -= size(&oldest);
-            self.start = oldest.offset + 1;
-            if let Some(key) = &oldest.key
-                && let Some(offsets) = self.by_key.get_mut(key.as_slice())
-            {
-                offsets.pop_front();
-                if offsets.is_empty() {
-                    self.by_key.remove(key.as_slice());
-                }
+        while self.bytes > budget && self.drop_oldest() {}
+        self.wake();
+    }
+
+    /// Drops the oldest record held; false when none is.
+    fn drop_oldest(&mut self) -> bool {
+        let Some(oldest) = self.records.pop_front() else {
+            return false;
+        };
+        self.bytes -= size(&oldest);
+        self.start = oldest.offset + 1;
+        if let Some(key) = &oldest.key
+            && let Some(offsets) = self.by_key.get_mut(key.as_slice())
+        {
+            offsets.pop_front();
+            if offsets.is_empty() {
+                self.by_key.remove(key.as_slice());
             }
         }
-        self.wake();
+        true
+    }
+
+    /// Stops holding what the log no longer has: every record below `log_start` (retention
+    /// or a deletion moved the partition's start there).
+    fn forget_before(&mut self, log_start: i64) {
+        if self.start == i64::MAX || log_start <= self.start {
+            return;
+        }
+        while self.records.front().is_some_and(|r| r.offset < log_start) && self.drop_oldest() {}
+        // Nothing at all is held below `end`, even when the log's start is past it.
+        self.start = log_start.min(self.end);
     }
 
     /// Wakes the readers whose offset the tail has reached.
@@ -224,6 +248,12 @@ impl LogTail {
     /// tail to read that far; [`Error::TailBehind`] if it does not. `None` when the tail does
     /// not hold the range's beginning (it started, or dropped its oldest records, after
     /// `from`): read the partition directly.
+    ///
+    /// With [`Start::AskTheLog`] the partition's start is asked of its leader first (one round
+    /// trip, shared with finding its end when `until` is `None`): records that retention or a
+    /// deletion removed are not answered from memory, so a reader learns the log's start as a
+    /// direct read would. [`Start::Held`] skips it, for a range the caller has just written or
+    /// read (a writer confirming its own appends).
     pub async fn read(
         &self,
         partition: i32,
@@ -231,6 +261,7 @@ impl LogTail {
         until: Option<i64>,
         key: &[u8],
         wait: Duration,
+        start: Start,
     ) -> Result<Option<(Vec<RawRecord>, i64)>> {
         let Some(ring) = usize::try_from(partition)
             .ok()
@@ -241,9 +272,16 @@ impl LogTail {
         if lock(ring).start > from {
             return Ok(None);
         }
-        let until = match until {
-            Some(until) => until,
-            None => self.high_watermark(partition).await?,
+        let until = match (until, start) {
+            (Some(until), Start::Held) => until,
+            (until, _) => {
+                let (log_start, end) = self.watermarks(partition).await?;
+                lock(ring).forget_before(log_start);
+                if log_start > from {
+                    return Ok(None);
+                }
+                until.unwrap_or(end)
+            }
         };
         if from >= until {
             return Ok(Some((Vec::new(), from)));
@@ -287,16 +325,21 @@ impl LogTail {
     /// The offset the next record of `partition` will get, asked of its leader: every record
     /// acknowledged before the call is below it.
     pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
+        Ok(self.watermarks(partition).await?.1)
+    }
+
+    /// The first offset `partition` still has and the offset its next record will get, asked
+    /// of its leader.
+    async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
         let consumer = Arc::clone(&self.consumer);
         let topic = self.shared.topic.clone();
         // A round trip to the leader: what was acknowledged before this read began is below it.
-        let (_, high) = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))
         })
         .await
         .map_err(|e| Error::Task(e.to_string()))?
-        .map_err(Error::kafka("fetch watermarks"))?;
-        Ok(high)
+        .map_err(Error::kafka("fetch watermarks"))
     }
 }
 
@@ -427,6 +470,29 @@ mod tests {
         assert_eq!(offsets(ring.take(b"a", 5, 10)), None);
         assert_eq!(offsets(ring.take(b"a", 6, 10)), Some(vec![6, 8]));
         assert_eq!(ring.by_key.values().map(VecDeque::len).sum::<usize>(), 4);
+    }
+
+    #[test]
+    fn a_ring_forgets_what_the_log_deleted_and_no_longer_answers_for_it() {
+        let mut ring = Ring::new();
+        ring.position(0);
+        for offset in 0..6 {
+            ring.push(record(offset, "a", 10), usize::MAX);
+        }
+        ring.forget_before(4);
+        assert_eq!(ring.start, 4);
+        assert_eq!(
+            offsets(ring.take(b"a", 0, 6)),
+            None,
+            "deleted records are not answered"
+        );
+        assert_eq!(offsets(ring.take(b"a", 4, 6)), Some(vec![4, 5]));
+        assert_eq!(ring.bytes, 2 * size(&record(0, "a", 10)));
+        ring.forget_before(2);
+        assert_eq!(ring.start, 4, "a start never goes back");
+        ring.forget_before(100);
+        assert_eq!((ring.start, ring.end), (6, 6), "past the end: nothing held");
+        assert!(ring.records.is_empty() && ring.by_key.is_empty());
     }
 
     #[test]

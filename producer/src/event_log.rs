@@ -6,7 +6,9 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
 use sessionlog_keys::Keyring;
 use sessionlog_log::retry::{self, Retryable};
-use sessionlog_log::{KafkaSettings, LogTail, PartitionReader, Settings, partitioner, topic};
+use sessionlog_log::{
+    KafkaSettings, LogTail, PartitionReader, Settings, Start, partitioner, topic,
+};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
 use sessionlog_store::ProjectionStore;
@@ -431,9 +433,35 @@ impl EventLog {
         until: Option<i64>,
         session: Option<SessionId>,
     ) -> Result<(Vec<Appended>, i64)> {
+        self.read_events_from(partition, from, until, session, Start::AskTheLog)
+            .await
+    }
+
+    /// [`Self::read_events`] of a range that begins where this process's own last write or
+    /// read of the session ended (a writer confirming its appends): the tail answers it
+    /// without asking the log where the partition starts.
+    pub(crate) async fn read_events_after_own(
+        &self,
+        partition: i32,
+        from: i64,
+        until: Option<i64>,
+        session: SessionId,
+    ) -> Result<(Vec<Appended>, i64)> {
+        self.read_events_from(partition, from, until, Some(session), Start::Held)
+            .await
+    }
+
+    async fn read_events_from(
+        &self,
+        partition: i32,
+        from: i64,
+        until: Option<i64>,
+        session: Option<SessionId>,
+        start: Start,
+    ) -> Result<(Vec<Appended>, i64)> {
         let key = session.map(partitioner::session_key);
         let (records, next) = self
-            .read_records(partition, from, until, key.as_deref())
+            .read_records(partition, from, until, key.as_deref(), start)
             .await?;
         let mut events = Vec::with_capacity(records.len());
         for record in records {
@@ -478,7 +506,13 @@ impl EventLog {
         for span in wanted.chunk_by(|a, b| b.saturating_sub(*a) <= OFFSET_GAP) {
             let (first, last) = (span[0], span[span.len() - 1]);
             let (records, _) = self
-                .read_records(partition, first, Some(last.saturating_add(1)), None)
+                .read_records(
+                    partition,
+                    first,
+                    Some(last.saturating_add(1)),
+                    None,
+                    Start::AskTheLog,
+                )
                 .await?;
             for record in records {
                 if span.binary_search(&record.offset).is_err() {
@@ -571,6 +605,7 @@ impl EventLog {
         from: i64,
         until: Option<i64>,
         key: Option<&str>,
+        start: Start,
     ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
         if let (Some(key), Some(tail)) = (key, self.tail().await)
             && let Some(read) = tail
@@ -580,6 +615,7 @@ impl EventLog {
                     until,
                     key.as_bytes(),
                     self.options.tail_wait(),
+                    start,
                 )
                 .await?
         {

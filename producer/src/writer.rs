@@ -694,12 +694,7 @@ impl SessionWriter {
         let session = self.session_id();
         let (events, next) = self
             .log
-            .read_events(
-                self.partition,
-                self.confirmed,
-                Some(upto + 1),
-                Some(session),
-            )
+            .read_events_after_own(self.partition, self.confirmed, Some(upto + 1), session)
             .await?;
         let mut replay = self.verified.clone();
         let mut verdicts = HashMap::with_capacity(events.len());

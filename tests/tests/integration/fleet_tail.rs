@@ -5,7 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use reqwest::StatusCode;
 use serde_json::json;
-use sessionlog_log::LogTail;
+use sessionlog_log::{LogTail, Start};
 use sessionlog_producer::{Error, EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
@@ -188,7 +188,9 @@ async fn a_tail_waits_for_records_and_answers_only_for_what_it_holds() -> Result
     assert_eq!(positioned, from, "a tail starts at the partition's end");
     // Before the start: not the tail's to answer.
     let wait = Duration::from_secs(10);
-    let before = tail.read(0, 0, Some(from), key.as_bytes(), wait).await?;
+    let before = tail
+        .read(0, 0, Some(from), key.as_bytes(), wait, Start::AskTheLog)
+        .await?;
     assert!(before.is_none(), "{before:?}");
 
     // A read of records not yet written waits for them.
@@ -196,8 +198,15 @@ async fn a_tail_waits_for_records_and_answers_only_for_what_it_holds() -> Result
         let key = key.clone();
         let tail = &tail;
         async move {
-            tail.read(0, from, Some(from + 3), key.as_bytes(), wait)
-                .await
+            tail.read(
+                0,
+                from,
+                Some(from + 3),
+                key.as_bytes(),
+                wait,
+                Start::AskTheLog,
+            )
+            .await
         }
     };
     let writing = async {
@@ -225,6 +234,7 @@ async fn a_tail_waits_for_records_and_answers_only_for_what_it_holds() -> Result
             Some(end + 5),
             key.as_bytes(),
             Duration::from_millis(200),
+            Start::Held,
         )
         .await
     {
