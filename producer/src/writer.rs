@@ -71,7 +71,7 @@ pub struct Appended {
 /// reject (a result for a call that is not pending, anything after the end) before sending,
 /// and can declare a checkpoint's state digest.
 ///
-/// Fencing (DESIGN.md, "One writer per session"): the log decides, and a writer learns it lost
+/// Fencing (docs/design.md, "One writer per session"): the log decides, and a writer learns it lost
 /// in three ways, all ending in [`Error::Fenced`] (or [`Error::LostClaim`] for a claimant):
 /// - at [`Self::claim`], by reading its own claim back;
 /// - at every append, from the [`EventLog`]'s per-session epoch map, which every claim made

@@ -109,7 +109,7 @@ fn default_tenant() -> String {
 
 /// A payload that may hold sensitive text: prompts, responses, tool arguments and outputs.
 ///
-/// `Sealed` exists from schema v1 on so that per-session encryption (DESIGN.md, Privacy)
+/// `Sealed` exists from schema v1 on so that per-session encryption (docs/design.md, "Privacy")
 /// is not a breaking schema change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

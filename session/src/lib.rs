@@ -2,7 +2,7 @@
 //! into its accepted history and its derived state.
 //!
 //! The projector and the recovery service both call [`SessionState::apply`], so they can
-//! never disagree about which events a session accepted. The rules (DESIGN.md, "One writer
+//! never disagree about which events a session accepted. The rules (docs/design.md, "One writer
 //! per session, arbitrated by the log"):
 //!
 //! - the first event is `SessionStarted` or `SessionForked` at seq 1;
