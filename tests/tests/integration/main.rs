@@ -51,6 +51,7 @@ mod schema_upgrade;
 mod secure_transport;
 mod serve;
 mod spans_by_tenant;
+mod store_metadata;
 mod store_read_only;
 mod topic_recreated;
 mod traces;
