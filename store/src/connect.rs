@@ -27,9 +27,14 @@ pub struct ProjectionStore {
 pub(crate) const UNREACHABLE_HINT: &str = "is the store up? cql.nodes (SESSIONLOG_CQL__NODES) \
      names it; a node that requires TLS needs cql.tls_ca_file";
 
-pub(crate) async fn session_for(settings: &CqlSettings) -> Result<Session> {
+/// A session that keeps schema metadata for `keyspaces` only. The driver refreshes that metadata
+/// after each schema change it makes and every minute; unfiltered, it reads the schema of every
+/// keyspace in the cluster each time, so a cluster shared with other applications (or a test
+/// run's hundreds of keyspaces) made every migration statement slower than the last.
+pub(crate) async fn session_for(settings: &CqlSettings, keyspaces: &[&str]) -> Result<Session> {
     let mut builder = SessionBuilder::new()
         .known_nodes(settings.node_list())
+        .keyspaces_to_fetch(keyspaces.iter().map(|k| k.to_lowercase()))
         .connection_timeout(Duration::from_secs(10));
     if !settings.username.is_empty() {
         builder = builder.user(&settings.username, settings.password.expose());
@@ -92,7 +97,7 @@ impl ProjectionStore {
     #[tracing::instrument(skip_all, fields(keyspace = %settings.keyspace))]
     pub async fn migrate(settings: &CqlSettings) -> Result<Self> {
         migrations::valid_keyspace_name(&settings.keyspace)?;
-        let session = session_for(settings).await?;
+        let session = session_for(settings, &[&settings.keyspace]).await?;
         let keyspace = settings.keyspace.clone();
         migrations::migrate(&session, &keyspace, settings.replication_factor).await?;
         let (reads, writes) = futures::try_join!(
@@ -115,7 +120,7 @@ impl ProjectionStore {
     #[tracing::instrument(skip_all, fields(keyspace = %settings.keyspace))]
     pub async fn open(settings: &CqlSettings) -> Result<Self> {
         migrations::valid_keyspace_name(&settings.keyspace)?;
-        let session = session_for(settings).await?;
+        let session = session_for(settings, &[&settings.keyspace]).await?;
         let keyspace = settings.keyspace.clone();
         migrations::check(&session, &keyspace).await?;
         let reads = Reads::prepare(&session, &keyspace).await?;

@@ -91,7 +91,7 @@ impl KeyTable {
     async fn connect(settings: &Settings, create: bool) -> Result<Self> {
         let keyspace = settings.privacy.keyspace.clone();
         valid_keyspace_name(&keyspace)?;
-        let session = session_for(&settings.cql).await?;
+        let session = session_for(&settings.cql, &[&keyspace]).await?;
         if create {
             create_schema(&session, &keyspace, settings.cql.replication_factor).await?;
         } else if !crate::migrations::keyspace_exists(&session, &keyspace).await? {

@@ -73,7 +73,7 @@ pub async fn probe_nodes(
             nodes: address.clone(),
             ..settings.clone()
         };
-        let opened = tokio::time::timeout(timeout, session_for(&single))
+        let opened = tokio::time::timeout(timeout, session_for(&single, keyspaces))
             .await
             .unwrap_or_else(|_| {
                 Err(Error::Connect {
