@@ -33,6 +33,7 @@ import asyncio
 import base64
 import builtins
 import json
+import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -115,6 +116,63 @@ def _untyped(value: list[str]) -> tuple[str, bytes]:
     return value[0], base64.b64decode(value[1])
 
 
+class ChannelVersion(str):
+    """A string channel version, as LangGraph's own savers write them (InMemorySaver, Postgres,
+    SQLite: a 32-digit counter, a dot, a random fraction), that also orders against this saver's
+    int versions. A thread migrated from another saver holds strings; one this saver started
+    holds ints; a checkpoint can hold both (a channel first written after the migration, or an
+    int thread continued from a string checkpoint), and LangGraph compares a checkpoint's
+    versions with each other (``max``, ``>``), which between ``str`` and ``int`` raises.
+
+    Among strings the order is the strings' own. An int ``n`` sorts as its counter in the same
+    32 digits, just before the string of that same text, so a string the counter passed sorts
+    after it and one it did not, before; an int never equals a string."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _key(version: object) -> tuple[str, int] | None:
+        if isinstance(version, str):
+            return str(version), 1
+        if isinstance(version, int) and not isinstance(version, bool):
+            return f"{version:032}", 0
+        return None
+
+    def _compare(self, other: object, test: Callable[[tuple[str, int], tuple[str, int]], bool]) -> bool:
+        mine, theirs = self._key(self), self._key(other)
+        assert mine is not None
+        return NotImplemented if theirs is None else test(mine, theirs)
+
+    def __lt__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a < b)
+
+    def __le__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a <= b)
+
+    def __gt__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a > b)
+
+    def __ge__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a >= b)
+
+    def __eq__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a == b)
+
+    def __ne__(self, other: object) -> bool:
+        return self._compare(other, lambda a, b: a != b)
+
+    __hash__ = str.__hash__
+
+
+def _comparable(checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint with its string versions made ``ChannelVersion`` (equal to what was put)."""
+    for versions in [checkpoint.get("channel_versions", {}), *checkpoint.get("versions_seen", {}).values()]:
+        for channel, version in versions.items():
+            if isinstance(version, str) and not isinstance(version, ChannelVersion):
+                versions[channel] = ChannelVersion(version)
+    return checkpoint
+
+
 @dataclass
 class _Saved:
     """One checkpoint as the log has it (still serialised)."""
@@ -189,6 +247,10 @@ class ThreadState:
 class SessionlogSaver(BaseCheckpointSaver[int]):
     """A LangGraph checkpointer on sessionlog (see the module's documentation).
 
+    Channel versions are ints (1, 2, ...) in the threads it starts; a thread another saver
+    wrote (string versions) continues in strings as LangGraph's own savers continue it, so a
+    thread migrated from the Postgres or SQLite saver resumes (see ``ChannelVersion``).
+
     (``builtins.list`` in its annotations: its own ``list`` method shadows the builtin there.)
     """
 
@@ -243,6 +305,18 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
             return _ThreadWriter(self, session, _task_occurrences())
 
         return durable_tool(writer, effect=effect, key=key, name=name)
+
+    def get_next_version(self, current: int | str | None, channel: None) -> Any:
+        """The version after ``current``: an int after an int (1 first), and after a string
+        the string LangGraph's own savers would write (the counter plus one in 32 digits, a dot,
+        a random fraction), as a ``ChannelVersion`` so it also compares with ints. (``Any``:
+        LangGraph types a saver's versions as one of int, float or str.)"""
+        if not isinstance(current, str):
+            return 1 if current is None else current + 1
+        counter = current.partition(".")[0]
+        if not counter.isdigit():
+            raise ValueError(f"channel version {current!r} does not start with a counter (as LangGraph's savers write)")
+        return ChannelVersion(f"{int(counter) + 1:032}.{random.random():016}")
 
     # -- the two faces over one implementation ------------------------------------------------
 
@@ -431,7 +505,7 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         )
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}},
-            checkpoint=self.serde.loads_typed(saved.checkpoint),
+            checkpoint=_comparable(self.serde.loads_typed(saved.checkpoint)),
             metadata=self.serde.loads_typed(saved.metadata),
             parent_config=parent,  # type: ignore[arg-type]
             pending_writes=[
