@@ -33,6 +33,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+
 from .. import errors
 from ..client import AsyncClient
 from ..models import EffectClass, HistoryEvent, text_of
@@ -41,10 +43,8 @@ from ..tools import durable_tool
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings
 else:
     TResponseInputItem = dict
-    SessionSettings = Any
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,6 +76,8 @@ class SessionlogSession:
     next epoch, so a crashed process is fenced, and its tool calls settled), or starts it. ``model`` names assistant
     messages' model in the log; ``tool_effects`` gives each function tool's effect class
     (``NonIdempotent`` when not named), which recovery settles an unfinished call by.
+    ``session_settings`` (a ``SessionSettings`` or a dict, as the SDK's own sessions take) gives
+    ``get_items`` its default limit.
     """
 
     def __init__(
@@ -88,9 +90,12 @@ class SessionlogSession:
         model: str = "openai-agents",
         tool_effects: dict[str, EffectClass] | None = None,
         wait_for: float = 30.0,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings: SessionSettings | None = None
+        self.session_settings: SessionSettings | None = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
         self.client = client
         self.writer_name = writer
         self.agent = agent or writer
@@ -137,10 +142,16 @@ class SessionlogSession:
         return self._writer
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The conversation, oldest first (the latest ``limit`` items when given)."""
+        """The conversation, oldest first: the latest ``limit`` items (``session_settings.limit``
+        when not given), as the SDK's ``SQLiteSession`` answers: every item when there is no
+        limit or it is negative or beyond the history, none when it is 0. (The runner, not the
+        session, drops a tool output whose call the limit cut off.)"""
+        limit = resolve_session_limit(limit, self.session_settings)
         async with self._lock:
             items = [item for _, item in await self._live_items()]
-        return items[-limit:] if limit is not None and limit > 0 else ([] if limit == 0 else items)
+        if limit is None or limit < 0:
+            return items
+        return items[-limit:] if limit > 0 else []
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends items (in requests of at most 128 events)."""
