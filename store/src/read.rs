@@ -813,7 +813,8 @@ impl ProjectionStore {
         Ok(rows.into_iter().next().and_then(|(status, _)| status))
     }
 
-    /// The sessions waiting for `whom`, with their projected status and last seq, by id.
+    /// The sessions waiting for `whom`, with their projected status and last seq, by id: those
+    /// whose session row already says they wait (see the comment inside).
     pub async fn awaiting(&self, whom: Wait) -> Result<Vec<AwaitingSession>> {
         let action = "list waiting sessions";
         let rows: Vec<(Uuid, Option<i64>, Option<i64>)> = self
@@ -826,19 +827,23 @@ impl ProjectionStore {
             Ok::<_, Error>(row.into_iter().next())
         });
         let summaries = futures::future::try_join_all(summaries).await?;
+        // The projector writes a batch's list rows before its session rows, the batch's commit
+        // point, so a list row can run ahead of its session's row: list only the sessions whose
+        // row already says they wait for `whom`.
         let mut waiting: Vec<AwaitingSession> = rows
             .into_iter()
             .zip(summaries)
-            .map(|((id, since_seq, since_us), summary)| {
-                let (status, last_seq) = summary.unwrap_or_default();
-                AwaitingSession {
+            .filter_map(|((id, since_seq, since_us), summary)| {
+                let (status, last_seq) = summary?;
+                let status = status.filter(|status| status == whom.status().as_str())?;
+                Some(AwaitingSession {
                     session_id: SessionId(id),
                     waiting_for: whom,
                     since_seq: since_seq.unwrap_or_default(),
                     since_us: since_us.unwrap_or_default(),
-                    status: status.unwrap_or_default(),
+                    status,
                     last_seq: last_seq.unwrap_or_default(),
-                }
+                })
             })
             .collect();
         waiting.sort_by_key(|w| w.session_id);

@@ -801,6 +801,14 @@ impl Wait {
         }
     }
 
+    /// The status of a session waiting for this.
+    pub fn status(self) -> SessionStatus {
+        match self {
+            Self::Approval => SessionStatus::AwaitingApproval,
+            Self::Operator => SessionStatus::NeedsResolution,
+        }
+    }
+
     /// The partition key in `sessions_awaiting`.
     pub fn as_str(self) -> &'static str {
         match self {
