@@ -221,7 +221,9 @@ async fn a_waiting_list_shows_a_session_only_once_its_row_says_it_waits() -> Res
             store
                 .cql()
                 .query_unpaged(
-                    format!("INSERT INTO {ks}.sessions (session_id, status, last_seq) VALUES (?, ?, 2)"),
+                    format!(
+                        "INSERT INTO {ks}.sessions (session_id, status, last_seq) VALUES (?, ?, 2)"
+                    ),
                     (session.0, status),
                 )
                 .await
