@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
+from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import sessionlog
 from counter_service import Counter
 from processes import Harness
+from test_openai_agents_loops import in_threads
 from sessionlog.integrations.openai_agents import SessionlogSession
 from stackcorner import StackCorner
 
@@ -169,3 +171,60 @@ async def test_two_processes_opening_a_new_session_the_later_one_writes(client: 
     with pytest.raises(sessionlog.Fenced):
         await earlier.add_items([USER])  # type: ignore[list-item]
     assert await new_session(client, name).get_items() == [USER]
+
+
+@pytest.mark.anyio
+async def test_session_settings_limit_what_is_read_from_the_log(client: sessionlog.AsyncClient) -> None:
+    name = f"chat-{uuid.uuid4().hex[:8]}"
+    session = SessionlogSession(name, client, writer="py-agents", tool_effects={"ls": "Pure"}, session_settings={"limit": 2})
+    await session.add_items([USER, CALL, OUTPUT, ANSWER])  # type: ignore[list-item]
+    everything = await session.get_items(limit=-1)
+    assert len(everything) == 4
+    assert await session.get_items() == everything[-2:] == [OUTPUT, {"role": "assistant", "content": "Two files."}]
+    assert await session.get_items(limit=3) == everything[-3:]
+    assert await session.get_items(limit=100) == everything
+    assert await session.get_items(limit=0) == []
+    # A run with the session's limit: its output's call is cut off, so the model gets no output.
+    model = ScriptedModel([[assistant_message("Still two.")]])
+    agent = Agent(name="files", instructions="Count.", model=model)
+    await Runner.run(agent, "and now?", session=session, run_config=RunConfig(tracing_disabled=True))
+    assert model.last_call is not None
+    assert [i.get("content") for i in model.last_call.input] == ["Two files.", "and now?"]
+
+
+def test_run_sync_and_threads_use_one_session_across_loops(corner: StackCorner, token: str) -> None:
+    # No fixture loop: each run_sync makes its own, and each thread below runs its own.
+    session = SessionlogSession(
+        f"chat-{uuid.uuid4().hex[:8]}", sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token),
+        writer="py-agents",
+    )
+    runs: list[int] = []
+
+    @function_tool
+    @session.durable_tool(effect="Pure")
+    async def square(n: int) -> int:
+        """Squares n."""
+        runs.append(n)
+        return n * n
+
+    steps = [[function_call("square", {"n": 3}, call_id="c1")], [assistant_message("9")], [assistant_message("Still 9.")]]
+    model = ScriptedModel(steps)
+    agent = Agent(name="math", instructions="Square it.", model=model, tools=[square])
+    config = RunConfig(tracing_disabled=True)
+    assert Runner.run_sync(agent, "square 3", session=session, run_config=config).final_output == "9"
+    assert Runner.run_sync(agent, "and again?", session=session, run_config=config).final_output == "Still 9."
+    assert runs == [3]
+    assert model.last_call is not None and len(model.last_call.input) == 5
+
+    def adding(n: int) -> Any:
+        async def add() -> None:
+            for i in range(3):
+                await session.add_items([{"role": "user", "content": f"{n}.{i}"}])
+
+        return add
+
+    assert in_threads(*(adding(n) for n in range(4))) == []
+    items = asyncio.run(session.get_items())
+    added = sorted(str(i.get("content")) for i in items[6:])
+    assert added == sorted(f"{n}.{i}" for n in range(4) for i in range(3)), "every item, once, after the runs"
+    session.close()

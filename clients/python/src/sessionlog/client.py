@@ -212,7 +212,22 @@ class AsyncClient(_Base):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(ingest_url, recovery_url, token=token, retry_for=retry_for, timeout=timeout)
+        self._transport = transport
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    def twin(self) -> AsyncClient:
+        """A client of the same services, with the same credential and policy, and connections
+        of its own: connections belong to the event loop they were opened on, so code running on
+        another loop (a framework adapter's own) takes a twin. A transport given to this client is
+        shared."""
+        return AsyncClient(
+            self._urls["ingest"],
+            self._urls["recovery"],
+            token=self._token,
+            retry_for=self._retry_for,
+            timeout=self._timeout,
+            transport=self._transport,
+        )
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -92,7 +92,26 @@ class BlockingWriter(Protocol):
     def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck: ...
 
 
-Writer = BlockingWriter | AsyncSession
+class AsyncWriter(Protocol):
+    """What an ``async def`` durable tool needs of its session's writer: ``AsyncSession`` has it,
+    and so does a framework adapter that writes on a loop of its own (the OpenAI Agents session)."""
+
+    @property
+    def ledger(self) -> SessionLedger: ...
+
+    @property
+    def occurrences(self) -> Occurrences: ...
+
+    async def send_unacknowledged(self) -> None: ...
+
+    async def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall: ...
+
+    async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck: ...
+
+
+Writer = BlockingWriter | AsyncWriter | AsyncSession
 
 
 @dataclass(frozen=True)
@@ -310,7 +329,7 @@ def durable_tool(
 
         def steps(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Steps:
             target = session() if callable(session) and not isinstance(session, (Session, AsyncSession)) else session
-            if asynchronous != isinstance(target, AsyncSession):
+            if asynchronous != inspect.iscoroutinefunction(target.tool_call):
                 needs = "an AsyncSession" if asynchronous else "a Session, not an AsyncSession"
                 raise TypeError(f"durable tool {tool!r} is {'async' if asynchronous else 'blocking'}: it needs {needs}")
             arguments = named_arguments(fn, args, kwargs)

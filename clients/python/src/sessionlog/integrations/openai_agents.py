@@ -30,14 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from .. import errors
 from ..client import AsyncClient
-from ..models import EffectClass, HistoryEvent, text_of
+from ..ledger import Occurrences, SessionLedger, ToolCall
+from ..models import EffectClass, EventAck, HistoryEvent, text_of
 from ..session import AsyncSession, Event, model_response, retraction, tool_call, tool_result, user_request
 from ..tools import durable_tool
 
@@ -48,6 +51,7 @@ else:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 #: Who the retractions name.
 RETRACTED_BY = "openai-agents:pop_item"
@@ -78,6 +82,12 @@ class SessionlogSession:
     (``NonIdempotent`` when not named), which recovery settles an unfinished call by.
     ``session_settings`` (a ``SessionSettings`` or a dict, as the SDK's own sessions take) gives
     ``get_items`` its default limit.
+
+    Its work runs on an event loop of its own, in a thread of its own, with a twin of ``client``
+    (see ``AsyncClient.twin``), started on first use: no asyncio object it keeps belongs to the
+    caller's loop, so ``Runner.run``, ``Runner.run_sync`` (a new loop per call) and
+    ``Runner.run_streamed`` all work across turns, and callers on several threads (each with its
+    own loop) take turns. ``close`` stops the loop and closes the twin's connections.
     """
 
     def __init__(
@@ -103,13 +113,21 @@ class SessionlogSession:
         self.tool_effects = dict(tool_effects or {})
         self.wait_for = wait_for
         self._writer: AsyncSession | None = None
+        # Used on the session's loop only (it binds to the first loop it waits on).
         self._lock = asyncio.Lock()
         self._durable: set[str] = set()
         self._durable_calls: set[str] = set()
+        # The session's loop and its client, once started; `_closed` after close().
+        self._starting = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: AsyncClient | None = None
+        self._closed = False
 
     @property
     def writer(self) -> AsyncSession:
-        """The open sessionlog writer (the SDK opens it with its first call)."""
+        """The open sessionlog writer (the SDK opens it with its first call), for its session id
+        and ledger: it belongs to the session's loop, where its methods run."""
         if self._writer is None:
             raise errors.SessionlogError("the session is not open yet: call get_items() (Runner.run does) first")
         return self._writer
@@ -123,16 +141,68 @@ class SessionlogSession:
             tool = name or fn.__name__
             self._durable.add(tool)
             self.tool_effects[tool] = effect
-            return durable_tool(lambda: self.writer, effect=effect, key=key, name=tool)(fn)
+            return durable_tool(lambda: _LoopWriter(self, self.writer), effect=effect, key=key, name=tool)(fn)
 
         return wrap
+
+    def close(self) -> None:
+        """Closes the session's connections and stops its loop; the session is not used after.
+        (Closing again does nothing; a session dropped unclosed stops its loop when collected.)"""
+        with self._starting:
+            loop, thread, self._closed = self._loop, self._thread, True
+            self._loop = self._thread = self._client = None
+        if loop is None or thread is None:
+            return
+        _stop(loop)
+        if thread is not threading.current_thread():
+            thread.join(timeout=self.wait_for)
+
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, AsyncClient]:
+        """The session's loop and client, started on first use (call with ``_starting`` held)."""
+        if self._closed:
+            raise errors.SessionlogError(f"session {self.session_id!r} is closed")
+        if self._loop is None or self._client is None:
+            loop, client = asyncio.new_event_loop(), self.client.twin()
+            self._thread = threading.Thread(target=_serve, args=(loop, client), name="sessionlog-openai-agents", daemon=True)
+            self._thread.start()
+            self._loop, self._client = loop, client
+            # A session nobody closes (one per request, say) must not keep a thread forever.
+            weakref.finalize(self, _stop, loop)
+        return self._loop, self._client
+
+    async def _on_loop(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Runs ``work()`` on the session's loop, awaited from whichever loop the caller runs."""
+        # Submitted under the lock close() takes: work is on the loop before it stops, so the
+        # loop's last turn cancels it, and no caller waits for a loop that is gone.
+        with self._starting:
+            loop, _ = self._started()
+            future = asyncio.run_coroutine_threadsafe(work(), loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            caller = asyncio.current_task()
+            if self._closed and (caller is None or caller.cancelling() == 0):
+                # The loop's last turn cancelled the work, not the caller: say why.
+                raise errors.SessionlogError(f"session {self.session_id!r} was closed during the call") from None
+            raise
+
+    def _loop_client(self) -> AsyncClient:
+        with self._starting:
+            return self._started()[1]
 
     async def open(self) -> AsyncSession:
         """Takes the session over, or starts it; idempotent. Another process (or our own retried
         create) that started it first leaves it to be taken over."""
+        return await self._on_loop(self._locked_open)
+
+    async def _locked_open(self) -> AsyncSession:
+        async with self._lock:
+            return await self._open()
+
+    async def _open(self) -> AsyncSession:
         if self._writer is None:
             self._writer = await AsyncSession.open_named(
-                self.client,
+                self._loop_client(),
                 session_name(self.session_id),
                 agent=self.agent,
                 writer=self.writer_name,
@@ -147,16 +217,22 @@ class SessionlogSession:
         limit or it is negative or beyond the history, none when it is 0. (The runner, not the
         session, drops a tool output whose call the limit cut off.)"""
         limit = resolve_session_limit(limit, self.session_settings)
-        async with self._lock:
-            items = [item for _, item in await self._live_items()]
+        items = await self._on_loop(self._items)
         if limit is None or limit < 0:
             return items
         return items[-limit:] if limit > 0 else []
 
+    async def _items(self) -> list[TResponseInputItem]:
+        async with self._lock:
+            return [item for _, item in await self._live_items()]
+
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends items (in requests of at most 128 events)."""
+        await self._on_loop(lambda: self._add_items(items))
+
+    async def _add_items(self, items: list[TResponseInputItem]) -> None:
         async with self._lock:
-            writer = await self.open()
+            writer = await self._open()
             events: list[Event] = []
             for item in items:
                 if item.get("type") == "function_call_output" and writer.ledger.call_with_key(str(item.get("call_id"))) is None:
@@ -170,6 +246,9 @@ class SessionlogSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retracts the latest item and answers it (``None`` when there is none)."""
+        return await self._on_loop(self._pop_item)
+
+    async def _pop_item(self) -> TResponseInputItem | None:
         async with self._lock:
             live = await self._live_items()
             if not live:
@@ -180,6 +259,9 @@ class SessionlogSession:
 
     async def clear_session(self) -> None:
         """Retracts every item; the log keeps them (erase the session to destroy their text)."""
+        await self._on_loop(self._clear_session)
+
+    async def _clear_session(self) -> None:
         async with self._lock:
             live = await self._live_items()
             await self.writer.append_all([retraction(seq, RETRACTED_BY) for seq, _ in live])
@@ -212,12 +294,12 @@ class SessionlogSession:
 
     async def _live_items(self) -> list[tuple[int, TResponseInputItem]]:
         """Every item the log holds and no retraction withdrew, with its event's seq."""
-        writer = await self.open()
+        writer = await self._open()
         last = writer.ledger.next_seq - 1
         if last < 1:
             return []
         await writer.wait_projected(last, self.wait_for)
-        events = [e async for e in self.client.events(writer.session_id, kinds=_ITEM_KINDS, to_seq=last, limit=1000)]
+        events = [e async for e in writer.client.events(writer.session_id, kinds=_ITEM_KINDS, to_seq=last, limit=1000)]
         writer.ledger.learn(events)
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
@@ -249,6 +331,59 @@ class SessionlogSession:
         if event.kind == "ToolCallResult":
             data = calls[int(data.get("call_seq", 0))].data or {} if int(data.get("call_seq", 0)) in calls else {}
         return event.kind in ("ToolCallRequested", "ToolCallResult") and data.get("tool") in self._durable
+
+
+def _serve(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
+    """A session's loop thread: runs the loop until stopped, then closes the client's
+    connections and the loop, on the thread they belong to."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        # Stopped (close, or the session collected): what is still running is cancelled, so
+        # its callers get an answer.
+        while pending := asyncio.all_tasks(loop):
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+    except RuntimeError:
+        pass  # closed already
+
+
+class _LoopWriter:
+    """The session's writer as a durable tool on the caller's loop uses it: each step runs on
+    the session's loop (see ``sessionlog.tools.AsyncWriter``)."""
+
+    def __init__(self, session: SessionlogSession, writer: AsyncSession) -> None:
+        self._session, self._writer = session, writer
+
+    @property
+    def ledger(self) -> SessionLedger:
+        return self._writer.ledger
+
+    @property
+    def occurrences(self) -> Occurrences:
+        return self._writer.occurrences
+
+    async def send_unacknowledged(self) -> None:
+        await self._session._on_loop(self._writer.send_unacknowledged)
+
+    async def tool_call(
+        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
+    ) -> ToolCall:
+        return await self._session._on_loop(
+            lambda: self._writer.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key)
+        )
+
+    async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
+        return await self._session._on_loop(lambda: self._writer.tool_result(call, output, succeeded=succeeded))
 
 
 def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
