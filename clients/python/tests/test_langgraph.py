@@ -12,10 +12,12 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from counter_service import Counter, perform
+from test_langgraph_versions import build, migrate
 from processes import Harness
 from sessionlog.integrations.langgraph import SessionlogSaver
 from stackcorner import StackCorner
@@ -120,3 +122,25 @@ def test_a_node_run_again_in_a_copied_thread_or_after_an_interrupt_answers_its_r
     assert graph.invoke(Command(resume=True), config(source), durability="sync") == done
     saver.close()
     assert service.total(tool) == 1, "charged once, across the copy and the run again in this process"
+
+
+def test_a_thread_another_saver_wrote_resumes_in_a_new_process(corner: StackCorner, token: str) -> None:
+    thread = f"moved-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread}}
+    theirs = InMemorySaver()
+    assert "__interrupt__" in build(theirs).invoke({"steps": []}, config)
+
+    def saver() -> SessionlogSaver:
+        return SessionlogSaver(corner.ingest_url, corner.recovery_url, token=token, catalogue=f"moved-{thread}")
+
+    first = saver()
+    migrate(theirs, first, config)
+    first.close()
+    # Another saver (as another process would) finds the moved thread and runs it on.
+    second = saver()
+    done = build(second).invoke(Command(resume=True), config, durability="sync")
+    assert done == {"steps": ["prepared", "asked", "shipped"], "approved": True, "shipped": "yes"}
+    latest = second.get_tuple(config)
+    assert latest is not None and latest.metadata["step"] > 2
+    assert all(isinstance(v, str) for v in latest.checkpoint["channel_versions"].values()), "strings go on as strings"
+    second.close()
