@@ -152,3 +152,15 @@ def test_a_call_in_flight_is_waited_for_and_then_answered() -> None:
     thread.join(30)
     assert answered == ["recorded:done"]
     assert ledger.waiters("t", "k") == 0
+
+
+def test_an_event_keeps_the_id_its_writer_chose_and_a_reused_key_finds_the_latest_call() -> None:
+    ledger = SessionLedger("s", 1, 2)
+    # Chosen before sending, so other events of the batch can name it (a whole item names its event).
+    chosen = ledger.event("ToolCallRequested", {"tool": "t", "effect": "Pure"}, idempotency_key="k", event_id="chosen")
+    assert chosen["event_id"] == "chosen" and ledger.unacknowledged[0]["event_id"] == "chosen"
+    ledger.acknowledged(Appended("s", 3, [ack(2, "chosen")]))
+    ledger.learn([requested(5, "Pure", "k")])
+    # The SDK reuses a call id across turns; an output names the latest call with it.
+    found = ledger.call_with_key("k")
+    assert found is not None and found.seq == 5

@@ -19,6 +19,7 @@ from counter_service import Counter
 from processes import Harness
 from test_openai_agents_loops import in_threads
 from sessionlog.integrations.openai_agents import SessionlogSession
+from sessionlog.models import text_of
 from stackcorner import StackCorner
 
 USER = {"role": "user", "content": "count the files"}
@@ -29,6 +30,22 @@ ANSWER = {
     "content": [{"type": "output_text", "text": "Two files.", "annotations": [], "logprobs": []}],
 }
 REASONING = {"type": "reasoning", "id": "rs-1", "summary": [{"type": "summary_text", "text": "ls first"}]}
+PICTURE = {
+    "type": "message", "role": "user",
+    "content": [
+        {"type": "input_text", "text": "what is in this picture?"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "auto"},
+    ],
+}
+CITED = {
+    "id": "msg-2", "type": "message", "role": "assistant", "status": "incomplete",
+    "content": [
+        {
+            "type": "output_text", "text": "See the docs.",
+            "annotations": [{"type": "url_citation", "url": "https://example.com", "title": "Docs", "start_index": 8, "end_index": 12}],
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -45,21 +62,35 @@ def new_session(client: sessionlog.AsyncClient, name: str | None = None) -> Sess
 async def test_items_round_trip_through_the_log(client: sessionlog.AsyncClient) -> None:
     session = new_session(client)
     assert await session.get_items() == []
-    await session.add_items([USER, CALL, OUTPUT, REASONING, ANSWER])  # type: ignore[list-item]
-    expected: list[dict[str, Any]] = [
-        USER,
-        {k: v for k, v in CALL.items() if k != "id"},
-        OUTPUT,
-        REASONING,
-        {"role": "assistant", "content": "Two files."},
-    ]
-    assert await session.get_items() == expected
-    assert await session.get_items(limit=2) == expected[-2:]
+    given = [PICTURE, CALL, OUTPUT, REASONING, ANSWER, CITED]
+    await session.add_items(given)  # type: ignore[arg-type]
+    # Exactly what was given: ids, statuses, content parts, annotations, in order.
+    assert await session.get_items() == given
+    assert await session.get_items(limit=2) == given[-2:]
     # Another process (a new object) takes the session over and reads the same conversation.
     again = new_session(client, session.session_id)
-    assert await again.get_items() == expected
-    kinds = [e.kind async for e in client.events(session.writer.session_id)]
-    assert kinds == ["SessionStarted", "UserRequest", "ToolCallRequested", "ToolCallResult", "ModelResponse", "ModelResponse"]
+    assert await again.get_items() == given
+    # The log keeps each item as its event (what recovery and the context view read), with the
+    # item whole beside it, naming that event; a reasoning item has no event of its own.
+    history = [e async for e in client.events(session.writer.session_id)]
+    assert [e.kind for e in history] == [
+        "SessionStarted",
+        "UserRequest", "FrameworkStateSaved",
+        "ToolCallRequested", "FrameworkStateSaved",
+        "ToolCallResult", "FrameworkStateSaved",
+        "ModelResponse",
+        "ModelResponse", "FrameworkStateSaved",
+        "ModelResponse", "FrameworkStateSaved",
+    ]
+    for event, beside in zip(history, history[1:]):
+        if beside.kind == "FrameworkStateSaved":
+            assert beside.causation_id == event.event_id
+    data = [e.data or {} for e in history]
+    assert text_of(data[1]["content"]) == "what is in this picture?"
+    assert (data[3]["tool"], data[3]["effect"], history[3].idempotency_key) == ("ls", "Pure", "call-7")
+    assert data[5]["call_seq"] == history[3].seq and text_of(data[5]["output"]) == "a.txt b.txt"
+    assert text_of(data[8]["content"]) == "Two files."
+    assert text_of(data[10]["content"]) == "See the docs."
 
 
 @pytest.mark.anyio
@@ -67,7 +98,7 @@ async def test_pop_and_clear_retract_without_rewriting_the_log(client: sessionlo
     session = new_session(client)
     await session.add_items([USER, ANSWER])  # type: ignore[list-item]
     popped = await session.pop_item()
-    assert popped == {"role": "assistant", "content": "Two files."}
+    assert popped == ANSWER
     assert await session.get_items() == [USER]
     await session.add_items([{"role": "user", "content": "and the folders?"}])
     await session.clear_session()
@@ -75,7 +106,8 @@ async def test_pop_and_clear_retract_without_rewriting_the_log(client: sessionlo
     assert await session.pop_item() is None
     history = [e async for e in client.events(session.writer.session_id)]
     assert [e.kind for e in history].count("EventRetracted") == 3
-    assert [e.kind for e in history][:3] == ["SessionStarted", "UserRequest", "ModelResponse"], "nothing is rewritten"
+    kinds = [e.kind for e in history if e.kind != "FrameworkStateSaved"]
+    assert kinds[:3] == ["SessionStarted", "UserRequest", "ModelResponse"], "nothing is rewritten"
 
 
 @pytest.mark.anyio
@@ -94,12 +126,14 @@ async def test_an_agent_run_is_the_sessions_history(client: sessionlog.AsyncClie
     agent = Agent(name="math", instructions="Square it.", model=model, tools=[square])
     result = await Runner.run(agent, "square 7", session=session, run_config=RunConfig(tracing_disabled=True))
     assert result.final_output == "49" and runs == [7]
-    assert await session.get_items() == [
+    items = await session.get_items()
+    # A durable call is the one its wrapper recorded, under its key; the rest as the SDK gave them.
+    assert items[:3] == [
         {"role": "user", "content": "square 7"},
         {"type": "function_call", "call_id": "square-7", "name": "square", "arguments": '{"n":7}'},
         {"type": "function_call_output", "call_id": "square-7", "output": "49"},
-        {"role": "assistant", "content": "49"},
     ]
+    assert items[3]["type"] == "message" and items[3]["content"][0]["text"] == "49"  # type: ignore[index,typeddict-item]
 
 
 @pytest.mark.parametrize(
@@ -180,7 +214,7 @@ async def test_session_settings_limit_what_is_read_from_the_log(client: sessionl
     await session.add_items([USER, CALL, OUTPUT, ANSWER])  # type: ignore[list-item]
     everything = await session.get_items(limit=-1)
     assert len(everything) == 4
-    assert await session.get_items() == everything[-2:] == [OUTPUT, {"role": "assistant", "content": "Two files."}]
+    assert await session.get_items() == everything[-2:] == [OUTPUT, ANSWER]
     assert await session.get_items(limit=3) == everything[-3:]
     assert await session.get_items(limit=100) == everything
     assert await session.get_items(limit=0) == []
@@ -189,7 +223,7 @@ async def test_session_settings_limit_what_is_read_from_the_log(client: sessionl
     agent = Agent(name="files", instructions="Count.", model=model)
     await Runner.run(agent, "and now?", session=session, run_config=RunConfig(tracing_disabled=True))
     assert model.last_call is not None
-    assert [i.get("content") for i in model.last_call.input] == ["Two files.", "and now?"]
+    assert [i.get("content") for i in model.last_call.input] == [ANSWER["content"], "and now?"]
 
 
 def test_run_sync_and_threads_use_one_session_across_loops(corner: StackCorner, token: str) -> None:

@@ -267,12 +267,14 @@ class SessionLedger:
         *,
         causation_id: str | None = None,
         idempotency_key: str | None = None,
+        event_id: str | None = None,
     ) -> dict[str, Any]:
-        """The next event to append, with its seq and a fresh id; counted as sent."""
+        """The next event to append, with its seq and its id (``event_id`` when the caller
+        chose one, to name the event in others of its batch; else a fresh one); counted as sent."""
         seq = self.next_seq + len(self.unacknowledged)
         event: dict[str, Any] = {
             "seq": seq,
-            "event_id": str(uuid.uuid4()),
+            "event_id": event_id or str(uuid.uuid4()),
             "kind": kind,
             "data": data,
             "occurred_at": now_micros(),
@@ -300,7 +302,8 @@ class SessionLedger:
         self.next_seq = appended.next_seq
 
     def queue(self, events: Iterable[tuple[str, dict[str, Any], dict[str, Any]]]) -> None:
-        """Numbers ``events`` (kind, data, envelope fields) after everything sent so far."""
+        """Numbers ``events`` (kind, data, envelope fields: ``causation_id``, ``idempotency_key``,
+        ``event_id``) after everything sent so far."""
         for kind, data, envelope in events:
             self.event(kind, data, **envelope)
 
@@ -383,9 +386,10 @@ class SessionLedger:
                 call.action = "ReissueWithSameKey"
 
     def call_with_key(self, key: str) -> ToolCall | None:
-        """The session's own tool call known by ``key``, whichever its tool."""
+        """The session's own tool call known by ``key``, whichever its tool (the latest, should
+        the key have been used again)."""
         with self._lock:
-            return next((c for c in self._own.by_seq.values() if c.idempotency_key == key), None)
+            return max((c for c in self._own.by_seq.values() if c.idempotency_key == key), key=lambda c: c.seq, default=None)
 
     def call_at(self, seq: int) -> ToolCall | None:
         """The session's own tool call requested at ``seq``."""

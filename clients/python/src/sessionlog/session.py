@@ -29,7 +29,10 @@ from .models import EffectClass, EventAck, EventPage, Opened, ResumeBundle, Term
 
 Event = tuple[str, dict[str, Any], dict[str, Any]]
 """An event to append: its kind, its data, and its envelope fields (``causation_id``,
-``idempotency_key``)."""
+``idempotency_key``, and ``event_id`` when the caller chooses it)."""
+
+#: Events planned from the seq the first of them will have (see ``Session.append_planned``).
+Plan = Callable[[int], Sequence[Event]]
 
 
 def _plain(text: str) -> dict[str, str]:
@@ -256,6 +259,15 @@ class Session:
             self.ledger.queue(events)
             return self._send_unacknowledged()
 
+    def append_planned(self, plan: Plan) -> list[EventAck]:
+        """Appends the events ``plan(first_seq)`` answers, ``first_seq`` being the seq the first
+        of them gets: for a batch whose events name each other by seq (a tool call and its
+        result), sent as one request (up to 128 events) rather than one per dependency."""
+        with self._turn:
+            self._send_unacknowledged()
+            self.ledger.queue(plan(self.ledger.next_seq + len(self.ledger.unacknowledged)))
+            return self._send_unacknowledged()
+
     def send_unacknowledged(self) -> None:
         """Sends the events an outage left unanswered (durable tools do before each call)."""
         with self._turn:
@@ -409,6 +421,13 @@ class AsyncSession:
         async with self._turn:
             await self._send_unacknowledged()
             self.ledger.queue(events)
+            return await self._send_unacknowledged()
+
+    async def append_planned(self, plan: Plan) -> list[EventAck]:
+        """Appends the events ``plan(first_seq)`` answers: see ``Session.append_planned``."""
+        async with self._turn:
+            await self._send_unacknowledged()
+            self.ledger.queue(plan(self.ledger.next_seq + len(self.ledger.unacknowledged)))
             return await self._send_unacknowledged()
 
     async def send_unacknowledged(self) -> None:

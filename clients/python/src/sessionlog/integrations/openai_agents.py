@@ -4,18 +4,30 @@ session id ``id`` finds its sessionlog session by the name ``openai-agents:{id}`
 caller's tenant: two tenants using the same id have two sessions, and neither learns of the
 other's.
 
-Items map to event kinds: a user message is a ``UserRequest``, an assistant message a
-``ModelResponse``, a function call a ``ToolCallRequested`` (its ``call_id`` is the call's
-idempotency key) and its output a ``ToolCallResult``. Any other item (reasoning, hosted tool
-calls) is kept whole, as JSON, in a ``ModelResponse`` whose model names the item's type
-(``openai-agents:item:reasoning``). ``pop_item`` appends an ``EventRetracted`` naming the popped
-item's event, which the fold and the context view honour; the log is never rewritten.
+Items map to event kinds, for what the log needs (recovery, the context view, analytics): a
+user message is a ``UserRequest`` (its text parts), an assistant message a ``ModelResponse``, a
+function call a ``ToolCallRequested`` (its ``call_id`` is the call's idempotency key) and its
+output a ``ToolCallResult``. Beside each such event, a ``FrameworkStateSaved`` (framework
+``openai-agents``, key ``item``, its ``causation_id`` the event's id, chosen before sending)
+keeps the item whole, so ``get_items`` answers exactly what ``add_items`` was given: ids,
+statuses, content parts, annotations, in order. Any other item (reasoning, hosted tool calls) is
+kept whole, as JSON, in a ``ModelResponse`` whose model names the item's type
+(``openai-agents:item:reasoning``). One ``add_items`` is one append (up to 128 events), so a call
+and its output given together land together. ``pop_item`` appends an ``EventRetracted`` naming
+the popped item's event, which the fold and the context view honour; the log is never rewritten.
 ``clear_session`` retracts every item.
+
+A write whose answer was lost is found by the next read: the session sends it again first, with
+the event ids it chose before sending, and the service answers the duplicate with the first
+write's position; a new process reads what landed. Either way ``get_items`` shows the items as
+given, which is what the SDK's deferred-writes reconciliation compares (item fingerprints), so it
+finds its own write and does not write it, or run its tools, again.
 
 A function tool wrapped by ``SessionlogSession.durable_tool`` records its own request and result
 (see ``sessionlog.tools``), so a harness that crashes mid-call and runs the turn again gets the
 recorded result instead of a second side effect; the SDK's copies of those items are not
-written twice.
+written twice, and ``get_items`` answers the recorded call under its durable key (its
+``call_id`` is that key, not the model's).
 
     session = SessionlogSession("user-42", AsyncClient(token=TOKEN), writer="support-bot")
 
@@ -31,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
@@ -41,7 +54,16 @@ from .. import errors
 from ..client import AsyncClient
 from ..ledger import Occurrences, SessionLedger, ToolCall
 from ..models import EffectClass, EventAck, HistoryEvent, text_of
-from ..session import AsyncSession, Event, model_response, retraction, tool_call, tool_result, user_request
+from ..session import (
+    AsyncSession,
+    Event,
+    framework_state,
+    model_response,
+    retraction,
+    tool_call,
+    tool_result,
+    user_request,
+)
 from ..tools import durable_tool
 
 if TYPE_CHECKING:
@@ -55,9 +77,13 @@ T = TypeVar("T")
 
 #: Who the retractions name.
 RETRACTED_BY = "openai-agents:pop_item"
-#: The model name prefix of items kept whole.
+#: The model name prefix of items with no event of their own, kept whole in a ``ModelResponse``.
 ITEM_MODEL = "openai-agents:item:"
-_ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted"]
+#: The framework and key of the ``FrameworkStateSaved`` event that keeps an item whole beside
+#: its event (its ``causation_id`` is that event's id).
+FRAMEWORK = "openai-agents"
+ITEM_KEY = "item"
+_ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted", "FrameworkStateSaved"]
 
 
 def session_name(session_id: str) -> str:
@@ -233,16 +259,30 @@ class SessionlogSession:
     async def _add_items(self, items: list[TResponseInputItem]) -> None:
         async with self._lock:
             writer = await self._open()
-            events: list[Event] = []
-            for item in items:
-                if item.get("type") == "function_call_output" and writer.ledger.call_with_key(str(item.get("call_id"))) is None:
-                    # Its call may be in this batch: append what came before, so the ledger knows it.
-                    await writer.append_all(events)
-                    events = []
-                event = self._event(writer, dict(item))
-                if event is not None:
-                    events.append(event)
-            await writer.append_all(events)
+            # One request (up to 128 events): a call and its output in one batch land together.
+            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq))
+
+    def _events(self, writer: AsyncSession, items: list[TResponseInputItem], first_seq: int) -> list[Event]:
+        """The events of ``items``, the first at ``first_seq``: each item's event for the log,
+        and the item whole (see ``ITEM_KEY``) naming that event by the id chosen here."""
+        events: list[Event] = []
+        batch_calls: dict[str, ToolCall] = {}
+        for given in items:
+            item = dict(given)
+            event_id = str(uuid.uuid4())
+            event = self._event(writer, item, batch_calls)
+            if event is None:
+                continue
+            kind, data, envelope = event
+            if kind == "ToolCallRequested":
+                call = ToolCall(first_seq + len(events), event_id, data["tool"], data["effect"], envelope.get("idempotency_key"))
+                batch_calls[str(item["call_id"])] = call
+            events.append((kind, data, {**envelope, "event_id": event_id}))
+            if kind == "ModelResponse" and str(data.get("model", "")).startswith(ITEM_MODEL):
+                continue  # kept whole already
+            _, whole, _ = framework_state(FRAMEWORK, ITEM_KEY, json.dumps(item))
+            events.append(("FrameworkStateSaved", whole, {"causation_id": event_id}))
+        return events
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retracts the latest item and answers it (``None`` when there is none)."""
@@ -266,7 +306,7 @@ class SessionlogSession:
             live = await self._live_items()
             await self.writer.append_all([retraction(seq, RETRACTED_BY) for seq, _ in live])
 
-    def _event(self, writer: AsyncSession, item: dict[str, Any]) -> Event | None:
+    def _event(self, writer: AsyncSession, item: dict[str, Any], batch_calls: dict[str, ToolCall]) -> Event | None:
         kind = str(item.get("type", "message"))
         # Messages keep their text: a part that is not text (an image, a file) is not recorded.
         if kind == "message" and item.get("role") == "user":
@@ -285,7 +325,7 @@ class SessionlogSession:
             call_id = str(item["call_id"])
             if call_id in self._durable_calls:
                 return None
-            call = writer.ledger.call_with_key(call_id)
+            call = batch_calls.get(call_id) or writer.ledger.call_with_key(call_id)
             if call is None:
                 raise errors.SessionlogError(f"function_call_output for call {call_id!r}, whose call is not in the session")
             output = item.get("output")
@@ -295,6 +335,9 @@ class SessionlogSession:
     async def _live_items(self) -> list[tuple[int, TResponseInputItem]]:
         """Every item the log holds and no retraction withdrew, with its event's seq."""
         writer = await self._open()
+        # A write whose answer was lost goes again first, with the ids it was sent with (the
+        # service answers a duplicate with the first write's position): then this read shows it.
+        await writer.send_unacknowledged()
         last = writer.ledger.next_seq - 1
         if last < 1:
             return []
@@ -303,13 +346,14 @@ class SessionlogSession:
         writer.ledger.learn(events)
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
+        whole = _whole_items(events)
         items: list[tuple[int, TResponseInputItem]] = []
         # Where the run of durable calls the last items belong to began, if they do.
         durable_run: int | None = None
         for event in events:
             if event.seq in retracted or event.kind == "EventRetracted":
                 continue
-            item = _item(event, calls, self._durable)
+            item = whole[event.event_id] if event.event_id in whole else _item(event, calls, self._durable)
             if item is None:
                 continue
             entry = (event.seq, cast(TResponseInputItem, item))
@@ -384,6 +428,20 @@ class _LoopWriter:
 
     async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
         return await self._session._on_loop(lambda: self._writer.tool_result(call, output, succeeded=succeeded))
+
+
+def _whole_items(events: list[HistoryEvent]) -> dict[str, dict[str, Any]]:
+    """The items kept whole, by the id of the event they stand beside. One whose text no longer
+    opens (an erased session) is left out: its event gives what the log kept."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in events:
+        data = event.data or {}
+        if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK or data.get("key") != ITEM_KEY:
+            continue
+        text = text_of(data.get("state"))
+        if event.causation_id is not None and text is not None:
+            found[event.causation_id] = json.loads(text)
+    return found
 
 
 def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
