@@ -1,0 +1,125 @@
+"""A write whose acknowledgement was lost, on the real services: the SDK's deferred-writes
+reconciliation (openai-agents 0.24.0, ``resume_pending_session_write``) compares the
+fingerprints of the items it meant to write with the tail ``get_items`` answers, and must find
+its own items there, so that it neither writes them again nor runs the approved tool again.
+
+The answer is lost at the HTTP layer: the append reaches the ingest service, which writes it, and
+the client never hears back (every retry too, until it gives up)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from agents import Agent, RunConfig, Runner, RunState, StopAtTools, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+import sessionlog
+from sessionlog.integrations.openai_agents import SessionlogSession
+from stackcorner import StackCorner
+
+
+class LosingAnswers(httpx.AsyncBaseTransport):
+    """Sends every request; while ``losing``, an append's answer is dropped after the service
+    wrote it, as a cut connection would."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.losing = False
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.losing and request.method == "POST" and request.url.path.endswith("/events"):
+            await response.aread()
+            await response.aclose()
+            self.lost += 1
+            raise httpx.ReadError("the connection closed before the answer", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def agent(runs: list[str]) -> Agent[Any]:
+    """Looks something up, then asks for a write that needs approval, then is done."""
+
+    @function_tool(name_override="look_up")
+    def look_up(query: str) -> str:
+        return f"schema for {query}"
+
+    @function_tool(name_override="write_thing", needs_approval=True)
+    def write_thing(query: str) -> str:
+        runs.append(query)
+        return f"wrote:{query}"
+
+    model = ScriptedModel(
+        [
+            ModelStep(output=[function_call("look_up", {"query": "x"}, call_id="call_LOOKUP")]),
+            ModelStep(output=[function_call("write_thing", {"query": "x"}, call_id="call_PARKED")]),
+            ModelStep(output=[assistant_message("done")]),
+        ]
+    )
+    return Agent(
+        name="writer", instructions="Look up, then write.", model=model, tools=[look_up, write_thing],
+        tool_use_behavior=StopAtTools(stop_at_tool_names=["finish"]),
+    )
+
+
+CONFIG = RunConfig(tracing_disabled=True)
+
+
+def session_over(corner: StackCorner, token: str, name: str) -> tuple[SessionlogSession, LosingAnswers]:
+    """A session whose appends' answers can be lost (its transport: one per session, as the
+    session's loop owns its connections)."""
+    transport = LosingAnswers()
+    # A short retry deadline: the lost answers outlast it, so add_items fails as in an outage.
+    client = sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token, retry_for=1.0, transport=transport)
+    return SessionlogSession(name, client, writer="py-agents", wait_for=30.0), transport
+
+
+@pytest.mark.parametrize("resumed_by", ["same-session", "new-session"])
+@pytest.mark.anyio
+async def test_a_settle_whose_answer_was_lost_reconciles_without_running_the_tool_again(
+    corner: StackCorner, token: str, resumed_by: str
+) -> None:
+    name = f"lost-{uuid.uuid4().hex[:8]}"
+    runs: list[str] = []
+    writer = agent(runs)
+    session, transport = session_over(corner, token, name)
+    first = await Runner.run(writer, "do the thing", session=session, run_config=CONFIG)
+    assert len(first.interruptions) == 1
+    state = await RunState.from_json(writer, json.loads(json.dumps(first.to_state().to_json())))
+    state.approve(state.get_interruptions()[0])
+
+    # The approved tool runs; the settle of its call and output reaches the log, its answer not.
+    transport.losing = True
+    with pytest.raises(sessionlog.SessionlogError):
+        await Runner.run(writer, state, session=session, run_config=CONFIG)
+    transport.losing = False
+    assert runs == ["x"] and transport.lost > 0
+    pending = state.to_json()
+    assert pending.get("pending_session_write") is not None, "the SDK kept the write to reconcile"
+
+    # Resumed from the checkpoint (as JSON): by the same session object, whose unanswered events
+    # go again first, or by a new one (a new process), which reads what landed.
+    if resumed_by == "new-session":
+        session.close()
+        session, _ = session_over(corner, token, name)
+    resumed = await RunState.from_json(writer, json.loads(json.dumps(pending)))
+    result = await Runner.run(writer, resumed, session=session, run_config=CONFIG)
+    assert result.final_output == "done"
+    assert runs == ["x"], "the approved tool ran once"
+    assert "pending_session_write" not in result.to_state().to_json()
+
+    items = await session.get_items()
+    parked = [i.get("type") for i in items if i.get("call_id") == "call_PARKED"]
+    assert parked == ["function_call", "function_call_output"], "the settled batch is there once"
+    async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as reader:
+        log = [e async for e in reader.events(session.writer.session_id)]
+    requested = [e for e in log if e.kind == "ToolCallRequested" and e.idempotency_key == "call_PARKED"]
+    assert len(requested) == 1, "written once: the retry was answered as a duplicate"
+    session.close()
