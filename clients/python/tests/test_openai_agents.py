@@ -262,3 +262,32 @@ def test_run_sync_and_threads_use_one_session_across_loops(corner: StackCorner, 
     added = sorted(str(i.get("content")) for i in items[6:])
     assert added == sorted(f"{n}.{i}" for n in range(4) for i in range(3)), "every item, once, after the runs"
     session.close()
+
+
+@pytest.mark.anyio
+async def test_a_call_waiting_for_its_output_is_no_call_in_doubt(client: sessionlog.AsyncClient) -> None:
+    # The SDK saves a call that waits for approval without its output; another process approves.
+    name = f"chat-{uuid.uuid4().hex[:8]}"
+    parked = {"type": "function_call", "call_id": "call-9", "name": "rm", "arguments": '{"path":"/tmp/x"}', "status": "completed"}
+    session = new_session(client, name)
+    await session.add_items([USER, parked])  # type: ignore[list-item]
+    assert await session.get_items() == [USER, parked]
+    kinds = [e.kind async for e in client.events(session.writer.session_id)]
+    assert "ToolCallRequested" not in kinds, "nothing ran: no call for recovery to find in doubt"
+    # A new process takes the session over (a call in doubt would stop it here), and adds the output.
+    later = new_session(client, name)
+    output = {"type": "function_call_output", "call_id": "call-9", "output": "removed"}
+    await later.add_items([output])  # type: ignore[list-item]
+    assert await later.get_items() == [USER, parked, output]
+    history = [e async for e in client.events(session.writer.session_id)]
+    request = next(e for e in history if e.kind == "ToolCallRequested")
+    record = next(e for e in history if e.event_id == request.causation_id)
+    assert record.kind == "FrameworkStateSaved" and record.seq < request.seq, "the request names the item it stands for"
+    result = next(e for e in history if e.kind == "ToolCallResult")
+    assert (result.data or {})["call_seq"] == request.seq and request.idempotency_key == "call-9"
+    # A waiting call popped is withdrawn; an output for it then has no call.
+    await later.add_items([{**parked, "call_id": "call-10"}])  # type: ignore[list-item]
+    popped = await later.pop_item()
+    assert popped is not None and popped.get("call_id") == "call-10"
+    with pytest.raises(sessionlog.SessionlogError, match="call-10"):
+        await new_session(client, name).add_items([{**output, "call_id": "call-10"}])  # type: ignore[list-item]

@@ -13,7 +13,10 @@ keeps the item whole, so ``get_items`` answers exactly what ``add_items`` was gi
 statuses, content parts, annotations, in order. Any other item (reasoning, hosted tool calls) is
 kept whole, as JSON, in a ``ModelResponse`` whose model names the item's type
 (``openai-agents:item:reasoning``). One ``add_items`` is one append (up to 128 events), so a call
-and its output given together land together. ``pop_item`` appends an ``EventRetracted`` naming
+and its output given together land together. A function call given without its output (it
+waits for an approval, perhaps in another process) is kept whole on its own, and its
+``ToolCallRequested`` is written with its output, naming that item: a request with no result
+is a call recovery must not guess about, and nothing ran yet. ``pop_item`` appends an ``EventRetracted`` naming
 the popped item's event, which the fold and the context view honour; the log is never rewritten.
 ``clear_session`` retracts every item.
 
@@ -143,6 +146,9 @@ class SessionlogSession:
         self._lock = asyncio.Lock()
         self._durable: set[str] = set()
         self._durable_calls: set[str] = set()
+        # Function calls kept whole with no request written yet (see ``_events``), by call id:
+        # the item record's event id, and the item.
+        self._waiting: dict[str, tuple[str, dict[str, Any]]] = {}
         # The session's loop and its client, once started; `_closed` after close().
         self._starting = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -259,30 +265,78 @@ class SessionlogSession:
     async def _add_items(self, items: list[TResponseInputItem]) -> None:
         async with self._lock:
             writer = await self._open()
+            outputs = {str(i.get("call_id")) for i in items if i.get("type") == "function_call_output"}
+            calls = {str(i.get("call_id")) for i in items if i.get("type") == "function_call"}
+            unknown = outputs - calls - self._durable_calls - self._waiting.keys()
+            if any(writer.ledger.call_with_key(c) is None for c in unknown):
+                await self._live_items()  # a call another process left waiting: learn it from the log
+            planned: list[tuple[str, tuple[str, dict[str, Any]] | None]] = []
             # One request (up to 128 events): a call and its output in one batch land together.
-            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq))
+            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq, outputs, planned))
+            # Written (or kept to be sent again with the same ids): the calls now waiting, or not.
+            for call_id, waiting in planned:
+                if waiting is None:
+                    self._waiting.pop(call_id, None)
+                else:
+                    self._waiting[call_id] = waiting
 
-    def _events(self, writer: AsyncSession, items: list[TResponseInputItem], first_seq: int) -> list[Event]:
+    def _events(
+        self,
+        writer: AsyncSession,
+        items: list[TResponseInputItem],
+        first_seq: int,
+        outputs: set[str],
+        planned: list[tuple[str, tuple[str, dict[str, Any]] | None]],
+    ) -> list[Event]:
         """The events of ``items``, the first at ``first_seq``: each item's event for the log,
-        and the item whole (see ``ITEM_KEY``) naming that event by the id chosen here."""
+        and the item whole (see ``ITEM_KEY``) naming that event by the id chosen here.
+
+        A function call whose output is not among ``items`` (it waits for an approval, or the
+        run was interrupted) is kept whole on its own, with no ``ToolCallRequested`` yet: the
+        log would hold a call without a result, which recovery rightly refuses to guess about,
+        while nothing ran. Its request is written with its output, naming the item it stands
+        for (``causation_id``); ``planned`` collects which calls wait now and which no longer."""
         events: list[Event] = []
         batch_calls: dict[str, ToolCall] = {}
+        waiting = dict(self._waiting)
+
+        def add(event: Event, event_id: str, causation: str | None = None) -> None:
+            kind, data, envelope = event
+            if kind == "ToolCallRequested":
+                batch_calls[str(envelope["idempotency_key"])] = ToolCall(
+                    first_seq + len(events), event_id, data["tool"], data["effect"], envelope["idempotency_key"]
+                )
+            events.append((kind, data, {**envelope, "event_id": event_id, **({"causation_id": causation} if causation else {})}))
+
         for given in items:
-            item = dict(given)
-            event_id = str(uuid.uuid4())
+            item, event_id = dict(given), str(uuid.uuid4())
+            _, whole, _ = framework_state(FRAMEWORK, ITEM_KEY, json.dumps(item))
+            kind = item.get("type")
+            call_id = str(item.get("call_id"))
+            if kind == "function_call" and str(item.get("name")) not in self._durable and call_id not in outputs:
+                events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
+                waiting[call_id] = (event_id, item)
+                planned.append((call_id, (event_id, item)))
+                continue
+            if kind == "function_call_output" and call_id in waiting:
+                record, call = waiting.pop(call_id)
+                planned.append((call_id, None))
+                request = self._event(writer, call, batch_calls)
+                assert request is not None, "a call that waits is not durable"
+                add(request, str(uuid.uuid4()), causation=record)
             event = self._event(writer, item, batch_calls)
             if event is None:
                 continue
-            kind, data, envelope = event
-            if kind == "ToolCallRequested":
-                call = ToolCall(first_seq + len(events), event_id, data["tool"], data["effect"], envelope.get("idempotency_key"))
-                batch_calls[str(item["call_id"])] = call
-            events.append((kind, data, {**envelope, "event_id": event_id}))
-            if kind == "ModelResponse" and str(data.get("model", "")).startswith(ITEM_MODEL):
+            add(event, event_id)
+            if event[0] == "ModelResponse" and str(event[1].get("model", "")).startswith(ITEM_MODEL):
                 continue  # kept whole already
-            _, whole, _ = framework_state(FRAMEWORK, ITEM_KEY, json.dumps(item))
             events.append(("FrameworkStateSaved", whole, {"causation_id": event_id}))
         return events
+
+    @staticmethod
+    def _call_of(writer: AsyncSession, call_id: str, batch_calls: dict[str, ToolCall]) -> ToolCall | None:
+        """The recorded call a function call output answers (its call id is the call's key)."""
+        return batch_calls.get(call_id) or writer.ledger.call_with_key(call_id)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retracts the latest item and answers it (``None`` when there is none)."""
@@ -325,7 +379,7 @@ class SessionlogSession:
             call_id = str(item["call_id"])
             if call_id in self._durable_calls:
                 return None
-            call = batch_calls.get(call_id) or writer.ledger.call_with_key(call_id)
+            call = self._call_of(writer, call_id, batch_calls)
             if call is None:
                 raise errors.SessionlogError(f"function_call_output for call {call_id!r}, whose call is not in the session")
             output = item.get("output")
@@ -346,14 +400,27 @@ class SessionlogSession:
         writer.ledger.learn(events)
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
-        whole = _whole_items(events)
+        whole, alone = _whole_items(events)
+        # Requests written with their output stand for a call kept whole before, where it is.
+        standing_for = {e.causation_id for e in events if e.kind == "ToolCallRequested" and e.causation_id in alone}
+        withdrawn = {e.event_id for e in events if e.seq in retracted}
+        self._waiting = {
+            str(item.get("call_id")): (eid, item)
+            for eid, item in alone.items()
+            if item.get("type") == "function_call" and eid not in standing_for | withdrawn
+        }
         items: list[tuple[int, TResponseInputItem]] = []
         # Where the run of durable calls the last items belong to began, if they do.
         durable_run: int | None = None
         for event in events:
             if event.seq in retracted or event.kind == "EventRetracted":
                 continue
-            item = whole[event.event_id] if event.event_id in whole else _item(event, calls, self._durable)
+            if event.kind == "FrameworkStateSaved":
+                item = alone.get(event.event_id)
+            elif event.kind == "ToolCallRequested" and event.causation_id in alone:
+                item = None
+            else:
+                item = whole[event.event_id] if event.event_id in whole else _item(event, calls, self._durable)
             if item is None:
                 continue
             entry = (event.seq, cast(TResponseInputItem, item))
@@ -430,18 +497,24 @@ class _LoopWriter:
         return await self._session._on_loop(lambda: self._writer.tool_result(call, output, succeeded=succeeded))
 
 
-def _whole_items(events: list[HistoryEvent]) -> dict[str, dict[str, Any]]:
-    """The items kept whole, by the id of the event they stand beside. One whose text no longer
-    opens (an erased session) is left out: its event gives what the log kept."""
-    found: dict[str, dict[str, Any]] = {}
+def _whole_items(events: list[HistoryEvent]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The items kept whole: those beside an event, by that event's id, and those on their own (a
+    function call with no request yet), by their own event id. One whose text no longer opens
+    (an erased session) is left out: an event gives what the log kept."""
+    beside: dict[str, dict[str, Any]] = {}
+    alone: dict[str, dict[str, Any]] = {}
     for event in events:
         data = event.data or {}
         if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK or data.get("key") != ITEM_KEY:
             continue
         text = text_of(data.get("state"))
-        if event.causation_id is not None and text is not None:
-            found[event.causation_id] = json.loads(text)
-    return found
+        if text is None:
+            continue
+        if event.causation_id is None:
+            alone[event.event_id] = json.loads(text)
+        else:
+            beside[event.causation_id] = json.loads(text)
+    return beside, alone
 
 
 def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
