@@ -4,12 +4,14 @@ fingerprints of the items it meant to write with the tail ``get_items`` answers,
 its own items there, so that it neither writes them again nor runs the approved tool again.
 
 The answer is lost at the HTTP layer: the append reaches the ingest service, which writes it, and
-the client never hears back (every retry too, until it gives up)."""
+the client never hears back (every retry too, until it gives up); or the harness is killed in
+that moment and a new process resumes from the SDK's checkpoint."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +20,8 @@ from agents import Agent, RunConfig, Runner, RunState, StopAtTools, function_too
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import sessionlog
+from counter_service import Counter
+from processes import Harness
 from sessionlog.integrations.openai_agents import SessionlogSession
 from stackcorner import StackCorner
 
@@ -123,3 +127,33 @@ async def test_a_settle_whose_answer_was_lost_reconciles_without_running_the_too
     requested = [e for e in log if e.kind == "ToolCallRequested" and e.idempotency_key == "call_PARKED"]
     assert len(requested) == 1, "written once: the retry was answered as a duplicate"
     session.close()
+
+
+def test_a_harness_killed_before_its_settle_was_answered_resumes_without_repeating_the_tool(
+    corner: StackCorner, token: str, counter: tuple[Counter, str], tmp_path: Path
+) -> None:
+    name, tool, state = f"settle-{uuid.uuid4().hex[:8]}", "agent_settle", tmp_path / "run-state.json"
+
+    def step(which: str) -> Harness:
+        # A tool that takes effect on every call (not deduped): running it again would count.
+        return Harness(
+            "agents_settle_harness.py", corner, token, counter[1], tool, "NonIdempotent",
+            "--session", name, "--state", str(state), "--step", which,
+        )
+
+    parking = step("park")
+    assert parking.next() == {"at": "parked", "interruptions": 1}
+    assert parking.process.wait(timeout=60) == 0
+    approving = step("approve")
+    assert approving.next() == {"at": "after-append"}
+    approving.kill()
+    assert counter[0].total(tool) == 1, "the approved tool ran before the settle"
+    assert "pending_session_write" in json.loads(state.read_text()), "the checkpoint holds the write in doubt"
+
+    resuming = step("resume")
+    done = resuming.next()
+    assert resuming.process.wait(timeout=60) == 0, done
+    assert done["result"] == "done", done
+    assert counter[0].total(tool) == 1, "the tool did not run again"
+    parked = [i.get("type") for i in done["items"] if i.get("call_id") == "call_PARKED"]
+    assert parked == ["function_call", "function_call_output"], "the settled call and output, once"
