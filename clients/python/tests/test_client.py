@@ -213,3 +213,34 @@ async def test_concurrent_appends_take_turns(corner: StackCorner, token: str) ->
         for call in calls:
             recorded = session.ledger.call_at(call.seq)
             assert recorded is not None and recorded.result is not None and recorded.result.output == call.tool
+
+
+def test_a_twin_sends_as_its_original_and_leaves_a_shared_transport_open() -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), request.headers.get("authorization")))
+        return httpx.Response(404, json={"code": "unknown_name", "detail": "no such name"})
+
+    class Closing(httpx.MockTransport):
+        closed = False
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    transport = Closing(answer)
+    original = sessionlog.AsyncClient("http://ingest.test", "http://recovery.test", token=lambda: "t-1", transport=transport)
+
+    async def use() -> None:
+        twin = original.twin()
+        # On a loop of its own, as an adapter's loop thread would use it.
+        await asyncio.gather(*(c.find("a") for c in (original, twin)))
+        await twin.aclose()
+        assert not transport.closed, "the transport is the original's to close"
+        assert await original.find("b") is None
+        await original.aclose()
+        assert transport.closed
+
+    asyncio.run(use())
+    assert len(seen) == 3 and {url.split("/")[2] for url, _ in seen} == {"ingest.test"}
+    assert {auth for _, auth in seen} == {"Bearer t-1"}

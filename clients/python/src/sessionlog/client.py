@@ -214,13 +214,15 @@ class AsyncClient(_Base):
         super().__init__(ingest_url, recovery_url, token=token, retry_for=retry_for, timeout=timeout)
         self._transport = transport
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
+        # A twin's transport is its original's (see ``twin``).
+        self._borrowed = False
 
     def twin(self) -> AsyncClient:
         """A client of the same services, with the same credential and policy, and connections
         of its own: connections belong to the event loop they were opened on, so code running on
         another loop (a framework adapter's own) takes a twin. A transport given to this client is
-        shared."""
-        return AsyncClient(
+        shared, and stays open when the twin is closed (it is this client's to close)."""
+        twin = AsyncClient(
             self._urls["ingest"],
             self._urls["recovery"],
             token=self._token,
@@ -228,6 +230,8 @@ class AsyncClient(_Base):
             timeout=self._timeout,
             transport=self._transport,
         )
+        twin._borrowed = self._transport is not None
+        return twin
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -236,8 +240,9 @@ class AsyncClient(_Base):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Closes the connections."""
-        await self._http.aclose()
+        """Closes the connections (a twin leaves a transport it shares open)."""
+        if not self._borrowed:
+            await self._http.aclose()
 
     async def send(self, op: _api.Operation[T]) -> T:
         """Sends ``op``, retrying what may succeed on another try; its answer, or its error."""
