@@ -259,7 +259,8 @@ class SessionlogSession:
             return [item for _, item in await self._live_items()]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Appends items (in requests of at most 128 events)."""
+        """Appends items, in one request when their events (about two per item) fit in one
+        (128); a longer batch takes several."""
         await self._on_loop(lambda: self._add_items(items))
 
     async def _add_items(self, items: list[TResponseInputItem]) -> None:
@@ -362,7 +363,8 @@ class SessionlogSession:
 
     def _event(self, writer: AsyncSession, item: dict[str, Any], batch_calls: dict[str, ToolCall]) -> Event | None:
         kind = str(item.get("type", "message"))
-        # Messages keep their text: a part that is not text (an image, a file) is not recorded.
+        # The event keeps a message's text (what the context view shows); the item whole, with
+        # its other parts (an image, a file), is kept beside it.
         if kind == "message" and item.get("role") == "user":
             return user_request(_text_parts(item.get("content")))
         if kind == "message" and item.get("role") == "assistant":
