@@ -126,14 +126,21 @@ async def test_an_agent_run_is_the_sessions_history(client: sessionlog.AsyncClie
     agent = Agent(name="math", instructions="Square it.", model=model, tools=[square])
     result = await Runner.run(agent, "square 7", session=session, run_config=RunConfig(tracing_disabled=True))
     assert result.final_output == "49" and runs == [7]
-    items = await session.get_items()
-    # A durable call is the one its wrapper recorded, under its key; the rest as the SDK gave them.
+    items: list[dict[str, Any]] = [dict(i) for i in await session.get_items()]
+    # The durable call's items as the SDK gave them (the model's call id), not the wrapper's.
     assert items[:3] == [
         {"role": "user", "content": "square 7"},
-        {"type": "function_call", "call_id": "square-7", "name": "square", "arguments": '{"n":7}'},
-        {"type": "function_call_output", "call_id": "square-7", "output": "49"},
+        {"type": "function_call", "call_id": "call-1", "name": "square", "arguments": '{"n":7}', "id": "call-1"},
+        {"type": "function_call_output", "call_id": "call-1", "output": "49"},
     ]
-    assert items[3]["type"] == "message" and items[3]["content"][0]["text"] == "49"  # type: ignore[index,typeddict-item]
+    assert items[3]["type"] == "message" and items[3]["content"][0]["text"] == "49"
+    # The log has the call once, as its wrapper recorded it (its key), with the items beside.
+    history = [e async for e in client.events(session.writer.session_id)]
+    requests = [e for e in history if e.kind == "ToolCallRequested"]
+    assert [e.idempotency_key for e in requests] == ["square-7"]
+    beside = {e.causation_id for e in history if e.kind == "FrameworkStateSaved"}
+    recorded = next(e for e in history if e.kind == "ToolCallResult")
+    assert {requests[0].event_id, recorded.event_id} <= beside
 
 
 @pytest.mark.parametrize(
@@ -191,7 +198,10 @@ async def test_parallel_and_failing_durable_tools_keep_the_conversation(client: 
     outputs = {i["call_id"]: i["output"] for i in items if i.get("type") == "function_call_output"}
     calls = {i["call_id"]: i["arguments"] for i in items if i.get("type") == "function_call"}
     assert sorted(outputs[k] for k in calls if calls[k] != '{"n":13}') == ["4", "9"]
-    assert [outputs[k] for k in calls if calls[k] == '{"n":13}'] == ["ValueError: unlucky"]
+    # The conversation keeps what the model was shown (the SDK's message); the log, the error.
+    assert [outputs[k] for k in calls if calls[k] == '{"n":13}'] == ["An error occurred while running the tool. Please try again."]
+    failed = [e async for e in client.events(session.writer.session_id, kinds=["ToolCallResult"])]
+    assert [text_of((e.data or {}).get("output")) for e in failed if (e.data or {}).get("outcome") == "Failed"] == ["ValueError: unlucky"]
 
 
 @pytest.mark.anyio

@@ -27,8 +27,9 @@ from stackcorner import StackCorner
 
 
 class LosingAnswers(httpx.AsyncBaseTransport):
-    """Sends every request; while ``losing``, an append's answer is dropped after the service
-    wrote it, as a cut connection would."""
+    """Sends every request; while ``losing``, the answer to an append of the session's items is
+    dropped after the service wrote it, as a cut connection would. (A durable tool's own
+    appends hold no whole items: they are answered.)"""
 
     def __init__(self) -> None:
         self.inner = httpx.AsyncHTTPTransport()
@@ -37,7 +38,8 @@ class LosingAnswers(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
-        if self.losing and request.method == "POST" and request.url.path.endswith("/events"):
+        items = request.method == "POST" and request.url.path.endswith("/events") and b"FrameworkStateSaved" in request.content
+        if self.losing and items:
             await response.aread()
             await response.aclose()
             self.lost += 1
@@ -48,25 +50,31 @@ class LosingAnswers(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def agent(runs: list[str]) -> Agent[Any]:
-    """Looks something up, then asks for a write that needs approval, then is done."""
-
-    @function_tool(name_override="look_up")
-    def look_up(query: str) -> str:
-        return f"schema for {query}"
-
-    @function_tool(name_override="write_thing", needs_approval=True)
-    def write_thing(query: str) -> str:
-        runs.append(query)
-        return f"wrote:{query}"
-
-    model = ScriptedModel(
+def script() -> ScriptedModel:
+    return ScriptedModel(
         [
             ModelStep(output=[function_call("look_up", {"query": "x"}, call_id="call_LOOKUP")]),
             ModelStep(output=[function_call("write_thing", {"query": "x"}, call_id="call_PARKED")]),
             ModelStep(output=[assistant_message("done")]),
         ]
     )
+
+
+def agent(runs: list[str], model: ScriptedModel, durable: SessionlogSession | None) -> Agent[Any]:
+    """Looks something up, then asks for a write that needs approval (a durable tool of
+    ``durable`` when given), then is done."""
+
+    @function_tool(name_override="look_up")
+    def look_up(query: str) -> str:
+        return f"schema for {query}"
+
+    async def write(query: str) -> str:
+        runs.append(query)
+        return f"wrote:{query}"
+
+    if durable is not None:
+        write = durable.durable_tool(effect="NonIdempotent", key=lambda query: f"write-{query}", name="write_thing")(write)
+    write_thing = function_tool(write, name_override="write_thing", needs_approval=True)
     return Agent(
         name="writer", instructions="Look up, then write.", model=model, tools=[look_up, write_thing],
         tool_use_behavior=StopAtTools(stop_at_tool_names=["finish"]),
@@ -85,15 +93,17 @@ def session_over(corner: StackCorner, token: str, name: str) -> tuple[Sessionlog
     return SessionlogSession(name, client, writer="py-agents", wait_for=30.0), transport
 
 
+@pytest.mark.parametrize("tool", ["plain", "durable"])
 @pytest.mark.parametrize("resumed_by", ["same-session", "new-session"])
 @pytest.mark.anyio
 async def test_a_settle_whose_answer_was_lost_reconciles_without_running_the_tool_again(
-    corner: StackCorner, token: str, resumed_by: str
+    corner: StackCorner, token: str, resumed_by: str, tool: str
 ) -> None:
     name = f"lost-{uuid.uuid4().hex[:8]}"
     runs: list[str] = []
-    writer = agent(runs)
+    model = script()
     session, transport = session_over(corner, token, name)
+    writer = agent(runs, model, session if tool == "durable" else None)
     first = await Runner.run(writer, "do the thing", session=session, run_config=CONFIG)
     assert len(first.interruptions) == 1
     state = await RunState.from_json(writer, json.loads(json.dumps(first.to_state().to_json())))
@@ -113,6 +123,7 @@ async def test_a_settle_whose_answer_was_lost_reconciles_without_running_the_too
     if resumed_by == "new-session":
         session.close()
         session, _ = session_over(corner, token, name)
+        writer = agent(runs, model, session if tool == "durable" else None)
     resumed = await RunState.from_json(writer, json.loads(json.dumps(pending)))
     result = await Runner.run(writer, resumed, session=session, run_config=CONFIG)
     assert result.final_output == "done"
@@ -124,8 +135,10 @@ async def test_a_settle_whose_answer_was_lost_reconciles_without_running_the_too
     assert parked == ["function_call", "function_call_output"], "the settled batch is there once"
     async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as reader:
         log = [e async for e in reader.events(session.writer.session_id)]
-    requested = [e for e in log if e.kind == "ToolCallRequested" and e.idempotency_key == "call_PARKED"]
+    key = "write-x" if tool == "durable" else "call_PARKED"
+    requested = [e for e in log if e.kind == "ToolCallRequested" and e.idempotency_key == key]
     assert len(requested) == 1, "written once: the retry was answered as a duplicate"
+    assert [i.get("type") for i in items].count("function_call_output") == 2, "look_up's and write_thing's, once each"
     session.close()
 
 

@@ -174,8 +174,8 @@ async def test_two_tenants_use_the_same_agents_session_at_once(clients: dict[str
         items = await session_of(tenant).get_items()
         assert items[:3] == [
             {"role": "user", "content": f"{tenant} asks"},
-            {"type": "function_call", "call_id": "square-7", "name": "square", "arguments": '{"n":7}'},
-            {"type": "function_call_output", "call_id": "square-7", "output": "49"},
+            {"type": "function_call", "call_id": "call-1", "name": "square", "arguments": '{"n":7}', "id": "call-1"},
+            {"type": "function_call_output", "call_id": "call-1", "output": "49"},
         ]
         answer: dict[str, Any] = dict(items[3])  # the model's message, whole
         assert (len(items), answer["role"], answer["content"][0]["text"]) == (4, "assistant", f"49 for {tenant}")

@@ -28,9 +28,12 @@ finds its own write and does not write it, or run its tools, again.
 
 A function tool wrapped by ``SessionlogSession.durable_tool`` records its own request and result
 (see ``sessionlog.tools``), so a harness that crashes mid-call and runs the turn again gets the
-recorded result instead of a second side effect; the SDK's copies of those items are not
-written twice, and ``get_items`` answers the recorded call under its durable key (its
-``call_id`` is that key, not the model's).
+recorded result instead of a second side effect. The SDK's items of such a call are not
+written as events again: each is kept whole beside the wrapper's record (its request, found by
+tool and the model's arguments; its result), or on its own when there is none yet (a call
+waiting for approval claims its request when its output comes, see ``CLAIM_KEY``). Until the
+SDK saves them, the wrapper's records of this process are no items; those a crashed process
+left unsaved are, under the durable key, so that the resumed run knows the call ran.
 
     session = SessionlogSession("user-42", AsyncClient(token=TOKEN), writer="support-bot")
 
@@ -86,6 +89,9 @@ ITEM_MODEL = "openai-agents:item:"
 #: its event (its ``causation_id`` is that event's id).
 FRAMEWORK = "openai-agents"
 ITEM_KEY = "item"
+#: The key of a ``FrameworkStateSaved`` naming (``causation_id``) a durable tool's request that
+#: a function call kept whole before the tool ran stands for; its state is the SDK's call id.
+CLAIM_KEY = "claim"
 _ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted", "FrameworkStateSaved"]
 
 
@@ -149,6 +155,8 @@ class SessionlogSession:
         # Function calls kept whole with no request written yet (see ``_events``), by call id:
         # the item record's event id, and the item.
         self._waiting: dict[str, tuple[str, dict[str, Any]]] = {}
+        # The requests durable tools of this process recorded (the SDK saves their items).
+        self._own_calls: set[str] = set()
         # The session's loop and its client, once started; `_closed` after close().
         self._starting = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -271,9 +279,17 @@ class SessionlogSession:
             unknown = outputs - calls - self._durable_calls - self._waiting.keys()
             if any(writer.ledger.call_with_key(c) is None for c in unknown):
                 await self._live_items()  # a call another process left waiting: learn it from the log
+            durable = {str(i.get("call_id")) for i in items if i.get("type") == "function_call" and i.get("name") in self._durable}
+            claims: dict[int, str] = {}
+            markers: dict[str, str] = {}
+            # An output of a durable call saved before its tool ran (approval) has no call the
+            # ledger knows either: it needs the log too.
+            orphans = self._durable and any(writer.ledger.call_with_key(c) is None for c in outputs - calls)
+            if orphans or any(self._is_durable_item(i, durable) for i in items):
+                claims, markers = self._claims(await self._read(writer), items, durable)
             planned: list[tuple[str, tuple[str, dict[str, Any]] | None]] = []
             # One request (up to 128 events): a call and its output in one batch land together.
-            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq, outputs, planned))
+            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq, outputs, claims, markers, planned))
             # Written (or kept to be sent again with the same ids): the calls now waiting, or not.
             for call_id, waiting in planned:
                 if waiting is None:
@@ -287,6 +303,8 @@ class SessionlogSession:
         items: list[TResponseInputItem],
         first_seq: int,
         outputs: set[str],
+        claims: dict[int, str],
+        markers: dict[str, str],
         planned: list[tuple[str, tuple[str, dict[str, Any]] | None]],
     ) -> list[Event]:
         """The events of ``items``, the first at ``first_seq``: each item's event for the log,
@@ -309,12 +327,27 @@ class SessionlogSession:
                 )
             events.append((kind, data, {**envelope, "event_id": event_id, **({"causation_id": causation} if causation else {})}))
 
-        for given in items:
+        durable = {str(i.get("call_id")) for i in items if i.get("type") == "function_call" and i.get("name") in self._durable}
+        durable |= set(markers.values())
+        for requested, sdk_call in markers.items():
+            _, marker, _ = framework_state(FRAMEWORK, CLAIM_KEY, sdk_call)
+            events.append(("FrameworkStateSaved", marker, {"causation_id": requested}))
+        for index, given in enumerate(items):
             item, event_id = dict(given), str(uuid.uuid4())
             _, whole, _ = framework_state(FRAMEWORK, ITEM_KEY, json.dumps(item))
             kind = item.get("type")
             call_id = str(item.get("call_id"))
-            if kind == "function_call" and str(item.get("name")) not in self._durable and call_id not in outputs:
+            if self._is_durable_item(item, durable):
+                # Its wrapper recorded the call (under its own key) and its result: the item
+                # stands whole beside the event it claimed, or on its own.
+                if index in claims:
+                    events.append(("FrameworkStateSaved", whole, {"causation_id": claims[index]}))
+                else:
+                    events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
+                if kind == "function_call":
+                    self._durable_calls.add(call_id)
+                continue
+            if kind == "function_call" and call_id not in outputs:
                 events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
                 waiting[call_id] = (event_id, item)
                 planned.append((call_id, (event_id, item)))
@@ -322,12 +355,8 @@ class SessionlogSession:
             if kind == "function_call_output" and call_id in waiting:
                 record, call = waiting.pop(call_id)
                 planned.append((call_id, None))
-                request = self._event(writer, call, batch_calls)
-                assert request is not None, "a call that waits is not durable"
-                add(request, str(uuid.uuid4()), causation=record)
+                add(self._event(writer, call, batch_calls), str(uuid.uuid4()), causation=record)
             event = self._event(writer, item, batch_calls)
-            if event is None:
-                continue
             add(event, event_id)
             if event[0] == "ModelResponse" and str(event[1].get("model", "")).startswith(ITEM_MODEL):
                 continue  # kept whole already
@@ -361,7 +390,8 @@ class SessionlogSession:
             live = await self._live_items()
             await self.writer.append_all([retraction(seq, RETRACTED_BY) for seq, _ in live])
 
-    def _event(self, writer: AsyncSession, item: dict[str, Any], batch_calls: dict[str, ToolCall]) -> Event | None:
+    def _event(self, writer: AsyncSession, item: dict[str, Any], batch_calls: dict[str, ToolCall]) -> Event:
+        """The event of an item that is not a durable call's (see ``_events`` for those)."""
         kind = str(item.get("type", "message"))
         # The event keeps a message's text (what the context view shows); the item whole, with
         # its other parts (an image, a file), is kept beside it.
@@ -371,16 +401,10 @@ class SessionlogSession:
             return model_response(self.model, _text_parts(item.get("content")))
         if kind == "function_call":
             call_id, tool = str(item["call_id"]), str(item["name"])
-            if tool in self._durable:
-                # Its durable wrapper recorded the request (under its own key) before it ran.
-                self._durable_calls.add(call_id)
-                return None
             effect = self.tool_effects.get(tool, "NonIdempotent")
             return tool_call(tool, str(item.get("arguments", "")), effect=effect, idempotency_key=call_id)
         if kind == "function_call_output":
             call_id = str(item["call_id"])
-            if call_id in self._durable_calls:
-                return None
             call = self._call_of(writer, call_id, batch_calls)
             if call is None:
                 raise errors.SessionlogError(f"function_call_output for call {call_id!r}, whose call is not in the session")
@@ -388,9 +412,8 @@ class SessionlogSession:
             return tool_result(call, output if isinstance(output, str) else json.dumps(output))
         return model_response(f"{ITEM_MODEL}{kind}", json.dumps(item, sort_keys=True))
 
-    async def _live_items(self) -> list[tuple[int, TResponseInputItem]]:
-        """Every item the log holds and no retraction withdrew, with its event's seq."""
-        writer = await self._open()
+    async def _read(self, writer: AsyncSession) -> list[HistoryEvent]:
+        """The session's events of the kinds items are kept in, to its last."""
         # A write whose answer was lost goes again first, with the ids it was sent with (the
         # service answers a duplicate with the first write's position): then this read shows it.
         await writer.send_unacknowledged()
@@ -400,16 +423,94 @@ class SessionlogSession:
         await writer.wait_projected(last, self.wait_for)
         events = [e async for e in writer.client.events(writer.session_id, kinds=_ITEM_KINDS, to_seq=last, limit=1000)]
         writer.ledger.learn(events)
+        return events
+
+    def _is_durable_item(self, item: TResponseInputItem | dict[str, Any], calls: set[str]) -> bool:
+        """Whether ``item`` is a durable tool's call, or the output of one (of ``calls``, the
+        durable calls of its batch, or of one before)."""
+        if item.get("type") == "function_call":
+            return str(item.get("name")) in self._durable
+        return item.get("type") == "function_call_output" and str(item.get("call_id")) in self._durable_calls | calls
+
+    def _claims(
+        self, events: list[HistoryEvent], items: list[TResponseInputItem], calls: set[str]
+    ) -> tuple[dict[int, str], dict[str, str]]:
+        """Which events of durable calls the SDK's items of them stand beside, by the items'
+        index: a function call beside the request its wrapper recorded (the first not yet
+        claimed, of its tool, with the model's arguments), its output beside that call's result.
+        An item that finds none is kept whole on its own. A call kept on its own before its tool
+        ran (it waited for approval) claims its request when its output comes: the second answer,
+        the claims to record (request event id, the SDK's call id; see ``CLAIM_KEY``)."""
+        beside, alone = _whole_items(events)
+        claimed = _claimed(events)
+        results = {int((e.data or {}).get("call_seq", 0)): e.event_id for e in events if e.kind == "ToolCallResult"}
+        # The SDK's call ids of durable calls already claimed, by the request they stand for.
+        by_call_id = {str(item.get("call_id")): eid for eid, item in beside.items() if item.get("type") == "function_call"}
+        by_call_id.update({call_id: eid for eid, call_id in claimed.items()})
+        waited = {str(i.get("call_id")): i for i in alone.values() if i.get("type") == "function_call" and i.get("name") in self._durable}
+        # Durable calls the SDK saved before (another process, perhaps): their outputs are too.
+        self._durable_calls |= waited.keys() | by_call_id.keys()
+        seq_of = {e.event_id: e.seq for e in events}
+        unclaimed = [
+            e for e in events
+            if e.kind == "ToolCallRequested"
+            and (e.data or {}).get("tool") in self._durable
+            and e.event_id not in beside
+            and e.event_id not in claimed
+        ]
+
+        def claim(call: dict[str, Any]) -> str | None:
+            asked = _arguments(str(call.get("arguments", "")))
+            found = next((e for e in unclaimed if _same_call(e, str(call.get("name")), asked)), None)
+            if found is None:
+                return None
+            unclaimed.remove(found)
+            by_call_id[str(call.get("call_id"))] = found.event_id
+            return found.event_id
+
+        claims: dict[int, str] = {}
+        markers: dict[str, str] = {}
+        for index, item in enumerate(items):
+            if not self._is_durable_item(item, calls | waited.keys()):
+                continue
+            call_id = str(item.get("call_id"))
+            if item.get("type") == "function_call":
+                request = claim(dict(item))
+                if request is not None:
+                    claims[index] = request
+                continue
+            if call_id not in by_call_id and call_id in waited:
+                request = claim(waited[call_id])
+                if request is not None:
+                    markers[request] = call_id
+            result = results.get(seq_of.get(by_call_id.get(call_id, ""), 0))
+            if result is not None and result not in beside:
+                claims[index] = result
+        return claims, markers
+
+    async def _live_items(self) -> list[tuple[int, TResponseInputItem]]:
+        """Every item the log holds and no retraction withdrew, oldest first, each with the seq a
+        retraction of it names.
+
+        An item kept whole is where its record is (beside its event: right after it, in the same
+        append; a durable call's: where the SDK saved it). An event with no record (a session
+        written before items were kept whole, an erased item) gives what the log kept. A durable
+        call this process made and the SDK has not saved yet is not an item: the SDK saves it,
+        and compares what it saved with what this answers. One a process before left unsaved (it
+        crashed) is, so that the run that resumes knows the call ran."""
+        events = await self._read(await self._open())
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
+        by_id = {e.event_id: e for e in events}
         whole, alone = _whole_items(events)
+        claimed = _claimed(events)
         # Requests written with their output stand for a call kept whole before, where it is.
         standing_for = {e.causation_id for e in events if e.kind == "ToolCallRequested" and e.causation_id in alone}
         withdrawn = {e.event_id for e in events if e.seq in retracted}
         self._waiting = {
             str(item.get("call_id")): (eid, item)
             for eid, item in alone.items()
-            if item.get("type") == "function_call" and eid not in standing_for | withdrawn
+            if item.get("type") == "function_call" and item.get("name") not in self._durable and eid not in standing_for | withdrawn
         }
         items: list[tuple[int, TResponseInputItem]] = []
         # Where the run of durable calls the last items belong to began, if they do.
@@ -417,27 +518,43 @@ class SessionlogSession:
         for event in events:
             if event.seq in retracted or event.kind == "EventRetracted":
                 continue
+            seq = event.seq
             if event.kind == "FrameworkStateSaved":
-                item = alone.get(event.event_id)
-            elif event.kind == "ToolCallRequested" and event.causation_id in alone:
+                item = _record(event)
+                beside = by_id.get(event.causation_id or "")
+                if item is not None and beside is not None and _event_of(beside, item):
+                    # Withdrawn with its event: a retraction names the event (the context view reads it).
+                    if beside.seq in retracted:
+                        continue
+                    seq = beside.seq
+            elif event.event_id in whole or event.event_id in claimed or event.causation_id in alone:
+                item = None  # its record stands for it
+            elif self._unsaved(event, calls):
                 item = None
             else:
-                item = whole[event.event_id] if event.event_id in whole else _item(event, calls, self._durable)
+                item = _item(event, calls, self._durable)
             if item is None:
                 continue
-            entry = (event.seq, cast(TResponseInputItem, item))
+            entry = (seq, cast(TResponseInputItem, item))
             if self._is_durable(event, calls):
                 durable_run = len(items) if durable_run is None else durable_run
                 items.append(entry)
             elif item.get("type") == "reasoning" and durable_run is not None:
-                # A durable call is recorded while it runs, before the SDK saves the turn that
-                # asked for it; the turn's reasoning belongs before the call (the API checks).
+                # A durable call a process before recorded while it ran, the SDK never saved the
+                # turn that asked for it; the turn's reasoning belongs before the call (the API checks).
                 items.insert(durable_run, entry)
                 durable_run += 1
             else:
                 durable_run = None
                 items.append(entry)
         return items
+
+    def _unsaved(self, event: HistoryEvent, calls: dict[int, HistoryEvent]) -> bool:
+        """Whether ``event`` is a durable call's request or result this process recorded."""
+        if event.kind == "ToolCallResult":
+            call = calls.get(int((event.data or {}).get("call_seq", 0)))
+            return call is not None and call.event_id in self._own_calls
+        return event.kind == "ToolCallRequested" and event.event_id in self._own_calls
 
     def _is_durable(self, event: HistoryEvent, calls: dict[int, HistoryEvent]) -> bool:
         data = event.data or {}
@@ -491,31 +608,76 @@ class _LoopWriter:
     async def tool_call(
         self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
     ) -> ToolCall:
-        return await self._session._on_loop(
+        call = await self._session._on_loop(
             lambda: self._writer.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key)
         )
+        self._session._own_calls.add(call.event_id)
+        return call
 
     async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
         return await self._session._on_loop(lambda: self._writer.tool_result(call, output, succeeded=succeeded))
 
 
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _same_call(request: HistoryEvent, tool: str, asked: dict[str, Any]) -> bool:
+    """Whether a durable wrapper's recorded request is the call the model asked for: its tool,
+    and every argument the model gave (the wrapper also records defaults the model left out)."""
+    data = request.data or {}
+    recorded = _arguments(text_of(data.get("arguments")) or "")
+    return data.get("tool") == tool and all(k in recorded and recorded[k] == v for k, v in asked.items())
+
+
+def _record(event: HistoryEvent) -> dict[str, Any] | None:
+    """The item an item record keeps whole; ``None`` for another record, or one whose text no
+    longer opens (an erased session)."""
+    data = event.data or {}
+    text = text_of(data.get("state"))
+    if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK or data.get("key") != ITEM_KEY or text is None:
+        return None
+    return cast(dict[str, Any], json.loads(text))
+
+
+def _event_of(event: HistoryEvent, item: dict[str, Any]) -> bool:
+    """Whether ``event`` is the item's own event (written with it), not a durable tool's record
+    the item was saved beside: a tool event of the item's own carries its call id as key."""
+    return event.kind not in ("ToolCallRequested", "ToolCallResult") or event.idempotency_key == item.get("call_id")
+
+
+def _claimed(events: list[HistoryEvent]) -> dict[str, str]:
+    """The durable requests a call kept whole on its own stands for (see ``CLAIM_KEY``): the
+    SDK's call id, by the request's event id."""
+    found: dict[str, str] = {}
+    for event in events:
+        data = event.data or {}
+        if event.kind == "FrameworkStateSaved" and data.get("framework") == FRAMEWORK and data.get("key") == CLAIM_KEY:
+            text = text_of(data.get("state"))
+            if event.causation_id is not None and text is not None:
+                found[event.causation_id] = text
+    return found
+
+
 def _whole_items(events: list[HistoryEvent]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The items kept whole: those beside an event, by that event's id, and those on their own (a
-    function call with no request yet), by their own event id. One whose text no longer opens
-    (an erased session) is left out: an event gives what the log kept."""
+    function call with no request yet, a durable call's item that found no record of its
+    wrapper), by their own event id. One whose text no longer opens (an erased session) is left
+    out: an event gives what the log kept."""
     beside: dict[str, dict[str, Any]] = {}
     alone: dict[str, dict[str, Any]] = {}
     for event in events:
-        data = event.data or {}
-        if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK or data.get("key") != ITEM_KEY:
-            continue
-        text = text_of(data.get("state"))
-        if text is None:
+        item = _record(event)
+        if item is None:
             continue
         if event.causation_id is None:
-            alone[event.event_id] = json.loads(text)
+            alone[event.event_id] = item
         else:
-            beside[event.causation_id] = json.loads(text)
+            beside[event.causation_id] = item
     return beside, alone
 
 
