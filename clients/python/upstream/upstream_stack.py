@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,8 +106,8 @@ def deselections(suite: str) -> list[Deselection]:
 
 
 def deselect(suite: str, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Takes the listed tests out of the run, saying why; an entry that matches no collected
-    test fails the run (a renamed test would otherwise run unnoticed, or the list rot)."""
+    """Takes the listed tests out of the run; an entry that matches no collected test fails the
+    run (a renamed test would otherwise run unnoticed, or the list rot)."""
     entries = deselections(suite)
     used: set[Deselection] = set()
     kept: list[pytest.Item] = []
@@ -121,11 +122,26 @@ def deselect(suite: str, config: pytest.Config, items: list[pytest.Item]) -> Non
     # Checked only when whole files were collected (call this before -k and -m filter).
     files = {item.nodeid.partition("::")[0] for item in items}
     unused = [e.test for e in entries if e not in used and e.test.partition("::")[0] in files]
-    if unused and all("::" not in arg for arg in config.args):
-        raise pytest.UsageError(f"{DESELECTED.name} lists tests that were not collected: {unused}")
+    if unused and all("::" not in arg for arg in config.args) and items:
+        # A failing item, not an error: pytest-xdist's workers cannot report an error's text.
+        kept.append(StaleDeselections.from_parent(items[0].session, name=DESELECTED.name, tests=unused))
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    items[:] = kept
+
+
+class StaleDeselections(pytest.Item):
+    """Fails, naming the entries of the deselection list that no collected test matched."""
+
+    def __init__(self, *, tests: list[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tests = tests
+
+    def runtest(self) -> None:
+        raise AssertionError(f"{DESELECTED.name} lists tests that were not collected: {self.tests}")
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return DESELECTED, 0, f"{DESELECTED.name}: stale entries"
 
 
 def terminal_summary(suite: str, reporter: pytest.TerminalReporter) -> None:
