@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 
 import sessionlog
 from sessionlog import errors
+from sessionlog.ledger import ToolCall
+from sessionlog.session import Event, tool_call, tool_result
 from stackcorner import StackCorner, free_port, wait_for
 
 
@@ -244,3 +247,30 @@ def test_a_twin_sends_as_its_original_and_leaves_a_shared_transport_open() -> No
     asyncio.run(use())
     assert len(seen) == 3 and {url.split("/")[2] for url, _ in seen} == {"ingest.test"}
     assert {auth for _, auth in seen} == {"Bearer t-1"}
+
+
+def test_a_planned_append_sends_a_call_and_its_result_as_one_request(corner: StackCorner, token: str) -> None:
+    sent: list[int] = []
+
+    class Counting(httpx.HTTPTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST" and request.url.path.endswith("/events"):
+                sent.append(len(json.loads(request.content)["events"]))
+            return super().handle_request(request)
+
+    with client(corner, token, transport=Counting()) as c:
+        session = sessionlog.Session.start(c, "py-client", "planned")
+        request_id = str(uuid.uuid4())
+
+        def plan(first_seq: int) -> list[Event]:
+            # The result names its call by the seq and id chosen here, before either is sent.
+            kind, data, envelope = tool_call("ls", "{}", effect="Pure", idempotency_key="ls-1")
+            call = ToolCall(first_seq, request_id, "ls", "Pure", "ls-1")
+            return [(kind, data, {**envelope, "event_id": request_id}), tool_result(call, "a.txt")]
+
+        acks = session.append_planned(plan)
+        assert sent == [2], "one request"
+        assert acks[0].event_id == request_id and acks[1].seq == acks[0].seq + 1
+        history = projected(c, session.session_id, acks[1].seq)
+        assert history[-1].causation_id == request_id and (history[-1].data or {})["call_seq"] == acks[0].seq
+        assert not c.session(session.session_id).state["pending_calls"], "the result settled its call"
