@@ -17,8 +17,12 @@
 //! last was answered. With `--rate R` an open loop: each session sends at its share of R
 //! events a second whatever the answers do, and latency counts from when a request was due.
 //! The bench prints every round, the median ratio http ÷ acked of throughput and its spread,
-//! and each side's p99.
+//! and each side's p99. A second table says where the cores went: CPU microseconds per event
+//! spent by this process (the load generator, and on the acked side the library), the ingest
+//! instances, the brokers (the native stack's, from `$SESSIONLOG_STACK_DIR/run`) and everything
+//! else on the machine, and how busy the machine was.
 
+use crate::cpu::{Meter, Used};
 use crate::{Latencies, ServiceRun, Spread, Watched, free_address, print_table};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
@@ -70,6 +74,7 @@ struct Figures {
     seconds: f64,
     p50_ms: f64,
     p99_ms: f64,
+    cpu: Used,
 }
 
 impl Figures {
@@ -77,14 +82,27 @@ impl Figures {
         self.events as f64 / self.seconds
     }
 
-    fn of(events: usize, failed: usize, seconds: f64, mut latencies: Latencies) -> Self {
+    fn of(events: usize, failed: usize, seconds: f64, mut latencies: Latencies, cpu: Used) -> Self {
         Self {
             events,
             failed,
             seconds,
             p50_ms: latencies.percentile(50.0).as_secs_f64() * 1e3,
             p99_ms: latencies.percentile(99.0).as_secs_f64() * 1e3,
+            cpu,
         }
+    }
+
+    /// The CPU row of this side: microseconds per event by group, the rest, and how busy the
+    /// machine was.
+    fn cpu_row(&self, round: usize, side: &str) -> Vec<String> {
+        let per_event = |seconds: f64| format!("{:.0}", seconds * 1e6 / self.events.max(1) as f64);
+        let mut row = vec![round.to_string(), side.to_string()];
+        row.extend(self.cpu.groups.iter().map(|(_, s)| per_event(*s)));
+        row.push(per_event(self.cpu.rest()));
+        row.push(per_event(self.cpu.machine_busy));
+        row.push(format!("{:.0}", self.cpu.busy_share() * 100.0));
+        row
     }
 }
 
@@ -141,6 +159,11 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let log = Arc::new(EventLog::from_settings(&run.settings).await?);
     let text = "x".repeat(args.text_bytes);
+    let groups = vec![
+        ("bench", vec![std::process::id()]),
+        ("ingest", instances.iter().map(|i| i.child.id()).collect()),
+        ("brokers", crate::cpu::stack_pids("kafka-")),
+    ];
     eprintln!(
         "{} sessions, {} ingest instance(s), {}{}",
         args.sessions,
@@ -157,18 +180,21 @@ pub async fn run(args: Args) -> Result<()> {
     );
 
     let mut rows = Vec::new();
+    let mut cpu_rows = Vec::new();
     let mut ratios = Vec::new();
     for round in 1..=args.rounds {
         let http_first = round % 2 == 0;
         let (acked, over_http) = if http_first {
-            let h = http_side(&args, &http, &bases, &text).await?;
-            let a = acked_side(&args, &log, &text).await?;
+            let h = http_side(&args, &http, &bases, &text, &groups).await?;
+            let a = acked_side(&args, &log, &text, &groups).await?;
             (a, h)
         } else {
-            let a = acked_side(&args, &log, &text).await?;
-            let h = http_side(&args, &http, &bases, &text).await?;
+            let a = acked_side(&args, &log, &text, &groups).await?;
+            let h = http_side(&args, &http, &bases, &text, &groups).await?;
             (a, h)
         };
+        cpu_rows.push(acked.cpu_row(round, "acked"));
+        cpu_rows.push(over_http.cpu_row(round, "http"));
         let ratio = over_http.throughput() / acked.throughput();
         ratios.push(ratio);
         let row = vec![
@@ -210,6 +236,11 @@ pub async fn run(args: Args) -> Result<()> {
         ],
         &rows,
     );
+    let mut cpu_header = vec!["round", "side"];
+    cpu_header.extend(groups.iter().map(|(name, _)| *name));
+    cpu_header.extend(["rest", "machine", "machine busy %"]);
+    println!("CPU µs per event (bench: the load generator, and the library on the acked side)");
+    print_table(&cpu_header, &cpu_rows);
     let spread = Spread::of(&ratios);
     println!(
         "median http ÷ acked {:.3} (range {:.3}–{:.3}) over {} rounds",
@@ -223,7 +254,12 @@ pub async fn run(args: Args) -> Result<()> {
 }
 
 /// The library's side: one process appending every session's events, answered at the ack.
-async fn acked_side(args: &Args, log: &Arc<EventLog>, text: &str) -> Result<Figures> {
+async fn acked_side(
+    args: &Args,
+    log: &Arc<EventLog>,
+    text: &str,
+    groups: &[(&'static str, Vec<u32>)],
+) -> Result<Figures> {
     let mut writers = Vec::with_capacity(args.sessions);
     for _ in 0..args.sessions {
         writers.push(
@@ -232,6 +268,7 @@ async fn acked_side(args: &Args, log: &Arc<EventLog>, text: &str) -> Result<Figu
                 .0,
         );
     }
+    let meter = Meter::start(groups.to_vec());
     let start = Instant::now();
     let tasks: Vec<_> = writers
         .into_iter()
@@ -260,7 +297,7 @@ async fn acked_side(args: &Args, log: &Arc<EventLog>, text: &str) -> Result<Figu
         }
     }
     let seconds = start.elapsed().as_secs_f64();
-    Ok(Figures::of(all.len(), 0, seconds, all))
+    Ok(Figures::of(all.len(), 0, seconds, all, meter.read()))
 }
 
 /// The HTTP side: every session created through an instance, then one event per request.
@@ -269,6 +306,7 @@ async fn http_side(
     http: &reqwest::Client,
     bases: &[String],
     text: &str,
+    groups: &[(&'static str, Vec<u32>)],
 ) -> Result<Figures> {
     let mut sessions = Vec::with_capacity(args.sessions);
     for i in 0..args.sessions {
@@ -284,6 +322,7 @@ async fn http_side(
         let token = opened["writer_token"].as_str().context("writer_token")?;
         sessions.push((format!("{base}/v1/sessions/{id}/events"), token.to_string()));
     }
+    let meter = Meter::start(groups.to_vec());
     let start = Instant::now();
     let tasks: Vec<_> = sessions
         .into_iter()
@@ -337,5 +376,5 @@ async fn http_side(
         }
     }
     let seconds = start.elapsed().as_secs_f64();
-    Ok(Figures::of(all.len(), failed, seconds, all))
+    Ok(Figures::of(all.len(), failed, seconds, all, meter.read()))
 }

@@ -70,6 +70,153 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(vm_hwm_kib(&status)? * 1024)
 }
 
+/// CPU time used by processes, read from `/proc`: where a benchmark's cores went, so a
+/// throughput figure on a shared machine comes with what each process spent per event.
+///
+/// Written by hand rather than with a crate: it is two fields of `/proc/<pid>/stat` and the
+/// first line of `/proc/stat`, in clock ticks of `USER_HZ`, which Linux fixes at 100 for
+/// user space whatever the kernel's own tick rate.
+pub mod cpu {
+    use std::path::Path;
+
+    /// `USER_HZ`: the unit of every tick count in `/proc` (see the module's note).
+    const TICKS_PER_SECOND: f64 = 100.0;
+
+    /// User plus system CPU seconds `pid` has used so far; `None` once it has exited.
+    pub fn process_seconds(pid: u32) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) is in parentheses and may hold spaces: count fields
+        // after its closing one. utime and stime are fields 14 and 15.
+        let after = stat.rsplit_once(')')?.1;
+        let mut fields = after.split_whitespace().skip(11);
+        let user: f64 = fields.next()?.parse().ok()?;
+        let system: f64 = fields.next()?.parse().ok()?;
+        Some((user + system) / TICKS_PER_SECOND)
+    }
+
+    /// CPU seconds the whole machine has been busy (every state but idle and I/O wait) and
+    /// the seconds of CPU it had (busy or not), over all cores, since boot.
+    pub fn machine_seconds() -> Option<(f64, f64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let ticks: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        let total: f64 = ticks.iter().take(8).sum();
+        let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+        Some(((total - idle) / TICKS_PER_SECOND, total / TICKS_PER_SECOND))
+    }
+
+    /// The pids in `<stack dir>/run/<component>*.pid` (the native stack's processes), e.g.
+    /// every broker's for `kafka-`. Empty when the stack runs elsewhere (docker, another host).
+    pub fn stack_pids(component: &str) -> Vec<u32> {
+        let dir = std::env::var("SESSIONLOG_STACK_DIR").unwrap_or_else(|_| ".stack".into());
+        let Ok(entries) = std::fs::read_dir(Path::new(&dir).join("run")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(component) && name.ends_with(".pid")
+            })
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+            .collect()
+    }
+
+    /// CPU seconds used by named groups of processes and by the machine, between two reads.
+    #[derive(Clone, Debug)]
+    pub struct Meter {
+        groups: Vec<(&'static str, Vec<u32>)>,
+        start: Vec<f64>,
+        machine: (f64, f64),
+    }
+
+    /// What a [`Meter`] measured: each group's CPU seconds, then the machine's busy and total.
+    #[derive(Clone, Debug)]
+    pub struct Used {
+        /// CPU seconds per group, in the meter's order.
+        pub groups: Vec<(&'static str, f64)>,
+        /// CPU seconds the machine was busy, over all cores.
+        pub machine_busy: f64,
+        /// CPU seconds the machine had, over all cores (busy or not).
+        pub machine_total: f64,
+    }
+
+    impl Meter {
+        /// Starts measuring each group (a name and its pids).
+        pub fn start(groups: Vec<(&'static str, Vec<u32>)>) -> Self {
+            let start = groups.iter().map(|(_, pids)| sum(pids)).collect();
+            let machine = machine_seconds().unwrap_or_default();
+            Self {
+                groups,
+                start,
+                machine,
+            }
+        }
+
+        /// What each group and the machine used since [`Self::start`].
+        pub fn read(&self) -> Used {
+            let (busy, total) = machine_seconds().unwrap_or_default();
+            Used {
+                groups: self
+                    .groups
+                    .iter()
+                    .zip(&self.start)
+                    .map(|((name, pids), start)| (*name, (sum(pids) - start).max(0.0)))
+                    .collect(),
+                machine_busy: (busy - self.machine.0).max(0.0),
+                machine_total: (total - self.machine.1).max(0.0),
+            }
+        }
+    }
+
+    impl Used {
+        /// What the machine spent outside every group, in CPU seconds.
+        pub fn rest(&self) -> f64 {
+            (self.machine_busy - self.groups.iter().map(|(_, s)| s).sum::<f64>()).max(0.0)
+        }
+
+        /// The share of the machine's CPU that was busy, 0–1.
+        pub fn busy_share(&self) -> f64 {
+            if self.machine_total > 0.0 {
+                self.machine_busy / self.machine_total
+            } else {
+                0.0
+            }
+        }
+    }
+
+    fn sum(pids: &[u32]) -> f64 {
+        pids.iter().filter_map(|p| process_seconds(*p)).sum()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_busy_process_is_seen_spending_cpu_and_the_machine_with_it() {
+            let meter = Meter::start(vec![("self", vec![std::process::id()])]);
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+            let mut spin = 0u64;
+            while std::time::Instant::now() < until {
+                spin = std::hint::black_box(spin.wrapping_add(1));
+            }
+            let used = meter.read();
+            assert!(used.groups[0].1 >= 0.1, "{used:?}");
+            assert!(used.machine_busy >= used.groups[0].1 - 0.02, "{used:?}");
+            assert!(
+                used.busy_share() > 0.0 && used.busy_share() <= 1.0,
+                "{used:?}"
+            );
+            assert_eq!(process_seconds(u32::MAX), None, "no such process");
+        }
+    }
+}
+
 /// A child process (a `sessionlog` service or command) whose peak resident memory is sampled
 /// until it ends; killed when dropped.
 pub struct Watched {
