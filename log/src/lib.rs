@@ -36,4 +36,4 @@ pub use settings::{
     ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Resolution,
     ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
 };
-pub use tail::{LogTail, Start};
+pub use tail::{LogTail, Start, TailOptions};

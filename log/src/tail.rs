@@ -203,23 +203,12 @@ impl LogTail {
         settings: &KafkaSettings,
         topic: &str,
         partitions: i32,
-        bytes: usize,
+        options: &TailOptions,
         ready_within: Duration,
     ) -> Result<Self> {
         let count = usize::try_from(partitions.max(1)).unwrap_or(1);
-        let consumer: StreamConsumer = settings
-            .client_config()
-            // assign() needs a group id even though nothing is ever committed.
-            .set("group.id", "sessionlog-tail")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            // Positioned below what retention kept (a tail far behind), the consumer goes on
-            // from the first record kept: those before it are gone, and nothing kept is skipped.
-            .set("auto.offset.reset", "earliest")
-            // A fetch is answered as soon as a record arrives (fetch.min.bytes is 1), so this
-            // bounds only how often an idle tail asks each broker, not how long an append waits.
-            .set("fetch.wait.max.ms", "100")
-            .set("queued.max.messages.kbytes", "16384")
+        let bytes = options.bytes;
+        let consumer: StreamConsumer = consumer_config(settings, options)
             .create()
             .map_err(Error::kafka("create tail consumer"))?;
         let consumer = Arc::new(consumer);
@@ -343,6 +332,51 @@ impl LogTail {
     }
 }
 
+/// How a process's tail reads: what it keeps and how its fetches are answered (the
+/// `[producer] tail_*` settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailOptions {
+    /// Bytes of records kept over all partitions (`tail_bytes`).
+    pub bytes: usize,
+    /// `fetch.min.bytes` of the tail's consumer (`tail_fetch_min_bytes`).
+    pub fetch_min_bytes: u32,
+    /// `fetch.wait.max.ms` of the tail's consumer (`tail_fetch_wait_ms`).
+    pub fetch_wait_ms: u32,
+}
+
+impl From<&crate::ProducerSettings> for TailOptions {
+    fn from(settings: &crate::ProducerSettings) -> Self {
+        Self {
+            bytes: settings.tail_bytes,
+            fetch_min_bytes: settings.tail_fetch_min_bytes,
+            fetch_wait_ms: settings.tail_fetch_wait_ms,
+        }
+    }
+}
+
+/// The tail consumer's configuration: the cluster's client settings, then the tail's own.
+fn consumer_config(settings: &KafkaSettings, options: &TailOptions) -> rdkafka::ClientConfig {
+    let mut config = settings.client_config();
+    config
+        // assign() needs a group id even though nothing is ever committed.
+        .set("group.id", "sessionlog-tail")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // Positioned below what retention kept (a tail far behind), the consumer goes on
+        // from the first record kept: those before it are gone, and nothing kept is skipped.
+        .set("auto.offset.reset", "earliest")
+        // A broker answers a fetch once it has gathered fetch.min.bytes or held it for
+        // fetch.wait.max.ms: under load few fetches carry many batches; when quiet, an append
+        // waits at most the latter beyond its ack.
+        .set(
+            "fetch.min.bytes",
+            options.fetch_min_bytes.max(1).to_string(),
+        )
+        .set("fetch.wait.max.ms", options.fetch_wait_ms.to_string())
+        .set("queued.max.messages.kbytes", "16384");
+    config
+}
+
 impl Drop for LogTail {
     fn drop(&mut self) {
         self.task.abort();
@@ -431,6 +465,28 @@ mod tests {
 
     fn offsets(records: Option<Vec<RawRecord>>) -> Option<Vec<i64>> {
         records.map(|r| r.iter().map(|r| r.offset).collect())
+    }
+
+    #[test]
+    fn the_tail_consumer_fetches_as_its_settings_say() {
+        let settings = crate::ProducerSettings {
+            tail_fetch_min_bytes: 4096,
+            tail_fetch_wait_ms: 25,
+            ..Default::default()
+        };
+        let config = consumer_config(&KafkaSettings::default(), &TailOptions::from(&settings));
+        assert_eq!(config.get("fetch.min.bytes"), Some("4096"));
+        assert_eq!(config.get("fetch.wait.max.ms"), Some("25"));
+        let none = TailOptions {
+            fetch_min_bytes: 0,
+            ..TailOptions::from(&settings)
+        };
+        let config = consumer_config(&KafkaSettings::default(), &none);
+        assert_eq!(
+            config.get("fetch.min.bytes"),
+            Some("1"),
+            "librdkafka's least"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sessionlog_keys::Keyring;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{
-    KafkaSettings, LogTail, PartitionReader, Settings, Start, partitioner, topic,
+    KafkaSettings, LogTail, PartitionReader, Settings, Start, TailOptions, partitioner, topic,
 };
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
@@ -676,7 +676,7 @@ impl EventLog {
                     &self.kafka,
                     &self.kafka.topic,
                     self.partitions,
-                    self.options.tail_bytes,
+                    &TailOptions::from(&self.options),
                     self.options.tail_wait(),
                 )
                 .await

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result, ensure};
 use reqwest::StatusCode;
 use serde_json::json;
-use sessionlog_log::{LogTail, Start};
+use sessionlog_log::{LogTail, ProducerSettings, Start, TailOptions};
 use sessionlog_producer::{Error, EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
@@ -173,7 +173,11 @@ async fn a_tail_waits_for_records_and_answers_only_for_what_it_holds() -> Result
     let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
     let (mut writer, start) = SessionWriter::create(Arc::clone(&log), "h", None).await?;
     let kafka = &stack.settings.kafka;
-    let tail = LogTail::start(kafka, &kafka.topic, 1, 1 << 20, Duration::from_secs(30)).await?;
+    let options = TailOptions {
+        bytes: 1 << 20,
+        ..TailOptions::from(&ProducerSettings::default())
+    };
+    let tail = LogTail::start(kafka, &kafka.topic, 1, &options, Duration::from_secs(30)).await?;
     let key = writer.session_id().to_string();
     let from = start.position.offset + 1;
     let positioned = wait_for(
