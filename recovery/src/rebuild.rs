@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// How many records a rebuild holds before folding them: memory stays bounded by this,
 /// not by the session's length.
 const WINDOW: usize = 4096;
+/// How long a rebuild must have waited for a reader before it asks the projector's progress
+/// again: a shorter wait leaves too little newly projected to repay two more round trips.
+const REREAD_PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Where a rebuild started reading.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -346,8 +349,26 @@ impl Recovery {
             Vec::new()
         };
 
+        let waited = std::time::Instant::now();
         let reader = self.log().lend_reader().await?;
         observe::phase_done("wait_reader", started);
+        // While this rebuild queued for a reader the projector went on: in a fleet restart the
+        // wait is about a second, and every record it projected meanwhile (mostly the fleet's
+        // own claims) would otherwise be read below as unindexed tail. Asking again costs two
+        // table round trips with the reader held, so only after a wait long enough to matter.
+        let mut indexed = indexed;
+        if !index_expired && waited.elapsed() >= REREAD_PROGRESS_AFTER {
+            let progress = self.store.load_progress(&self.settings.kafka.topic).await?;
+            let now_covered = progress.get(&partition).map_or(-1, |next| next - 1);
+            let from = indexed.saturating_add(1).max(indexed_from);
+            if now_covered >= from {
+                offsets.extend(
+                    index::accepted_offsets(&self.store, session, after_seq, from, now_covered)
+                        .await?,
+                );
+                indexed = now_covered;
+            }
+        }
         let (first_offset, end_offset) = reader.watermarks(partition).await?;
         let (start, mut state) = known_start.unwrap_or_else(|| {
             (
