@@ -301,3 +301,37 @@ async def test_a_call_waiting_for_its_output_is_no_call_in_doubt(client: session
     assert popped is not None and popped.get("call_id") == "call-10"
     with pytest.raises(sessionlog.SessionlogError, match="call-10"):
         await new_session(client, name).add_items([{**output, "call_id": "call-10"}])  # type: ignore[list-item]
+
+
+@pytest.mark.anyio
+async def test_a_call_id_a_provider_reuses_marks_only_its_own_call_durable(client: sessionlog.AsyncClient) -> None:
+    # Some providers number calls per response (call_0, call_1, ...): a durable call and a later
+    # plain call may share an id, and the plain call's output is its own, written as its result.
+    session = new_session(client)
+
+    @session.durable_tool(effect="Pure")
+    async def lookup(q: str) -> str:
+        return f"found {q}"
+
+    await session.add_items([{"role": "user", "content": "hi"}])
+    await lookup(q="x")
+    first = [
+        {"type": "function_call", "call_id": "call_0", "name": "lookup", "arguments": '{"q":"x"}'},
+        {"type": "function_call_output", "call_id": "call_0", "output": "found x"},
+    ]
+    later = [
+        {"type": "function_call", "call_id": "call_0", "name": "send_email", "arguments": '{"to":"a"}'},
+        {"type": "function_call_output", "call_id": "call_0", "output": "sent"},
+    ]
+    await session.add_items(first)  # type: ignore[arg-type]
+    await session.add_items(later)  # type: ignore[arg-type]
+    results = [e async for e in client.events(session.writer.session_id, kinds=["ToolCallResult"])]
+    assert [text_of((e.data or {}).get("output")) for e in results][-1] == "sent"
+    session.close()
+    # A new process takes the session over (no call left in doubt) and reads the same items.
+    again = new_session(client, session.session_id)
+    again.durable_tool(effect="Pure")(lookup)
+    try:
+        assert await again.get_items() == [{"role": "user", "content": "hi"}, *first, *later]
+    finally:
+        again.close()

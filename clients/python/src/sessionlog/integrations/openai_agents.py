@@ -151,6 +151,8 @@ class SessionlogSession:
         # Used on the session's loop only (it binds to the first loop it waits on).
         self._lock = asyncio.Lock()
         self._durable: set[str] = set()
+        # The call ids of durable calls the SDK saved whose outputs it has not saved yet: an
+        # output with such an id is that call's (a provider may use an id again later).
         self._durable_calls: set[str] = set()
         # Function calls kept whole with no request written yet (see ``_events``), by call id:
         # the item record's event id, and the item.
@@ -279,17 +281,23 @@ class SessionlogSession:
             unknown = outputs - calls - self._durable_calls - self._waiting.keys()
             if any(writer.ledger.call_with_key(c) is None for c in unknown):
                 await self._live_items()  # a call another process left waiting: learn it from the log
-            durable = {str(i.get("call_id")) for i in items if i.get("type") == "function_call" and i.get("name") in self._durable}
+            durable = self._durable_items(items, self._durable_calls)[0]
             claims: dict[int, str] = {}
             markers: dict[str, str] = {}
             # An output of a durable call saved before its tool ran (approval) has no call the
             # ledger knows either: it needs the log too.
             orphans = self._durable and any(writer.ledger.call_with_key(c) is None for c in outputs - calls)
-            if orphans or any(self._is_durable_item(i, durable) for i in items):
-                claims, markers = self._claims(await self._read(writer), items, durable)
+            if orphans or durable:
+                events = await self._read(writer)
+                # Durable calls the SDK saved before (another process, perhaps): their outputs are too.
+                self._durable_calls = self._durable_items([item for _, item in _saved_items(events)], set())[1]
+                durable = self._durable_items(items, self._durable_calls)[0]
+                claims, markers = self._claims(events, items, durable)
             planned: list[tuple[str, tuple[str, dict[str, Any]] | None]] = []
             # One request (up to 128 events): a call and its output in one batch land together.
-            await writer.append_planned(lambda first_seq: self._events(writer, items, first_seq, outputs, claims, markers, planned))
+            await writer.append_planned(
+                lambda first_seq: self._events(writer, items, first_seq, outputs, durable, claims, markers, planned)
+            )
             # Written (or kept to be sent again with the same ids): the calls now waiting, or not.
             for call_id, waiting in planned:
                 if waiting is None:
@@ -303,6 +311,7 @@ class SessionlogSession:
         items: list[TResponseInputItem],
         first_seq: int,
         outputs: set[str],
+        durable: set[int],
         claims: dict[int, str],
         markers: dict[str, str],
         planned: list[tuple[str, tuple[str, dict[str, Any]] | None]],
@@ -327,8 +336,6 @@ class SessionlogSession:
                 )
             events.append((kind, data, {**envelope, "event_id": event_id, **({"causation_id": causation} if causation else {})}))
 
-        durable = {str(i.get("call_id")) for i in items if i.get("type") == "function_call" and i.get("name") in self._durable}
-        durable |= set(markers.values())
         for requested, sdk_call in markers.items():
             _, marker, _ = framework_state(FRAMEWORK, CLAIM_KEY, sdk_call)
             events.append(("FrameworkStateSaved", marker, {"causation_id": requested}))
@@ -337,15 +344,13 @@ class SessionlogSession:
             _, whole, _ = framework_state(FRAMEWORK, ITEM_KEY, json.dumps(item))
             kind = item.get("type")
             call_id = str(item.get("call_id"))
-            if self._is_durable_item(item, durable):
+            if index in durable:
                 # Its wrapper recorded the call (under its own key) and its result: the item
                 # stands whole beside the event it claimed, or on its own.
                 if index in claims:
                     events.append(("FrameworkStateSaved", whole, {"causation_id": claims[index]}))
                 else:
                     events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
-                if kind == "function_call":
-                    self._durable_calls.add(call_id)
                 continue
             if kind == "function_call" and call_id not in outputs:
                 events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
@@ -361,6 +366,9 @@ class SessionlogSession:
             if event[0] == "ModelResponse" and str(event[1].get("model", "")).startswith(ITEM_MODEL):
                 continue  # kept whole already
             events.append(("FrameworkStateSaved", whole, {"causation_id": event_id}))
+        # Planned (written, or kept to be sent again with these ids): the durable calls now
+        # waiting for their outputs.
+        self._durable_calls = self._durable_items(items, self._durable_calls)[1]
         return events
 
     @staticmethod
@@ -425,15 +433,31 @@ class SessionlogSession:
         writer.ledger.learn(events)
         return events
 
-    def _is_durable_item(self, item: TResponseInputItem | dict[str, Any], calls: set[str]) -> bool:
-        """Whether ``item`` is a durable tool's call, or the output of one (of ``calls``, the
-        durable calls of its batch, or of one before)."""
-        if item.get("type") == "function_call":
-            return str(item.get("name")) in self._durable
-        return item.get("type") == "function_call_output" and str(item.get("call_id")) in self._durable_calls | calls
+    def _durable_items(
+        self, items: list[TResponseInputItem] | list[dict[str, Any]], pending: set[str]
+    ) -> tuple[set[int], set[str]]:
+        """Which of ``items`` (by index) are a durable tool's call or the output of one, and the
+        durable calls still waiting for their outputs after them. An output is the latest call's
+        with its id: one of the batch before it, or of ``pending`` (durable calls saved before
+        whose outputs were not). Once its output is saved, or a plain call takes the id, the id
+        no longer marks an output durable: some providers number calls per response."""
+        found: set[int] = set()
+        pending = set(pending)
+        for index, item in enumerate(items):
+            call_id = str(item.get("call_id"))
+            if item.get("type") == "function_call":
+                if str(item.get("name")) in self._durable:
+                    found.add(index)
+                    pending.add(call_id)
+                else:
+                    pending.discard(call_id)
+            elif item.get("type") == "function_call_output" and call_id in pending:
+                found.add(index)
+                pending.discard(call_id)
+        return found, pending
 
     def _claims(
-        self, events: list[HistoryEvent], items: list[TResponseInputItem], calls: set[str]
+        self, events: list[HistoryEvent], items: list[TResponseInputItem], durable: set[int]
     ) -> tuple[dict[int, str], dict[str, str]]:
         """Which events of durable calls the SDK's items of them stand beside, by the items'
         index: a function call beside the request its wrapper recorded (the first not yet
@@ -448,8 +472,6 @@ class SessionlogSession:
         by_call_id = {str(item.get("call_id")): eid for eid, item in beside.items() if item.get("type") == "function_call"}
         by_call_id.update({call_id: eid for eid, call_id in claimed.items()})
         waited = {str(i.get("call_id")): i for i in alone.values() if i.get("type") == "function_call" and i.get("name") in self._durable}
-        # Durable calls the SDK saved before (another process, perhaps): their outputs are too.
-        self._durable_calls |= waited.keys() | by_call_id.keys()
         seq_of = {e.event_id: e.seq for e in events}
         unclaimed = [
             e for e in events
@@ -471,7 +493,7 @@ class SessionlogSession:
         claims: dict[int, str] = {}
         markers: dict[str, str] = {}
         for index, item in enumerate(items):
-            if not self._is_durable_item(item, calls | waited.keys()):
+            if index not in durable:
                 continue
             call_id = str(item.get("call_id"))
             if item.get("type") == "function_call":
@@ -661,6 +683,23 @@ def _claimed(events: list[HistoryEvent]) -> dict[str, str]:
             if event.causation_id is not None and text is not None:
                 found[event.causation_id] = text
     return found
+
+
+def _saved_items(events: list[HistoryEvent]) -> list[tuple[HistoryEvent, dict[str, Any]]]:
+    """The items kept whole that no retraction withdrew, in the order they were saved, each
+    with its record."""
+    retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
+    by_id = {e.event_id: e for e in events}
+    saved: list[tuple[HistoryEvent, dict[str, Any]]] = []
+    for event in events:
+        item = _record(event)
+        if item is None or event.seq in retracted:
+            continue
+        beside = by_id.get(event.causation_id or "")
+        if beside is not None and _event_of(beside, item) and beside.seq in retracted:
+            continue
+        saved.append((event, item))
+    return saved
 
 
 def _whole_items(events: list[HistoryEvent]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
