@@ -236,7 +236,12 @@ enum Command {
     /// The events topic and its partitions, each projector group's lag per partition and live
     /// instances, dead letters, the registered schemas and the store; exits 1 naming each
     /// problem and its fix when something is unhealthy, 3 when a server cannot be reached.
+    ///
+    /// With a SESSION: that session's status and epoch, rebuilt from the log, and its writer
+    /// lease (who holds it, at which epoch, until when, and whether it is live).
     Status {
+        /// A session to report on instead of the deployment.
+        session: Option<String>,
         /// A projector consumer group to report on; repeat for several (default:
         /// `[projector] group_id`, the group `sessionlog project` joins).
         #[arg(long = "group")]
@@ -358,7 +363,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),
         Command::Erase(args) => emit(cli.json, crate::keys::erase(&settings, &args).await?),
         Command::Schemas { command } => crate::schemas::run(&settings, command, cli.json).await,
-        Command::Status { groups } => crate::status::run(&settings, groups, cli.json).await,
+        Command::Status {
+            session: Some(session),
+            ..
+        } => crate::status::run_session(&settings, parse_session(&session)?, cli.json).await,
+        Command::Status {
+            session: None,
+            groups,
+        } => crate::status::run(&settings, groups, cli.json).await,
         Command::Dlq { command } => crate::dlq::run(&settings, command, cli.json).await,
         Command::Doctor(args) => crate::doctor::run(cli.config.as_deref(), args, cli.json).await,
         Command::Openapi { service } => print_openapi(service),

@@ -8,6 +8,8 @@ use crate::schemas;
 use anyhow::{Result, bail};
 use serde::Serialize;
 use sessionlog_log::{GroupStatus, Settings, TopicSpan, group_status, topic_span};
+use sessionlog_recovery::LeaseStatus;
+use sessionlog_schemas::SessionId;
 use sessionlog_store::ProjectionStore;
 
 /// What `status` gathered: the facts, then the problems found in them.
@@ -72,6 +74,64 @@ pub async fn run(settings: &Settings, groups: Vec<String>, json: bool) -> Result
         );
     }
     Ok(())
+}
+
+/// One session as `sessionlog status SESSION` reports it.
+#[derive(Debug, Serialize)]
+pub struct SessionStatus {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its status, as the fold has it (`running`, `paused`, `completed`, ...).
+    pub status: String,
+    /// Its current writer epoch.
+    pub epoch: u64,
+    /// Its writer lease, if a writer holds one.
+    pub lease: Option<LeaseStatus>,
+}
+
+/// Runs `sessionlog status SESSION`: the session rebuilt from the log, and its writer lease.
+pub async fn run_session(settings: &Settings, session: SessionId, json: bool) -> Result<()> {
+    let recovery = sessionlog_recovery::Recovery::connect_reader(settings).await?;
+    let rebuilt = recovery.rebuild(session).await?;
+    let lease = recovery.lease(session).await?;
+    let epoch = rebuilt.state.epoch;
+    let status = SessionStatus {
+        session_id: session,
+        status: rebuilt.state.status().as_str().to_string(),
+        epoch,
+        lease: lease.map(|l| LeaseStatus::of(l, epoch, sessionlog_schemas::now_micros())),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        println!("{}", session_text(&status));
+    }
+    Ok(())
+}
+
+/// [`SessionStatus`] for a person.
+pub fn session_text(status: &SessionStatus) -> String {
+    let lease = match &status.lease {
+        None => "lease: none (no writer holds one: never taken, released, or leases are off)"
+            .to_string(),
+        Some(lease) => {
+            let state = if lease.live {
+                "live"
+            } else if lease.epoch != status.epoch {
+                "not live: a fenced epoch's"
+            } else {
+                "not live: expired"
+            };
+            format!(
+                "lease: held by {} at epoch {}, renewed {}, expires {} ({state})",
+                lease.writer, lease.epoch, lease.renewed_at, lease.expires_at
+            )
+        }
+    };
+    format!(
+        "session {}: {}, epoch {}\n{lease}",
+        status.session_id, status.status, status.epoch
+    )
 }
 
 async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
@@ -275,6 +335,35 @@ fn human(status: &Status) -> String {
 mod tests {
     use super::*;
     use sessionlog_log::{GroupMember, PartitionLag, PartitionSpan};
+
+    #[test]
+    fn a_sessions_status_names_its_lease_holder_expiry_and_liveness() {
+        let lease = |live, epoch| LeaseStatus {
+            writer: "h1".into(),
+            epoch,
+            renewed_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: "2026-01-01T00:00:15Z".into(),
+            live,
+        };
+        let mut status = SessionStatus {
+            session_id: SessionId::new(),
+            status: "running".into(),
+            epoch: 2,
+            lease: Some(lease(true, 2)),
+        };
+        let text = session_text(&status);
+        assert!(text.ends_with(
+            "lease: held by h1 at epoch 2, renewed 2026-01-01T00:00:00Z, expires \
+             2026-01-01T00:00:15Z (live)"
+        ));
+        assert!(text.contains(": running, epoch 2\n"), "{text}");
+        status.lease = Some(lease(false, 2));
+        assert!(session_text(&status).ends_with("(not live: expired)"));
+        status.lease = Some(lease(false, 1));
+        assert!(session_text(&status).ends_with("(not live: a fenced epoch's)"));
+        status.lease = None;
+        assert!(session_text(&status).contains("lease: none"));
+    }
 
     fn span(topic: &str, ends: &[i64]) -> TopicSpan {
         TopicSpan {

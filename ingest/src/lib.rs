@@ -121,7 +121,8 @@ pub fn service() -> Service<Arc<Ingest>> {
             .routes(routes!(claim))
             .routes(routes!(append))
             .routes(routes!(checkpoint))
-            .routes(routes!(close)),
+            .routes(routes!(close))
+            .routes(routes!(renew_lease, release_lease)),
         OpenApiRouter::new(),
     )
 }
@@ -1038,5 +1039,181 @@ async fn close(
         Ok(writer.close(request.outcome, request.reason).await?)
     })
     .await?;
+    // The end is the session's: its lease goes with it. Not releasing it leaves a lease that
+    // lapses after its TTL, so a failure here does not fail the close.
+    if ingest.log.lease_ttl().is_some()
+        && let Err(e) = ingest.log.release_lease(session).await
+    {
+        tracing::warn!(%session, error = %e, "the ended session's lease was not released");
+    }
     Ok((StatusCode::OK, Json(EventAck::new(&appended, false))))
+}
+
+/// Renews the lease of the epoch's writer.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct LeaseRequest {
+    /// The epoch create, claim or resume answered: the session's current one.
+    #[schema(value_type = u64)]
+    epoch: Epoch,
+    /// A name for the holder (after the caller's verified name); the name the epoch's claim
+    /// recorded, or the session's agent, when absent.
+    writer: Option<String>,
+}
+
+/// Releases the lease of the epoch's writer.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct ReleaseQuery {
+    /// The epoch create, claim or resume answered: the session's current one.
+    #[param(value_type = u64)]
+    epoch: Epoch,
+}
+
+/// A writer's lease as written to the lease topic: liveness, not permission to write.
+#[derive(Debug, Serialize, ToSchema)]
+struct LeaseAnswer {
+    session_id: SessionId,
+    /// Who holds it.
+    writer: String,
+    /// The epoch it is held at.
+    #[schema(value_type = u64)]
+    epoch: Epoch,
+    /// When it was renewed, in microseconds since the Unix epoch.
+    renewed_at: i64,
+    /// When it lapses unless renewed again, in microseconds since the Unix epoch: renew every
+    /// third of `ttl_ms`.
+    expires_at: i64,
+    /// `[lease] ttl_ms` of this service.
+    ttl_ms: u64,
+}
+
+/// The most bytes of a lease holder's name.
+const MAX_HOLDER_BYTES: usize = 256;
+
+/// The lease TTL, or 409 `leases_off` when `[lease] ttl_ms = 0`.
+fn lease_ttl(ingest: &Ingest) -> Result<std::time::Duration, Problem> {
+    ingest.log.lease_ttl().ok_or_else(|| {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "leases_off",
+            "writer leases are off on this service ([lease] ttl_ms = 0, SESSIONLOG_LEASE__TTL_MS)",
+        )
+    })
+}
+
+/// Renews (or takes) the writer lease of the session's current epoch, for a harness writing
+/// over HTTP: call it every third of `ttl_ms` while the harness runs. A lease says the harness
+/// is alive; it lets no one write (the epoch and the writer token decide that).
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/lease",
+    tag = "sessions",
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ("Sessionlog-Writer-Token" = Option<String>, Header, description = "the writer token create, claim or resume answered; required when the session's writer holds one"),
+    ),
+    request_body = LeaseRequest,
+    responses(
+        (status = 200, description = "the lease is written to the lease topic", body = LeaseAnswer),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced` (the epoch is not the session's current one, or the writer token is another writer's), `writer_token_required`, `unknown_epoch`, `leases_off`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn renew_lease(
+    State(ingest): State<Arc<Ingest>>,
+    Authorized(caller, _): Authorized<Harness>,
+    PathParams(session): PathParams<String>,
+    headers: HeaderMap,
+    JsonBody(request): JsonBody<LeaseRequest>,
+) -> Answer<LeaseAnswer> {
+    let session = sessionlog_http::session_id(&session)?;
+    let token = writer_token(&headers)?;
+    let ttl = lease_ttl(&ingest)?;
+    if let Some(name) = &request.writer
+        && name.len() > MAX_HOLDER_BYTES
+    {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            format!("writer is {} bytes; at most {MAX_HOLDER_BYTES}", name.len()),
+        ));
+    }
+    let lease = with_writer(&ingest, &caller, session, async |writer| {
+        // From the log as it is now: this instance's memory may predate another's claim, and a
+        // lease must be the current epoch's.
+        writer.refresh().await?;
+        check_epoch(writer, request.epoch, token).await?;
+        let state = writer.state();
+        let holder = match &request.writer {
+            Some(name) => caller.on_behalf(name),
+            None => state
+                .writer
+                .clone()
+                .or_else(|| state.agent.clone())
+                .unwrap_or_default(),
+        };
+        let now = sessionlog_schemas::now_micros();
+        let lease = sessionlog_log::Lease::renewed(session, &holder, request.epoch, now, ttl)
+            .ok_or_else(|| {
+                Problem::internal("[lease] ttl_ms puts the expiry past what a timestamp holds")
+            })?;
+        ingest.log.put_lease(&lease).await?;
+        Ok(lease)
+    })
+    .await?;
+    Ok((
+        StatusCode::OK,
+        Json(LeaseAnswer {
+            session_id: session,
+            writer: lease.writer,
+            epoch: lease.epoch,
+            renewed_at: lease.renewed_at,
+            expires_at: lease.expires_at,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        }),
+    ))
+}
+
+/// Releases the writer lease of the session's current epoch (a tombstone in the lease
+/// topic): for a harness that stops running the session without ending it (`/close` releases
+/// it too). A released or lapsed lease says no harness is running the session.
+#[utoipa::path(
+    delete,
+    path = "/sessions/{session_id}/lease",
+    tag = "sessions",
+    params(
+        ("session_id" = Uuid, Path, description = "the session"),
+        ReleaseQuery,
+        ("Sessionlog-Writer-Token" = Option<String>, Header, description = "the writer token create, claim or resume answered; required when the session's writer holds one"),
+    ),
+    responses(
+        (status = 204, description = "released"),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `writer_token_required`, `unknown_epoch`, `leases_off`", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn release_lease(
+    State(ingest): State<Arc<Ingest>>,
+    Authorized(caller, _): Authorized<Harness>,
+    PathParams(session): PathParams<String>,
+    QueryParams(query): QueryParams<ReleaseQuery>,
+    headers: HeaderMap,
+) -> Result<StatusCode, Problem> {
+    let session = sessionlog_http::session_id(&session)?;
+    let token = writer_token(&headers)?;
+    lease_ttl(&ingest)?;
+    with_writer(&ingest, &caller, session, async |writer| {
+        // Only the current epoch's writer releases: a fenced one would release its successor's.
+        writer.refresh().await?;
+        check_epoch(writer, query.epoch, token).await?;
+        Ok(ingest.log.release_lease(session).await?)
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
 }

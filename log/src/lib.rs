@@ -4,6 +4,7 @@
 //! - [`dead_letters`]: the dead-letter topic: its headers, reading dead letters, replaying them;
 //! - [`cluster`]: whether each bootstrap address and broker answers, the protocol each speaks,
 //!   and each broker's clock against this host's (`sessionlog doctor`);
+//! - [`lease`]: writer leases, a writer's heartbeat on its session in a compacted topic;
 //! - [`group`]: a consumer group's lag per partition and its live members, a topic's depth;
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod dead_letters;
 pub mod error;
 pub mod group;
+pub mod lease;
 pub mod partitioner;
 pub mod positions;
 pub mod reader;
@@ -29,11 +31,12 @@ pub use error::{Error, Result};
 pub use group::{
     GroupMember, GroupStatus, PartitionLag, PartitionSpan, TopicSpan, group_status, topic_span,
 };
+pub use lease::Lease;
 pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
-    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, PrivacySettings,
-    ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings, Resolution,
-    ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
+    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, LeaseSettings,
+    PrivacySettings, ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings,
+    Resolution, ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
 };
 pub use tail::{LogTail, Start, TailOptions};

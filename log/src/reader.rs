@@ -163,6 +163,9 @@ impl RawRecord {
 pub struct PartitionReader {
     consumer: Arc<StreamConsumer>,
     topic: String,
+    /// The topic is compacted: its offsets have holes, and the end of a read is where the
+    /// partition ends (see [`Self::for_compacted`]).
+    compacted: bool,
 }
 
 impl PartitionReader {
@@ -184,14 +187,34 @@ impl PartitionReader {
         Self::with_prefetch(settings, topic, 1_000, 1024)
     }
 
+    /// A reader of a compacted topic (the lease topic), for one read and then dropped: a
+    /// record past the offset wanted is a hole compaction left, not a record fetched for an
+    /// earlier read, so the reader must never be reused; a read ends where the partition does.
+    pub fn for_compacted(settings: &KafkaSettings, topic: &str) -> Result<Self> {
+        let mut reader = Self::with_config(settings, topic, 1_000, 1024, true)?;
+        reader.compacted = true;
+        Ok(reader)
+    }
+
     fn with_prefetch(
         settings: &KafkaSettings,
         topic: &str,
         min_messages: u32,
         max_kbytes: u32,
     ) -> Result<Self> {
+        Self::with_config(settings, topic, min_messages, max_kbytes, false)
+    }
+
+    fn with_config(
+        settings: &KafkaSettings,
+        topic: &str,
+        min_messages: u32,
+        max_kbytes: u32,
+        partition_eof: bool,
+    ) -> Result<Self> {
         let consumer: StreamConsumer = settings
             .client_config()
+            .set("enable.partition.eof", partition_eof.to_string())
             // assign() needs a group id even though nothing is ever committed.
             .set("group.id", "sessionlog-reader")
             .set("enable.auto.commit", "false")
@@ -208,6 +231,7 @@ impl PartitionReader {
         Ok(Self {
             consumer: Arc::new(consumer),
             topic: topic.to_string(),
+            compacted: false,
         })
     }
 
@@ -299,6 +323,8 @@ impl PartitionReader {
                         seconds: STALL_LIMIT.as_secs(),
                     });
                 }
+                // A compacted partition's last offsets may be gone: its end is the end.
+                Ok(Err(KafkaError::PartitionEOF(p))) if self.compacted && p == partition => break,
                 Ok(Err(e)) if is_transient(&e) => {
                     tracing::debug!(error = %e, partition, next, "transient read error; waiting");
                     continue;
@@ -309,7 +335,10 @@ impl PartitionReader {
             if message.partition() != partition || message.offset() < next {
                 continue;
             }
-            if message.offset() > next && !self.truly_missing(partition, next).await? {
+            if message.offset() > next
+                && !self.compacted
+                && !self.truly_missing(partition, next).await?
+            {
                 // Our topic's offsets have no holes (no transactions, no compaction), so a
                 // record past the one wanted was fetched for something else (a consumer reused
                 // across reads): read from `next` again rather than skip what lies between.

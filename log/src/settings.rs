@@ -44,6 +44,49 @@ pub struct Settings {
     /// turns kept, characters per turn, token budget, what counts as a turn. The projector and
     /// recovery must be given the same policies.
     pub context: sessionlog_session::context::ContextPolicies,
+    /// Writer leases (`[lease]`): how long a writer's heartbeat on its session lasts.
+    pub lease: LeaseSettings,
+}
+
+/// Writer leases (`[lease]`, docs/design.md "Writer leases"): a writer holding a lease renews
+/// it every third of `ttl_ms` in the lease topic (`<kafka.topic>-leases`); one not renewed for
+/// `ttl_ms` is no longer live. Liveness only: a lease never lets anyone write.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeaseSettings {
+    /// How long a lease lasts after each renewal, in milliseconds; `0` disables leases (no
+    /// writer holds one, and no record is written). At most a day.
+    pub ttl_ms: u64,
+}
+
+/// The longest `[lease] ttl_ms`: a lease is a heartbeat, and a day without one is not liveness.
+pub const MAX_LEASE_TTL_MS: u64 = 86_400_000;
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self { ttl_ms: 15_000 }
+    }
+}
+
+impl LeaseSettings {
+    /// The TTL, or `None` when leases are off.
+    pub fn ttl(&self) -> Option<std::time::Duration> {
+        (self.ttl_ms > 0).then(|| std::time::Duration::from_millis(self.ttl_ms))
+    }
+
+    /// Checks the TTL is at most [`MAX_LEASE_TTL_MS`].
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.ttl_ms > MAX_LEASE_TTL_MS {
+            return Err(crate::Error::BadSetting {
+                key: "lease.ttl_ms".into(),
+                problem: format!(
+                    "{} is more than {MAX_LEASE_TTL_MS} (a day); 0 turns leases off",
+                    self.ttl_ms
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Envelope encryption (`[privacy]`). On unless `encrypt = false`: every sensitive field (texts,
@@ -529,6 +572,13 @@ impl Default for KafkaSettings {
 }
 
 impl KafkaSettings {
+    /// The compacted topic of writer leases: `<topic>-leases`, named after the events topic so
+    /// that each events topic (a test's, a benchmark's) has its own, created with it, with the
+    /// same partition count (see [`crate::lease`]).
+    pub fn lease_topic(&self) -> String {
+        format!("{}-leases", self.topic)
+    }
+
     /// A client configuration with the bootstrap servers and the pass-through properties.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -769,6 +819,7 @@ fn extract(figment: &Figment) -> crate::Result<Settings> {
         .map_err(|e| crate::Error::Config(Box::new(e)))?;
     settings.retention.validate()?;
     settings.projector.validate()?;
+    settings.lease.validate()?;
     settings
         .context
         .validate()

@@ -1,5 +1,5 @@
-//! Creating the session-events topic and its dead-letter topic, and keeping their retention
-//! as the settings say.
+//! Creating the session-events topic, its dead-letter topic and its lease topic, and keeping
+//! their retention as the settings say.
 
 use crate::settings::{RetentionSettings, UNLIMITED};
 use crate::{Error, KafkaSettings, Result};
@@ -130,8 +130,26 @@ pub fn wanted_configs(
                 ),
             ],
         ),
+        // Compacted, not retained by time or size: compaction keeps each session's latest.
+        (kafka.lease_topic(), Vec::new()),
     ]
 }
+
+/// The `cleanup.policy` a topic of `kafka` must have: `delete` for history (compaction would
+/// delete events), `compact` for the lease topic (a session's latest lease is all it needs).
+pub fn cleanup_policy(kafka: &KafkaSettings, topic: &str) -> &'static str {
+    if topic == kafka.lease_topic() {
+        "compact"
+    } else {
+        "delete"
+    }
+}
+
+/// Configuration the lease topic is created with besides its policy: a segment rolled every
+/// minute, so the cleaner can compact all but the last minute's renewals and a reader of one
+/// session's lease reads about one record per session of its partition
+/// ([`crate::lease::read_lease`]).
+const LEASE_TOPIC_CONFIGS: [(&str, &str); 1] = [("segment.ms", "60000")];
 
 /// Whether a reported value equals the wanted one: numbers are compared as numbers.
 fn same_value(actual: Option<&str>, wanted: &str) -> bool {
@@ -166,7 +184,7 @@ pub fn differences(
 
 /// Creates the session-events and dead-letter topics if they do not exist, with
 /// `cleanup.policy=delete` (never compaction: history is append-only) and the retention of
-/// `retention`, and waits until every partition has a leader. For a topic that already
+/// `retention`, and the lease topic, compacted, with as many partitions as the events topic, and waits until every partition has a leader. For a topic that already
 /// exists, it reads the topic's configuration and reports each retention value that differs
 /// from the settings; with `apply`, it changes those values (and only those) and reports them
 /// as changed.
@@ -186,8 +204,15 @@ pub async fn init_topics(
                 settings.partitions,
                 TopicReplication::Fixed(settings.replication_factor),
             )
-            .set("cleanup.policy", "delete")
+            .set("cleanup.policy", cleanup_policy(settings, name))
             .set("min.insync.replicas", &min_isr);
+            let topic = if *name == settings.lease_topic() {
+                LEASE_TOPIC_CONFIGS
+                    .iter()
+                    .fold(topic, |topic, (key, value)| topic.set(key, value))
+            } else {
+                topic
+            };
             configs
                 .iter()
                 .fold(topic, |topic, want| topic.set(want.key, &want.value))
@@ -327,10 +352,15 @@ async fn alter_topic(
     Ok(())
 }
 
-/// Deletes the session and dead-letter topics of `settings` (a benchmark's or a test's own
+/// Deletes the session, dead-letter and lease topics of `settings` (a benchmark's or a test's own
 /// topics, when it is done with them). A topic that is already gone is not an error.
 pub async fn delete_topics(settings: &KafkaSettings) -> Result<()> {
-    let names = [settings.topic.as_str(), settings.dead_letter_topic.as_str()];
+    let leases = settings.lease_topic();
+    let names = [
+        settings.topic.as_str(),
+        settings.dead_letter_topic.as_str(),
+        leases.as_str(),
+    ];
     let results = admin_client(settings)?
         .delete_topics(&names, &admin_options())
         .await
@@ -494,7 +524,8 @@ pub async fn check_topics(
             exists,
             partitions,
             replication_factor,
-            events: name == settings.topic,
+            // The lease topic is partitioned as the events topic is (see `lease`).
+            events: name == settings.topic || name == settings.lease_topic(),
         };
         checks.push(TopicCheck {
             findings: topic_findings(settings, &name, &layout, &configs, &wanted),
@@ -546,7 +577,7 @@ pub struct TopicLayout {
     pub partitions: i32,
     /// The fewest replicas any partition has.
     pub replication_factor: i32,
-    /// Whether it is the events topic (whose partition count is pinned).
+    /// Whether it is the events topic or its lease topic (whose partition count is pinned).
     pub events: bool,
 }
 
@@ -575,10 +606,10 @@ pub fn topic_findings(
             "sessionlog init (or name the existing topics in kafka.topic and \
              kafka.dead_letter_topic)"
                 .into(),
-            Some(if layout.events {
-                "kafka.topic"
-            } else {
+            Some(if topic == settings.dead_letter_topic {
                 "kafka.dead_letter_topic"
+            } else {
+                "kafka.topic"
             }),
         )];
     }
@@ -593,15 +624,18 @@ pub fn topic_findings(
         })
         .collect();
     let value = |key: &str| configs.get(key).cloned().flatten();
+    let policy_wanted = cleanup_policy(settings, topic);
     if let Some(policy) = value("cleanup.policy")
-        && policy.trim() != "delete"
+        && policy.trim() != policy_wanted
     {
+        let why = if policy_wanted == "delete" {
+            "history is append-only and compaction would delete events, so it must be delete"
+        } else {
+            "it holds each session's latest lease and must be compacted to stay small"
+        };
         found.push(finding(
-            format!(
-                "topic {topic}: cleanup.policy is {policy}; history is append-only and \
-                 compaction would delete events, so it must be delete"
-            ),
-            add_config_command(bootstrap, topic, "cleanup.policy", "delete"),
+            format!("topic {topic}: cleanup.policy is {policy}; {why}"),
+            add_config_command(bootstrap, topic, "cleanup.policy", policy_wanted),
             None,
         ));
     }

@@ -7,7 +7,8 @@ use serde::Serialize;
 use sessionlog_keys::Keyring;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{
-    KafkaSettings, LogTail, PartitionReader, Settings, Start, TailOptions, partitioner, topic,
+    KafkaSettings, Lease, LogTail, PartitionReader, Settings, Start, TailOptions, partitioner,
+    topic,
 };
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
@@ -75,6 +76,11 @@ pub struct EventLog {
     /// catch-up): afterwards such reads wait for it instead of seeking a reader
     /// (`[producer] tail_bytes`; see [`LogTail`]).
     tail: tokio::sync::OnceCell<Option<LogTail>>,
+    /// `[lease] ttl_ms`: how long the leases writers hold through this log last (`None`: off).
+    lease_ttl: Option<Duration>,
+    /// Whether the lease topic was found with the events topic's partition count (checked
+    /// once, at the first lease written).
+    lease_topic_checked: tokio::sync::OnceCell<()>,
 }
 
 /// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
@@ -153,7 +159,59 @@ impl EventLog {
             readers: Mutex::new(Vec::new()),
             reader_permits: Arc::new(Semaphore::new(readers)),
             tail: tokio::sync::OnceCell::new(),
+            lease_ttl: settings.lease.ttl(),
+            lease_topic_checked: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// How long the leases writers hold through this log last: `[lease] ttl_ms`, `None` when
+    /// leases are off (see [`crate::SessionWriter::hold_lease`]).
+    pub fn lease_ttl(&self) -> Option<Duration> {
+        self.lease_ttl
+    }
+
+    /// Writes `lease` to the lease topic (keyed and partitioned as its session's events) and
+    /// waits for the ack. Liveness only: it changes nothing about who may write.
+    pub async fn put_lease(&self, lease: &Lease) -> Result<()> {
+        self.send_lease(lease.session_id, Some(&lease.encode()))
+            .await
+    }
+
+    /// Writes the tombstone that releases `session`'s lease, and waits for the ack.
+    pub async fn release_lease(&self, session: SessionId) -> Result<()> {
+        self.send_lease(session, None).await
+    }
+
+    async fn send_lease(&self, session: SessionId, value: Option<&[u8]>) -> Result<()> {
+        let topic = self.kafka.lease_topic();
+        self.lease_topic_checked
+            .get_or_try_init(|| async {
+                let live = topic::partition_count(&self.kafka, &topic).await?;
+                match topic::unpinned(live, self.partitions) {
+                    None => Ok(()),
+                    Some(problem) => Err(sessionlog_log::Error::TopicMismatch {
+                        topic: topic.clone(),
+                        problem: format!(
+                            "{problem} (the lease topic must have the events topic's partitions; \
+                             `sessionlog init` creates it so)"
+                        ),
+                    }),
+                }
+            })
+            .await?;
+        let key = partitioner::session_key(session);
+        let mut record = FutureRecord::<str, [u8]>::to(&topic)
+            .partition(self.partition_of(session))
+            .key(&key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        let timeout = Duration::from_millis(self.options.delivery_timeout_ms);
+        self.producer
+            .send(record, timeout)
+            .await
+            .map(drop)
+            .map_err(|(source, _)| sessionlog_log::Error::kafka("write a lease")(source).into())
     }
 
     /// Signs every claim and fork made through this log with `attester` (the recovery

@@ -3,6 +3,7 @@
 use crate::catch_up::{CaughtUp, catch_up, catch_up_from};
 use crate::event_log::WhenFull;
 use crate::{Error, EventLog, Position, Result};
+use sessionlog_log::Lease;
 use sessionlog_schemas::now_micros;
 use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, Content, DEFAULT_TENANT, Epoch, EventEnvelope, ForkPoint,
@@ -11,6 +12,7 @@ use sessionlog_schemas::{
 use sessionlog_session::{DUPLICATE_WINDOW, Rejection, SessionState, Verdict};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The secret of one epoch's writer: its start or claim records the token's SHA-256, and the
@@ -112,6 +114,18 @@ pub struct SessionWriter {
     /// session; `None` for a writer a service built for whoever holds the epoch
     /// ([`Self::current`]), which writes only after [`Self::write_as`] checked the caller's.
     token: Option<WriterToken>,
+    /// The renewal of this writer's lease, while it holds one ([`Self::hold_lease`]).
+    lease: Option<LeaseRenewal>,
+}
+
+/// A writer's lease renewal task: stopped when dropped (with its writer), without a tombstone,
+/// so a writer dropped without [`SessionWriter::close`] leaves a lease that lapses after its TTL.
+struct LeaseRenewal(tokio::task::JoinHandle<()>);
+
+impl Drop for LeaseRenewal {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl SessionWriter {
@@ -306,6 +320,7 @@ impl SessionWriter {
             positions: VecDeque::new(),
             key: Default::default(),
             token: None,
+            lease: None,
         }
     }
 
@@ -355,6 +370,7 @@ impl SessionWriter {
         self.verified = caught.state.clone();
         self.state = caught.state;
         self.confirmed = caught.next_offset;
+        self.drop_lease_if_fenced();
         Ok(())
     }
 
@@ -367,6 +383,73 @@ impl SessionWriter {
     /// session: hand it to the harness that writes through a service, which presents it.
     pub fn token(&self) -> Option<&WriterToken> {
         self.token.as_ref()
+    }
+
+    /// Holds a lease on the session in `holder`'s name at this writer's epoch (docs/design.md,
+    /// "Writer leases"): writes it now, then renews it every third of `[lease] ttl_ms` while
+    /// the writer lives. [`Self::close`] and [`Self::release_lease`] release it; a writer
+    /// dropped without either stops renewing, and its lease lapses after the TTL, as a killed
+    /// process's does; a writer that learns it was fenced stops renewing and releases nothing
+    /// (the lease topic is the new writer's). Returns the lease written, or `None` when leases
+    /// are off (`[lease] ttl_ms = 0`). Liveness only: the lease lets no one write.
+    pub async fn hold_lease(&mut self, holder: &str) -> Result<Option<Lease>> {
+        let Some(ttl) = self.log.lease_ttl() else {
+            return Ok(None);
+        };
+        self.check_not_fenced()?;
+        let (session, epoch) = (self.session_id(), self.epoch);
+        let lease = renewed_lease(session, holder, epoch, ttl)?;
+        self.log.put_lease(&lease).await?;
+        let log = Arc::clone(&self.log);
+        let holder = holder.to_string();
+        // A third of the TTL: two renewals may be lost before the lease lapses.
+        let every = ttl / 3;
+        self.lease = Some(LeaseRenewal(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                // Fenced through this process: the lease is the new writer's to hold.
+                if log.highest_epoch_seen(session).is_some_and(|e| e > epoch) {
+                    return;
+                }
+                let renewal = renewed_lease(session, &holder, epoch, ttl);
+                let written = match renewal {
+                    Ok(lease) => log.put_lease(&lease).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = written {
+                    // The next tick tries again; two misses in a row leave the lease live.
+                    tracing::warn!(%session, epoch, error = %e, "lease renewal failed");
+                }
+            }
+        })));
+        Ok(Some(lease))
+    }
+
+    /// Whether this writer's lease renewal runs ([`Self::hold_lease`]).
+    pub fn holds_lease(&self) -> bool {
+        self.lease.is_some()
+    }
+
+    /// Stops renewing this writer's lease and releases it (a tombstone in the lease topic),
+    /// unless the log shows a later epoch (the lease is then the new writer's, and is left
+    /// alone). For a harness that stops running a session without ending it.
+    pub async fn release_lease(&mut self) -> Result<()> {
+        if self.lease.take().is_none() {
+            return Ok(());
+        }
+        self.refresh().await?;
+        if self.state.epoch > self.epoch {
+            return Ok(());
+        }
+        self.log.release_lease(self.session_id()).await
+    }
+
+    /// Stops the lease renewal, without a tombstone, once this writer's state shows a later
+    /// epoch than its own: it was fenced.
+    fn drop_lease_if_fenced(&mut self) {
+        if self.state.epoch > self.epoch {
+            self.lease = None;
+        }
     }
 
     /// Writes from now on with `epoch` for a caller presenting `token`: for a stateless
@@ -710,6 +793,7 @@ impl SessionWriter {
         self.verified = replay.clone();
         self.state = replay;
         self.confirmed = next;
+        self.drop_lease_if_fenced();
         Ok(verdicts)
     }
 
@@ -763,11 +847,21 @@ impl SessionWriter {
         outcome: TerminalOutcome,
         reason: Option<String>,
     ) -> Result<Appended> {
-        self.append_one_confirmed(SessionEvent::SessionEnded {
-            outcome,
-            reason: reason.map(Content::Plain),
-        })
-        .await
+        let ended = self
+            .append_one_confirmed(SessionEvent::SessionEnded {
+                outcome,
+                reason: reason.map(Content::Plain),
+            })
+            .await;
+        if let Err(Error::Fenced { .. }) = &ended {
+            self.lease = None;
+        }
+        let ended = ended?;
+        // The end is the session's: its lease goes with it.
+        if self.lease.take().is_some() {
+            self.log.release_lease(self.session_id()).await?;
+        }
+        Ok(ended)
     }
 
     async fn append_one_confirmed(&mut self, event: SessionEvent) -> Result<Appended> {
@@ -875,6 +969,18 @@ impl SessionWriter {
             attestation: None,
         }
     }
+}
+
+/// A lease of `session` renewed now for `ttl`, or the setting to fix when the expiry does not
+/// fit the clock.
+fn renewed_lease(session: SessionId, holder: &str, epoch: Epoch, ttl: Duration) -> Result<Lease> {
+    Lease::renewed(session, holder, epoch, now_micros(), ttl).ok_or_else(|| {
+        sessionlog_log::Error::BadSetting {
+            key: "lease.ttl_ms".into(),
+            problem: "now plus the TTL is past what a timestamp holds".into(),
+        }
+        .into()
+    })
 }
 
 /// The first event of a session a harness starts, recording the hash of its writer's token

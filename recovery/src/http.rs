@@ -148,6 +148,9 @@ struct SessionView {
     digest: String,
     /// Records read per record of this session folded (1.0 is ideal).
     read_amplification: f64,
+    /// The writer lease on the session (docs/design.md, "Writer leases"), or null when no
+    /// writer holds one (none ever did, it was released, or leases are off).
+    lease: Option<crate::LeaseStatus>,
 }
 
 /// Everything a new harness needs to continue a session: `state`, `epoch`, `writer_token`
@@ -294,7 +297,14 @@ async fn get_session(
     let digest = rebuilt.state.digest();
     let opener = recovery.opener(session, rebuilt.state.erased).await?;
     rebuilt.state = crate::reveal::opened_state(&opener, &rebuilt.state);
+    let lease = recovery.lease(session).await.unwrap_or_else(|e| {
+        // The session's state does not depend on it: answer it, without the lease.
+        tracing::warn!(%session, error = %e, "the writer lease could not be read");
+        None
+    });
+    let now = sessionlog_schemas::now_micros();
     Ok(Json(SessionView {
+        lease: lease.map(|l| crate::LeaseStatus::of(l, rebuilt.state.epoch, now)),
         read_amplification: rebuilt.read_amplification(),
         status: rebuilt.state.status().as_str().to_string(),
         digest,

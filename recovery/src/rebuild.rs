@@ -199,6 +199,16 @@ impl Recovery {
         self.resumes_waiting.load(Ordering::Relaxed)
     }
 
+    /// `session`'s writer lease as the lease topic holds it (`None`: none, or released); see
+    /// [`sessionlog_log::lease::read_lease`]. Whether it is live is the caller's to judge
+    /// against its clock and the session's current epoch.
+    pub async fn lease(&self, session: SessionId) -> Result<Option<sessionlog_log::Lease>> {
+        Ok(
+            sessionlog_log::lease::read_lease(&self.settings.kafka, session, self.partitions)
+                .await?,
+        )
+    }
+
     /// The log recovery appends claims, outcomes and forks to.
     pub fn log(&self) -> &Arc<EventLog> {
         &self.log

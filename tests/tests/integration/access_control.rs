@@ -87,6 +87,20 @@ fn routes(s: SessionId) -> Vec<Route> {
             true,
         ),
         r(
+            Ingest,
+            Method::POST,
+            format!("/v1/sessions/{s}/lease"),
+            Role::Harness,
+            true,
+        ),
+        r(
+            Ingest,
+            Method::DELETE,
+            format!("/v1/sessions/{s}/lease?epoch=1"),
+            Role::Harness,
+            true,
+        ),
+        r(
             Recovery,
             Method::GET,
             format!("/v1/sessions/{s}"),

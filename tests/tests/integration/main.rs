@@ -23,6 +23,7 @@ mod framework_state;
 mod ingest_chaos;
 mod ingest_fleet;
 mod interop_python;
+mod leases;
 mod openapi;
 mod otlp_export;
 mod partitions_pinned;

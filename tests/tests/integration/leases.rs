@@ -1,0 +1,268 @@
+//! Writer leases on the real stack: a writer's lease is visible with its writer, epoch and
+//! expiry while it runs, renewed, released at close; a writer gone without closing leaves a
+//! lease that stops being live after its TTL; over HTTP, a lease for a stale epoch is refused.
+
+use anyhow::{Context, Result, bail, ensure};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sessionlog_log::Lease;
+use sessionlog_log::lease::read_lease;
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_schemas::{SessionId, TerminalOutcome, now_micros};
+use sessionlog_tests::ingest::IngestInstance;
+use sessionlog_tests::{ServedProcess, TestStack};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Short enough for a test to watch a lease lapse, long enough for renewals every 500 ms.
+const TTL_MS: u64 = 1_500;
+
+async fn stack(name: &str) -> Result<TestStack> {
+    let mut stack = TestStack::new(name, 3).await?;
+    stack.settings.lease.ttl_ms = TTL_MS;
+    Ok(stack)
+}
+
+async fn lease_of(stack: &TestStack, session: SessionId) -> Result<Option<Lease>> {
+    let kafka = &stack.settings.kafka;
+    Ok(read_lease(kafka, session, kafka.partitions).await?)
+}
+
+/// Reads the session's lease until `done` holds of it, for at most `limit`.
+async fn lease_until(
+    stack: &TestStack,
+    session: SessionId,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&Option<Lease>) -> bool,
+) -> Result<Option<Lease>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let lease = lease_of(stack, session).await?;
+        if done(&lease) {
+            return Ok(lease);
+        }
+        if Instant::now() > deadline {
+            bail!("{what} within {limit:?}; the lease is {lease:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writers_lease_is_renewed_while_it_runs_and_released_at_close() -> Result<()> {
+    let stack = stack("lease_run").await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = writer.session_id();
+    let before = now_micros();
+    let held = writer.hold_lease("harness-1").await?.context("leases on")?;
+    ensure!(writer.holds_lease());
+
+    let first = lease_of(&stack, session)
+        .await?
+        .context("a lease while it runs")?;
+    ensure!(first == held, "{first:?} != {held:?}");
+    ensure!((first.writer.as_str(), first.epoch) == ("harness-1", 1));
+    ensure!(first.renewed_at >= before);
+    ensure!(first.expires_at == first.renewed_at + 1_000 * TTL_MS as i64);
+    ensure!(first.is_live(now_micros()));
+
+    // Renewed every third of the TTL: the expiry moves forward while the writer runs.
+    let renewed = lease_until(&stack, session, Duration::from_secs(10), "a renewal", |l| {
+        l.as_ref().is_some_and(|l| l.expires_at > first.expires_at)
+    })
+    .await?
+    .context("renewed")?;
+    ensure!((renewed.writer.as_str(), renewed.epoch) == ("harness-1", 1));
+
+    // Readers show it: the recovery service's session view, and `sessionlog status SESSION`.
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let view: Value = sessionlog_tests::auth::client()?
+        .get(format!("{}/v1/sessions/{session}", recovery.base))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let lease = &view["lease"];
+    ensure!(
+        lease["writer"] == "harness-1" && lease["epoch"] == 1 && lease["live"] == true,
+        "{lease}"
+    );
+    ensure!(
+        lease["expires_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    let out = stack.sessionlog(&["status", &session.to_string(), "--json"])?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        status["status"] == "running"
+            && status["lease"]["writer"] == "harness-1"
+            && status["lease"]["live"] == true,
+        "{status}"
+    );
+    let out = stack.sessionlog(&["status", &session.to_string()])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        text.contains("lease: held by harness-1 at epoch 1"),
+        "{text}"
+    );
+
+    writer.close(TerminalOutcome::Completed, None).await?;
+    ensure!(!writer.holds_lease());
+    ensure!(
+        lease_of(&stack, session).await?.is_none(),
+        "released at close"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_gone_without_closing_leaves_a_lease_that_lapses_after_its_ttl() -> Result<()> {
+    let stack = stack("lease_gone").await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = writer.session_id();
+    writer.hold_lease("doomed").await?;
+    // The harness's task dies mid-run (aborted: no close, no release), as a crash would end it.
+    let (ready, running) = tokio::sync::oneshot::channel();
+    let harness = tokio::spawn(async move {
+        let _writer = writer;
+        let _ = ready.send(());
+        std::future::pending::<()>().await;
+    });
+    running.await?;
+    harness.abort();
+    let _ = harness.await;
+
+    let left = lease_of(&stack, session)
+        .await?
+        .context("the lease is left")?;
+    ensure!(left.writer == "doomed");
+    // Not renewed any more: once its expiry passes it is not live, and it stays as it was.
+    let wait = Duration::from_micros((left.expires_at - now_micros()).max(0) as u64);
+    tokio::time::sleep(wait + Duration::from_millis(TTL_MS / 3 + 200)).await;
+    let after = lease_of(&stack, session).await?.context("still there")?;
+    ensure!(after == left || after.renewed_at <= left.renewed_at + 1_000 * TTL_MS as i64 / 3);
+    ensure!(!after.is_live(now_micros()), "lapsed: {after:?}");
+    let again = lease_until(&stack, session, Duration::from_secs(1), "", |_| true).await?;
+    ensure!(again == Some(after), "no renewal after the writer was gone");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_writer_stops_renewing_and_the_new_writers_lease_stands() -> Result<()> {
+    let stack = stack("lease_fenced").await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut old, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = old.session_id();
+    old.hold_lease("old").await?;
+    // Another process takes over and holds its own lease.
+    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut new, _) = SessionWriter::claim(other, session, "new").await?;
+    new.hold_lease("new").await?;
+    // The old writer learns it was fenced at its next confirmed append.
+    let fenced = old.checkpoint(None).await;
+    ensure!(
+        matches!(fenced, Err(sessionlog_producer::Error::Fenced { .. })),
+        "{fenced:?}"
+    );
+    ensure!(!old.holds_lease(), "a fenced writer stops renewing");
+    let lease = lease_until(
+        &stack,
+        session,
+        Duration::from_secs(5),
+        "the new lease",
+        |l| l.as_ref().is_some_and(|l| l.epoch == 2),
+    )
+    .await?
+    .context("held")?;
+    ensure!(lease.writer == "new");
+    // Dropping the fenced writer releases nothing: the new writer's lease stands.
+    drop(old);
+    let renewed = lease_until(&stack, session, Duration::from_secs(5), "a renewal", |l| {
+        l.as_ref().is_some_and(|l| l.expires_at > lease.expires_at)
+    })
+    .await?
+    .context("renewed")?;
+    ensure!((renewed.writer.as_str(), renewed.epoch) == ("new", 2));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_http_a_lease_is_renewed_for_the_current_epoch_only_and_released() -> Result<()> {
+    let stack = stack("lease_http").await?;
+    let ingest = IngestInstance::start(&stack).await?;
+    let (status, created) = ingest
+        .post("/v1/sessions", json!({"agent": "py-harness"}))
+        .await?;
+    ensure!(status == StatusCode::CREATED, "{status} {created}");
+    let id = created["session_id"].as_str().context("id")?.to_string();
+    let session: SessionId = serde_json::from_value(Value::String(id.clone()))?;
+    let first_token = created["writer_token"]
+        .as_str()
+        .context("token")?
+        .to_string();
+
+    let path = format!("/v1/sessions/{id}/lease");
+    let (status, lease) = ingest.post(&path, json!({"epoch": 1})).await?;
+    ensure!(status == StatusCode::OK, "{status} {lease}");
+    ensure!(
+        lease["writer"] == "py-harness" && lease["epoch"] == 1,
+        "{lease}"
+    );
+    ensure!(lease["ttl_ms"] == TTL_MS, "{lease}");
+    let held = lease_of(&stack, session).await?.context("written")?;
+    ensure!(held.expires_at == lease["expires_at"].as_i64().context("expiry")?);
+
+    // Another harness takes over: the first one's epoch is stale, and its renewal refused.
+    let (status, claimed) = ingest
+        .post(
+            &format!("/v1/sessions/{id}/claim"),
+            json!({"writer": "second"}),
+        )
+        .await?;
+    ensure!(status == StatusCode::OK, "{status} {claimed}");
+    let (status, refused) = ingest
+        .post_with_token(&path, json!({"epoch": 1}), Some(&first_token))
+        .await?;
+    ensure!(status == StatusCode::CONFLICT, "{status} {refused}");
+    ensure!(refused["code"] == "fenced", "{refused}");
+    ensure!(
+        lease_of(&stack, session)
+            .await?
+            .is_some_and(|l| l.epoch == 1),
+        "nothing written for the stale epoch"
+    );
+    let (status, lease) = ingest
+        .post(&path, json!({"epoch": 2, "writer": "second"}))
+        .await?;
+    ensure!(status == StatusCode::OK, "{status} {lease}");
+    ensure!(lease["epoch"] == 2, "{lease}");
+
+    // Released by the current writer: gone.
+    let token = sessionlog_tests::ingest::writer_token(&id).context("the claim's token")?;
+    let response = reqwest_client()?
+        .delete(format!("{}{path}?epoch=2", ingest.base))
+        .header(sessionlog_ingest::WRITER_TOKEN_HEADER, token)
+        .send()
+        .await?;
+    ensure!(
+        response.status() == StatusCode::NO_CONTENT,
+        "{}",
+        response.text().await?
+    );
+    ensure!(lease_of(&stack, session).await?.is_none(), "released");
+    Ok(())
+}
+
+fn reqwest_client() -> Result<reqwest::Client> {
+    sessionlog_tests::auth::client()
+}
