@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 from collections.abc import Iterator
 
@@ -168,3 +169,64 @@ def test_closing_answers_a_caller_still_waiting() -> None:
     assert not reader.is_alive(), "the caller hangs"
     assert len(outcome) == 1 and isinstance(outcome[0], sessionlog.SessionlogError), outcome
     assert "closed" in str(outcome[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+def test_a_session_used_after_fork_says_so_in_the_child(session: Recorder) -> None:
+    # The child inherits the session's loop but not the thread that runs it: it must say so,
+    # not wait for good (a new session in the child is the way).
+    asyncio.run(session.add_items([{"role": "user", "content": "hi"}]))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what get_items did, then leave at once
+        try:
+            asyncio.run(asyncio.wait_for(session.get_items(), DEADLINE))
+            outcome = "answered"
+        except sessionlog.SessionlogError as e:
+            outcome = f"SessionlogError: {e}"
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            outcome = f"{type(e).__name__}: {e}"
+        os.write(write, outcome.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        outcome = answer.read().decode()
+    os.waitpid(pid, 0)
+    assert outcome.startswith("SessionlogError:") and "fork" in outcome, outcome
+    # The parent's session goes on.
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the SystemExit, on purpose
+def test_a_caller_waiting_on_a_loop_whose_thread_died_is_told() -> None:
+    # The loop's thread ends without answering the work it holds (a callback raised SystemExit):
+    # the caller hears so instead of waiting for good.
+    session = Recorder()
+    entered = threading.Event()
+
+    async def forever() -> list[tuple[int, TResponseInputItem]]:
+        entered.set()
+        await asyncio.Event().wait()
+        return []
+
+    def die() -> None:
+        raise SystemExit
+
+    session._live_items = forever  # type: ignore[method-assign]
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            asyncio.run(session.get_items())
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert entered.wait(timeout=DEADLINE)
+    assert session._loop is not None
+    session._loop.call_soon_threadsafe(die)
+    reader.join(timeout=DEADLINE)
+    assert not reader.is_alive(), "the caller hangs"
+    assert len(outcome) == 1 and isinstance(outcome[0], sessionlog.SessionlogError), outcome
+    assert "thread stopped" in str(outcome[0])

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import uuid
 import weakref
@@ -92,6 +93,8 @@ ITEM_KEY = "item"
 #: The key of a ``FrameworkStateSaved`` naming (``causation_id``) a durable tool's request that
 #: a function call kept whole before the tool ran stands for; its state is the SDK's call id.
 CLAIM_KEY = "claim"
+#: How often a caller waiting for the session's loop looks whether its thread still runs (seconds).
+_WATCH = 1.0
 _ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted", "FrameworkStateSaved"]
 
 
@@ -122,7 +125,9 @@ class SessionlogSession:
     (see ``AsyncClient.twin``), started on first use: no asyncio object it keeps belongs to the
     caller's loop, so ``Runner.run``, ``Runner.run_sync`` (a new loop per call) and
     ``Runner.run_streamed`` all work across turns, and callers on several threads (each with its
-    own loop) take turns. ``close`` stops the loop and closes the twin's connections.
+    own loop) take turns. ``close`` stops the loop and closes the twin's connections. A session
+    used before ``os.fork()`` says so in the child (its loop's thread stayed in the parent): make
+    a new one there.
     """
 
     def __init__(
@@ -165,6 +170,8 @@ class SessionlogSession:
         self._thread: threading.Thread | None = None
         self._client: AsyncClient | None = None
         self._closed = False
+        # The process the loop's thread runs in: a child of os.fork() has the loop, not the thread.
+        self._pid: int | None = None
 
     @property
     def writer(self) -> AsyncSession:
@@ -190,6 +197,10 @@ class SessionlogSession:
     def close(self) -> None:
         """Closes the session's connections and stops its loop; the session is not used after.
         (Closing again does nothing; a session dropped unclosed stops its loop when collected.)"""
+        if self._forked():
+            # The loop and its thread are the parent's: nothing of them is here to stop.
+            self._closed = True
+            return
         with self._starting:
             loop, thread, self._closed = self._loop, self._thread, True
             self._loop = self._thread = self._client = None
@@ -207,21 +218,40 @@ class SessionlogSession:
             loop, client = asyncio.new_event_loop(), self.client.twin()
             self._thread = threading.Thread(target=_serve, args=(loop, client), name="sessionlog-openai-agents", daemon=True)
             self._thread.start()
-            self._loop, self._client = loop, client
+            self._loop, self._client, self._pid = loop, client, os.getpid()
             # A session nobody closes (one per request, say) must not keep a thread forever.
             weakref.finalize(self, _stop, loop)
         return self._loop, self._client
 
+    def _forked(self) -> bool:
+        """Whether this is a child of os.fork() of the process the session's loop runs in."""
+        return self._pid is not None and self._pid != os.getpid()
+
     async def _on_loop(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Runs ``work()`` on the session's loop, awaited from whichever loop the caller runs."""
+        if self._forked():
+            # Checked before taking a lock another thread of the parent may have held at the fork.
+            raise errors.SessionlogError(
+                f"session {self.session_id!r} was used before os.fork(): its loop runs in the parent;"
+                " make a new SessionlogSession in the child"
+            )
         # Submitted under the lock close() takes: work is on the loop before it stops, so the
         # loop's last turn cancels it, and no caller waits for a loop that is gone.
         with self._starting:
             loop, _ = self._started()
+            thread = self._thread
             future = asyncio.run_coroutine_threadsafe(work(), loop)
+        waiting = asyncio.wrap_future(future)
         try:
-            return await asyncio.wrap_future(future)
+            while not waiting.done():
+                await asyncio.wait({waiting}, timeout=_WATCH)
+                if not future.done() and (thread is None or not thread.is_alive()):
+                    # The loop's thread is gone (it failed) and left the work unanswered: nothing will answer.
+                    waiting.cancel()
+                    raise errors.SessionlogError(f"session {self.session_id!r}: its loop's thread stopped during the call")
+            return waiting.result()
         except asyncio.CancelledError:
+            waiting.cancel()
             caller = asyncio.current_task()
             if self._closed and (caller is None or caller.cancelling() == 0):
                 # The loop's last turn cancelled the work, not the caller: say why.
