@@ -202,6 +202,22 @@ def test_a_refused_event_does_not_take_the_backlog_with_it(corner: StackCorner, 
         assert [e.kind for e in history[1:]] == ["UserRequest", "ModelResponse"]
 
 
+def test_a_planned_append_that_never_reached_the_service_is_not_written_later(corner: StackCorner, token: str) -> None:
+    # Refused connections: no request was sent, so raising means not written, and the caller's
+    # retry is the only copy. (A single append keeps its events to send again, as above.)
+    transport = Outage()
+    with client(corner, token, transport=transport, retry_for=0.3) as c:
+        session = sessionlog.Session.start(c, "py-client", "refused")
+        transport.down = True
+        with pytest.raises(errors.TransportError) as refused:
+            session.append_planned(lambda _: [("UserRequest", {"content": {"Plain": "refund 4711"}}, {})])
+        assert not refused.value.sent
+        transport.down = False
+        ack = session.append_planned(lambda _: [("UserRequest", {"content": {"Plain": "refund 4711"}}, {})])[0]
+        history = projected(c, session.session_id, ack.seq)
+        assert [e.kind for e in history[1:]] == ["UserRequest"]
+
+
 @pytest.mark.anyio
 async def test_concurrent_appends_take_turns(corner: StackCorner, token: str) -> None:
     async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as c:

@@ -170,3 +170,42 @@ def test_a_harness_killed_before_its_settle_was_answered_resumes_without_repeati
     assert counter[0].total(tool) == 1, "the tool did not run again"
     parked = [i.get("type") for i in done["items"] if i.get("call_id") == "call_PARKED"]
     assert parked == ["function_call", "function_call_output"], "the settled call and output, once"
+
+
+class Refusing(httpx.AsyncBaseTransport):
+    """While ``refusing``, appends never reach the service: the connection is refused, so no
+    request was sent."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.refusing = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.refusing and request.method == "POST" and request.url.path.endswith("/events"):
+            raise httpx.ConnectError("connection refused", request=request)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_write_that_never_reached_the_service_is_not_written_later(corner: StackCorner, token: str) -> None:
+    # The SDK's promise: add_items raised, so nothing was written; a user who runs the turn again
+    # must not find their message twice.
+    transport = Refusing()
+    client = sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token, retry_for=1.0, transport=transport)
+    session = SessionlogSession(f"refused-{uuid.uuid4().hex[:8]}", client, writer="py-agents")
+    model = ScriptedModel([[assistant_message("hi")], [assistant_message("refunded")]])
+    agent = Agent(name="support", instructions="Help.", model=model)
+    try:
+        await Runner.run(agent, "first", session=session, run_config=CONFIG)
+        transport.refusing = True
+        with pytest.raises(sessionlog.SessionlogError):
+            await Runner.run(agent, "refund order 4711", session=session, run_config=CONFIG)
+        transport.refusing = False
+        await Runner.run(agent, "refund order 4711", session=session, run_config=CONFIG)  # the user retries
+        contents = [i.get("content") for i in await session.get_items() if i.get("role") == "user"]
+        assert contents == ["first", "refund order 4711"]
+    finally:
+        session.close()

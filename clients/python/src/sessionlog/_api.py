@@ -237,9 +237,20 @@ def retryable(error: BaseException) -> bool:
     return isinstance(error, httpx.TransportError)
 
 
-def unreachable(op: Operation[Any], urls: Mapping[str, str], error: httpx.TransportError) -> errors.TransportError:
-    """The error for a service that did not answer until the retry deadline."""
+def never_sent(error: BaseException) -> bool:
+    """Whether a failed attempt certainly sent nothing: no connection was made (refused, a
+    name that does not resolve, a connect or pool timeout). Any other failure may have come
+    after the service read the request."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+
+
+def unreachable(
+    op: Operation[Any], urls: Mapping[str, str], error: httpx.TransportError, *, sent: bool = True
+) -> errors.TransportError:
+    """The error for a service that did not answer until the retry deadline; ``sent`` whether
+    any attempt may have reached it."""
     return errors.TransportError(
         f"{op.method} {op.path}: the {op.service} service at {urls[op.service]} did not answer "
-        f"({type(error).__name__}: {error}); is `sessionlog {'ingest' if op.service == 'ingest' else 'serve-recovery'}` running there?"
+        f"({type(error).__name__}: {error}); is `sessionlog {'ingest' if op.service == 'ingest' else 'serve-recovery'}` running there?",
+        sent=sent,
     )

@@ -108,12 +108,17 @@ class Client(_Base):
 
     def send(self, op: _api.Operation[T]) -> T:
         """Sends ``op``, retrying what may succeed on another try; its answer, or its error."""
+        sent = False  # whether any attempt may have reached the service
         try:
             for attempt in tenacity.Retrying(**self._retry_policy()):
                 with attempt:
-                    return _api.read_answer(op, self._http.request(**self._request(op)))
+                    try:
+                        return _api.read_answer(op, self._http.request(**self._request(op)))
+                    except BaseException as e:
+                        sent = sent or not _api.never_sent(e)
+                        raise
         except httpx.TransportError as e:
-            raise _api.unreachable(op, self._urls, e) from e
+            raise _api.unreachable(op, self._urls, e, sent=sent) from e
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     def create(
@@ -246,12 +251,17 @@ class AsyncClient(_Base):
 
     async def send(self, op: _api.Operation[T]) -> T:
         """Sends ``op``, retrying what may succeed on another try; its answer, or its error."""
+        sent = False  # whether any attempt may have reached the service
         try:
             async for attempt in tenacity.AsyncRetrying(**self._retry_policy()):
                 with attempt:
-                    return _api.read_answer(op, await self._http.request(**self._request(op)))
+                    try:
+                        return _api.read_answer(op, await self._http.request(**self._request(op)))
+                    except BaseException as e:
+                        sent = sent or not _api.never_sent(e)
+                        raise
         except httpx.TransportError as e:
-            raise _api.unreachable(op, self._urls, e) from e
+            raise _api.unreachable(op, self._urls, e, sent=sent) from e
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     async def create(

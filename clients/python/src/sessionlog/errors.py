@@ -21,7 +21,13 @@ class InvalidArgument(SessionlogError, ValueError):
 
 
 class TransportError(SessionlogError):
-    """The service could not be reached or did not answer, after every retry."""
+    """The service could not be reached or did not answer, after every retry. ``sent`` says
+    whether a request may have reached it (an answer lost, a timeout after sending); ``False``
+    when no attempt got as far as a connection (refused, unresolved), so nothing was done."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class ProblemError(SessionlogError):

@@ -313,6 +313,13 @@ class SessionLedger:
         if not getattr(error, "retryable", True):
             self.unacknowledged.clear()
 
+    def never_sent(self, error: Exception, planned: int) -> None:
+        """Sending the ``planned`` events queued last failed with ``error``: when none of them
+        was answered and no request of them reached the service (``sent`` false), they are not
+        in the log and never will be: dropped. Else they are kept, to be sent again."""
+        if getattr(error, "sent", True) is False and len(self.unacknowledged) == planned:
+            self.unacknowledged.clear()
+
     def moved_to(self, seq: int) -> None:
         """The service appended an event at ``seq`` itself (a checkpoint, a close)."""
         self.next_seq = seq + 1

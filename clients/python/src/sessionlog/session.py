@@ -262,11 +262,20 @@ class Session:
     def append_planned(self, plan: Plan) -> list[EventAck]:
         """Appends the events ``plan(first_seq)`` answers, ``first_seq`` being the seq the first
         of them gets: for a batch whose events name each other by seq (a tool call and its
-        result), sent as one request (up to 128 events) rather than one per dependency."""
+        result), sent as one request (up to 128 events) rather than one per dependency.
+
+        Raising means not written when no request of them reached the service (see
+        ``TransportError.sent``): they are dropped, not sent again with the next write, so the
+        caller's retry is their only copy. Any other failure keeps them, as ``append`` does."""
         with self._turn:
-            self._send_unacknowledged()
+            self._send_unacknowledged()  # the backlog first: the queue holds the plan's alone
             self.ledger.queue(plan(self.ledger.next_seq + len(self.ledger.unacknowledged)))
-            return self._send_unacknowledged()
+            planned = len(self.ledger.unacknowledged)
+            try:
+                return self._send_unacknowledged()
+            except errors.TransportError as e:
+                self.ledger.never_sent(e, planned)
+                raise
 
     def send_unacknowledged(self) -> None:
         """Sends the events an outage left unanswered (durable tools do before each call)."""
@@ -426,9 +435,14 @@ class AsyncSession:
     async def append_planned(self, plan: Plan) -> list[EventAck]:
         """Appends the events ``plan(first_seq)`` answers: see ``Session.append_planned``."""
         async with self._turn:
-            await self._send_unacknowledged()
+            await self._send_unacknowledged()  # the backlog first: the queue holds the plan's alone
             self.ledger.queue(plan(self.ledger.next_seq + len(self.ledger.unacknowledged)))
-            return await self._send_unacknowledged()
+            planned = len(self.ledger.unacknowledged)
+            try:
+                return await self._send_unacknowledged()
+            except errors.TransportError as e:
+                self.ledger.never_sent(e, planned)
+                raise
 
     async def send_unacknowledged(self) -> None:
         """Sends the events an outage left unanswered (durable tools do before each call)."""

@@ -328,6 +328,9 @@ class SessionlogSession:
             await writer.append_planned(
                 lambda first_seq: self._events(writer, items, first_seq, outputs, durable, claims, markers, planned)
             )
+            # Written: the durable calls now waiting for their outputs. (Raised: written later with
+            # the same ids, or never, as the error says; the next read of the log tells.)
+            self._durable_calls = self._durable_items(items, self._durable_calls)[1]
             # Written (or kept to be sent again with the same ids): the calls now waiting, or not.
             for call_id, waiting in planned:
                 if waiting is None:
@@ -396,9 +399,6 @@ class SessionlogSession:
             if event[0] == "ModelResponse" and str(event[1].get("model", "")).startswith(ITEM_MODEL):
                 continue  # kept whole already
             events.append(("FrameworkStateSaved", whole, {"causation_id": event_id}))
-        # Planned (written, or kept to be sent again with these ids): the durable calls now
-        # waiting for their outputs.
-        self._durable_calls = self._durable_items(items, self._durable_calls)[1]
         return events
 
     @staticmethod
