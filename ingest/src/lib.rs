@@ -476,6 +476,18 @@ async fn check_epoch(
     Ok(writer.write_as(epoch, token)?)
 }
 
+/// [`check_epoch`] against the log as it is now, not as this instance last saw the session:
+/// for a route whose event the service makes (a checkpoint's seq and digest, a close) or that
+/// must be the current epoch's (a lease).
+async fn check_epoch_now(
+    writer: &mut SessionWriter,
+    epoch: Epoch,
+    token: Option<&str>,
+) -> Result<(), Problem> {
+    writer.refresh().await?;
+    check_epoch(writer, epoch, token).await
+}
+
 /// The writer token the request presents (`Sessionlog-Writer-Token`), if any.
 fn writer_token(headers: &HeaderMap) -> Result<Option<&str>, Problem> {
     headers
@@ -993,10 +1005,7 @@ async fn checkpoint(
     let session = sessionlog_http::session_id(&session)?;
     let token = writer_token(&headers)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
-        // The service picks this event's seq (and a checkpoint's digest): from the log as it
-        // is now, not from what this instance last saw of the session.
-        writer.refresh().await?;
-        check_epoch(writer, request.epoch, token).await?;
+        check_epoch_now(writer, request.epoch, token).await?;
         Ok(writer.checkpoint(request.workspace_revision).await?)
     })
     .await?;
@@ -1032,10 +1041,7 @@ async fn close(
     let session = sessionlog_http::session_id(&session)?;
     let token = writer_token(&headers)?;
     let appended = with_writer(&ingest, &caller, session, async |writer| {
-        // The service picks this event's seq (and a checkpoint's digest): from the log as it
-        // is now, not from what this instance last saw of the session.
-        writer.refresh().await?;
-        check_epoch(writer, request.epoch, token).await?;
+        check_epoch_now(writer, request.epoch, token).await?;
         Ok(writer.close(request.outcome, request.reason).await?)
     })
     .await?;
@@ -1118,7 +1124,7 @@ fn lease_ttl(ingest: &Ingest) -> Result<std::time::Duration, Problem> {
     responses(
         (status = 200, description = "the lease is written to the lease topic", body = LeaseAnswer),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 409, description = "`fenced` (the epoch is not the session's current one, or the writer token is another writer's), `writer_token_required`, `unknown_epoch`, `leases_off`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced` (the epoch is not the session's current one, or the writer token is another writer's), `writer_token_required`, `unknown_epoch`, `session_ended`, `leases_off`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_request`", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
@@ -1144,11 +1150,12 @@ async fn renew_lease(
         ));
     }
     let lease = with_writer(&ingest, &caller, session, async |writer| {
-        // From the log as it is now: this instance's memory may predate another's claim, and a
-        // lease must be the current epoch's.
-        writer.refresh().await?;
-        check_epoch(writer, request.epoch, token).await?;
+        check_epoch_now(writer, request.epoch, token).await?;
         let state = writer.state();
+        // An ended session has no harness to keep alive (its close released the lease).
+        if state.terminal.is_some() || state.erased {
+            return Err(sessionlog_producer::Error::Refused(Rejection::AfterTerminal).into());
+        }
         let holder = match &request.writer {
             Some(name) => caller.on_behalf(name),
             None => state
@@ -1210,8 +1217,7 @@ async fn release_lease(
     lease_ttl(&ingest)?;
     with_writer(&ingest, &caller, session, async |writer| {
         // Only the current epoch's writer releases: a fenced one would release its successor's.
-        writer.refresh().await?;
-        check_epoch(writer, query.epoch, token).await?;
+        check_epoch_now(writer, query.epoch, token).await?;
         Ok(ingest.log.release_lease(session).await?)
     })
     .await?;

@@ -131,6 +131,10 @@ impl TestStack {
                 "SESSIONLOG_PRIVACY__KEK_FILE".into(),
                 s.privacy.kek_file.clone().unwrap_or_default(),
             ),
+            (
+                "SESSIONLOG_LEASE__TTL_MS".into(),
+                s.lease.ttl_ms.to_string(),
+            ),
         ]);
         env
     }

@@ -47,6 +47,8 @@ async fn main() -> Result<()> {
     let settings = Settings::load(None).context("loading settings from the environment")?;
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
     let (mut writer, started) = SessionWriter::create(log, "tool-harness", Some(tool)).await?;
+    // Renewed while the process lives: killed, it leaves a lease that lapses after its TTL.
+    writer.hold_lease("tool-harness").await?;
     let key = uuid::Uuid::now_v7().to_string();
     println!("session {}", writer.session_id());
     println!("key {key}");

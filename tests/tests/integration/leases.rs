@@ -10,6 +10,7 @@ use sessionlog_log::lease::read_lease;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, TerminalOutcome, now_micros};
 use sessionlog_tests::ingest::IngestInstance;
+use sessionlog_tests::recovery::{Step, ToolService, run_harness_until};
 use sessionlog_tests::{ServedProcess, TestStack};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -265,4 +266,38 @@ async fn over_http_a_lease_is_renewed_for_the_current_epoch_only_and_released() 
 
 fn reqwest_client() -> Result<reqwest::Client> {
     sessionlog_tests::auth::client()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harness_killed_with_sigkill_leaves_a_lease_that_stops_being_live_after_its_ttl()
+-> Result<()> {
+    let stack = stack("lease_killed").await?;
+    let service = ToolService::start(&["deploy"]).await?;
+    let bin = env!("CARGO_BIN_EXE_tool_harness");
+    // The harness holds a lease, reaches its tool call, and is killed there (kill -9).
+    let killed = run_harness_until(
+        bin,
+        &stack,
+        &service,
+        "deploy",
+        "idempotent",
+        Step::BeforeCall,
+    )
+    .await?;
+    let left = lease_of(&stack, killed.session)
+        .await?
+        .context("a killed harness's lease is left behind")?;
+    ensure!((left.writer.as_str(), left.epoch) == ("tool-harness", 1));
+    // Nobody renews it: it stops being live at its expiry, at most a TTL after the kill.
+    let lapsed = lease_until(
+        &stack,
+        killed.session,
+        Duration::from_millis(3 * TTL_MS),
+        "the lease to lapse",
+        |l| l.as_ref().is_some_and(|l| !l.is_live(now_micros())),
+    )
+    .await?
+    .context("still there")?;
+    ensure!(lapsed.expires_at <= left.expires_at + 1_000 * TTL_MS as i64 / 3);
+    Ok(())
 }
