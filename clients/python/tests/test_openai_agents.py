@@ -5,6 +5,9 @@ resumes in a new process without a second side effect."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
+import enum
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +16,7 @@ import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
+from pydantic import BaseModel
 
 import sessionlog
 from counter_service import Counter
@@ -335,3 +339,52 @@ async def test_a_call_id_a_provider_reuses_marks_only_its_own_call_durable(clien
         assert await again.get_items() == [{"role": "user", "content": "hi"}, *first, *later]
     finally:
         again.close()
+
+
+class Address(BaseModel):
+    city: str
+    floor: int = 0
+
+
+class Speed(enum.Enum):
+    EXPRESS = "express"
+
+
+@dataclasses.dataclass
+class Parcel:
+    kilos: float
+    sent: dt.date
+
+
+@pytest.mark.anyio
+async def test_a_durable_tool_with_arguments_that_are_not_plain_json_is_claimed(client: sessionlog.AsyncClient) -> None:
+    # The wrapper records a model, a dataclass, an enum and a date as the model's JSON has them,
+    # so the SDK's items of the call stand beside its records: a new process reads what was saved.
+    name, runs = f"chat-{uuid.uuid4().hex[:8]}", []
+
+    def shipper(session: SessionlogSession, model: ScriptedModel) -> Agent[Any]:
+        @function_tool
+        @session.durable_tool(effect="Idempotent", key=lambda address, *_, **__: f"ship-{address.city}")
+        async def ship(address: Address, speed: Speed, parcel: Parcel, when: dt.datetime) -> str:
+            """Ships a parcel to an address."""
+            runs.append(address.city)
+            return f"shipped to {address.city}"
+
+        return Agent(name="shipper", instructions="Ship.", model=model, tools=[ship])
+
+    arguments = {
+        "address": {"city": "Oslo"}, "speed": "express",
+        "parcel": {"kilos": 2.5, "sent": "2026-12-04"}, "when": "2026-12-24T09:00:00Z",
+    }
+    model = ScriptedModel([[function_call("ship", arguments, call_id="call_SHIP")], [assistant_message("done")]])
+    first = new_session(client, name)
+    await Runner.run(shipper(first, model), "ship it", session=first, run_config=RunConfig(tracing_disabled=True))
+    saved = await first.get_items()
+    first.close()
+    again = new_session(client, name)
+    shipper(again, ScriptedModel([]))  # its durable tool, as a new process defines it
+    try:
+        assert await again.get_items() == saved
+    finally:
+        again.close()
+    assert runs == ["Oslo"]

@@ -57,6 +57,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import dataclasses
+import datetime
+import enum
 import json
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
@@ -149,13 +152,43 @@ def named_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     return dict(bound.arguments)
 
 
+def json_value(value: Any) -> Any:
+    """``value`` as a model's JSON holds it, for ``json.dumps(default=...)``: a pydantic model
+    dumped in JSON mode, a dataclass as a dict, an enum its value, a date or time in ISO
+    format. ``TypeError`` for anything else (a framework's context object)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}  # fields go through here too
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_or_text(value: Any) -> Any:
+    try:
+        return json_value(value)
+    except TypeError:
+        return str(value)
+
+
+def encode_arguments(arguments: dict[str, Any]) -> str:
+    """A durable call's arguments as recorded: as the model's JSON has them (see
+    ``json_value``), so the call the model asked for is found by them; what has no JSON form
+    as its text."""
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=_json_or_text)
+
+
 def argument_digest(tool: str, arguments: dict[str, Any], scope: str | None = None) -> str:
     """The digest naming a call by its tool and arguments (and the part of the session its run
     covers, see ``Occurrences``). Arguments that are not JSON (a framework's context object)
     would give every run another digest, so they need ``key=``."""
     named: list[Any] = [tool, arguments] if scope is None else [tool, arguments, scope]
     try:
-        canonical = json.dumps(named, sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(named, sort_keys=True, separators=(",", ":"), default=json_value)
     except TypeError as e:
         raise TypeError(f"durable tool {tool!r}: its arguments are not all JSON ({e}); pass key= to name its calls") from e
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
@@ -340,7 +373,7 @@ def durable_tool(
                 digest = argument_digest(tool, arguments, counts.scope)
                 call_name = target.ledger.name_call(tool, digest=digest, occurrences=counts)
             run = functools.partial(fn, *args, **kwargs)
-            return _call(target, call_name, counts, effect, encode_json(arguments), run, decode, failures)
+            return _call(target, call_name, counts, effect, encode_arguments(arguments), run, decode, failures)
 
         if asynchronous:
 

@@ -53,6 +53,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -683,7 +684,23 @@ def _same_call(request: HistoryEvent, tool: str, asked: dict[str, Any]) -> bool:
     and every argument the model gave (the wrapper also records defaults the model left out)."""
     data = request.data or {}
     recorded = _arguments(text_of(data.get("arguments")) or "")
-    return data.get("tool") == tool and all(k in recorded and recorded[k] == v for k, v in asked.items())
+    return data.get("tool") == tool and _same_value(recorded, asked)
+
+
+def _same_value(recorded: Any, asked: Any) -> bool:
+    """Whether a recorded argument (parsed JSON) is what the model gave: an object has every
+    field the model gave (its defaults are recorded too), a list item by item, a date or time
+    the same instant however written ("Z" or "+00:00")."""
+    if isinstance(asked, dict):
+        return isinstance(recorded, dict) and all(k in recorded and _same_value(recorded[k], v) for k, v in asked.items())
+    if isinstance(asked, list):
+        return isinstance(recorded, list) and len(recorded) == len(asked) and all(map(_same_value, recorded, asked))
+    if isinstance(asked, str) and isinstance(recorded, str) and asked != recorded:
+        try:
+            return datetime.fromisoformat(recorded) == datetime.fromisoformat(asked)
+        except ValueError:
+            return False
+    return bool(recorded == asked)
 
 
 def _record(event: HistoryEvent) -> dict[str, Any] | None:
