@@ -261,6 +261,22 @@ async fn over_http_a_lease_is_renewed_for_the_current_epoch_only_and_released() 
         response.text().await?
     );
     ensure!(lease_of(&stack, session).await?.is_none(), "released");
+
+    // Once the session ended, nobody runs it: a renewal is refused and writes nothing.
+    let (status, ended) = ingest
+        .post(
+            &format!("/v1/sessions/{id}/close"),
+            json!({"epoch": 2, "outcome": "Completed"}),
+        )
+        .await?;
+    ensure!(status == StatusCode::OK, "{status} {ended}");
+    let (status, refused) = ingest.post(&path, json!({"epoch": 2})).await?;
+    ensure!(status == StatusCode::CONFLICT, "{status} {refused}");
+    ensure!(refused["code"] == "session_ended", "{refused}");
+    ensure!(
+        lease_of(&stack, session).await?.is_none(),
+        "no lease after the end"
+    );
     Ok(())
 }
 
