@@ -112,6 +112,8 @@ class StackCorner:
             SESSIONLOG_AUTH__JWKS_FILE=str(workdir / "auth" / "jwks.json"),
             SESSIONLOG_RECOVERY__SIGNING_KEY_FILE=str(workdir / "auth" / "recovery-key.pem"),
             SESSIONLOG_PRIVACY__KEK_FILE=str(workdir / "kek.key"),
+            # Short enough for a test to watch a writer lease renewed.
+            SESSIONLOG_LEASE__TTL_MS="1500",
         )
         for tool, url in resolvers.items():
             env[f"SESSIONLOG_RECOVERY__RESOLVERS__{tool.upper()}"] = url

@@ -33,6 +33,7 @@ from .models import (
     EventPage,
     HistoryEvent,
     InDoubtCall,
+    Lease,
     NamedSession,
     Opened,
     ResumeBundle,
@@ -45,7 +46,7 @@ from .tools import CallInfo, current_call, durable_tool
 __all__ = [
     "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
     "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
-    "InDoubtCall", "InvalidArgument", "NameTaken", "NamedSession", "NeedsResolution", "NotReady", "Opened", "Paused",
+    "InDoubtCall", "InvalidArgument", "Lease", "NameTaken", "NamedSession", "NeedsResolution", "NotReady", "Opened", "Paused",
     "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView", "SessionEnded", "SessionLedger",
     "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed", "ToolFailedDefinitively", "TransportError",
     "UnknownName", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call", "durable_tool", "errors",

@@ -13,7 +13,17 @@ from typing import Any, Generic, Literal, TypeVar
 import httpx
 
 from . import errors
-from .models import Appended, EventAck, EventPage, NamedSession, Opened, ResumeBundle, SessionView, TerminalOutcome
+from .models import (
+    Appended,
+    EventAck,
+    EventPage,
+    Lease,
+    NamedSession,
+    Opened,
+    ResumeBundle,
+    SessionView,
+    TerminalOutcome,
+)
 
 T = TypeVar("T")
 Service = Literal["ingest", "recovery"]
@@ -24,7 +34,7 @@ class Operation(Generic[T]):
     """One request and how to read its answer."""
 
     service: Service
-    method: Literal["GET", "POST"]
+    method: Literal["GET", "POST", "DELETE"]
     path: str
     decode: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
@@ -143,6 +153,19 @@ def close(
     body = _opt(epoch=epoch, outcome=outcome, reason=reason)
     path = _session_path(session_id, "close")
     return Operation("ingest", "POST", path, EventAck.from_json, body, headers=_writer(writer_token))
+
+
+def renew_lease(session_id: str, epoch: int, writer: str | None, writer_token: str | None = None) -> Operation[Lease]:
+    body = _opt(epoch=epoch, writer=writer)
+    path = _session_path(session_id, "lease")
+    return Operation("ingest", "POST", path, Lease.from_json, body, headers=_writer(writer_token))
+
+
+def release_lease(session_id: str, epoch: int, writer_token: str | None = None) -> Operation[None]:
+    path = _session_path(session_id, "lease")
+    return Operation(
+        "ingest", "DELETE", path, lambda _: None, params={"epoch": str(epoch)}, headers=_writer(writer_token)
+    )
 
 
 def resume(session_id: str, writer: str, context_tokens: int | None) -> Operation[ResumeBundle]:

@@ -24,6 +24,7 @@ from .models import (
     EventAck,
     EventPage,
     HistoryEvent,
+    Lease,
     NamedSession,
     Opened,
     ResumeBundle,
@@ -163,6 +164,14 @@ class Client(_Base):
         """Ends a session."""
         return self.send(_api.close(session_id, epoch, outcome, reason, writer_token))
 
+    def renew_lease(self, session_id: str, epoch: int, writer: str | None = None, *, writer_token: Token = None) -> Lease:
+        """Renews (or takes) the current epoch's writer lease: liveness, not permission to write."""
+        return self.send(_api.renew_lease(session_id, epoch, writer, writer_token))
+
+    def release_lease(self, session_id: str, epoch: int, *, writer_token: Token = None) -> None:
+        """Releases the current epoch's writer lease (closing the session releases it too)."""
+        self.send(_api.release_lease(session_id, epoch, writer_token))
+
     def resume(self, session_id: str, writer: str, context_tokens: int | None = None) -> ResumeBundle:
         """Takes a session over after a crash: the next epoch, and what to settle first."""
         return self.send(_api.resume(session_id, writer, context_tokens))
@@ -301,6 +310,16 @@ class AsyncClient(_Base):
     ) -> EventAck:
         """Ends a session."""
         return await self.send(_api.close(session_id, epoch, outcome, reason, writer_token))
+
+    async def renew_lease(
+        self, session_id: str, epoch: int, writer: str | None = None, *, writer_token: Token = None
+    ) -> Lease:
+        """Renews (or takes) the current epoch's writer lease: liveness, not permission to write."""
+        return await self.send(_api.renew_lease(session_id, epoch, writer, writer_token))
+
+    async def release_lease(self, session_id: str, epoch: int, *, writer_token: Token = None) -> None:
+        """Releases the current epoch's writer lease (closing the session releases it too)."""
+        await self.send(_api.release_lease(session_id, epoch, writer_token))
 
     async def resume(self, session_id: str, writer: str, context_tokens: int | None = None) -> ResumeBundle:
         """Takes a session over after a crash."""

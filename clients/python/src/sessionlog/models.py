@@ -42,6 +42,33 @@ class EventAck:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A writer's lease on a session, as ingest wrote it: liveness, not permission to write."""
+
+    session_id: str
+    #: Who holds it.
+    writer: str
+    #: The epoch it is held at.
+    epoch: int
+    #: When it was renewed and when it lapses unless renewed again, in microseconds since the epoch.
+    renewed_at: int
+    expires_at: int
+    #: The service's ``[lease] ttl_ms``: renew every third of it.
+    ttl_ms: int
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> Lease:
+        return Lease(
+            session_id=str(doc["session_id"]),
+            writer=str(doc["writer"]),
+            epoch=int(doc["epoch"]),
+            renewed_at=int(doc["renewed_at"]),
+            expires_at=int(doc["expires_at"]),
+            ttl_ms=int(doc["ttl_ms"]),
+        )
+
+
+@dataclass(frozen=True)
 class Opened:
     """A created or claimed session: the epoch to write with and the next seq."""
 
@@ -170,10 +197,18 @@ class SessionView:
     status: str
     #: The state's digest, as checkpoints record it.
     digest: str
+    #: The writer lease (``writer``, ``epoch``, ``renewed_at``, ``expires_at``, ``live``), or ``None``.
+    lease: dict[str, Any] | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> SessionView:
-        return SessionView(state=dict(doc["rebuilt"]["state"]), status=str(doc["status"]), digest=str(doc["digest"]))
+        lease = doc.get("lease")
+        return SessionView(
+            state=dict(doc["rebuilt"]["state"]),
+            status=str(doc["status"]),
+            digest=str(doc["digest"]),
+            lease=dict(lease) if isinstance(lease, dict) else None,
+        )
 
 
 @dataclass(frozen=True)

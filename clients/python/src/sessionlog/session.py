@@ -25,7 +25,7 @@ import tenacity
 from . import errors
 from .client import AsyncClient, Client
 from .ledger import Occurrences, SessionLedger, ToolCall, new_session_id, now_micros
-from .models import EffectClass, EventAck, EventPage, Opened, ResumeBundle, TerminalOutcome
+from .models import EffectClass, EventAck, EventPage, Lease, Opened, ResumeBundle, TerminalOutcome
 
 Event = tuple[str, dict[str, Any], dict[str, Any]]
 """An event to append: its kind, its data, and its envelope fields (``causation_id``,
@@ -174,6 +174,8 @@ class Session:
         self.bundle = bundle
         # Appends take turns: the ledger numbers events and matches answers in sending order.
         self._turn = threading.RLock()
+        # Set to stop the lease renewal thread, while one runs (``hold_lease``).
+        self._lease_stop: threading.Event | None = None
 
     @property
     def session_id(self) -> str:
@@ -329,14 +331,57 @@ class Session:
             return ack
 
     def close(self, outcome: TerminalOutcome = "Completed", reason: str | None = None) -> EventAck:
-        """Ends the session (after the events an outage left unanswered)."""
+        """Ends the session (after the events an outage left unanswered); the service releases
+        the writer lease with it."""
         with self._turn:
             self._send_unacknowledged()
             ack = self.client.close(
                 self.session_id, self.ledger.epoch, outcome, reason, writer_token=self.ledger.writer_token
             )
             self.ledger.moved_to(ack.seq)
+            self._stop_lease()
             return ack
+
+    def hold_lease(self, writer: str | None = None) -> Lease:
+        """Takes the writer lease of this writer's epoch and renews it every third of its TTL on a
+        daemon thread, until ``close``, ``release_lease``, or the service refusing it (409: this
+        writer was fenced, or leases are off). A lease says the harness is alive; it lets no one
+        write. A process that dies stops renewing, and its lease lapses after the TTL."""
+        lease = self.client.renew_lease(
+            self.session_id, self.ledger.epoch, writer, writer_token=self.ledger.writer_token
+        )
+        self._stop_lease()
+        stop = self._lease_stop = threading.Event()
+        every = lease.ttl_ms / 3000
+
+        def renew() -> None:
+            while not stop.wait(every):
+                try:
+                    # In turn with appends and close: none renews after the close released it.
+                    with self._turn:
+                        if stop.is_set():
+                            return
+                        self.client.renew_lease(
+                            self.session_id, self.ledger.epoch, writer, writer_token=self.ledger.writer_token
+                        )
+                except errors.Conflict:
+                    return  # fenced (the lease is the new writer's), or leases turned off
+                except errors.SessionlogError:
+                    continue  # the next tick tries again; two misses leave the lease live
+
+        threading.Thread(target=renew, name=f"sessionlog-lease-{self.session_id}", daemon=True).start()
+        return lease
+
+    def release_lease(self) -> None:
+        """Stops renewing the writer lease and releases it: for a harness that stops running the
+        session without ending it."""
+        self._stop_lease()
+        self.client.release_lease(self.session_id, self.ledger.epoch, writer_token=self.ledger.writer_token)
+
+    def _stop_lease(self) -> None:
+        if self._lease_stop is not None:
+            self._lease_stop.set()
+            self._lease_stop = None
 
 
 class AsyncSession:
