@@ -136,6 +136,10 @@ fn schema_status(e: &sessionlog_schemas::Error) -> (StatusCode, &'static str) {
 
 type Answer<T> = Result<Json<T>, Problem>;
 
+/// How long `GET /v1/sessions/{id}` waits for the session's writer lease before answering
+/// without it.
+const LEASE_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A session rebuilt from its partition.
 #[derive(Serialize, ToSchema)]
 struct SessionView {
@@ -297,11 +301,19 @@ async fn get_session(
     let digest = rebuilt.state.digest();
     let opener = recovery.opener(session, rebuilt.state.erased).await?;
     rebuilt.state = crate::reveal::opened_state(&opener, &rebuilt.state);
-    let lease = recovery.lease(session).await.unwrap_or_else(|e| {
-        // The session's state does not depend on it: answer it, without the lease.
-        tracing::warn!(%session, error = %e, "the writer lease could not be read");
-        None
-    });
+    // The session's state does not depend on its lease: a lease not read within the bound is
+    // left out (null) rather than holding the answer up.
+    let lease = match tokio::time::timeout(LEASE_READ_LIMIT, recovery.lease(session)).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(e)) => {
+            tracing::warn!(%session, error = %e, "the writer lease could not be read");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%session, "the writer lease was not read within {LEASE_READ_LIMIT:?}");
+            None
+        }
+    };
     let now = sessionlog_schemas::now_micros();
     Ok(Json(SessionView {
         lease: lease.map(|l| crate::LeaseStatus::of(l, rebuilt.state.epoch, now)),
