@@ -3,7 +3,11 @@ releases it; a writer another one took over stops renewing."""
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any
+
+import pytest
 
 import sessionlog
 from stackcorner import StackCorner, wait_for
@@ -50,3 +54,24 @@ def test_a_writer_taken_over_stops_renewing_and_the_new_writers_lease_stands(cor
     new.release_lease()
     assert client.session(new.session_id).lease is None
     client.close_client()
+
+
+@pytest.mark.anyio
+async def test_an_async_session_renews_its_lease_on_a_task_and_its_close_releases_it(
+    corner: StackCorner, token: str
+) -> None:
+    reader = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token)
+    async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as client:
+        session = await sessionlog.AsyncSession.start(client, "py-lease-async", "lease")
+        lease = await session.hold_lease()
+        assert (lease.writer, lease.epoch) == ("py-lease-async", 1)
+        first = reader.session(session.session_id).lease
+        assert first is not None and first["live"]
+        deadline = asyncio.get_running_loop().time() + 10
+        while (now := reader.session(session.session_id).lease) is not None and now["renewed_at"] == first["renewed_at"]:
+            assert asyncio.get_running_loop().time() < deadline, "no renewal within 10 s"
+            await asyncio.sleep(0.1)
+        assert now is not None and now["live"]
+        await session.close()
+        assert reader.session(session.session_id).lease is None
+    reader.close_client()

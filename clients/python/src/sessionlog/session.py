@@ -394,6 +394,8 @@ class AsyncSession:
         self.bundle = bundle
         # Appends take turns: the ledger numbers events and matches answers in sending order.
         self._turn = asyncio.Lock()
+        # The lease renewal task, while one runs (``hold_lease``).
+        self._lease_task: asyncio.Task[None] | None = None
 
     @property
     def session_id(self) -> str:
@@ -547,7 +549,44 @@ class AsyncSession:
                 self.session_id, self.ledger.epoch, outcome, reason, writer_token=self.ledger.writer_token
             )
             self.ledger.moved_to(ack.seq)
+            self._stop_lease()
             return ack
+
+    async def hold_lease(self, writer: str | None = None) -> Lease:
+        """Takes the writer lease and renews it on a task of the running loop: see
+        ``Session.hold_lease``."""
+        lease = await self.client.renew_lease(
+            self.session_id, self.ledger.epoch, writer, writer_token=self.ledger.writer_token
+        )
+        self._stop_lease()
+        every = lease.ttl_ms / 3000
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(every)
+                try:
+                    # In turn with appends and close (which cancels this task holding the turn).
+                    async with self._turn:
+                        await self.client.renew_lease(
+                            self.session_id, self.ledger.epoch, writer, writer_token=self.ledger.writer_token
+                        )
+                except errors.Conflict:
+                    return  # fenced (the lease is the new writer's), ended, or leases turned off
+                except errors.SessionlogError:
+                    continue  # the next tick tries again; two misses leave the lease live
+
+        self._lease_task = asyncio.get_running_loop().create_task(renew(), name=f"sessionlog-lease-{self.session_id}")
+        return lease
+
+    async def release_lease(self) -> None:
+        """Stops renewing the writer lease and releases it: see ``Session.release_lease``."""
+        self._stop_lease()
+        await self.client.release_lease(self.session_id, self.ledger.epoch, writer_token=self.ledger.writer_token)
+
+    def _stop_lease(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            self._lease_task = None
 
 
 def encode_json(value: Any) -> str:
