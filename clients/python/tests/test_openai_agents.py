@@ -169,7 +169,10 @@ def test_a_killed_agent_resumes_without_a_second_side_effect(
     second.process.wait(timeout=60)
     assert done["result"] == "counted", done
     outputs = [i["output"] for i in done["items"] if i.get("type") == "function_call_output"]
-    assert outputs == [f"{tool} effect #1"], "one call, one result, in the conversation"
+    # Done, recorded by recovery: the resumed run read the call and its result, which stay where
+    # they were; the model's new call gets the recorded result. Never sent: the new call is it.
+    shown = 2 if point == "after-effect" else 1
+    assert outputs == [f"{tool} effect #1"] * shown, "every call in the conversation has the one result"
     assert counter[0].total(tool) == 1, "the side effect happened exactly once"
 
 
@@ -388,3 +391,44 @@ async def test_a_durable_tool_with_arguments_that_are_not_plain_json_is_claimed(
     finally:
         again.close()
     assert runs == ["Oslo"]
+
+
+@pytest.mark.anyio
+async def test_a_later_call_leaves_a_call_a_crashed_process_left_where_it_was(client: sessionlog.AsyncClient) -> None:
+    # A process ran a durable refund and crashed before the SDK saved the turn: the next process
+    # reads that call and its output as items. When the model asks for the same refund again,
+    # the tool answers the recorded result, and the SDK's new call is kept on its own: the
+    # history the SDK read stays as it was.
+    name, runs = f"chat-{uuid.uuid4().hex[:8]}", []
+
+    def process() -> tuple[SessionlogSession, Any]:
+        session = new_session(client, name)
+
+        @session.durable_tool(effect="Idempotent", key=lambda order: f"refund-{order}")
+        async def refund(order: str) -> str:
+            runs.append(order)
+            return f"refunded {order}"
+
+        return session, refund
+
+    crashed, refund = process()
+    await crashed.add_items([{"role": "user", "content": "refund 4711"}])
+    await refund(order="4711")
+    crashed.close()
+    resumed, refund = process()
+    try:
+        before = await resumed.get_items()
+        assert [i.get("type") for i in before[1:]] == ["function_call", "function_call_output"]
+        await resumed.add_items([{"role": "assistant", "content": "Refunded."}, {"role": "user", "content": "again"}])
+        assert await refund(order="4711") == "refunded 4711"
+        later = [
+            {"type": "function_call", "call_id": "call_9", "name": "refund", "arguments": '{"order":"4711"}'},
+            {"type": "function_call_output", "call_id": "call_9", "output": "refunded 4711"},
+        ]
+        await resumed.add_items(later)  # type: ignore[arg-type]
+        after = await resumed.get_items()
+        assert after == [*before, {"role": "assistant", "content": "Refunded."}, {"role": "user", "content": "again"}, *later]
+    finally:
+        resumed.close()
+    assert runs == ["4711"]
+

@@ -33,7 +33,8 @@ written as events again: each is kept whole beside the wrapper's record (its req
 tool and the model's arguments; its result), or on its own when there is none yet (a call
 waiting for approval claims its request when its output comes, see ``CLAIM_KEY``). Until the
 SDK saves them, the wrapper's records of this process are no items; those a crashed process
-left unsaved are, under the durable key, so that the resumed run knows the call ran.
+left unsaved are, under the durable key, so that the resumed run knows the call ran; one shown
+with its result stays where it was (a later call of the same tool is kept on its own).
 
     session = SessionlogSession("user-42", AsyncClient(token=TOKEN), writer="support-bot")
 
@@ -165,6 +166,13 @@ class SessionlogSession:
         self._waiting: dict[str, tuple[str, dict[str, Any]]] = {}
         # The requests durable tools of this process recorded (the SDK saves their items).
         self._own_calls: set[str] = set()
+        # The durable requests get_items answered as items of their own with their results (a
+        # process before left them unsaved): the SDK has that call and its output, so a later
+        # call of the same tool claims none of them. (One it answered with no result, in doubt,
+        # is claimed by the call that settles it.)
+        self._shown: set[str] = set()
+        # Those the latest read of the items found (see ``_live_items``).
+        self._found: set[str] = set()
         # The session's loop and its client, once started; `_closed` after close().
         self._starting = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -297,7 +305,9 @@ class SessionlogSession:
 
     async def _items(self) -> list[TResponseInputItem]:
         async with self._lock:
-            return [item for _, item in await self._live_items()]
+            items = [item for _, item in await self._live_items()]
+            self._shown |= self._found
+            return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Appends items, in one request when their events (about two per item) fit in one
@@ -491,8 +501,9 @@ class SessionlogSession:
         self, events: list[HistoryEvent], items: list[TResponseInputItem], durable: set[int]
     ) -> tuple[dict[int, str], dict[str, str]]:
         """Which events of durable calls the SDK's items of them stand beside, by the items'
-        index: a function call beside the request its wrapper recorded (the first not yet
-        claimed, of its tool, with the model's arguments), its output beside that call's result.
+        index: a function call beside the request its wrapper recorded (of its tool, with the
+        model's arguments, not yet claimed nor answered by get_items as an item of its own with
+        its result; this process's first), its output beside that call's result.
         An item that finds none is kept whole on its own. A call kept on its own before its tool
         ran (it waited for approval) claims its request when its output comes: the second answer,
         the claims to record (request event id, the SDK's call id; see ``CLAIM_KEY``)."""
@@ -504,13 +515,19 @@ class SessionlogSession:
         by_call_id.update({call_id: eid for eid, call_id in claimed.items()})
         waited = {str(i.get("call_id")): i for i in alone.values() if i.get("type") == "function_call" and i.get("name") in self._durable}
         seq_of = {e.event_id: e.seq for e in events}
-        unclaimed = [
-            e for e in events
-            if e.kind == "ToolCallRequested"
-            and (e.data or {}).get("tool") in self._durable
-            and e.event_id not in beside
-            and e.event_id not in claimed
-        ]
+        # A request get_items answered as an item of its own stays that item (the SDK read it
+        # there); those this process recorded come first.
+        unclaimed = sorted(
+            (
+                e for e in events
+                if e.kind == "ToolCallRequested"
+                and (e.data or {}).get("tool") in self._durable
+                and e.event_id not in beside
+                and e.event_id not in claimed
+                and e.event_id not in self._shown
+            ),
+            key=lambda e: (e.event_id not in self._own_calls, e.seq),
+        )
 
         def claim(call: dict[str, Any]) -> str | None:
             asked = _arguments(str(call.get("arguments", "")))
@@ -550,7 +567,8 @@ class SessionlogSession:
         written before items were kept whole, an erased item) gives what the log kept. A durable
         call this process made and the SDK has not saved yet is not an item: the SDK saves it,
         and compares what it saved with what this answers. One a process before left unsaved (it
-        crashed) is, so that the run that resumes knows the call ran."""
+        crashed) is, so that the run that resumes knows the call ran (``_found`` has the event ids
+        of such requests it answers with their results)."""
         events = await self._read(await self._open())
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
@@ -566,6 +584,7 @@ class SessionlogSession:
             if item.get("type") == "function_call" and item.get("name") not in self._durable and eid not in standing_for | withdrawn
         }
         items: list[tuple[int, TResponseInputItem]] = []
+        self._found = set()
         # Where the run of durable calls the last items belong to began, if they do.
         durable_run: int | None = None
         for event in events:
@@ -586,6 +605,8 @@ class SessionlogSession:
                 item = None
             else:
                 item = _item(event, calls, self._durable)
+                if item is not None and event.kind == "ToolCallResult" and self._is_durable(event, calls):
+                    self._found.add(calls[int((event.data or {}).get("call_seq", 0))].event_id)
             if item is None:
                 continue
             entry = (seq, cast(TResponseInputItem, item))
