@@ -432,3 +432,24 @@ async def test_a_later_call_leaves_a_call_a_crashed_process_left_where_it_was(cl
         resumed.close()
     assert runs == ["4711"]
 
+
+@pytest.mark.anyio
+async def test_a_popped_output_added_back_is_the_same_history(client: sessionlog.AsyncClient) -> None:
+    # As the SDK's SQLiteSession: pop_item then add_items of what it answered gives the items back.
+    session = new_session(client)
+    try:
+        await session.add_items([USER, CALL, OUTPUT])  # type: ignore[list-item]
+        original = await session.get_items()
+        popped = await session.pop_item()
+        assert popped == OUTPUT
+        await session.add_items([popped])
+        assert await session.get_items() == original
+        await session.add_items([ANSWER])  # type: ignore[list-item]
+        assert await session.get_items() == [*original, ANSWER]
+    finally:
+        session.close()
+    again = new_session(client, session.session_id)
+    try:
+        assert await again.get_items() == [*original, ANSWER]
+    finally:
+        again.close()

@@ -18,6 +18,7 @@ waits for an approval, perhaps in another process) is kept whole on its own, and
 ``ToolCallRequested`` is written with its output, naming that item: a request with no result
 is a call recovery must not guess about, and nothing ran yet. ``pop_item`` appends an ``EventRetracted`` naming
 the popped item's event, which the fold and the context view honour; the log is never rewritten.
+A popped output added back (its call has its result already) is kept whole on its own.
 ``clear_session`` retracts every item.
 
 A write whose answer was lost is found by the next read: the session sends it again first, with
@@ -405,6 +406,11 @@ class SessionlogSession:
                 record, call = waiting.pop(call_id)
                 planned.append((call_id, None))
                 add(self._event(writer, call, batch_calls), str(uuid.uuid4()), causation=record)
+            elif kind == "function_call_output" and call_id not in batch_calls and self._answered(writer, call_id):
+                # Its call has a result already, retracted (pop_item, then the SDK adds the
+                # output back): a second result is no event; the item is kept whole on its own.
+                events.append(("FrameworkStateSaved", whole, {"event_id": event_id}))
+                continue
             event = self._event(writer, item, batch_calls)
             add(event, event_id)
             if event[0] == "ModelResponse" and str(event[1].get("model", "")).startswith(ITEM_MODEL):
@@ -416,6 +422,12 @@ class SessionlogSession:
     def _call_of(writer: AsyncSession, call_id: str, batch_calls: dict[str, ToolCall]) -> ToolCall | None:
         """The recorded call a function call output answers (its call id is the call's key)."""
         return batch_calls.get(call_id) or writer.ledger.call_with_key(call_id)
+
+    @staticmethod
+    def _answered(writer: AsyncSession, call_id: str) -> bool:
+        """Whether the latest recorded call with ``call_id`` as its key has its result."""
+        call = writer.ledger.call_with_key(call_id)
+        return call is not None and call.result is not None
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retracts the latest item and answers it (``None`` when there is none)."""
