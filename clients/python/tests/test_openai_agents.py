@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.memory import SessionSettings
@@ -332,8 +333,16 @@ async def test_a_call_id_a_provider_reuses_marks_only_its_own_call_durable(clien
     ]
     await session.add_items(first)  # type: ignore[arg-type]
     await session.add_items(later)  # type: ignore[arg-type]
-    results = [e async for e in client.events(session.writer.session_id, kinds=["ToolCallResult"])]
-    assert [text_of((e.data or {}).get("output")) for e in results][-1] == "sent"
+    # A range read answers from the projection (the event index): wait, with a deadline, for it
+    # to hold the plain call's result rather than read it once.
+    outputs: list[str | None] = []
+    with anyio.move_on_after(15):
+        while outputs[-1:] != ["sent"]:
+            results = [e async for e in client.events(session.writer.session_id, kinds=["ToolCallResult"])]
+            outputs = [text_of((e.data or {}).get("output")) for e in results]
+            if outputs[-1:] != ["sent"]:
+                await anyio.sleep(0.1)
+    assert outputs[-1:] == ["sent"], outputs
     session.close()
     # A new process takes the session over (no call left in doubt) and reads the same items.
     again = new_session(client, session.session_id)
