@@ -375,7 +375,15 @@ fn short_text(event: &HistoryEvent) -> String {
         SessionEvent::ResolutionRequired { call_seq, reason } => {
             format!("call {call_seq}: {}", text(reason))
         }
-        SessionEvent::SessionPaused { reason } => maybe(reason),
+        SessionEvent::SessionPaused {
+            reason,
+            until: Some(until),
+        } => format!(
+            "until {} {}",
+            timestamp(*until, Precision::Seconds, None),
+            maybe(reason)
+        ),
+        SessionEvent::SessionPaused { reason, .. } => maybe(reason),
         SessionEvent::SessionResumed {} => String::new(),
         SessionEvent::SessionEnded { outcome, reason } => {
             format!("{outcome:?} {}", maybe(reason))

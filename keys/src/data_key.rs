@@ -229,6 +229,7 @@ pub fn sensitive_fields(
         }
         | E::SessionPaused {
             reason: Some(reason),
+            ..
         }
         | E::SessionEnded {
             reason: Some(reason),
@@ -239,7 +240,7 @@ pub fn sensitive_fields(
         E::SessionErased { .. }
         | E::SessionStarted { title: None, .. }
         | E::ApprovalDecided { reason: None, .. }
-        | E::SessionPaused { reason: None }
+        | E::SessionPaused { reason: None, .. }
         | E::SessionEnded { reason: None, .. }
         | E::Checkpoint { .. }
         | E::WriterClaimed { .. }

@@ -681,7 +681,10 @@ mod tests {
                 call_seq: 1,
                 reason: text(),
             },
-            SessionEvent::SessionPaused { reason: None },
+            SessionEvent::SessionPaused {
+                reason: None,
+                until: None,
+            },
             SessionEvent::SessionResumed {},
             SessionEvent::SessionEnded {
                 outcome: TerminalOutcome::Completed,

@@ -108,6 +108,7 @@ impl OperatorAct {
             }
             Self::Pause { reason } => Ok(SessionEvent::SessionPaused {
                 reason: Some(Content::from(reason.clone())),
+                until: None,
             }),
             Self::Unpause if !state.paused => nothing("is not paused; there is nothing to unpause"),
             Self::Unpause => Ok(SessionEvent::SessionResumed {}),

@@ -211,6 +211,8 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             "session_paused",
             SessionEvent::SessionPaused {
                 reason: Some("lunch".into()),
+                // An hour after the pause (schema v7).
+                until: Some(base_time + 15 * 1_000_000 + 3_600 * 1_000_000),
             },
             None,
             None,

@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 6;
+pub const CURRENT_SCHEMA_VERSION: u32 = 7;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -38,6 +38,7 @@ const KEPT: &[(u32, &str)] = &[
     (4, include_str!("../avro/session-event.v4.avsc")),
     (5, include_str!("../avro/session-event.v5.avsc")),
     (6, include_str!("../avro/session-event.v6.avsc")),
+    (7, include_str!("../avro/session-event.v7.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -513,7 +514,10 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
             field("call_seq", long("call_seq", *call_seq)?),
             field("reason", sealable(reason)),
         ],
-        E::SessionPaused { reason } => vec![field("reason", optional_sealable(reason))],
+        E::SessionPaused { reason, until } => vec![
+            field("reason", optional_sealable(reason)),
+            field("until", optional(until.map(Value::TimestampMicros))),
+        ],
         E::SessionResumed {} => vec![],
         E::SessionEnded { outcome, reason } => vec![
             field("outcome", symbol(TERMINAL_OUTCOME, *outcome as usize)),
@@ -1080,6 +1084,15 @@ impl Fields {
         u64::try_from(n).map_err(|_| self.err(name, format!("negative: {n}")))
     }
 
+    /// An optional long or timestamp (`["null", "long"]`, `["null", timestamp-micros]`).
+    fn opt_long(&mut self, name: &str) -> Result<Option<i64>> {
+        match unwrap_union(self.take(name)?) {
+            Value::Null => Ok(None),
+            Value::Long(n) | Value::TimestampMicros(n) => Ok(Some(n)),
+            other => Err(self.err(name, format!("expected a long or null, got {other:?}"))),
+        }
+    }
+
     /// An optional non-negative long (`["null", "long"]`).
     fn opt_unsigned(&mut self, name: &str) -> Result<Option<u64>> {
         match unwrap_union(self.take(name)?) {
@@ -1307,6 +1320,7 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
         },
         "SessionPaused" => E::SessionPaused {
             reason: f.opt_sealable("reason")?,
+            until: f.opt_long("until")?,
         },
         "SessionResumed" => E::SessionResumed {},
         "SessionEnded" => E::SessionEnded {

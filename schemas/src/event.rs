@@ -550,6 +550,11 @@ pub enum SessionEvent {
         #[serde(default, with = "sealable::option")]
         #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
         reason: Option<Content>,
+        /// When the pause lapses and the session wants its harness again, in microseconds
+        /// since the Unix epoch (schema v7). `None`: until someone unpauses it; always `None`
+        /// before v7.
+        #[serde(default)]
+        until: Option<Micros>,
     },
     /// The run resumed.
     SessionResumed {},

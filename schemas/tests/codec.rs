@@ -225,7 +225,8 @@ fn event() -> impl Strategy<Value = SessionEvent> {
             ),
         (small_u64(), content())
             .prop_map(|(call_seq, reason)| E::ResolutionRequired { call_seq, reason }),
-        opt_content().prop_map(|reason| E::SessionPaused { reason }),
+        (opt_content(), proptest::option::of(any::<i64>()))
+            .prop_map(|(reason, until)| E::SessionPaused { reason, until }),
         Just(E::SessionResumed {}),
         (terminal, opt_content()).prop_map(|(outcome, reason)| E::SessionEnded { outcome, reason }),
         (text(), text()).prop_map(|(requested_by, reason)| E::SessionErased {
@@ -582,6 +583,46 @@ fn a_name_needs_a_v6_writer() {
     assert_eq!(v5.decode(&body).expect("decodes"), e);
 }
 
+/// A pause's end is v7's: a v6 writer refuses a pause that carries one rather than drop it
+/// (the session would stay paused until someone unpaused it), and writes one without; a pause
+/// any older version wrote reads back with no end, and a reader of v6 reads a v7 pause.
+#[test]
+fn an_until_needs_a_v7_writer() {
+    let mut e = sample();
+    e.schema_version = 6;
+    e.event = SessionEvent::SessionPaused {
+        reason: Some("lunch".into()),
+        until: Some(1_750_003_615_000_000),
+    };
+    assert!(matches!(
+        encode_body_for_version(6, &e),
+        Err(Error::Unrepresentable { version: 6, .. })
+    ));
+    if let SessionEvent::SessionPaused { until, .. } = &mut e.event {
+        *until = None;
+    }
+    for version in 1..=6 {
+        e.schema_version = version;
+        let body = encode_body_for_version(version, &e).expect("an older writer writes a pause");
+        let old = BodyDecoder::for_version(version).expect("decoder");
+        assert_eq!(old.decode(&body).expect("decodes"), e, "v{version}");
+    }
+    e.schema_version = 7;
+    if let SessionEvent::SessionPaused { until, .. } = &mut e.event {
+        *until = Some(1_750_003_615_000_001);
+    }
+    let body = encode_body(&e).expect("encodes");
+    assert_eq!(
+        decode_body(&body).expect("decodes"),
+        e,
+        "kept to the microsecond"
+    );
+    BodyDecoder::for_version(7)
+        .expect("v7 decoder")
+        .decode_value_as(&body, 6)
+        .expect("a reader of v6 reads a v7 pause");
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -617,8 +658,8 @@ fn out_of_range_numbers_are_refused_not_wrapped() {
     ));
 }
 
-/// Whether the fields schemas v5 and v6 added (writer tokens, approvals' binding, names) are
-/// at their defaults: what every older version has room for.
+/// Whether the fields schemas v5 to v7 added (writer tokens, approvals' binding, names, a
+/// pause's end) are at their defaults: what every older version has room for.
 fn v5_fields_at_default(e: &SessionEvent) -> bool {
     use SessionEvent as E;
     match e {
@@ -643,11 +684,12 @@ fn v5_fields_at_default(e: &SessionEvent) -> bool {
             action_digest,
             ..
         } => request_seq.is_none() && action_digest.is_none(),
+        E::SessionPaused { until, .. } => until.is_none(),
         _ => true,
     }
 }
 
-/// Sets the fields schemas v5 and v6 added to their defaults.
+/// Sets the fields schemas v5 to v7 added to their defaults.
 fn clear_v5_fields(e: &mut SessionEvent) {
     use SessionEvent as E;
     match e {
@@ -675,6 +717,7 @@ fn clear_v5_fields(e: &mut SessionEvent) {
             action_digest,
             ..
         } => (*request_seq, *action_digest) = (None, None),
+        E::SessionPaused { until, .. } => *until = None,
         _ => {}
     }
 }
@@ -704,7 +747,7 @@ fn v1_can_carry(e: &EventEnvelope) -> bool {
             E::ToolCallResult { note, .. } => opt_plain(note),
             E::ApprovalRequested { action, .. } => plain(action),
             E::ApprovalDecided { reason, .. }
-            | E::SessionPaused { reason }
+            | E::SessionPaused { reason, .. }
             | E::SessionEnded { reason, .. } => opt_plain(reason),
             E::ResolutionRequired { reason, .. } => plain(reason),
             // Kinds of v3 and v4: no older version has a branch for them.
@@ -755,7 +798,7 @@ fn fit_v1(e: &mut EventEnvelope) {
         }
         E::ToolCallResult { note: reason, .. }
         | E::ApprovalDecided { reason, .. }
-        | E::SessionPaused { reason }
+        | E::SessionPaused { reason, .. }
         | E::SessionEnded { reason, .. } => {
             if let Some(reason) = reason {
                 unseal(reason);
@@ -856,7 +899,10 @@ fn resolution_matches_union_branches_by_name_and_fills_defaults() {
     );
     assert_eq!(
         decode(envelope(0, vec![])).event,
-        SessionEvent::SessionPaused { reason: None }
+        SessionEvent::SessionPaused {
+            reason: None,
+            until: None
+        }
     );
     assert_eq!(
         decode(envelope(

@@ -96,7 +96,7 @@ fn a_v1_reader_refuses_v2_records_with_sealed_text_where_v1_has_a_string() {
             }
         }),
         ("session_paused", |e| {
-            if let E::SessionPaused { reason } = e {
+            if let E::SessionPaused { reason, .. } = e {
                 *reason = Some(sealed());
             }
         }),

@@ -119,8 +119,12 @@ pub fn statement(e: &EventEnvelope) -> Option<String> {
         }
         // Schema v6 on: an operator's hand on a session. A pause's reason and a steering
         // message's words are sealed text, which the statement does not carry; the position
-        // and event id bind the signature to this event.
-        SessionEvent::SessionPaused { .. } => "pause".to_string(),
+        // and event id bind the signature to this event. When a pause lapses (v7) is signed
+        // too, so no one moves it; a pause without an end signs what it signed before.
+        SessionEvent::SessionPaused { until: None, .. } => "pause".to_string(),
+        SessionEvent::SessionPaused {
+            until: Some(until), ..
+        } => format!("pause\n{until}"),
         SessionEvent::SessionResumed {} => "unpause".to_string(),
         SessionEvent::SteeringMessage { author, .. } => format!("steering\n{author}"),
         _ => return None,

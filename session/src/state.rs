@@ -261,6 +261,11 @@ pub struct SessionState {
     pub retracted: BTreeMap<Seq, Seq>,
     /// Paused and not resumed.
     pub paused: bool,
+    /// When the pause lapses and the session wants its harness again (microseconds since the
+    /// Unix epoch; schema v7); `None` = until someone resumes it. Left out of the canonical
+    /// state when `None`, so digests of sessions without one are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<Micros>,
     /// How it ended, once it has.
     pub terminal: Option<TerminalOutcome>,
     /// Whether its payloads were erased.
@@ -314,6 +319,7 @@ impl SessionState {
             operator_results: BTreeMap::new(),
             retracted: BTreeMap::new(),
             paused: false,
+            paused_until: None,
             terminal: None,
             erased: false,
             tokens_in: 0,
@@ -588,6 +594,12 @@ impl SessionState {
             E::SessionPaused { .. } if self.paused => {
                 reject_invalid("the session is already paused".into())
             }
+            // A time before 1970 is no time a pause could lapse at: a writer's mistake.
+            E::SessionPaused {
+                until: Some(until), ..
+            } if *until < 0 => reject_invalid(format!(
+                "a pause lapses at a time since 1970: got {until} µs"
+            )),
             E::SessionResumed {} if !self.paused => {
                 reject_invalid("the session is not paused".into())
             }
@@ -865,8 +877,14 @@ impl SessionState {
                     computed_digest: digest_before.unwrap_or_default(),
                 });
             }
-            E::SessionPaused { .. } => self.paused = true,
-            E::SessionResumed {} => self.paused = false,
+            E::SessionPaused { until, .. } => {
+                self.paused = true;
+                self.paused_until = *until;
+            }
+            E::SessionResumed {} => {
+                self.paused = false;
+                self.paused_until = None;
+            }
             E::SessionEnded { outcome, .. } => self.terminal = Some(*outcome),
             E::SessionErased { .. } => {
                 self.erased = true;
@@ -939,4 +957,124 @@ fn before_v6(version: &u32) -> bool {
 /// What [`SessionState::started_schema`] keeps of a first event's schema version.
 fn started_schema(version: u32) -> u32 {
     if before_v6(&version) { 0 } else { version }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sessionlog_schemas::CURRENT_SCHEMA_VERSION;
+
+    const AT: Micros = 1_750_000_000_000_000;
+    const HOUR: Micros = 3_600_000_000;
+
+    /// A session started under the current schema, and the seq its next event takes.
+    fn started() -> (SessionState, Seq) {
+        let session = SessionId(Uuid::from_u128(7));
+        let mut state = SessionState::empty(session);
+        let start = SessionEvent::SessionStarted {
+            agent: "harness".into(),
+            title: None,
+            tenant: DEFAULT_TENANT.into(),
+            writer_token_sha256: None,
+            name_sha256: None,
+        };
+        assert_eq!(state.apply(&envelope(&state, 1, start)), Verdict::Accepted);
+        (state, 2)
+    }
+
+    /// `event` at `seq`, signed (pauses are the recovery service's, signed from schema v6).
+    fn envelope(state: &SessionState, seq: Seq, event: SessionEvent) -> EventEnvelope {
+        EventEnvelope {
+            event_id: Uuid::from_u128(u128::from(seq)),
+            session_id: state.session_id,
+            seq,
+            writer_epoch: 1,
+            occurred_at: AT + i64::try_from(seq).expect("small"),
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: CURRENT_SCHEMA_VERSION,
+            event,
+            attestation: Some(Attestation {
+                key_id: "k1".into(),
+                signature: vec![1],
+            }),
+        }
+    }
+
+    fn pause(until: Option<Micros>) -> SessionEvent {
+        SessionEvent::SessionPaused {
+            reason: Some(Content::plain("lunch")),
+            until,
+        }
+    }
+
+    #[test]
+    fn a_pause_keeps_when_it_lapses_and_a_resume_clears_it() {
+        let (mut state, seq) = started();
+        let until = AT + HOUR;
+        assert_eq!(
+            state.apply(&envelope(&state, seq, pause(Some(until)))),
+            Verdict::Accepted
+        );
+        assert!(state.paused);
+        assert_eq!(state.paused_until, Some(until));
+        assert_eq!(state.status(), SessionStatus::Paused);
+        // The service's signature covers when the pause lapses; one without an end signs
+        // what pauses signed before.
+        let signed = |until| crate::attest::statement(&envelope(&state, 9, pause(until)));
+        assert!(signed(Some(until)).is_some_and(|s| s.ends_with(&format!("\npause\n{until}"))));
+        assert!(signed(None).is_some_and(|s| s.ends_with("\npause")));
+        let resume = SessionEvent::SessionResumed {};
+        assert_eq!(
+            state.apply(&envelope(&state, seq + 1, resume)),
+            Verdict::Accepted
+        );
+        assert!(!state.paused);
+        assert_eq!(state.paused_until, None);
+        // A pause without an end waits for someone to resume it.
+        assert_eq!(
+            state.apply(&envelope(&state, seq + 2, pause(None))),
+            Verdict::Accepted
+        );
+        assert!(state.paused);
+        assert_eq!(state.paused_until, None);
+    }
+
+    #[test]
+    fn a_pause_that_lapses_before_1970_is_invalid_and_changes_nothing() {
+        let (mut state, seq) = started();
+        let before = state.clone();
+        for until in [-1, Micros::MIN] {
+            let verdict = state.apply(&envelope(&state, seq, pause(Some(until))));
+            assert!(
+                matches!(&verdict, Verdict::Rejected(Rejection::Invalid(why)) if why.contains("1970")),
+                "{until}: {verdict:?}"
+            );
+            assert_eq!(state, before, "{until}");
+        }
+        // The epoch itself and any later time are times a pause may lapse at.
+        assert_eq!(
+            state.apply(&envelope(&state, seq, pause(Some(0)))),
+            Verdict::Accepted
+        );
+        assert_eq!(state.paused_until, Some(0));
+    }
+
+    #[test]
+    fn a_state_without_a_pause_end_keeps_its_digest() {
+        let (mut state, seq) = started();
+        assert_eq!(
+            state.apply(&envelope(&state, seq, pause(None))),
+            Verdict::Accepted
+        );
+        assert!(!state.canonical_json().contains("paused_until"));
+        let mut with_end = state.clone();
+        with_end.paused_until = Some(AT);
+        assert!(with_end.canonical_json().contains("\"paused_until\""));
+        assert_ne!(with_end.digest(), state.digest());
+        // A stored state read back keeps it.
+        let read: SessionState =
+            serde_json::from_str(&with_end.canonical_json()).expect("reads back");
+        assert_eq!(read.paused_until, Some(AT));
+    }
 }

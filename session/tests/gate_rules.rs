@@ -368,7 +368,10 @@ fn a_pause_stops_harness_claims_and_intents_until_it_is_lifted() {
     // An operator pauses the session: a signed claim, then the pause.
     assert_eq!(log.claim("operator:ops", true), Verdict::Accepted);
     assert_eq!(
-        log.write(SessionEvent::SessionPaused { reason: None }),
+        log.write(SessionEvent::SessionPaused {
+            reason: None,
+            until: None,
+        }),
         Verdict::Accepted
     );
     assert_eq!(gated(log.claim("harness-2", false)), Gate::Paused);
@@ -543,7 +546,10 @@ fn operator_kinds_are_the_operators_from_v6() {
     };
     let mut v6 = Log::started_under(6);
     assert_eq!(
-        v6.write(SessionEvent::SessionPaused { reason: None }),
+        v6.write(SessionEvent::SessionPaused {
+            reason: None,
+            until: None,
+        }),
         Verdict::Rejected(Rejection::Unsigned {
             kind: "a pause".into()
         })
@@ -561,7 +567,10 @@ fn operator_kinds_are_the_operators_from_v6() {
         signature: vec![1; 64],
     });
     assert_eq!(v6.state.apply(&signed), Verdict::Accepted);
-    let mut pause = v6.next(SessionEvent::SessionPaused { reason: None });
+    let mut pause = v6.next(SessionEvent::SessionPaused {
+        reason: None,
+        until: None,
+    });
     pause.attestation = signed.attestation.clone();
     assert_eq!(v6.state.apply(&pause), Verdict::Accepted);
     assert_eq!(

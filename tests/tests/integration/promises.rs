@@ -819,7 +819,10 @@ async fn operator_kinds_are_the_operators_through_every_door() -> Result<()> {
     // The library: refused by the fold before anything is acknowledged.
     let (mut writer, _) = SessionWriter::create(event_log(&stack).await?, "lib", None).await?;
     for event in [
-        SessionEvent::SessionPaused { reason: None },
+        SessionEvent::SessionPaused {
+            reason: None,
+            until: None,
+        },
         SessionEvent::SteeringMessage {
             author: "operator:alice".into(),
             content: Content::plain("approve every refund"),
@@ -835,7 +838,10 @@ async fn operator_kinds_are_the_operators_through_every_door() -> Result<()> {
     let raw = raw_next(
         &recovery,
         session,
-        SessionEvent::SessionPaused { reason: None },
+        SessionEvent::SessionPaused {
+            reason: None,
+            until: None,
+        },
     )
     .await?;
     let schema_id = event_log(&stack).await?.schema_id();

@@ -280,6 +280,7 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
     // The old release keeps writing (writers upgrade last): its session pauses, forks, ends.
     old.append(SessionEvent::SessionPaused {
         reason: Some("waiting for review".into()),
+        until: None,
     })
     .await?;
     old.append(SessionEvent::SessionResumed {}).await?;
@@ -315,6 +316,7 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
         upgraded
             .append(SessionEvent::SessionPaused {
                 reason: Some("lunch".into()),
+                until: None,
             })
             .await?,
     );
