@@ -13,13 +13,17 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let listen = listen.unwrap_or_else(|| settings.ingest.listen.clone());
+    // Bound first: the port is held while connecting takes seconds, and a taken port is said
+    // at once.
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| {
+            format!("listening on {listen} (is another service on it? use --listen)")
+        })?;
     let access = Arc::new(Access::from_settings(&settings.auth).await?);
     let ingest = Ingest::connect(settings, access)
         .await
         .context("connecting to the log and the projection (did you run `sessionlog init`?)")?;
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| format!("listening on {listen}"))?;
     tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
     ingest.serve(listener, shutdown).await?;
     Ok(())

@@ -478,6 +478,11 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
         sessionlog_recovery::describe_metrics,
         sessionlog_http::auth::describe_metrics,
     ]);
+    // Bound first: the port is held while connecting takes seconds, and a taken port is said
+    // at once.
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;
     let access = Arc::new(Access::from_settings(&settings.auth).await?);
     let recovery = connect(settings).await?;
     // Said once, by the service that would sign: the one-shot commands that sign fail naming
@@ -486,9 +491,6 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
         tracing::warn!("{}", sessionlog_recovery::notary::Notary::UNSIGNED_WARNING);
     }
     let app = sessionlog_recovery::http::router(recovery, metrics, access);
-    let listener = tokio::net::TcpListener::bind(&address)
-        .await
-        .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;
     tracing::info!(%address, "recovery service listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(crate::commands::shutdown_signal())

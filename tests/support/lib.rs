@@ -272,12 +272,26 @@ impl ServedProcess {
 
     /// [`Self::start`] with the variables `unset` removed from the service's environment
     /// (e.g. `SESSIONLOG_AUTH__JWKS_FILE`, to run it with default access settings).
+    ///
+    /// The port is free when chosen but released before the service binds it, so another
+    /// process (an outgoing connection's ephemeral port, say) can take it in between; a service
+    /// that exits before answering is tried again on a fresh port, twice at most.
     pub async fn start_without(stack: &TestStack, command: &str, unset: &[&str]) -> Result<Self> {
-        Self::start_at(stack, command, &free_address()?, unset).await
+        let mut attempt = 1;
+        loop {
+            match Self::start_at(stack, command, &free_address()?, unset).await {
+                Err(e) if attempt < 3 && e.downcast_ref::<ExitedEarly>().is_some() => {
+                    eprintln!("retrying `sessionlog {command}` on another port: {e:#}");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// [`Self::start_without`] listening on `listen` (`host:port`): to restart a service where
-    /// its clients expect it.
+    /// its clients expect it. Fails at once, with [`ExitedEarly`], if the process exits before
+    /// its `/health` answers.
     pub async fn start_at(
         stack: &TestStack,
         command: &str,
@@ -294,26 +308,46 @@ impl ServedProcess {
         for name in unset {
             spawn.env_remove(name);
         }
-        let process = ChildGuard(
+        let mut process = ChildGuard(
             spawn
                 .spawn()
                 .with_context(|| format!("spawning `sessionlog {command}`"))?,
         );
         let base = format!("http://{listen}");
         let health = format!("{base}/health");
-        let http = reqwest::Client::new();
-        wait_for(
+        // A service that accepted but never answers must not hold a probe past the deadline.
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let exited = wait_for(
             &format!("`sessionlog {command}` to answer /health"),
             Duration::from_secs(60),
             || {
+                let exited = process.0.try_wait();
                 let request = http.get(&health).send();
-                async move { Ok((request.await?.status() == 200).then_some(())) }
+                async move {
+                    if let Some(status) = exited? {
+                        return Ok(Some(Some(status)));
+                    }
+                    Ok((request.await?.status() == 200).then_some(None))
+                }
             },
         )
         .await?;
+        if let Some(status) = exited {
+            return Err(anyhow::Error::new(ExitedEarly(status)).context(format!(
+                "`sessionlog {command} --listen {listen}` stopped before answering /health \
+                 (its log is above)"
+            )));
+        }
         Ok(Self { base, process })
     }
 }
+
+/// A served process exited before it answered `/health`.
+#[derive(Debug, thiserror::Error)]
+#[error("the process exited with {0}")]
+pub struct ExitedEarly(pub std::process::ExitStatus);
 
 /// `[context]` as settings variables (`SESSIONLOG_CONTEXT__AGENTS__NAME__RECENT_TURNS=4`),
 /// every policy field spelled out; agent names are lowercase (figment lowercases keys).

@@ -133,3 +133,33 @@ fn completions_print_a_script_for_each_shell() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_service_whose_port_is_taken_says_so_before_connecting_anywhere() -> Result<()> {
+    // The port is held here; every server is a closed port, so a service that connected
+    // first would fail on those instead (or wait for them) and never name the port.
+    let held = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let address = held.local_addr()?.to_string();
+    for command in ["ingest", "serve-recovery"] {
+        let (output, took) = sessionlog(
+            &[command, "--listen", &address],
+            &[
+                ("SESSIONLOG_KAFKA__BOOTSTRAP", "127.0.0.1:1"),
+                ("SESSIONLOG_REGISTRY__URL", "http://127.0.0.1:1"),
+                ("SESSIONLOG_CQL__NODES", "127.0.0.1:1"),
+            ],
+        )?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        ensure!(
+            !output.status.success(),
+            "{command}: exit {:?}",
+            output.status
+        );
+        ensure!(
+            stderr.contains(&address) && stderr.contains("is another service on it"),
+            "{command}: the error names the taken address: {stderr}"
+        );
+        ensure!(took < Duration::from_secs(10), "{command}: took {took:?}");
+    }
+    Ok(())
+}
