@@ -87,6 +87,10 @@ pub struct SessionStatus {
     pub epoch: u64,
     /// Its writer lease, if a writer holds one.
     pub lease: Option<LeaseStatus>,
+    /// When its pause lapses and it wants its harness again, RFC 3339; absent unless it is
+    /// paused with an end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<String>,
 }
 
 /// Runs `sessionlog status SESSION`: the session rebuilt from the log, and its writer lease.
@@ -100,6 +104,10 @@ pub async fn run_session(settings: &Settings, session: SessionId, json: bool) ->
         status: rebuilt.state.status().as_str().to_string(),
         epoch,
         lease: lease.map(|l| LeaseStatus::of(l, epoch, sessionlog_schemas::now_micros())),
+        paused_until: rebuilt
+            .state
+            .paused_until
+            .map(|at| crate::when::timestamp(at, crate::when::Precision::Seconds, None)),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -128,8 +136,12 @@ pub fn session_text(status: &SessionStatus) -> String {
             )
         }
     };
+    let until = match &status.paused_until {
+        Some(until) => format!(" until {until}"),
+        None => String::new(),
+    };
     format!(
-        "session {}: {}, epoch {}\n{lease}",
+        "session {}: {}{until}, epoch {}\n{lease}",
         status.session_id, status.status, status.epoch
     )
 }
@@ -350,6 +362,7 @@ mod tests {
             status: "running".into(),
             epoch: 2,
             lease: Some(lease(true, 2)),
+            paused_until: None,
         };
         let text = session_text(&status);
         assert!(text.ends_with(
@@ -363,6 +376,14 @@ mod tests {
         assert!(session_text(&status).ends_with("(not live: a fenced epoch's)"));
         status.lease = None;
         assert!(session_text(&status).contains("lease: none"));
+        // A pause with an end says when it lapses.
+        status.status = "paused".into();
+        status.paused_until = Some("2026-12-05T09:00:00Z".into());
+        let text = session_text(&status);
+        assert!(
+            text.contains(": paused until 2026-12-05T09:00:00Z, epoch 2\n"),
+            "{text}"
+        );
     }
 
     fn span(topic: &str, ends: &[i64]) -> TopicSpan {

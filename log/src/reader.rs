@@ -187,9 +187,11 @@ impl PartitionReader {
         Self::with_prefetch(settings, topic, 1_000, 1024)
     }
 
-    /// A reader of a compacted topic (the lease topic), for one read and then dropped: a
-    /// record past the offset wanted is a hole compaction left, not a record fetched for an
-    /// earlier read, so the reader must never be reused; a read ends where the partition does.
+    /// A reader of a compacted topic (the lease topic): a record past the offset wanted is
+    /// taken for a hole compaction left, not a record fetched for an earlier read, so the
+    /// reader may be reused only for reads of each partition that start where its last read
+    /// of that partition stopped or later ([`crate::lease::LeaseReader`]); a read ends where
+    /// the partition does.
     pub fn for_compacted(settings: &KafkaSettings, topic: &str) -> Result<Self> {
         let mut reader = Self::with_config(settings, topic, 1_000, 1024, true)?;
         reader.compacted = true;

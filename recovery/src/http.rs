@@ -155,6 +155,11 @@ struct SessionView {
     /// The writer lease on the session (docs/design.md, "Writer leases"), or null when no
     /// writer holds one (none ever did, it was released, or leases are off).
     lease: Option<crate::LeaseStatus>,
+    /// When the session's pause lapses and it wants its harness again, RFC 3339; absent
+    /// unless it is paused with an end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    paused_until: Option<String>,
 }
 
 /// Everything a new harness needs to continue a session: `state`, `epoch`, `writer_token`
@@ -317,6 +322,7 @@ async fn get_session(
     let now = sessionlog_schemas::now_micros();
     Ok(Json(SessionView {
         lease: lease.map(|l| crate::LeaseStatus::of(l, rebuilt.state.epoch, now)),
+        paused_until: rebuilt.state.paused_until.map(crate::lease::rfc3339),
         read_amplification: rebuilt.read_amplification(),
         status: rebuilt.state.status().as_str().to_string(),
         digest,
@@ -630,12 +636,17 @@ async fn events(
     Ok(Json(recovery.events(session, range).await?))
 }
 
-/// Why a session is paused.
+/// Why a session is paused, and until when.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PauseRequest {
     /// Why (kept in the log, sealed like any text).
     reason: String,
+    /// When the pause lapses and the session wants its harness again: an RFC 3339 time to
+    /// come. Absent or null: until someone unpauses it.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-05T09:00:00Z")]
+    until: Option<String>,
 }
 
 /// An unpause carries nothing but who asks (the credential).
@@ -653,7 +664,8 @@ struct SteeringRequest {
 
 /// Pauses a session: no harness takes it over or starts a tool call until it is unpaused.
 /// The service takes the session over (the harness writing is fenced) and appends
-/// `SessionPaused`, signed in the caller's name.
+/// `SessionPaused`, signed in the caller's name. With `until`, the pause records when it
+/// lapses (the session view shows it as `paused_until`).
 #[utoipa::path(
     post,
     path = "/sessions/{session_id}/pause",
@@ -664,6 +676,7 @@ struct SteeringRequest {
         (status = 200, description = "paused", body = RecordedEvent),
         (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
         (status = 409, description = "`session_ended`, `nothing_to_do` (already paused)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`: `until` is not an RFC 3339 time to come", body = ProblemDocument, content_type = "application/problem+json"),
         BodyProblems,
         ServerProblems,
     )
@@ -674,7 +687,16 @@ async fn pause(
     PathParams(session): PathParams<String>,
     JsonBody(r): JsonBody<PauseRequest>,
 ) -> Answer<RecordedEvent> {
-    let act = OperatorAct::Pause { reason: r.reason };
+    let until = r
+        .until
+        .as_deref()
+        .map(|text| crate::pause_until(text, sessionlog_schemas::now_micros()))
+        .transpose()
+        .map_err(|why| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", why))?;
+    let act = OperatorAct::Pause {
+        reason: r.reason,
+        until,
+    };
     operate(&recovery, &caller, &session, act, "pause").await
 }
 

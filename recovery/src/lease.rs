@@ -36,7 +36,7 @@ impl LeaseStatus {
 }
 
 /// Microseconds since the Unix epoch as RFC 3339 (UTC); the number itself if out of range.
-fn rfc3339(micros: Micros) -> String {
+pub(crate) fn rfc3339(micros: Micros) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1_000)
         .ok()
         .and_then(|t| {

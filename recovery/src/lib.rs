@@ -40,7 +40,7 @@ pub use fork::{BranchDiff, ForkAt, Lineage, Scope};
 pub use history::{Cursor, EventPage, EventRange, HistoryEvent};
 pub use lease::LeaseStatus;
 pub use observe::describe_metrics;
-pub use operator::{OperatorAct, Resolution, StuckSession};
+pub use operator::{OperatorAct, Resolution, StuckSession, pause_until};
 pub use rebuild::{LoggedEvent, RebuiltSession, Recovery, StartPoint};
 pub use resolver::{HttpResolver, Resolvers, ToolOutcome, ToolResolver};
 pub use resume::{InDoubtAction, InDoubtCall, ResumeBundle};

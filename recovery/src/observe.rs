@@ -24,6 +24,13 @@ pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
 /// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
 pub const EVENTS_FOLDED: &str = "sessionlog_recovery_events_folded_total";
 
+/// Consumers of the lease topic the process made (`GET /v1/sessions/{id}` and `sessionlog
+/// status` read a session's lease): a few for the process's life, not one per read.
+pub const LEASE_READERS_MADE: &str = "sessionlog_recovery_lease_readers_made_total";
+/// Metadata round trips the process made to check that the lease topic exists: one for the
+/// process's life (until one succeeds), not one per lease read.
+pub const LEASE_TOPIC_CHECKS: &str = "sessionlog_recovery_lease_topic_checks_total";
+
 /// Sessions erased (their `SessionErased` appended or found, and their data key destroyed).
 pub const ERASURES: &str = "sessionlog_recovery_erasures_total";
 
@@ -38,6 +45,8 @@ pub const METRICS: &[&str] = &[
     RESUMES_WAITING,
     RECORDS_READ,
     EVENTS_FOLDED,
+    LEASE_READERS_MADE,
+    LEASE_TOPIC_CHECKS,
 ];
 
 /// Registers a help text for every metric above with the installed recorder (call it once,
@@ -88,6 +97,16 @@ pub fn describe_metrics() {
         EVENTS_FOLDED,
         Unit::Count,
         "Records of the rebuilt sessions folded (with records read: the read amplification)."
+    );
+    describe_counter!(
+        LEASE_READERS_MADE,
+        Unit::Count,
+        "Consumers of the lease topic this process made to read writer leases (a few, not one per read)."
+    );
+    describe_counter!(
+        LEASE_TOPIC_CHECKS,
+        Unit::Count,
+        "Metadata round trips this process made to check that the lease topic exists (one, not one per read)."
     );
 }
 

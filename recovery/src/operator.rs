@@ -11,7 +11,7 @@ use crate::{Error, Recovery, Result};
 use serde::Serialize;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_producer::{Appended, SessionWriter};
-use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent, SessionId};
+use sessionlog_schemas::{CallOutcome, Content, Micros, ResultSource, SessionEvent, SessionId};
 use sessionlog_session::{Rejection, SessionState};
 use sessionlog_store::Wait;
 use std::sync::Arc;
@@ -56,10 +56,14 @@ pub struct Resolution {
 /// An operator's hand on a running session, appended signed in the operator's name.
 #[derive(Clone, Debug)]
 pub enum OperatorAct {
-    /// Stop the session until someone unpauses it (kept in the log, sealed like any text).
+    /// Stop the session until someone unpauses it, or until `until` (kept in the log, the
+    /// reason sealed like any text).
     Pause {
         /// Why.
         reason: String,
+        /// When the pause lapses and the session wants its harness again, in microseconds
+        /// since the Unix epoch (see [`pause_until`]); `None`: until someone unpauses it.
+        until: Option<Micros>,
     },
     /// Let a paused session go on.
     Unpause,
@@ -106,9 +110,9 @@ impl OperatorAct {
             Self::Pause { .. } if state.paused => {
                 nothing("is already paused (`sessionlog unpause` lifts it)")
             }
-            Self::Pause { reason } => Ok(SessionEvent::SessionPaused {
+            Self::Pause { reason, until } => Ok(SessionEvent::SessionPaused {
                 reason: Some(Content::from(reason.clone())),
-                until: None,
+                until: *until,
             }),
             Self::Unpause if !state.paused => nothing("is not paused; there is nothing to unpause"),
             Self::Unpause => Ok(SessionEvent::SessionResumed {}),
@@ -118,6 +122,25 @@ impl OperatorAct {
             }),
         }
     }
+}
+
+/// When a pause written as an RFC 3339 time (`2026-12-05T09:00:00Z`) lapses, in microseconds
+/// since the Unix epoch, or why it cannot: the text is no RFC 3339 time, or not one after
+/// `now` (a pause that lapsed already would end as it began: a typo, or the wrong year).
+pub fn pause_until(text: &str, now: Micros) -> std::result::Result<Micros, String> {
+    let shown: String = text.chars().take(64).collect();
+    let time = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| {
+            format!("`until` must be an RFC 3339 time like 2026-12-05T09:00:00Z, not {shown:?}")
+        })?;
+    let until = i64::try_from(time.unix_timestamp_nanos() / 1_000)
+        .map_err(|_| format!("`until` {shown:?} is out of range"))?;
+    if until <= now {
+        return Err(format!(
+            "`until` {shown:?} has passed: a pause lapses at a time to come"
+        ));
+    }
+    Ok(until)
 }
 
 /// A session that waits for an operator, as the projection lists it.
@@ -359,5 +382,33 @@ impl Recovery {
                 last_seq: waiting.last_seq,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-12-05T09:00:00Z.
+    const AT: Micros = 1_796_461_200_000_000;
+
+    #[test]
+    fn a_pause_lapses_at_an_rfc3339_time_to_come() {
+        assert_eq!(pause_until("2026-12-05T09:00:00Z", AT - 1), Ok(AT));
+        assert_eq!(pause_until("2026-12-05T10:00:00+01:00", AT - 1), Ok(AT));
+        assert_eq!(pause_until("2026-12-05T09:00:00.000001Z", AT), Ok(AT + 1));
+        for (text, why) in [
+            ("2026-12-05T09:00:00Z", "has passed"),
+            ("1969-12-31T23:59:59Z", "has passed"),
+            ("tomorrow", "RFC 3339"),
+            ("+30m", "RFC 3339"),
+            ("2026-12-05", "RFC 3339"),
+            ("", "RFC 3339"),
+        ] {
+            let error = pause_until(text, AT).expect_err(text);
+            assert!(error.contains(why), "{text}: {error}");
+        }
+        let long = "9".repeat(10_000);
+        assert!(pause_until(&long, AT).expect_err("long").len() < 200);
     }
 }

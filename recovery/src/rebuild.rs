@@ -20,6 +20,13 @@ const WINDOW: usize = 4096;
 /// again: a shorter wait leaves too little newly projected to repay two more round trips.
 const REREAD_PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Exports what reading leases has cost the process so far (consumers made, topic checks):
+/// the log crate counts them, as it has no metrics of its own.
+fn record_lease_costs() {
+    metrics::counter!(observe::LEASE_READERS_MADE).absolute(sessionlog_log::lease::readers_made());
+    metrics::counter!(observe::LEASE_TOPIC_CHECKS).absolute(sessionlog_log::lease::topic_checks());
+}
+
 /// Where a rebuild started reading.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum StartPoint {
@@ -108,6 +115,9 @@ pub struct Recovery {
     resumes: Arc<tokio::sync::Semaphore>,
     /// Resumes waiting for a permit now.
     resumes_waiting: AtomicUsize,
+    /// Reads the sessions' leases `GET /v1/sessions/{id}` shows: kept consumers, and the
+    /// lease topic checked once, not per request.
+    leases: sessionlog_log::lease::LeaseReader,
 }
 
 impl Recovery {
@@ -150,6 +160,7 @@ impl Recovery {
             .kafka(&settings.kafka)
             .registry(decoder.registry().clone(), log.schema_id())
             .store(store.clone());
+        let leases = sessionlog_log::lease::LeaseReader::new(&settings.kafka, log.partitions());
         Ok(Self {
             settings: settings.clone(),
             decoder,
@@ -164,6 +175,7 @@ impl Recovery {
                 settings.recovery.max_concurrent_resumes.max(1),
             )),
             resumes_waiting: AtomicUsize::new(0),
+            leases,
         })
     }
 
@@ -201,17 +213,17 @@ impl Recovery {
 
     /// `session`'s writer lease as the lease topic holds it (`None`: none, released, or leases
     /// are off in these settings, `[lease] ttl_ms = 0`, and the topic is not read); see
-    /// [`sessionlog_log::lease::read_lease`]. Whether it is live is the caller's to judge
-    /// against its clock and the session's current epoch. A read costs a consumer and a scan
-    /// of the session's partition of the lease topic: 10 to 160 ms on the project VM.
+    /// [`sessionlog_log::lease::LeaseReader`]. Whether it is live is the caller's to judge
+    /// against its clock and the session's current epoch. A read borrows one of the service's
+    /// consumers of the lease topic and reads what was written to the session's partition of
+    /// it since the last read there (the first read of a partition reads it whole).
     pub async fn lease(&self, session: SessionId) -> Result<Option<sessionlog_log::Lease>> {
         if self.settings.lease.ttl().is_none() {
             return Ok(None);
         }
-        Ok(
-            sessionlog_log::lease::read_lease(&self.settings.kafka, session, self.partitions)
-                .await?,
-        )
+        let lease = self.leases.read(session).await;
+        record_lease_costs();
+        Ok(lease?)
     }
 
     /// The log recovery appends claims, outcomes and forks to.

@@ -284,6 +284,102 @@ fn reqwest_client() -> Result<reqwest::Client> {
     sessionlog_tests::auth::client()
 }
 
+/// The value of the metric `name` (no labels) on a service's `/metrics` page.
+async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    page.lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .with_context(|| format!("no {name} on {base}/metrics:\n{page}"))
+}
+
+/// The lease `GET /v1/sessions/{id}` shows (null when there is none).
+async fn shown_lease(http: &reqwest::Client, base: &str, session: SessionId) -> Result<Value> {
+    let view: Value = http
+        .get(format!("{base}/v1/sessions/{session}"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(view["lease"].clone())
+}
+
+/// A session view shows the lease, so every `GET /v1/sessions/{id}` reads it: a read must
+/// borrow one of the process's readers of the lease topic and trust a topic check made once,
+/// not make a consumer (a client, its threads, a connection per broker) and a metadata round
+/// trip each time. Reused readers must still see what was written since their last read.
+#[tokio::test(flavor = "multi_thread")]
+async fn reading_leases_per_request_makes_no_consumer_and_no_topic_check_per_read() -> Result<()> {
+    const READERS: &str = "sessionlog_recovery_lease_readers_made_total";
+    const CHECKS: &str = "sessionlog_recovery_lease_topic_checks_total";
+    let stack = stack("lease_reads").await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = writer.session_id();
+    writer.hold_lease("harness-1").await?.context("leases on")?;
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let (http, base) = (reqwest_client()?, recovery.base.as_str());
+
+    let lease = shown_lease(&http, base, session).await?;
+    ensure!(
+        lease["writer"] == "harness-1" && lease["live"] == true,
+        "{lease}"
+    );
+    let (readers, checks) = (
+        metric(&http, base, READERS).await?,
+        metric(&http, base, CHECKS).await?,
+    );
+    ensure!(
+        readers >= 1.0 && checks >= 1.0,
+        "readers {readers}, checks {checks}"
+    );
+    for read in 0..20 {
+        let lease = shown_lease(&http, base, session).await?;
+        ensure!(
+            lease["writer"] == "harness-1" && lease["live"] == true,
+            "read {read}: {lease}"
+        );
+    }
+    let made = metric(&http, base, READERS).await? - readers;
+    let checked = metric(&http, base, CHECKS).await? - checks;
+    ensure!(
+        made == 0.0,
+        "20 more lease reads made {made} more consumers"
+    );
+    ensure!(
+        checked == 0.0,
+        "20 more lease reads checked the topic {checked} more times"
+    );
+
+    // What was written since is read: another holder's lease, then its release at close.
+    writer.hold_lease("harness-2").await?.context("leases on")?;
+    let lease = shown_lease(&http, base, session).await?;
+    ensure!(
+        lease["writer"] == "harness-2" && lease["epoch"] == 1,
+        "{lease}"
+    );
+    writer.close(TerminalOutcome::Completed, None).await?;
+    let lease = shown_lease(&http, base, session).await?;
+    ensure!(lease.is_null(), "released at close, yet shown: {lease}");
+    ensure!(
+        metric(&http, base, READERS).await? == readers,
+        "no consumer made since"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_harness_killed_with_sigkill_leaves_a_lease_that_stops_being_live_after_its_ttl()
 -> Result<()> {

@@ -98,6 +98,7 @@ async fn library_session(log: &Arc<EventLog>, recovery: &Recovery, tag: &str) ->
     for act in [
         OperatorAct::Pause {
             reason: canary(tag, "pause"),
+            until: None,
         },
         OperatorAct::Unpause,
         OperatorAct::Steer {

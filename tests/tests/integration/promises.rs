@@ -865,6 +865,7 @@ async fn operator_kinds_are_the_operators_through_every_door() -> Result<()> {
             "alice",
             sessionlog_recovery::OperatorAct::Pause {
                 reason: "audit".into(),
+                until: None,
             },
         )
         .await?;
