@@ -4,6 +4,7 @@ document: ``GET /v1/openapi.json``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 #: What running a tool call again would do; recovery settles a call in doubt by it.
@@ -199,15 +200,20 @@ class SessionView:
     digest: str
     #: The writer lease (``writer``, ``epoch``, ``renewed_at``, ``expires_at``, ``live``), or ``None``.
     lease: dict[str, Any] | None = None
+    #: When the session's pause lapses and it wants its harness again (aware, UTC), or ``None``:
+    #: not paused, or paused until someone unpauses it (``sessionlog pause --until``).
+    paused_until: datetime | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> SessionView:
         lease = doc.get("lease")
+        until = doc.get("paused_until")
         return SessionView(
             state=dict(doc["rebuilt"]["state"]),
             status=str(doc["status"]),
             digest=str(doc["digest"]),
             lease=dict(lease) if isinstance(lease, dict) else None,
+            paused_until=datetime.fromisoformat(until) if isinstance(until, str) else None,
         )
 
 
