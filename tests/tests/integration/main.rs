@@ -27,6 +27,7 @@ mod leases;
 mod openapi;
 mod otlp_export;
 mod partitions_pinned;
+mod pause_until;
 mod privacy;
 mod producer_claims;
 mod producer_ingest;
