@@ -69,7 +69,8 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(approve))
             .routes(routes!(erase))
             .routes(routes!(erasure))
-            .routes(routes!(needing_resolution)),
+            .routes(routes!(needing_resolution))
+            .routes(routes!(work)),
         OpenApiRouter::new(),
     )
 }
@@ -82,9 +83,13 @@ pub fn router(
     access: Arc<dyn Authenticator>,
 ) -> Router {
     let readiness = recovery.readiness().clone();
+    let desk = Arc::new(crate::work::WorkDesk::new(
+        recovery.settings().kafka.clone(),
+    ));
     service()
         .readiness(readiness)
         .router(Arc::new(recovery), metrics, access)
+        .layer(axum::Extension(desk))
 }
 
 /// The service's OpenAPI 3.1 document, as `/v1/openapi.json` serves it.
@@ -365,6 +370,70 @@ async fn resume(
         .await?;
     caller.audit("resume", session);
     Ok(Json(ResumeBundleView(bundle)))
+}
+
+/// The query of `GET /v1/work`, as text: [`crate::work::WorkRequest::parse`] checks it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkQuery {
+    agent: Option<String>,
+    wait: Option<String>,
+    writer: Option<String>,
+    context_tokens: Option<String>,
+}
+
+/// A session taken for a worker: the members of the resume bundle (`state`, `epoch`,
+/// `writer_token`, `next_seq`, `in_doubt`, `context`, `resolved`) and `wake`, the wake that
+/// led to it (`session_id`, `agent`, `reason`, `epoch`, `cause_offset`, `caused_at`,
+/// `woken_at`).
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct AssignmentView(crate::work::Assignment);
+
+/// Work for a worker of `agent`: waits up to `wait` for the agent's next wake (a session whose
+/// harness died or whose wait is over), takes the session as the caller (the next epoch, as a
+/// resume does) and answers the resume bundle with the wake; 204 when the wait ran out.
+/// Wakes of sessions taken since, ended, paused or waiting for a person are skipped. One
+/// session per request: hold its lease (`POST /v1/sessions/{id}/lease` on ingest) at once.
+/// 503 `too_many_agents` when the instance serves work to its limit of agents (1,000).
+#[utoipa::path(
+    get,
+    path = "/work",
+    tag = "sessions",
+    params(
+        ("agent" = String, Query, description = "the agent whose sessions to run"),
+        ("wait" = Option<String>, Query, description = "how long to wait for a wake: `500ms`, `30s`, `2m` or plain seconds; at most 60 s (default 30 s)"),
+        ("writer" = Option<String>, Query, description = "a name for the writer that takes over (recorded with the caller's subject); the agent's name by default"),
+        ("context_tokens" = Option<u64>, Query, description = "token budget of the bundle's context view"),
+    ),
+    responses(
+        (status = 200, description = "a session taken: the resume bundle and the wake", body = AssignmentView),
+        (status = 204, description = "no work within the wait"),
+        (status = 400, description = "`bad_query` (an unknown parameter)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request` (no agent, a bad wait)", body = ProblemDocument, content_type = "application/problem+json"),
+        ServerProblems,
+    )
+)]
+async fn work(
+    State(recovery): State<Arc<Recovery>>,
+    axum::Extension(desk): axum::Extension<Arc<crate::work::WorkDesk>>,
+    Authorized(caller, _): Authorized<Harness>,
+    QueryParams(q): QueryParams<WorkQuery>,
+) -> Result<axum::response::Response, Problem> {
+    use axum::response::IntoResponse;
+    let request = crate::work::WorkRequest::parse(q.agent, q.wait, q.writer, q.context_tokens)?;
+    let writer = caller.on_behalf(&request.writer);
+    let taken = desk
+        .next(&recovery, &request, &writer, caller.tenant.as_deref())
+        .await?;
+    Ok(match taken {
+        Some(assignment) => {
+            caller.audit("resume", assignment.wake.session_id);
+            Json(AssignmentView(assignment)).into_response()
+        }
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
 }
 
 /// Forks a session at a seq or a checkpoint into a new session that names its parent.

@@ -33,6 +33,7 @@ pub mod reveal;
 pub mod trace;
 pub mod usage;
 mod view;
+pub mod work;
 
 pub use erase::ErasureStatus;
 pub use error::{Error, Result};

@@ -58,3 +58,4 @@ mod store_read_only;
 mod topic_recreated;
 mod traces;
 mod walking_skeleton;
+mod work_http;

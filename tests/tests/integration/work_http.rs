@@ -1,0 +1,169 @@
+//! `GET /v1/work` on a `sessionlog serve-recovery` process: a wake written by hand is handed to
+//! the worker that asks for its agent's work, with the session taken at the next epoch and a
+//! writer token; a wait with no wake answers 204; a duplicate wake of a session taken since is
+//! skipped (counted by reason) rather than taken twice; a bad `wait` is a 422.
+
+use anyhow::{Context, Result, ensure};
+use reqwest::{Client, StatusCode};
+use serde_json::Value;
+use sessionlog_log::wake::WAKE_VERSION;
+use sessionlog_log::{Wake, WakeReason};
+use sessionlog_producer::{EventLog, SessionWriter};
+use sessionlog_schemas::{SessionId, now_micros};
+use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A wake of `session` run by `agent`, caused at its epoch `epoch`.
+fn wake(session: SessionId, agent: &str, epoch: u64, caused_at: i64) -> Wake {
+    Wake {
+        version: WAKE_VERSION,
+        session_id: session,
+        agent: agent.into(),
+        reason: WakeReason::LeaseExpired,
+        epoch,
+        cause_offset: None,
+        caused_at,
+        woken_at: now_micros(),
+    }
+}
+
+/// `GET /v1/work` with `query`: the status and the body (JSON, or null when empty).
+async fn work(http: &Client, base: &str, query: &str) -> Result<(StatusCode, Value)> {
+    let response = http.get(format!("{base}/v1/work?{query}")).send().await?;
+    let status = response.status();
+    let text = response.text().await?;
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).with_context(|| format!("status {status}: {text}"))?
+    };
+    Ok((status, body))
+}
+
+/// The value of `sessionlog_work_skipped_total{reason="<reason>"}` the service reports.
+async fn skipped(http: &Client, base: &str, reason: &str) -> Result<u64> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let wanted = format!("sessionlog_work_skipped_total{{reason=\"{reason}\"}} ");
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(&wanted))
+        .map(|n| n.trim().parse::<f64>().unwrap_or(0.0) as u64)
+        .unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wake_hands_its_session_to_the_worker_of_its_agent_and_an_empty_wait_answers_204()
+-> Result<()> {
+    let stack = TestStack::new("work_take", 3).await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let http = sessionlog_tests::auth::client()?;
+
+    // Bad requests first: nothing is read for them.
+    for query in [
+        "agent=triage&wait=soon",
+        "agent=triage&wait=-1s",
+        "agent=triage&wait=1.5s",
+        "agent=triage&wait=99999999999999999999999h",
+        "wait=1s",
+    ] {
+        let (status, body) = work(&http, &recovery.base, query).await?;
+        ensure!(
+            status == StatusCode::UNPROCESSABLE_ENTITY && body["code"] == "invalid_request",
+            "{query}: {status} {body}"
+        );
+    }
+
+    let (writer, _) = SessionWriter::create(Arc::clone(&log), "triage", None).await?;
+    let session = writer.session_id();
+    ensure!(writer.state().epoch == 1);
+    let caused_at = now_micros();
+    log.put_wake(&wake(session, "triage", 1, caused_at)).await?;
+
+    let (status, body) = work(&http, &recovery.base, "agent=triage&wait=10s&writer=w1").await?;
+    ensure!(status == StatusCode::OK, "{status} {body}");
+    ensure!(body["state"]["session_id"] == session.to_string(), "{body}");
+    ensure!(body["epoch"] == 2, "taken at the next epoch: {body}");
+    ensure!(body["state"]["epoch"] == 2, "{body}");
+    ensure!(
+        body["writer_token"].as_str().is_some_and(|t| !t.is_empty()),
+        "a writer token: {body}"
+    );
+    ensure!(body["next_seq"].as_u64().is_some(), "{body}");
+    let woken = &body["wake"];
+    ensure!(
+        woken["reason"] == "lease_expired"
+            && woken["caused_at"] == caused_at
+            && woken["epoch"] == 1
+            && woken["session_id"] == session.to_string(),
+        "{woken}"
+    );
+    // The writer is the caller's, with the label it gave.
+    let claimed_by = body["state"]["writer"].as_str().unwrap_or_default();
+    ensure!(claimed_by.ends_with("w1"), "{body}");
+
+    // No wake left: the wait runs out.
+    let (status, body) = work(&http, &recovery.base, "agent=triage&wait=1s").await?;
+    ensure!(status == StatusCode::NO_CONTENT, "{status} {body}");
+    ensure!(body.is_null(), "{body}");
+    // Another agent's wakes are not this agent's work.
+    let (other, _) = SessionWriter::create(Arc::clone(&log), "billing", None).await?;
+    log.put_wake(&wake(other.session_id(), "billing", 1, now_micros()))
+        .await?;
+    let (status, body) = work(&http, &recovery.base, "agent=triage&wait=2s").await?;
+    ensure!(status == StatusCode::NO_CONTENT, "{status} {body}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() -> Result<()> {
+    let stack = TestStack::new("work_dup", 3).await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let http = sessionlog_tests::auth::client()?;
+
+    let (writer, _) = SessionWriter::create(Arc::clone(&log), "dup", None).await?;
+    let session = writer.session_id();
+    let duplicate = wake(session, "dup", 1, now_micros());
+    log.put_wake(&duplicate).await?;
+    log.put_wake(&duplicate).await?;
+
+    let (status, body) = work(&http, &recovery.base, "agent=dup&wait=10s").await?;
+    ensure!(status == StatusCode::OK, "{status} {body}");
+    ensure!(
+        body["state"]["session_id"] == session.to_string() && body["epoch"] == 2,
+        "{body}"
+    );
+    let before = skipped(&http, &recovery.base, "already_taken").await?;
+    ensure!(before == 0, "nothing skipped yet: {before}");
+
+    // The second wake names epoch 1; the session is at 2 now: skipped, and no work is left.
+    let (status, body) = work(&http, &recovery.base, "agent=dup&wait=5s").await?;
+    ensure!(status == StatusCode::NO_CONTENT, "{status} {body}");
+    ensure!(
+        skipped(&http, &recovery.base, "already_taken").await? == 1,
+        "the duplicate was counted as already taken"
+    );
+
+    // Nobody claimed it a third time: the log's epoch is still the worker's.
+    let view = wait_for("the session view", Duration::from_secs(10), || {
+        let request = http
+            .get(format!("{}/v1/sessions/{session}", recovery.base))
+            .send();
+        async move {
+            Ok(Some(
+                request.await?.error_for_status()?.json::<Value>().await?,
+            ))
+        }
+    })
+    .await?;
+    ensure!(view["rebuilt"]["state"]["epoch"] == 2, "{view}");
+    Ok(())
+}
