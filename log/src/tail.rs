@@ -311,6 +311,16 @@ impl LogTail {
         Some(lock(ring).start).filter(|start| *start != i64::MAX)
     }
 
+    /// The offset after the last record of `partition` the tail has read (`None` before it is
+    /// positioned): how far it can answer from memory now, without waiting or a round trip.
+    pub fn held_end(&self, partition: i32) -> Option<i64> {
+        let ring = usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.shared.partitions.get(p))?;
+        let ring = lock(ring);
+        (ring.start != i64::MAX).then_some(ring.end)
+    }
+
     /// The offset the next record of `partition` will get, asked of its leader: every record
     /// acknowledged before the call is below it.
     pub async fn high_watermark(&self, partition: i32) -> Result<i64> {

@@ -602,6 +602,16 @@ impl EventLog {
         }
     }
 
+    /// The offset after the last record of `partition` the process's tail has read: `None`
+    /// without a tail or before it positioned itself. Records of `[tail_start, tail_end)` are
+    /// read from memory, with no round trip.
+    pub fn tail_end(&self, partition: i32) -> Option<i64> {
+        match self.tail.get() {
+            Some(Some(tail)) => tail.held_end(partition),
+            _ => None,
+        }
+    }
+
     /// The offset `partition`'s next record will get (asked of its leader, through the tail's
     /// consumer when the process has one): everything acknowledged before is below it.
     pub async fn high_watermark(&self, partition: i32) -> Result<i64> {

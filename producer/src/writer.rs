@@ -374,6 +374,47 @@ impl SessionWriter {
         Ok(())
     }
 
+    /// [`Self::refresh`] from what the process's tail of the log has read, from memory: no
+    /// round trip to the partition's leader and no read of the partition. The state becomes
+    /// the log's as of the tail's position, which trails the log by the tail's lag (a record
+    /// acknowledged a moment ago may not be in it yet), so it suits a judgement that may be
+    /// that late (a lease renewal: liveness, not permission to write), never a confirmation.
+    /// `false` (and nothing changed) when the tail does not hold the records after this
+    /// writer's last read (no tail, not positioned yet, or it dropped them): call
+    /// [`Self::refresh`].
+    pub async fn refresh_from_tail(&mut self) -> Result<bool> {
+        let (Some(start), Some(end)) = (
+            self.log.tail_start(self.partition),
+            self.log.tail_end(self.partition),
+        ) else {
+            return Ok(false);
+        };
+        if start > self.confirmed {
+            return Ok(false);
+        }
+        if end <= self.confirmed {
+            return Ok(true);
+        }
+        let session = self.session_id();
+        let (events, next) = self
+            .log
+            .read_events_after_own(self.partition, self.confirmed, Some(end), session)
+            .await?;
+        let mut state = self.verified.clone();
+        for event in events {
+            if state.apply(&event.envelope).is_accepted() {
+                let e = &event.envelope;
+                self.remember((e.seq, e.event_id, event.position));
+            }
+        }
+        self.log.note_epoch(session, state.epoch);
+        self.verified = state.clone();
+        self.state = state;
+        self.confirmed = next;
+        self.drop_lease_if_fenced();
+        Ok(true)
+    }
+
     /// The epoch this writer writes with.
     pub fn epoch(&self) -> Epoch {
         self.epoch

@@ -304,6 +304,130 @@ async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
         .with_context(|| format!("no {name} on {base}/metrics:\n{page}"))
 }
 
+/// The value of the counter `name` (no labels) on a service's `/metrics` page: 0 until the
+/// service first counts one (a counter is rendered once it exists).
+async fn counter(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
+    let page = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    Ok(page
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0))
+}
+
+/// POSTs `body` as JSON to `base` + `path` presenting `token` as the writer token.
+async fn post(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Value,
+    token: Option<&str>,
+) -> Result<(StatusCode, Value)> {
+    let mut request = http.post(format!("{base}{path}")).json(&body);
+    if let Some(token) = token {
+        request = request.header(sessionlog_ingest::WRITER_TOKEN_HEADER, token);
+    }
+    let response = request.send().await?;
+    Ok((response.status(), response.json().await?))
+}
+
+/// An HTTP harness renews its lease every third of the TTL, so 10,000 of them make 2,000
+/// renewals a second: a renewal at the session's current epoch is judged by what the ingest
+/// instance already knows (its writer of the session, and its tail of the log, which sees
+/// every claim), not by reading the session's partition each time. A renewal at an epoch a
+/// claim fenced, from any process, is still refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn renewing_a_lease_over_http_does_not_read_the_log_per_renewal() -> Result<()> {
+    const CATCH_UPS: &str = "sessionlog_ingest_catch_ups_total";
+    const RENEWALS: usize = 20;
+    let stack = stack("lease_renewals").await?;
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
+    let (http, base) = (reqwest_client()?, ingest.base.as_str());
+    let (status, created) = post(&http, base, "/v1/sessions", json!({"agent": "py"}), None).await?;
+    ensure!(status == StatusCode::CREATED, "{status} {created}");
+    let id = created["session_id"].as_str().context("id")?.to_string();
+    let session: SessionId = serde_json::from_value(Value::String(id.clone()))?;
+    let token = created["writer_token"]
+        .as_str()
+        .context("token")?
+        .to_string();
+    let path = format!("/v1/sessions/{id}/lease");
+
+    let (status, lease) = post(&http, base, &path, json!({"epoch": 1}), Some(&token)).await?;
+    ensure!(status == StatusCode::OK, "{status} {lease}");
+    let before = counter(&http, base, CATCH_UPS).await?;
+    for renewal in 0..RENEWALS {
+        let (status, lease) = post(&http, base, &path, json!({"epoch": 1}), Some(&token)).await?;
+        ensure!(
+            status == StatusCode::OK && lease["epoch"] == 1,
+            "renewal {renewal}: {status} {lease}"
+        );
+    }
+    let read = counter(&http, base, CATCH_UPS).await? - before;
+    ensure!(
+        read == 0.0,
+        "{RENEWALS} renewals of a live session read the log {read} times"
+    );
+
+    // Another process claims the session: the instance learns of it from its tail, a moment
+    // after the claim is acknowledged, and refuses the old epoch's renewals from then on.
+    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (second, _) = SessionWriter::claim(other, session, "second").await?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        let (status, answer) = post(&http, base, &path, json!({"epoch": 1}), Some(&token)).await?;
+        if status == StatusCode::CONFLICT {
+            break answer;
+        }
+        ensure!(status == StatusCode::OK, "{status} {answer}");
+        ensure!(
+            Instant::now() < deadline,
+            "a fenced epoch's renewal still accepted after 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    ensure!(refused["code"] == "fenced", "{refused}");
+    let (status, refused) = post(&http, base, &path, json!({"epoch": 1}), Some(&token)).await?;
+    ensure!(
+        status == StatusCode::CONFLICT && refused["code"] == "fenced",
+        "{status} {refused}"
+    );
+    let new_token = second.token().context("the claim's token")?.as_str();
+    let (status, lease) = post(
+        &http,
+        base,
+        &path,
+        json!({"epoch": 2, "writer": "second"}),
+        Some(new_token),
+    )
+    .await?;
+    ensure!(
+        status == StatusCode::OK && lease["epoch"] == 2,
+        "{status} {lease}"
+    );
+    // The caller's subject prefixes a holder named on its behalf.
+    let holder = lease["writer"].as_str().context("holder")?;
+    ensure!(holder.ends_with("second"), "{lease}");
+    ensure!(
+        lease_of(&stack, session)
+            .await?
+            .is_some_and(|l| l.epoch == 2 && l.writer == holder),
+        "the new epoch's lease is written"
+    );
+    Ok(())
+}
+
 /// The lease `GET /v1/sessions/{id}` shows (null when there is none).
 async fn shown_lease(http: &reqwest::Client, base: &str, session: SessionId) -> Result<Value> {
     let view: Value = http
