@@ -42,6 +42,7 @@ from .models import (
 )
 from .session import AsyncSession, Session
 from .tools import CallInfo, current_call, durable_tool
+from .worker import AsyncWorker, Wake, Work, Worker
 
 __all__ = [
     "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
@@ -50,4 +51,5 @@ __all__ = [
     "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView", "SessionEnded", "SessionLedger",
     "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed", "ToolFailedDefinitively", "TransportError",
     "UnknownName", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call", "durable_tool", "errors",
+    "AsyncWorker", "Wake", "Work", "Worker",
 ]
