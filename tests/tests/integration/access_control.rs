@@ -219,6 +219,13 @@ fn routes(s: SessionId) -> Vec<Route> {
             Role::Reader,
             false,
         ),
+        r(
+            Recovery,
+            Method::GET,
+            "/v1/work?agent=a&wait=0".into(),
+            Role::Harness,
+            false,
+        ),
     ]
 }
 
