@@ -102,6 +102,24 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Run a wake component instance until interrupted: it writes a wake record to the wake
+    /// topic when a session needs a harness (its writer's lease lapsed, an approval was
+    /// decided, an operator recorded a result, a pause ran out, steering reached it with no
+    /// live writer), for the workers of its agent.
+    Wake {
+        /// Serve `/metrics` (Prometheus) and `/health` on this address (default: `[wake]
+        /// listen`; empty serves nothing).
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// List sessions: with --orphaned, each session whose writer's lease lapsed and that has
+    /// not ended, oldest first, with what it waits for (a harness, an approval, an operator,
+    /// its pause to end).
+    Sessions {
+        /// Sessions whose writer's lease lapsed (the only listing so far, so required).
+        #[arg(long, required = true)]
+        orphaned: bool,
+    },
     /// Rebuild the projections into a keyspace from the log: from the beginning, given offsets
     /// or a time; resumes where an earlier replay into the same keyspace stopped.
     Replay(crate::replay::ReplayRequest),
@@ -303,6 +321,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Init { apply } => init(&settings, apply, cli.json).await,
         Command::Project { group, listen } => project(&settings, group, listen).await,
+        Command::Wake { listen } => crate::wake::run(&settings, listen).await,
+        Command::Sessions { orphaned: _ } => {
+            emit(cli.json, crate::wake::orphaned(&settings).await?)
+        }
         Command::Replay(request) => crate::replay::replay(&settings, request, cli.json).await,
         Command::Verify { left, right } => {
             crate::replay::verify(&settings, &left, &right, cli.json).await

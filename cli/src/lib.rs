@@ -18,6 +18,7 @@ mod serve;
 mod status;
 mod token;
 mod trace;
+mod wake;
 mod when;
 
 pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};

@@ -5,6 +5,7 @@
 //! - [`cluster`]: whether each bootstrap address and broker answers, the protocol each speaks,
 //!   and each broker's clock against this host's (`sessionlog doctor`);
 //! - [`lease`]: writer leases, a writer's heartbeat on its session in a compacted topic;
+//! - [`wake`]: wake records, "this session needs a harness", which workers take work from;
 //! - [`group`]: a consumer group's lag per partition and its live members, a topic's depth;
 //! - [`topic`]: creating the `session-events` topic and its dead-letter topic with the right settings;
 //! - [`partitioner`]: which partition a session lands on (Kafka's murmur2, as every client computes it);
@@ -25,6 +26,7 @@ pub mod retry;
 pub mod settings;
 pub mod tail;
 pub mod topic;
+pub mod wake;
 
 pub use dead_letters::{DeadLetter, DeadLetterId, DeadLetters, Lookup, Replayer};
 pub use error::{Error, Result};
@@ -38,5 +40,7 @@ pub use settings::{
     ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, LeaseSettings,
     PrivacySettings, ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings,
     Resolution, ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
+    WakeSettings,
 };
 pub use tail::{LogTail, Start, TailOptions};
+pub use wake::{Wake, WakeFeed, WakeReason, WakeWriter};

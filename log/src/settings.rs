@@ -46,6 +46,44 @@ pub struct Settings {
     pub context: sessionlog_session::context::ContextPolicies,
     /// Writer leases (`[lease]`): how long a writer's heartbeat on its session lasts.
     pub lease: LeaseSettings,
+    /// The wake component (`[wake]`, `sessionlog wake`).
+    pub wake: WakeSettings,
+}
+
+/// The wake component (`[wake]`): it writes a wake record when a session needs a harness
+/// (see [`crate::wake`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WakeSettings {
+    /// A wake no harness answered (no new lease on the session) is written again after this
+    /// many milliseconds: a worker that died holding it, or a wake written while no worker of
+    /// the agent ran. At least 1,000.
+    pub rewake_after_ms: u64,
+    /// Where `sessionlog wake` serves `/metrics` and `/health` (`host:port`); empty means not
+    /// served.
+    pub listen: String,
+}
+
+impl Default for WakeSettings {
+    fn default() -> Self {
+        Self {
+            rewake_after_ms: 60_000,
+            listen: String::new(),
+        }
+    }
+}
+
+impl WakeSettings {
+    /// Checks the re-wake interval is at least a second (a smaller one writes a wake per tick).
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.rewake_after_ms < 1_000 {
+            return Err(crate::Error::BadSetting {
+                key: "wake.rewake_after_ms".into(),
+                problem: format!("{} is less than 1000 (a second)", self.rewake_after_ms),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Writer leases (`[lease]`, docs/design.md "Writer leases"): a writer holding a lease renews
@@ -160,6 +198,11 @@ pub struct RetentionSettings {
     /// kept for someone to look at why they failed. It holds copies of session events, so it
     /// should not be longer than `retention_ms`. `-1` (the default) keeps them forever.
     pub dead_letter_retention_ms: i64,
+    /// `retention.ms` of the wake topic (`<topic>-wake`): a wake is a hint for the workers
+    /// running now, so a day (the default) is plenty; a session still without a harness is
+    /// listed by `sessionlog sessions --orphaned` and woken again when the wake component
+    /// restarts.
+    pub wake_retention_ms: i64,
     /// When set, the projector writes every row of a session that has ended (completed,
     /// failed, cancelled or erased) `USING TTL` this many seconds, so its projection expires;
     /// unset (the default), projections stay until a keyspace is dropped. At most
@@ -167,12 +210,16 @@ pub struct RetentionSettings {
     pub ended_session_ttl_secs: Option<u32>,
 }
 
+/// A day in milliseconds: the wake topic's default retention.
+const DAY_MS: i64 = 86_400_000;
+
 impl Default for RetentionSettings {
     fn default() -> Self {
         Self {
             retention_ms: UNLIMITED,
             retention_bytes: UNLIMITED,
             dead_letter_retention_ms: UNLIMITED,
+            wake_retention_ms: DAY_MS,
             ended_session_ttl_secs: None,
         }
     }
@@ -186,6 +233,7 @@ impl RetentionSettings {
             ("retention_ms", self.retention_ms),
             ("retention_bytes", self.retention_bytes),
             ("dead_letter_retention_ms", self.dead_letter_retention_ms),
+            ("wake_retention_ms", self.wake_retention_ms),
         ];
         for (key, value) in limits {
             if value != UNLIMITED && value <= 0 {
@@ -579,6 +627,12 @@ impl KafkaSettings {
         format!("{}-leases", self.topic)
     }
 
+    /// The topic of wake records: `<topic>-wake`, named after the events topic and
+    /// partitioned as it is (see [`crate::wake`]).
+    pub fn wake_topic(&self) -> String {
+        format!("{}-wake", self.topic)
+    }
+
     /// A client configuration with the bootstrap servers and the pass-through properties.
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
@@ -820,6 +874,7 @@ fn extract(figment: &Figment) -> crate::Result<Settings> {
     settings.retention.validate()?;
     settings.projector.validate()?;
     settings.lease.validate()?;
+    settings.wake.validate()?;
     settings
         .context
         .validate()

@@ -132,6 +132,14 @@ pub fn wanted_configs(
         ),
         // Compacted, not retained by time or size: compaction keeps each session's latest.
         (kafka.lease_topic(), Vec::new()),
+        (
+            kafka.wake_topic(),
+            vec![WantedConfig::new(
+                "retention.ms",
+                retention.wake_retention_ms,
+                "retention.wake_retention_ms",
+            )],
+        ),
     ]
 }
 
@@ -352,14 +360,15 @@ async fn alter_topic(
     Ok(())
 }
 
-/// Deletes the session, dead-letter and lease topics of `settings` (a benchmark's or a test's own
+/// Deletes the session, dead-letter, lease and wake topics of `settings` (a benchmark's or a test's own
 /// topics, when it is done with them). A topic that is already gone is not an error.
 pub async fn delete_topics(settings: &KafkaSettings) -> Result<()> {
-    let leases = settings.lease_topic();
+    let (leases, wakes) = (settings.lease_topic(), settings.wake_topic());
     let names = [
         settings.topic.as_str(),
         settings.dead_letter_topic.as_str(),
         leases.as_str(),
+        wakes.as_str(),
     ];
     let results = admin_client(settings)?
         .delete_topics(&names, &admin_options())
@@ -524,8 +533,10 @@ pub async fn check_topics(
             exists,
             partitions,
             replication_factor,
-            // The lease topic is partitioned as the events topic is (see `lease`).
-            events: name == settings.topic || name == settings.lease_topic(),
+            // The lease and wake topics are partitioned as the events topic is (see `lease`).
+            events: name == settings.topic
+                || name == settings.lease_topic()
+                || name == settings.wake_topic(),
         };
         checks.push(TopicCheck {
             findings: topic_findings(settings, &name, &layout, &configs, &wanted),

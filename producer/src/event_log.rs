@@ -81,6 +81,8 @@ pub struct EventLog {
     /// Whether the lease topic was found with the events topic's partition count (checked
     /// once, at the first lease written).
     lease_topic_checked: tokio::sync::OnceCell<()>,
+    /// The wake topic's writer, made on first use.
+    wake_writer: tokio::sync::OnceCell<sessionlog_log::WakeWriter>,
 }
 
 /// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
@@ -161,6 +163,7 @@ impl EventLog {
             tail: tokio::sync::OnceCell::new(),
             lease_ttl: settings.lease.ttl(),
             lease_topic_checked: tokio::sync::OnceCell::new(),
+            wake_writer: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -180,6 +183,22 @@ impl EventLog {
     /// Writes the tombstone that releases `session`'s lease, and waits for the ack.
     pub async fn release_lease(&self, session: SessionId) -> Result<()> {
         self.send_lease(session, None).await
+    }
+
+    /// Writes `wake` to the wake topic (keyed and partitioned as its session's events, so a
+    /// session's wakes stay in order) and waits for the ack.
+    pub async fn put_wake(&self, wake: &sessionlog_log::Wake) -> Result<()> {
+        let writer = self
+            .wake_writer
+            .get_or_try_init(|| async {
+                sessionlog_log::WakeWriter::new(
+                    &self.kafka,
+                    self.partitions,
+                    Duration::from_millis(self.options.delivery_timeout_ms),
+                )
+            })
+            .await?;
+        Ok(writer.put(wake).await?)
     }
 
     async fn send_lease(&self, session: SessionId, value: Option<&[u8]>) -> Result<()> {

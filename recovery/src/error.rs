@@ -56,6 +56,19 @@ pub enum Error {
         /// The session.
         session: String,
     },
+    /// A worker woken for the session at `woken_at` found it at a later epoch, or lost the claim
+    /// to another: someone else runs it now. Not a failure: the worker moves on.
+    #[error(
+        "session {session} was already taken: woken at epoch {woken_at}, it is at epoch {current} now"
+    )]
+    AlreadyTaken {
+        /// The session.
+        session: String,
+        /// The epoch the wake named.
+        woken_at: u64,
+        /// The epoch the log holds.
+        current: u64,
+    },
     /// A pause of a paused session, or an unpause of a running one: nothing to do.
     #[error("session {session} {reason}")]
     NothingToDo {
@@ -176,6 +189,7 @@ impl Error {
                 | Self::AwaitingApproval { .. }
                 | Self::NeedsResolution { .. }
                 | Self::Paused { .. }
+                | Self::AlreadyTaken { .. }
                 | Self::NothingToDo { .. }
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }

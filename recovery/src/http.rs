@@ -106,6 +106,7 @@ impl From<Error> for Problem {
             Error::AwaitingApproval { .. } => (StatusCode::CONFLICT, "awaiting_approval"),
             Error::NeedsResolution { .. } => (StatusCode::CONFLICT, "needs_resolution"),
             Error::Paused { .. } => (StatusCode::CONFLICT, "session_paused"),
+            Error::AlreadyTaken { .. } => (StatusCode::CONFLICT, "already_taken"),
             Error::NothingToDo { .. } => (StatusCode::CONFLICT, "nothing_to_do"),
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),

@@ -34,6 +34,7 @@ pub mod trace;
 pub mod usage;
 mod view;
 pub mod work;
+pub mod worker;
 
 pub use erase::ErasureStatus;
 pub use error::{Error, Result};

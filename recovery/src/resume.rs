@@ -134,19 +134,47 @@ impl Recovery {
         })
     }
 
+    /// Resumes `session` for a worker woken for it at epoch `woken_at` (a wake record's
+    /// [`sessionlog_log::Wake::epoch`]): [`Self::resume`], except that a session someone claimed
+    /// since (its epoch is past `woken_at`), or whose claim another worker won meanwhile, is
+    /// [`Error::AlreadyTaken`], with nothing appended by this worker. The wake is a hint; the
+    /// claim through the fold decides.
+    pub async fn take(
+        &self,
+        session: SessionId,
+        writer: &str,
+        woken_at: u64,
+        context_budget_tokens: Option<usize>,
+    ) -> Result<ResumeBundle> {
+        let point = self.prepare_resume(session).await?;
+        self.claim_from(point, writer, context_budget_tokens, Some(woken_at))
+            .await
+    }
+
     /// The second half of [`Self::resume`]: claims from `point` and settles in-doubt calls.
     /// The old harness may append between the rebuild and the claim; the claim folds those
     /// events, and the gates are judged again on the state after it.
-    #[tracing::instrument(skip(self, point), fields(
-        session = %point.rebuilt.state.session_id,
-        partition = point.rebuilt.partition,
-        offset = point.rebuilt.end_offset,
-    ))]
     pub async fn resume_at(
         &self,
         point: ResumePoint,
         writer: &str,
         context_budget_tokens: Option<usize>,
+    ) -> Result<ResumeBundle> {
+        self.claim_from(point, writer, context_budget_tokens, None)
+            .await
+    }
+
+    #[tracing::instrument(skip(self, point), fields(
+        session = %point.rebuilt.state.session_id,
+        partition = point.rebuilt.partition,
+        offset = point.rebuilt.end_offset,
+    ))]
+    async fn claim_from(
+        &self,
+        point: ResumePoint,
+        writer: &str,
+        context_budget_tokens: Option<usize>,
+        woken_at: Option<u64>,
     ) -> Result<ResumeBundle> {
         let ResumePoint {
             rebuilt,
@@ -155,8 +183,21 @@ impl Recovery {
         } = point;
         let session = rebuilt.state.session_id;
         let started = std::time::Instant::now();
+        // A worker woken because a pause ran out lifts it (signed, as an unpause is); anyone
+        // else finds a paused session refused.
+        let resumable = |state: &SessionState| {
+            if woken_at.is_some() && pause_lapsed(state) {
+                check_resumable(&SessionState {
+                    paused: false,
+                    ..state.clone()
+                })
+            } else {
+                check_resumable(state)
+            }
+        };
         // Refuse early when the rebuilt state already forbids it: no claim is appended then.
-        check_resumable(&rebuilt.state)?;
+        not_taken(&rebuilt.state, woken_at)?;
+        resumable(&rebuilt.state)?;
         self.notary().check(&rebuilt.state)?;
         let pending_claim = SessionWriter::prepare_claim(
             Arc::clone(self.log()),
@@ -167,12 +208,27 @@ impl Recovery {
         )
         .await?;
         // The catch-up folded whatever was appended since the rebuild: judge that state.
-        check_resumable(pending_claim.state())?;
+        not_taken(pending_claim.state(), woken_at)?;
+        resumable(pending_claim.state())?;
         self.notary().check(pending_claim.state())?;
-        let (mut writer, _claim, late) = pending_claim.commit_caught_up().await?;
+        let (mut writer, _claim, late) = match pending_claim.commit_caught_up().await {
+            // A rival worker's claim reached the partition first.
+            Err(sessionlog_producer::Error::LostClaim { epoch, current }) if woken_at.is_some() => {
+                return Err(Error::AlreadyTaken {
+                    session: session.to_string(),
+                    woken_at: woken_at.unwrap_or(epoch),
+                    current,
+                });
+            }
+            other => other?,
+        };
         // And the claim folded whatever landed before it (an approval request, an end the old
         // harness wrote in the meantime): the gates hold on the state after the claim.
-        check_resumable(writer.state())?;
+        resumable(writer.state())?;
+        if woken_at.is_some() && pause_lapsed(writer.state()) {
+            self.append_attested(&mut writer, SessionEvent::SessionResumed {}, None, None)
+                .await?;
+        }
         self.notary().check(writer.state())?;
         // Those events belong in the context window too.
         for event in &late {
@@ -294,6 +350,26 @@ enum Settlement {
     InDoubt(InDoubtAction),
     Record(SessionEvent),
     NeedsOperator(String),
+}
+
+/// Whether `state` is paused with an `until` that has passed.
+fn pause_lapsed(state: &SessionState) -> bool {
+    state.paused
+        && state
+            .paused_until
+            .is_some_and(|until| until <= sessionlog_schemas::now_micros())
+}
+
+/// For a worker woken at `woken_at`: refuses a session claimed since.
+fn not_taken(state: &SessionState, woken_at: Option<u64>) -> Result<()> {
+    match woken_at {
+        Some(woken_at) if state.epoch > woken_at => Err(Error::AlreadyTaken {
+            session: state.session_id.to_string(),
+            woken_at,
+            current: state.epoch,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses to resume a session that ended, is paused, awaits a decision, or awaits an

@@ -57,5 +57,6 @@ mod store_metadata;
 mod store_read_only;
 mod topic_recreated;
 mod traces;
+mod wake;
 mod walking_skeleton;
 mod work_http;

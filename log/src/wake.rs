@@ -1,0 +1,275 @@
+//! Wake records: "this session needs a harness", in the wake topic beside the session-events
+//! topic (`<kafka.topic>-wake`, [`crate::KafkaSettings::wake_topic`]).
+//!
+//! The wake component (`sessionlog wake`) writes one when a session's writer lease lapsed while
+//! the session could go on, when an approval was decided or an operator recorded a result,
+//! when a pause's `until` passed, or when steering reached a session no live writer holds.
+//! Workers (the library's worker loop, `GET /v1/work`) read them and resume the session.
+//!
+//! A wake is a hint, never a permission: the worker's claim goes through the fold, which
+//! decides who runs the session. A wake names the session's epoch when it was caused; a worker
+//! finding a later epoch knows someone else took the session ("already taken"), so a duplicate
+//! or replayed wake is harmless. Keyed by session id and partitioned as its events are, a
+//! session's wakes stay in order.
+//!
+//! The value is JSON with a `version` member, like a lease: operational, not history.
+
+use crate::{Error, KafkaSettings, Result};
+use rdkafka::Message;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde::{Deserialize, Serialize};
+use sessionlog_schemas::{Epoch, Micros, SessionId};
+
+/// The version of the wake record's JSON this build writes and reads.
+pub const WAKE_VERSION: u32 = 1;
+
+/// Why a session needs a harness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeReason {
+    /// Its writer's lease lapsed while the session was neither ended, paused nor waiting for a
+    /// person: the harness died.
+    LeaseExpired,
+    /// An approval it waited for was decided.
+    ApprovalDecided,
+    /// An operator recorded the result of a call it was stopped on.
+    OperatorResult,
+    /// A pause with an `until` time ran out.
+    PauseElapsed,
+    /// A steering message arrived while no live writer held it.
+    Steering,
+}
+
+impl WakeReason {
+    /// Every reason, for metrics and listings.
+    pub const ALL: [Self; 5] = [
+        Self::LeaseExpired,
+        Self::ApprovalDecided,
+        Self::OperatorResult,
+        Self::PauseElapsed,
+        Self::Steering,
+    ];
+
+    /// The reason's name, as the record and metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeaseExpired => "lease_expired",
+            Self::ApprovalDecided => "approval_decided",
+            Self::OperatorResult => "operator_result",
+            Self::PauseElapsed => "pause_elapsed",
+            Self::Steering => "steering",
+        }
+    }
+}
+
+/// One wake record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wake {
+    /// The record's format ([`WAKE_VERSION`]).
+    pub version: u32,
+    /// The session to run.
+    pub session_id: SessionId,
+    /// The session's agent: workers serve agents.
+    pub agent: String,
+    /// Why.
+    pub reason: WakeReason,
+    /// The session's epoch when the cause happened: a worker finding a later one knows the
+    /// session was taken since.
+    pub epoch: Epoch,
+    /// What caused it: the offset of the event in its partition of the events topic, for the
+    /// reasons an event causes.
+    pub cause_offset: Option<i64>,
+    /// When the cause happened (the lease's expiry, the event's time, the pause's `until`), in
+    /// microseconds since the Unix epoch: wake lag is measured from it.
+    pub caused_at: Micros,
+    /// When the wake component wrote the record.
+    pub woken_at: Micros,
+}
+
+impl Wake {
+    /// The record's value.
+    pub fn encode(&self) -> Vec<u8> {
+        // A struct of plain fields always serialises.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// A record's value, or why it is not a wake this build reads.
+    pub fn decode(value: &[u8]) -> std::result::Result<Self, String> {
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
+        }
+        let versioned: Versioned =
+            serde_json::from_slice(value).map_err(|e| format!("not a wake record: {e}"))?;
+        if versioned.version != WAKE_VERSION {
+            return Err(format!(
+                "wake record version {} is not {WAKE_VERSION}, the one this build reads \
+                 (a newer sessionlog wrote it)",
+                versioned.version
+            ));
+        }
+        serde_json::from_slice(value).map_err(|e| format!("not a wake record: {e}"))
+    }
+}
+
+/// Writes wake records: keyed by session id on the session's partition number, so a
+/// session's wakes stay in order. Needs no registry and no key-encryption key: a wake holds
+/// no session content.
+pub struct WakeWriter {
+    producer: FutureProducer,
+    topic: String,
+    partitions: i32,
+    timeout: std::time::Duration,
+}
+
+impl WakeWriter {
+    /// A writer to `kafka`'s wake topic, which has `partitions` partitions (the events
+    /// topic's), waiting at most `timeout` for each ack.
+    pub fn new(
+        kafka: &KafkaSettings,
+        partitions: i32,
+        timeout: std::time::Duration,
+    ) -> Result<Self> {
+        Ok(Self {
+            producer: kafka
+                .producer_config()
+                .create()
+                .map_err(Error::kafka("create the wake producer"))?,
+            topic: kafka.wake_topic(),
+            partitions,
+            timeout,
+        })
+    }
+
+    /// Writes `wake` and waits for the ack.
+    pub async fn put(&self, wake: &Wake) -> Result<()> {
+        let key = crate::partitioner::session_key(wake.session_id);
+        let value = wake.encode();
+        let record = FutureRecord::<str, [u8]>::to(&self.topic)
+            .partition(crate::partitioner::partition_for(
+                wake.session_id,
+                self.partitions,
+            ))
+            .key(&key)
+            .payload(&value);
+        self.producer
+            .send(record, self.timeout)
+            .await
+            .map(drop)
+            .map_err(|(source, _)| {
+                Error::kafka("write a wake (did `sessionlog init` create the wake topic?)")(source)
+            })
+    }
+}
+
+/// The wake records of one agent, as a worker group reads them: a consumer in the group
+/// `sessionlog-worker-<topic>-<agent>` (so an agent's workers share its wakes, each record
+/// going to one of them), which skips the records of other agents.
+///
+/// Offsets are committed in the background once a record was handed out ([`Self::next`]): a
+/// worker that dies after taking a wake leaves no harness and no live lease behind, and the
+/// wake component wakes the session again after its re-wake interval.
+pub struct WakeFeed {
+    consumer: StreamConsumer,
+    agent: String,
+}
+
+impl WakeFeed {
+    /// Joins `agent`'s worker group on `kafka`'s wake topic.
+    pub fn join(kafka: &KafkaSettings, agent: &str) -> Result<Self> {
+        let topic = kafka.wake_topic();
+        let consumer: StreamConsumer = kafka
+            .client_config()
+            .set("group.id", worker_group(kafka, agent))
+            .set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.commit.interval.ms", "1000")
+            // A group new to the topic starts with the wakes still kept: the sessions a crash
+            // left without a harness before any worker of the agent ran.
+            .set("auto.offset.reset", "earliest")
+            // A worker that dies hands its partitions on after 10 s, not librdkafka's 45.
+            .set("session.timeout.ms", "10000")
+            .create()
+            .map_err(Error::kafka("create the wake consumer"))?;
+        consumer
+            .subscribe(&[&topic])
+            .map_err(Error::kafka("subscribe to the wake topic"))?;
+        Ok(Self {
+            consumer,
+            agent: agent.to_string(),
+        })
+    }
+
+    /// The agent whose wakes this feed reads.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The next wake for the agent; the offset of every record read on the way (other agents'
+    /// wakes, records this build does not read) is stored for the next commit.
+    pub async fn next(&self) -> Result<Wake> {
+        loop {
+            let message = self
+                .consumer
+                .recv()
+                .await
+                .map_err(Error::kafka("read the wake topic"))?;
+            let wake = message.payload().map(Wake::decode);
+            if let Err(e) = self.consumer.store_offset_from_message(&message) {
+                tracing::warn!(error = %e, "storing a wake offset failed; it may be read again");
+            }
+            match wake {
+                Some(Ok(wake)) if wake.agent == self.agent => return Ok(wake),
+                Some(Ok(_)) | None => {}
+                Some(Err(why)) => tracing::warn!(%why, "wake record skipped"),
+            }
+        }
+    }
+}
+
+/// The consumer group of `agent`'s workers on `kafka`'s wake topic.
+pub fn worker_group(kafka: &KafkaSettings, agent: &str) -> String {
+    format!("sessionlog-worker-{}-{agent}", kafka.topic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wake() -> Wake {
+        Wake {
+            version: WAKE_VERSION,
+            session_id: SessionId::new(),
+            agent: "triage".into(),
+            reason: WakeReason::ApprovalDecided,
+            epoch: 3,
+            cause_offset: Some(42),
+            caused_at: 1,
+            woken_at: 2,
+        }
+    }
+
+    #[test]
+    fn a_wake_round_trips_and_names_its_reason_in_snake_case() {
+        let wake = wake();
+        let bytes = wake.encode();
+        assert_eq!(Wake::decode(&bytes), Ok(wake));
+        let json: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        assert_eq!(json["reason"], "approval_decided");
+        for reason in WakeReason::ALL {
+            let spelled = serde_json::to_value(reason).expect("json");
+            assert_eq!(spelled, reason.as_str());
+        }
+    }
+
+    #[test]
+    fn a_record_of_another_version_or_shape_is_not_a_wake() {
+        let mut newer = serde_json::to_value(wake()).expect("json");
+        newer["version"] = 2.into();
+        let error = Wake::decode(newer.to_string().as_bytes()).expect_err("newer");
+        assert!(error.contains("version 2"), "{error}");
+        assert!(Wake::decode(b"{}").is_err());
+        assert!(Wake::decode(b"not json").is_err());
+    }
+}

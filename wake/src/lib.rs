@@ -1,0 +1,455 @@
+//! The wake component (`sessionlog wake`): notices sessions that need a harness and writes a
+//! wake record (`sessionlog_log::wake`) for the workers of their agent.
+//!
+//! An instance is a member of the consumer group `sessionlog-wake-<topic>` over two
+//! co-partitioned topics: the lease topic, read from its start on every assignment (compacted,
+//! so about a record per session), and the events topic, read from the group's progress. With
+//! the range assignor and equal partition counts, a member owns the same partition numbers of
+//! both. What it learns is a pure fold ([`watch::Watches`]); it keeps nothing else, so
+//! instances can come and go. A session needs a harness when
+//!
+//! - its writer's lease lapsed unrenewed while the session was neither ended, paused nor
+//!   waiting for a person, at the lease's epoch (a later claim means someone took it);
+//! - an approval was decided, or an operator recorded a call's result;
+//! - a pause's `until` passed (the group's progress stays before a pending pause, so a
+//!   restarted instance reads it again);
+//! - steering arrived while no live writer held the session.
+//!
+//! A wake is a hint: the worker's claim through the fold decides who runs the session, and a
+//! worker finding the session claimed since its wake is told "already taken". A wake no
+//! harness answered (no new lease) is written again after `[wake] rewake_after_ms`.
+
+pub mod error;
+pub mod observe;
+pub mod orphans;
+pub mod watch;
+
+pub use error::{Error, Result};
+pub use orphans::{OrphanedSession, orphaned};
+
+use futures::{StreamExt, stream};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use sessionlog_log::{Settings, Wake, WakeWriter, wake::WAKE_VERSION};
+use sessionlog_schemas::{EventDecoder, Micros, SessionId, now_micros};
+use sessionlog_store::ProjectionStore;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use watch::{Cause, Watches};
+
+/// How often due leases, pauses and repeats are looked at.
+const TICK: Duration = Duration::from_millis(100);
+/// How often the group's progress on the events topic is committed.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How soon a cause the projection has not reached yet is looked at again, in microseconds.
+const RETRY_MICROS: Micros = 200_000;
+/// Causes checked and written at once: a mass expiry is a thousand store reads and writes.
+const CONCURRENCY: usize = 64;
+
+/// The consumer group of the wake component on `settings`' topics.
+pub fn wake_group(settings: &Settings) -> String {
+    format!("sessionlog-wake-{}", settings.kafka.topic)
+}
+
+/// Partitions assigned and revoked, as the rebalance callbacks report them.
+#[derive(Default)]
+struct Assignment {
+    revoked: HashSet<i32>,
+    /// Events-topic partitions owned, with the next offset to commit.
+    owned: BTreeMap<i32, i64>,
+}
+
+struct WakeContext {
+    events_topic: String,
+    assignment: Arc<Mutex<Assignment>>,
+}
+
+impl ClientContext for WakeContext {}
+
+impl ConsumerContext for WakeContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(revoked) = rebalance {
+            let mut assignment = self
+                .assignment
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for e in revoked.elements() {
+                assignment.revoked.insert(e.partition());
+                if e.topic() == self.events_topic {
+                    assignment.owned.remove(&e.partition());
+                }
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(assigned) = rebalance {
+            tracing::info!(partitions = assigned.count(), "wake partitions assigned");
+            let mut assignment = self
+                .assignment
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for e in assigned.elements() {
+                if e.topic() == self.events_topic {
+                    assignment.revoked.remove(&e.partition());
+                    assignment.owned.entry(e.partition()).or_insert(-1);
+                }
+            }
+        }
+    }
+}
+
+/// One instance of the wake component.
+pub struct WakeService {
+    consumer: StreamConsumer<WakeContext>,
+    assignment: Arc<Mutex<Assignment>>,
+    watches: Watches,
+    decoder: EventDecoder,
+    store: ProjectionStore,
+    log: Arc<WakeWriter>,
+    events_topic: String,
+    lease_topic: String,
+    rewake_after: Duration,
+}
+
+impl WakeService {
+    /// Connects to Kafka, the registry and the store and joins the group. A group new to the
+    /// events topic starts at its end: history before the component ran wakes nobody.
+    pub async fn new(settings: &Settings) -> Result<Self> {
+        let store = ProjectionStore::open(&settings.cql).await?;
+        let partitions =
+            sessionlog_log::topic::partition_count(&settings.kafka, &settings.kafka.topic).await?;
+        let log = Arc::new(WakeWriter::new(
+            &settings.kafka,
+            partitions,
+            Duration::from_millis(settings.producer.delivery_timeout_ms),
+        )?);
+        let decoder = EventDecoder::new(settings.registry.client()?);
+        let (events_topic, lease_topic) =
+            (settings.kafka.topic.clone(), settings.kafka.lease_topic());
+        let group = wake_group(settings);
+        start_new_group_at_the_end(settings, &group).await?;
+        let assignment = Arc::new(Mutex::new(Assignment::default()));
+        let consumer: StreamConsumer<WakeContext> = settings
+            .kafka
+            .client_config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            // The lease topic is never committed, so each assignment reads it from its start.
+            .set("auto.offset.reset", "earliest")
+            // Range assigns equal partition numbers of co-partitioned topics to one member.
+            .set("partition.assignment.strategy", "range")
+            .set("session.timeout.ms", "10000")
+            .create_with_context(WakeContext {
+                events_topic: events_topic.clone(),
+                assignment: Arc::clone(&assignment),
+            })
+            .map_err(sessionlog_log::Error::kafka("create the wake consumer"))?;
+        consumer
+            .subscribe(&[&events_topic, &lease_topic])
+            .map_err(sessionlog_log::Error::kafka("subscribe"))?;
+        Ok(Self {
+            consumer,
+            assignment,
+            watches: Watches::default(),
+            decoder,
+            store,
+            log,
+            events_topic,
+            lease_topic,
+            rewake_after: Duration::from_millis(settings.wake.rewake_after_ms),
+        })
+    }
+
+    /// Runs until `shutdown` completes, then commits its progress.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commit = tokio::time::interval(COMMIT_EVERY);
+        commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                message = self.consumer.recv() => {
+                    let message = message.map_err(sessionlog_log::Error::kafka("read"))?;
+                    let (topic, partition, offset) =
+                        (message.topic().to_string(), message.partition(), message.offset());
+                    let key = message.key().map(<[u8]>::to_vec);
+                    let payload = message.payload().map(<[u8]>::to_vec);
+                    drop(message);
+                    self.forget_revoked();
+                    if topic == self.lease_topic {
+                        self.on_lease(partition, key.as_deref(), payload.as_deref());
+                    } else if topic == self.events_topic {
+                        self.on_event(partition, offset, payload.as_deref()).await?;
+                    }
+                }
+                _ = tick.tick() => {
+                    self.forget_revoked();
+                    let due = self.watches.due(now_micros());
+                    self.wake_all(due).await;
+                    observe::orphaned(&self.watches.orphaned(), now_micros());
+                }
+                _ = commit.tick() => self.commit(CommitMode::Async),
+            }
+        }
+        self.commit(CommitMode::Sync);
+        Ok(())
+    }
+
+    fn forget_revoked(&mut self) {
+        let revoked = {
+            let mut assignment = self
+                .assignment
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::mem::take(&mut assignment.revoked)
+        };
+        if !revoked.is_empty() {
+            self.watches.forget(&revoked);
+        }
+    }
+
+    fn on_lease(&mut self, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let session = key
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(|k| k.parse::<SessionId>().ok());
+        match session {
+            Some(session) => self.watches.on_lease(partition, session, value),
+            None => tracing::warn!(partition, "a lease record without a session key; skipped"),
+        }
+    }
+
+    async fn on_event(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        payload: Option<&[u8]>,
+    ) -> Result<()> {
+        self.mark(partition, offset + 1);
+        let Some(payload) = payload else {
+            return Ok(());
+        };
+        // A record that does not decode is the projector's to dead-letter; it wakes nobody.
+        let envelope = match self.decoder.decode(payload).await {
+            Ok(envelope) => envelope,
+            Err(e) if e.is_retriable() => return Err(e.into()),
+            Err(e) => {
+                tracing::debug!(partition, offset, error = %e, "undecodable record skipped");
+                return Ok(());
+            }
+        };
+        if let Some(cause) = self
+            .watches
+            .on_event(partition, offset, &envelope, now_micros())
+        {
+            self.wake_all(vec![cause]).await;
+        }
+        Ok(())
+    }
+
+    fn mark(&self, partition: i32, next: i64) {
+        let mut assignment = self
+            .assignment
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(owned) = assignment.owned.get_mut(&partition) {
+            *owned = next;
+        }
+    }
+
+    /// Checks each cause against the session's projected state and writes the wakes that
+    /// stand, several at a time.
+    async fn wake_all(&mut self, causes: Vec<Cause>) {
+        if causes.is_empty() {
+            return;
+        }
+        let (store, log) = (&self.store, &self.log);
+        let outcomes: Vec<(Cause, Outcome)> = stream::iter(causes)
+            .map(|cause| async move {
+                let outcome = wake_one(store, log, &cause).await;
+                (cause, outcome)
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let rewake_at = now_micros()
+            .saturating_add(Micros::try_from(self.rewake_after.as_micros()).unwrap_or(Micros::MAX));
+        for (cause, outcome) in outcomes {
+            match outcome {
+                Outcome::Woken => self.watches.woke(&cause, rewake_at),
+                Outcome::NotNeeded(why) => {
+                    tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
+                    self.watches.settled(cause.session);
+                }
+                Outcome::Later => self
+                    .watches
+                    .retry(&cause, now_micros().saturating_add(RETRY_MICROS)),
+                // Tried again after the re-wake interval, as a wake nobody answered is.
+                Outcome::Failed => self.watches.woke(&cause, rewake_at),
+            }
+        }
+    }
+
+    /// Commits the progress on the owned events partitions, never past a pause still waiting
+    /// for its time.
+    fn commit(&self, mode: CommitMode) {
+        let owned = self
+            .assignment
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .owned
+            .clone();
+        let mut offsets = TopicPartitionList::new();
+        for (partition, next) in owned {
+            if next < 0 {
+                continue;
+            }
+            let floor = self
+                .watches
+                .pending_floor(partition)
+                .map_or(next, |f| f.min(next));
+            if let Err(e) =
+                offsets.add_partition_offset(&self.events_topic, partition, Offset::Offset(floor))
+            {
+                tracing::warn!(partition, error = %e, "progress not committed");
+            }
+        }
+        if offsets.count() > 0
+            && let Err(e) = self.consumer.commit(&offsets, mode)
+        {
+            tracing::warn!(error = %e, "commit failed; a restart reads a little again");
+        }
+    }
+}
+
+enum Outcome {
+    Woken,
+    Later,
+    NotNeeded(&'static str),
+    Failed,
+}
+
+/// Writes `cause`'s wake if the session, as projected, still needs a harness.
+async fn wake_one(store: &ProjectionStore, log: &WakeWriter, cause: &Cause) -> Outcome {
+    let projected = match store.load_session(cause.session).await {
+        // The state must include the causing event (a decision clears its wait only then).
+        Ok(Some(projected))
+            if cause
+                .cause_offset
+                .is_none_or(|offset| projected.applied_offset >= offset) =>
+        {
+            projected
+        }
+        // Not projected that far yet: the projector lags by milliseconds; look again soon.
+        Ok(_) => return Outcome::Later,
+        Err(e) => {
+            tracing::warn!(session = %cause.session, error = %e, "reading the session for a wake failed");
+            return Outcome::Failed;
+        }
+    };
+    let state = &projected.state;
+    if state.terminal.is_some() || state.erased {
+        return Outcome::NotNeeded("the session ended");
+    }
+    if cause.reason != sessionlog_log::WakeReason::PauseElapsed && state.paused {
+        return Outcome::NotNeeded("the session is paused");
+    }
+    if !state.pending_approvals.is_empty() {
+        return Outcome::NotNeeded("the session waits for an approval");
+    }
+    if state
+        .pending_calls
+        .values()
+        .any(|c| c.resolution_required.is_some())
+    {
+        return Outcome::NotNeeded("the session waits for an operator");
+    }
+    if state.epoch > cause.epoch {
+        return Outcome::NotNeeded("the session was claimed since");
+    }
+    let Some(agent) = state.agent.clone() else {
+        return Outcome::NotNeeded("the session has no agent");
+    };
+    let wake = Wake {
+        version: WAKE_VERSION,
+        session_id: cause.session,
+        agent,
+        reason: cause.reason,
+        epoch: cause.epoch.max(state.epoch),
+        cause_offset: cause.cause_offset,
+        caused_at: cause.caused_at,
+        woken_at: now_micros(),
+    };
+    match log.put(&wake).await {
+        Ok(()) => {
+            observe::woken(&wake, cause.repeat);
+            Outcome::Woken
+        }
+        Err(e) => {
+            tracing::warn!(session = %cause.session, error = %e, "writing a wake failed");
+            Outcome::Failed
+        }
+    }
+}
+
+/// A group with no progress on the events topic (new) is given the topic's end as its
+/// progress, so it starts there rather than waking every session history ever decided.
+async fn start_new_group_at_the_end(settings: &Settings, group: &str) -> Result<()> {
+    let kafka = settings.kafka.clone();
+    let group = group.to_string();
+    let partitions = sessionlog_log::topic::partition_count(&kafka, &kafka.topic).await?;
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        let consumer: BaseConsumer = kafka
+            .client_config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .map_err(sessionlog_log::Error::kafka(
+                "create the wake group's first consumer",
+            ))?;
+        let timeout = Duration::from_secs(10);
+        let mut wanted = TopicPartitionList::new();
+        for partition in 0..partitions {
+            wanted.add_partition(&kafka.topic, partition);
+        }
+        let committed =
+            consumer
+                .committed_offsets(wanted, timeout)
+                .map_err(sessionlog_log::Error::kafka(
+                    "read the wake group's progress",
+                ))?;
+        if committed
+            .elements()
+            .iter()
+            .any(|e| matches!(e.offset(), Offset::Offset(_)))
+        {
+            return Ok(());
+        }
+        let mut ends = TopicPartitionList::new();
+        for partition in 0..partitions {
+            let (_, high) = consumer
+                .fetch_watermarks(&kafka.topic, partition, timeout)
+                .map_err(sessionlog_log::Error::kafka("read the events topic's end"))?;
+            ends.add_partition_offset(&kafka.topic, partition, Offset::Offset(high))
+                .map_err(sessionlog_log::Error::kafka("start the wake group"))?;
+        }
+        consumer
+            .commit(&ends, CommitMode::Sync)
+            .map_err(sessionlog_log::Error::kafka(
+                "start the wake group at the topic's end",
+            ))?;
+        tracing::info!(
+            group,
+            partitions,
+            "a new wake group starts at the events topic's end"
+        );
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Task(e.to_string()))?
+}

@@ -1,0 +1,435 @@
+//! What the wake component knows of the sessions of its partitions, and when each is due: a
+//! pure fold of lease records and events plus a clock, with no I/O, so every rule is a unit
+//! test.
+//!
+//! A cause found here is a candidate: the service checks the session's projected state (ended,
+//! paused, waiting for a person, claimed since) before it writes a wake.
+
+use sessionlog_log::lease::later;
+use sessionlog_log::{Lease, WakeReason};
+use sessionlog_schemas::{Epoch, EventEnvelope, Micros, ResultSource, SessionEvent, SessionId};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A session that may need a harness, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// The session.
+    pub session: SessionId,
+    /// Its partition.
+    pub partition: i32,
+    /// Why.
+    pub reason: WakeReason,
+    /// The session's epoch at the cause (a lease's, or the causing event's).
+    pub epoch: Epoch,
+    /// The causing event's offset, when an event caused it.
+    pub cause_offset: Option<i64>,
+    /// When the cause happened.
+    pub caused_at: Micros,
+    /// Whether this is a repeat of a wake no harness answered.
+    pub repeat: bool,
+}
+
+/// What is due when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// A lease's expiry (compared with the lease held when it comes).
+    LeaseExpiry,
+    /// A pause's `until`.
+    PauseEnd,
+    /// The time to wake again a session woken that no harness took.
+    Rewake,
+}
+
+#[derive(Clone, Debug)]
+struct Pause {
+    until: Micros,
+    epoch: Epoch,
+    offset: i64,
+}
+
+#[derive(Clone, Debug)]
+struct Woken {
+    cause: Cause,
+    at: Micros,
+    /// Not written yet (the projection was behind), rather than written and unanswered.
+    retry: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Watch {
+    partition: i32,
+    lease: Option<Lease>,
+    pause: Option<Pause>,
+    woken: Option<Woken>,
+}
+
+/// The sessions of the partitions this instance owns.
+#[derive(Debug, Default)]
+pub struct Watches {
+    sessions: HashMap<SessionId, Watch>,
+    /// `(when, session, what)`: entries made stale by a renewal or a resume are skipped when
+    /// they come due rather than searched for and removed.
+    due: BTreeSet<(Micros, SessionId, Due)>,
+}
+
+impl Watches {
+    /// A lease record of `session` (`None`: a tombstone, the lease released).
+    pub fn on_lease(&mut self, partition: i32, session: SessionId, value: Option<&[u8]>) {
+        let watch = watch_of(&mut self.sessions, partition, session);
+        let before = watch.lease.clone();
+        watch.lease = match value {
+            Some(_) => later(watch.lease.take(), value),
+            None => None,
+        };
+        let renewed = match (&before, &watch.lease) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(b), Some(a)) => a != b,
+        };
+        if renewed {
+            // A harness holds the session again: whatever woke it was answered.
+            watch.woken = None;
+            if let Some(lease) = &watch.lease {
+                self.due
+                    .insert((lease.expires_at, session, Due::LeaseExpiry));
+            }
+        }
+    }
+
+    /// An event read from the session's partition at `offset`; `now` is the wall clock. Answers
+    /// the cause the event is, if any.
+    pub fn on_event(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        e: &EventEnvelope,
+        now: Micros,
+    ) -> Option<Cause> {
+        let session = e.session_id;
+        let cause = |reason| Cause {
+            session,
+            partition,
+            reason,
+            epoch: e.writer_epoch,
+            cause_offset: Some(offset),
+            caused_at: e.occurred_at,
+            repeat: false,
+        };
+        let watch = watch_of(&mut self.sessions, partition, session);
+        match &e.event {
+            SessionEvent::ApprovalDecided { .. } => Some(cause(WakeReason::ApprovalDecided)),
+            SessionEvent::ToolCallResult {
+                source: ResultSource::Operator,
+                ..
+            } => Some(cause(WakeReason::OperatorResult)),
+            SessionEvent::SteeringMessage { .. } => {
+                // A live writer at the steering's epoch reads it itself.
+                let held = watch
+                    .lease
+                    .as_ref()
+                    .is_some_and(|l| l.is_live(now) && l.epoch >= e.writer_epoch);
+                (!held).then(|| cause(WakeReason::Steering))
+            }
+            SessionEvent::SessionPaused { until, .. } => {
+                watch.pause = until.map(|until| Pause {
+                    until,
+                    epoch: e.writer_epoch,
+                    offset,
+                });
+                if let Some(until) = *until {
+                    self.due.insert((until, session, Due::PauseEnd));
+                }
+                None
+            }
+            SessionEvent::SessionResumed {}
+            | SessionEvent::SessionEnded { .. }
+            | SessionEvent::SessionErased { .. } => {
+                watch.pause = None;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Every cause due at `now`: leases that lapsed unrenewed, pauses that ran out, and
+    /// sessions woken at least `rewake_after` ago that no harness took.
+    pub fn due(&mut self, now: Micros) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        while let Some(&(at, session, what)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            let Some(watch) = self.sessions.get_mut(&session) else {
+                continue;
+            };
+            match what {
+                Due::LeaseExpiry => {
+                    if let Some(lease) = &watch.lease
+                        && lease.expires_at == at
+                        && watch.woken.is_none()
+                    {
+                        causes.push(Cause {
+                            session,
+                            partition: watch.partition,
+                            reason: WakeReason::LeaseExpired,
+                            epoch: lease.epoch,
+                            cause_offset: None,
+                            caused_at: lease.expires_at,
+                            repeat: false,
+                        });
+                    }
+                }
+                Due::PauseEnd => {
+                    if let Some(pause) = &watch.pause
+                        && pause.until == at
+                    {
+                        causes.push(Cause {
+                            session,
+                            partition: watch.partition,
+                            reason: WakeReason::PauseElapsed,
+                            epoch: pause.epoch,
+                            cause_offset: Some(pause.offset),
+                            caused_at: pause.until,
+                            repeat: false,
+                        });
+                        watch.pause = None;
+                    }
+                }
+                Due::Rewake => {
+                    if let Some(woken) = &watch.woken
+                        && woken.at == at
+                    {
+                        causes.push(Cause {
+                            repeat: !woken.retry,
+                            ..woken.cause.clone()
+                        });
+                    }
+                }
+            }
+        }
+        causes
+    }
+
+    /// `cause` was written as a wake at `now`: unless a harness takes the session (a new
+    /// lease), it is due again at `rewake_at`.
+    pub fn woke(&mut self, cause: &Cause, rewake_at: Micros) {
+        let watch = watch_of(&mut self.sessions, cause.partition, cause.session);
+        watch.woken = Some(Woken {
+            cause: cause.clone(),
+            at: rewake_at,
+            retry: false,
+        });
+        self.due.insert((rewake_at, cause.session, Due::Rewake));
+    }
+
+    /// `cause` could not be judged yet (the projection has not reached it): due again at
+    /// `at`, as it was.
+    pub fn retry(&mut self, cause: &Cause, at: Micros) {
+        let watch = watch_of(&mut self.sessions, cause.partition, cause.session);
+        watch.woken = Some(Woken {
+            cause: cause.clone(),
+            at,
+            retry: true,
+        });
+        self.due.insert((at, cause.session, Due::Rewake));
+    }
+
+    /// `cause` needs no harness (the session ended, is paused or waits for a person): it is
+    /// not woken again for it.
+    pub fn settled(&mut self, session: SessionId) {
+        if let Some(watch) = self.sessions.get_mut(&session) {
+            watch.woken = None;
+        }
+    }
+
+    /// Forgets the sessions of partitions this instance no longer owns.
+    pub fn forget(&mut self, partitions: &HashSet<i32>) {
+        self.sessions
+            .retain(|_, w| !partitions.contains(&w.partition));
+        let sessions = &self.sessions;
+        self.due.retain(|(_, s, _)| sessions.contains_key(s));
+    }
+
+    /// The lowest offset of a pause still waiting for its `until` in `partition`: committed
+    /// progress must not pass it, so a restarted instance reads the pause again.
+    pub fn pending_floor(&self, partition: i32) -> Option<i64> {
+        self.sessions
+            .values()
+            .filter(|w| w.partition == partition)
+            .filter_map(|w| w.pause.as_ref().map(|p| p.offset))
+            .min()
+    }
+
+    /// Sessions woken and not taken since, by reason, with the oldest cause's time.
+    pub fn orphaned(&self) -> HashMap<WakeReason, (u64, Micros)> {
+        let mut by_reason: HashMap<WakeReason, (u64, Micros)> = HashMap::new();
+        for woken in self.sessions.values().filter_map(|w| w.woken.as_ref()) {
+            let entry = by_reason
+                .entry(woken.cause.reason)
+                .or_insert((0, Micros::MAX));
+            entry.0 += 1;
+            entry.1 = entry.1.min(woken.cause.caused_at);
+        }
+        by_reason
+    }
+}
+
+/// `session`'s watch, made on first sight (a free function, so the borrow is of the map only).
+fn watch_of(
+    sessions: &mut HashMap<SessionId, Watch>,
+    partition: i32,
+    session: SessionId,
+) -> &mut Watch {
+    sessions.entry(session).or_insert_with(|| Watch {
+        partition,
+        ..Watch::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const SECOND: Micros = 1_000_000;
+
+    fn lease(session: SessionId, epoch: Epoch, renewed_at: Micros) -> Vec<u8> {
+        Lease::renewed(session, "h", epoch, renewed_at, Duration::from_secs(15))
+            .expect("fits")
+            .encode()
+    }
+
+    fn event(session: SessionId, epoch: Epoch, event: SessionEvent) -> EventEnvelope {
+        EventEnvelope {
+            event_id: uuid::Uuid::now_v7(),
+            session_id: session,
+            seq: 1,
+            writer_epoch: epoch,
+            occurred_at: 7,
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
+            event,
+            attestation: None,
+        }
+    }
+
+    #[test]
+    fn a_lease_not_renewed_is_due_at_its_expiry_and_a_renewed_one_is_not() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        assert!(w.due(15 * SECOND - 1).is_empty(), "not before the expiry");
+        w.on_lease(0, s, Some(&lease(s, 1, 5 * SECOND)));
+        assert!(w.due(15 * SECOND).is_empty(), "the renewal moved it");
+        let due = w.due(20 * SECOND);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].reason, WakeReason::LeaseExpired);
+        assert_eq!((due[0].epoch, due[0].caused_at), (1, 20 * SECOND));
+        assert!(w.due(60 * SECOND).is_empty(), "said once");
+    }
+
+    #[test]
+    fn a_released_lease_is_never_due() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        w.on_lease(0, s, None);
+        assert!(w.due(60 * SECOND).is_empty());
+    }
+
+    #[test]
+    fn a_wake_no_harness_answers_is_repeated_and_a_new_lease_answers_it() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        let cause = w.due(15 * SECOND).pop().expect("due");
+        w.woke(&cause, 75 * SECOND);
+        let again = w.due(75 * SECOND);
+        assert_eq!(again.len(), 1);
+        assert!(again[0].repeat);
+        w.woke(&again[0], 135 * SECOND);
+        // A worker took it: its lease answers the wake.
+        w.on_lease(0, s, Some(&lease(s, 2, 80 * SECOND)));
+        assert!(w.due(94 * SECOND).is_empty());
+        let lapsed = w.due(135 * SECOND);
+        assert_eq!(lapsed.len(), 1, "only the new lease's own expiry");
+        assert_eq!((lapsed[0].epoch, lapsed[0].repeat), (2, false));
+    }
+
+    #[test]
+    fn decisions_and_operator_results_are_causes_and_steering_only_without_a_live_writer() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        let decided = event(
+            s,
+            3,
+            SessionEvent::ApprovalDecided {
+                approval_id: "a".into(),
+                approved: true,
+                decided_by: "p".into(),
+                reason: None,
+                request_seq: Some(1),
+                action_digest: None,
+            },
+        );
+        let cause = w.on_event(0, 9, &decided, 0).expect("a cause");
+        assert_eq!(cause.reason, WakeReason::ApprovalDecided);
+        assert_eq!((cause.epoch, cause.cause_offset), (3, Some(9)));
+        let steer = event(
+            s,
+            3,
+            SessionEvent::SteeringMessage {
+                author: "op".into(),
+                content: "go".into(),
+            },
+        );
+        w.on_lease(0, s, Some(&lease(s, 3, 0)));
+        assert_eq!(
+            w.on_event(0, 10, &steer, SECOND),
+            None,
+            "its writer reads it"
+        );
+        let cause = w.on_event(0, 11, &steer, 16 * SECOND).expect("lapsed");
+        assert_eq!(cause.reason, WakeReason::Steering);
+    }
+
+    #[test]
+    fn a_pause_with_until_is_due_then_and_a_resume_or_end_cancels_it() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        let pause = |until| {
+            event(
+                s,
+                2,
+                SessionEvent::SessionPaused {
+                    reason: None,
+                    until: Some(until),
+                },
+            )
+        };
+        assert_eq!(w.on_event(3, 40, &pause(100 * SECOND), 0), None);
+        assert_eq!(
+            w.pending_floor(3),
+            Some(40),
+            "progress stays before the pause"
+        );
+        assert!(w.due(99 * SECOND).is_empty());
+        let due = w.due(100 * SECOND);
+        assert_eq!(due[0].reason, WakeReason::PauseElapsed);
+        assert_eq!((due[0].epoch, due[0].caused_at), (2, 100 * SECOND));
+        assert_eq!(w.pending_floor(3), None);
+
+        w.on_event(3, 50, &pause(200 * SECOND), 0);
+        w.on_event(3, 51, &event(s, 2, SessionEvent::SessionResumed {}), 0);
+        assert!(w.due(300 * SECOND).is_empty(), "resumed before its time");
+        assert_eq!(w.pending_floor(3), None);
+    }
+
+    #[test]
+    fn forgetting_a_partition_drops_its_sessions_and_what_was_due() {
+        let (mut w, a, b) = (Watches::default(), SessionId::new(), SessionId::new());
+        w.on_lease(0, a, Some(&lease(a, 1, 0)));
+        w.on_lease(1, b, Some(&lease(b, 1, 0)));
+        w.forget(&HashSet::from([0]));
+        let due = w.due(60 * SECOND);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].session, b);
+    }
+}
