@@ -41,8 +41,9 @@ async fn work(http: &Client, base: &str, query: &str) -> Result<(StatusCode, Val
     Ok((status, body))
 }
 
-/// The value of `sessionlog_work_skipped_total{reason="<reason>"}` the service reports.
-async fn skipped(http: &Client, base: &str, reason: &str) -> Result<u64> {
+/// The value of `sessionlog_work_skipped_total{reason="<reason>"}` the service reports, and
+/// whether the counter has its `# HELP` line.
+async fn skipped(http: &Client, base: &str, reason: &str) -> Result<(u64, bool)> {
     let text = http
         .get(format!("{base}/metrics"))
         .send()
@@ -51,11 +52,15 @@ async fn skipped(http: &Client, base: &str, reason: &str) -> Result<u64> {
         .text()
         .await?;
     let wanted = format!("sessionlog_work_skipped_total{{reason=\"{reason}\"}} ");
-    Ok(text
+    let value = text
         .lines()
         .find_map(|line| line.strip_prefix(&wanted))
         .map(|n| n.trim().parse::<f64>().unwrap_or(0.0) as u64)
-        .unwrap_or(0))
+        .unwrap_or(0);
+    Ok((
+        value,
+        text.contains("# HELP sessionlog_work_skipped_total "),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,15 +146,15 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
         body["state"]["session_id"] == session.to_string() && body["epoch"] == 2,
         "{body}"
     );
-    let before = skipped(&http, &recovery.base, "already_taken").await?;
+    let (before, _) = skipped(&http, &recovery.base, "already_taken").await?;
     ensure!(before == 0, "nothing skipped yet: {before}");
 
     // The second wake names epoch 1; the session is at 2 now: skipped, and no work is left.
     let (status, body) = work(&http, &recovery.base, "agent=dup&wait=5s").await?;
     ensure!(status == StatusCode::NO_CONTENT, "{status} {body}");
     ensure!(
-        skipped(&http, &recovery.base, "already_taken").await? == 1,
-        "the duplicate was counted as already taken"
+        skipped(&http, &recovery.base, "already_taken").await? == (1, true),
+        "the duplicate was counted as already taken, in a described counter"
     );
 
     // Nobody claimed it a third time: the log's epoch is still the worker's.
