@@ -158,12 +158,15 @@ async fn a_healthy_deployment_exits_0_with_every_server_its_version_and_each_set
 
     // The topics as init made them, the keyspaces migrated, each broker's clock measured.
     let topics = array(&report, "topics")?;
-    ensure!(topics.len() == 3, "{topics:#?}");
+    ensure!(topics.len() == 4, "{topics:#?}");
     ensure!(topics[0]["topic"] == stack.settings.kafka.topic.as_str());
     ensure!(topics[0]["partitions"] == 2 && topics[0]["configs"]["cleanup.policy"] == "delete");
     // The lease topic: compacted, partitioned as the events topic is.
     ensure!(topics[2]["topic"] == stack.settings.kafka.lease_topic().as_str());
     ensure!(topics[2]["partitions"] == 2 && topics[2]["configs"]["cleanup.policy"] == "compact");
+    // The wake topic: partitioned as the events topic is, kept a day.
+    ensure!(topics[3]["topic"] == stack.settings.kafka.wake_topic().as_str());
+    ensure!(topics[3]["partitions"] == 2 && topics[3]["configs"]["retention.ms"] == "86400000");
     let keyspaces = array(&report, "keyspaces")?;
     ensure!(
         keyspaces[0]["state"] == "migrated" && keyspaces[1]["state"] == "present",

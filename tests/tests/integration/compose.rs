@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The services our binary runs; the others are the servers.
-const OUR_SERVICES: [&str; 5] = [
+const OUR_SERVICES: [&str; 6] = [
     "sessionlog-init",
     "projector",
+    "wake",
     "ingest",
     "recovery",
     "otlp-export",
@@ -753,7 +754,7 @@ fn runtime_packages() -> Vec<String> {
 fn every_service_we_ship_runs_with_a_readiness_healthcheck_on_the_port_it_listens_on() {
     let compose = compose();
     let commands = serving_commands();
-    for expected in ["project", "ingest", "serve-recovery", "export-otlp"] {
+    for expected in ["project", "wake", "ingest", "serve-recovery", "export-otlp"] {
         assert!(
             commands.contains_key(expected),
             "`sessionlog {expected}` no longer takes --listen: {commands:?}"

@@ -29,14 +29,15 @@ async fn the_readme_quick_start_runs_against_scripts_serve() -> Result<()> {
     let run = uuid::Uuid::now_v7().simple().to_string();
     let tag = format!("serve_{}", &run[run.len() - 8..]);
     let dir = std::env::temp_dir().join(format!("sessionlog-{tag}"));
-    let ports = [port()?, port()?, port()?];
-    let [ingest, recovery, projector] = ports;
+    let ports = [port()?, port()?, port()?, port()?];
+    let [ingest, recovery, projector, wake] = ports;
 
     let mut serve = Command::new(root.join("scripts/serve"));
     serve
         .args(["--ingest-port", &ingest.to_string()])
         .args(["--recovery-port", &recovery.to_string()])
         .args(["--projector-port", &projector.to_string()])
+        .args(["--wake-port", &wake.to_string()])
         .env("SESSIONLOG_SERVE_DIR", &dir)
         .env("SESSIONLOG_SERVE_TIMEOUT", SERVICES_READY_SECS.to_string())
         .env("SESSIONLOG_BIN", sessionlog_bin()?)
