@@ -21,6 +21,10 @@ pub struct Status {
     pub dead_letter_topic: TopicSpan,
     /// Records in the dead-letter topic: end minus start over its partitions.
     pub dead_letters: i64,
+    /// The wake topic (`<topic>-wake`), which the wake component writes for workers.
+    pub wake_topic: TopicSpan,
+    /// The wake component's group on the events topic: its live instances and lag.
+    pub wake_group: GroupStatus,
     /// Each projector group asked about.
     pub groups: Vec<GroupStatus>,
     /// The schema versions registered for the events subject, and the level.
@@ -155,6 +159,9 @@ async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
     let kafka = &settings.kafka;
     let topic = topic_span(kafka, &kafka.topic).await?;
     let dead_letter_topic = topic_span(kafka, &kafka.dead_letter_topic).await?;
+    let wake_topic = topic_span(kafka, &kafka.wake_topic()).await?;
+    let wake_group =
+        group_status(kafka, &kafka.topic, &sessionlog_wake::wake_group(settings)).await?;
     let mut group_statuses = Vec::with_capacity(groups.len());
     for group in &groups {
         group_statuses.push(group_status(kafka, &kafka.topic, group).await?);
@@ -165,6 +172,8 @@ async fn gather(settings: &Settings, groups: Vec<String>) -> Result<Status> {
         dead_letters: dead_letter_topic.records(),
         topic,
         dead_letter_topic,
+        wake_topic,
+        wake_group,
         groups: group_statuses,
         schemas,
         store,
@@ -204,6 +213,32 @@ pub fn problems(status: &Status) -> Vec<Problem> {
         found.push(Problem {
             problem: format!("the events topic {} does not exist", status.topic.topic),
             fix: "sessionlog init (or set kafka.topic, SESSIONLOG_KAFKA__TOPIC)".into(),
+        });
+    }
+    if status.topic.exists() && !status.wake_topic.exists() {
+        found.push(Problem {
+            problem: format!(
+                "the wake topic {} does not exist: no session can be handed to a worker",
+                status.wake_topic.topic
+            ),
+            fix: "sessionlog init".into(),
+        });
+    }
+    // A group that never ran has no progress to lag behind: only a wake component that ran and
+    // stopped is a problem (sessions whose harness dies wait for a person meanwhile).
+    let wake = &status.wake_group;
+    if wake.members.is_empty()
+        && wake.partitions.iter().any(|p| p.committed.is_some())
+        && wake.total_lag() > 0
+    {
+        found.push(Problem {
+            problem: format!(
+                "the wake component's group {} is {} record(s) behind {} and has no live instance",
+                wake.group,
+                wake.total_lag(),
+                status.topic.topic
+            ),
+            fix: "start one: sessionlog wake".into(),
         });
     }
     for group in &status.groups {
@@ -292,6 +327,15 @@ fn human(status: &Status) -> String {
     text.push_str(&topic(&status.topic, "topic"));
     text.push_str(&topic(&status.dead_letter_topic, "dead-letter topic"));
     text.push_str(&format!("{:<18} {}\n", "dead letters", status.dead_letters));
+    text.push_str(&topic(&status.wake_topic, "wake topic"));
+    text.push_str(&format!(
+        "{:<18} {} ({}): {} live instance(s), lag {}\n",
+        "wake component",
+        status.wake_group.group,
+        status.wake_group.state,
+        status.wake_group.members.len(),
+        status.wake_group.total_lag()
+    ));
     for group in &status.groups {
         text.push_str(&format!(
             "\ngroup {} ({}): {} live instance(s), lag {} (claims refuse past {} per partition)\n",
@@ -431,6 +475,13 @@ mod tests {
             topic: span("t", &[10, 10]),
             dead_letter_topic: span("t-dlq", &[0, 0]),
             dead_letters: 0,
+            wake_topic: span("t-wake", &[0, 0]),
+            wake_group: GroupStatus {
+                group: "sessionlog-wake-t".into(),
+                state: "Dead".into(),
+                members: Vec::new(),
+                partitions: Vec::new(),
+            },
             groups: vec![group(&[0, 0], 1)],
             schemas: schemas::Report {
                 registry: "http://r".into(),
@@ -476,6 +527,43 @@ mod tests {
             found[0].fix.contains("max_unprojected_records"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_missing_wake_topic_and_a_stopped_wake_component_are_problems_a_never_run_one_is_not() {
+        let mut status = healthy();
+        status.wake_topic = span("t-wake", &[]);
+        let found = problems(&status);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .problem
+                .contains("wake topic t-wake does not exist")
+        );
+        assert_eq!(found[0].fix, "sessionlog init");
+
+        // Never ran: no progress, so its lag is not a problem.
+        let mut never = healthy();
+        never.wake_group = GroupStatus {
+            group: "sessionlog-wake-t".into(),
+            ..group(&[0, 0], 0)
+        };
+        never.wake_group.partitions.iter_mut().for_each(|p| {
+            p.committed = None;
+            p.lag = 10;
+        });
+        assert_eq!(problems(&never), Vec::new());
+
+        // Ran, stopped, and fell behind.
+        let mut stopped = healthy();
+        stopped.wake_group = GroupStatus {
+            group: "sessionlog-wake-t".into(),
+            ..group(&[4, 0], 0)
+        };
+        let found = problems(&stopped);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].problem.contains("4 record(s) behind"), "{found:?}");
+        assert_eq!(found[0].fix, "start one: sessionlog wake");
     }
 
     #[test]
