@@ -1,6 +1,6 @@
 //! The wake component and workers on the real stack: a harness killed with `kill -9` mid-call
 //! is picked up by a worker within the lease's TTL plus 5 s and its run finished with one
-//! effect per call; a decided approval and a pause that ran out wake a worker; two workers
+//! effect per call; a decided approval, a pause that ran out and steering wake a worker; two workers
 //! woken for one session: one runs it, the other is told "already taken".
 
 use anyhow::{Context, Result, bail, ensure};
@@ -279,5 +279,35 @@ async fn two_workers_woken_for_one_session_one_runs_it_and_the_other_is_told_alr
     );
     let mut writer = ran.writer.context("writer")?;
     writer.user_request("still mine").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steering_for_a_session_nobody_runs_wakes_a_worker() -> Result<()> {
+    let stack = stack("wake_steer").await?;
+    let _projector = stack.spawn_projector()?;
+    let _wake = spawn_wake(&stack)?;
+    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(log, "steered-agent", None).await?;
+    let session = writer.session_id();
+    writer.user_request("wait for directions").await?;
+    writer.release_lease().await?;
+    drop(writer);
+    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "steered-agent", "worker-d");
+    let steered = recovery
+        .operate(
+            session,
+            "alice",
+            OperatorAct::Steer {
+                text: "try the other route".into(),
+            },
+        )
+        .await?;
+    let (work, _) = next_taken(&mut taken, Duration::from_secs(30), "the steered session").await?;
+    ensure!(work.wake.session_id == session);
+    ensure!(work.wake.reason == WakeReason::Steering);
+    ensure!(work.wake.cause_offset == Some(steered.position.offset));
+    ensure!(work.bundle.epoch > steered.envelope.writer_epoch);
     Ok(())
 }
