@@ -93,26 +93,12 @@ impl Lease {
 
     /// The record's value.
     pub fn encode(&self) -> Vec<u8> {
-        // A struct of plain fields always serialises.
-        serde_json::to_vec(self).unwrap_or_default()
+        crate::versioned::encode(self)
     }
 
     /// A record's value, or why it is not a lease this build reads.
     pub fn decode(value: &[u8]) -> std::result::Result<Self, String> {
-        #[derive(Deserialize)]
-        struct Versioned {
-            version: u32,
-        }
-        let versioned: Versioned =
-            serde_json::from_slice(value).map_err(|e| format!("not a lease record: {e}"))?;
-        if versioned.version != LEASE_VERSION {
-            return Err(format!(
-                "lease record version {} is not {LEASE_VERSION}, the one this build reads \
-                 (a newer sessionlog wrote it)",
-                versioned.version
-            ));
-        }
-        serde_json::from_slice(value).map_err(|e| format!("not a lease record: {e}"))
+        crate::versioned::decode(value, "lease", LEASE_VERSION)
     }
 }
 

@@ -26,6 +26,7 @@ pub mod retry;
 pub mod settings;
 pub mod tail;
 pub mod topic;
+mod versioned;
 pub mod wake;
 
 pub use dead_letters::{DeadLetter, DeadLetterId, DeadLetters, Lookup, Replayer};
