@@ -282,6 +282,10 @@ impl WakeService {
         for (cause, outcome) in outcomes {
             match outcome {
                 Outcome::Woken => self.watches.woke(&cause, rewake_at),
+                Outcome::NotNeeded(why @ ENDED) => {
+                    tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
+                    self.watches.ended(cause.session);
+                }
                 Outcome::NotNeeded(why) => {
                     tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
                     self.watches.settled(cause.session);
@@ -327,6 +331,9 @@ impl WakeService {
     }
 }
 
+/// Why an ended session needs no wake (and is forgotten).
+const ENDED: &str = "the session ended";
+
 enum Outcome {
     Woken,
     Later,
@@ -354,7 +361,7 @@ async fn wake_one(store: &ProjectionStore, log: &WakeWriter, cause: &Cause) -> O
     };
     let state = &projected.state;
     if state.terminal.is_some() || state.erased {
-        return Outcome::NotNeeded("the session ended");
+        return Outcome::NotNeeded(ENDED);
     }
     if cause.reason != sessionlog_log::WakeReason::PauseElapsed && state.paused {
         return Outcome::NotNeeded("the session is paused");

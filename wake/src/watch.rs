@@ -75,6 +75,18 @@ pub struct Watches {
 impl Watches {
     /// A lease record of `session` (`None`: a tombstone, the lease released).
     pub fn on_lease(&mut self, partition: i32, session: SessionId, value: Option<&[u8]>) {
+        if value.is_none() {
+            // Released: nothing is due for it unless a pause waits; a session with neither is
+            // forgotten (memory stays bounded by the sessions that have a lease or a timer).
+            let idle = self
+                .sessions
+                .get(&session)
+                .is_none_or(|w| w.pause.is_none() && w.woken.is_none());
+            if idle {
+                self.sessions.remove(&session);
+                return;
+            }
+        }
         let watch = watch_of(&mut self.sessions, partition, session);
         let before = watch.lease.clone();
         watch.lease = match value {
@@ -141,10 +153,13 @@ impl Watches {
                 }
                 None
             }
-            SessionEvent::SessionResumed {}
-            | SessionEvent::SessionEnded { .. }
-            | SessionEvent::SessionErased { .. } => {
+            SessionEvent::SessionResumed {} => {
                 watch.pause = None;
+                None
+            }
+            // An ended session needs no harness again: forget it.
+            SessionEvent::SessionEnded { .. } | SessionEvent::SessionErased { .. } => {
+                self.sessions.remove(&session);
                 None
             }
             _ => None,
@@ -235,12 +250,27 @@ impl Watches {
         self.due.insert((at, cause.session, Due::Rewake));
     }
 
-    /// `cause` needs no harness (the session ended, is paused or waits for a person): it is
-    /// not woken again for it.
+    /// `cause` needs no harness (the session is paused or waits for a person): it is not
+    /// woken again for it.
     pub fn settled(&mut self, session: SessionId) {
         if let Some(watch) = self.sessions.get_mut(&session) {
             watch.woken = None;
         }
+    }
+
+    /// `session` ended: nothing about it is due again.
+    pub fn ended(&mut self, session: SessionId) {
+        self.sessions.remove(&session);
+    }
+
+    /// How many sessions are watched.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Whether no session is watched.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
     }
 
     /// Forgets the sessions of partitions this instance no longer owns.
@@ -420,6 +450,26 @@ mod tests {
         w.on_event(3, 51, &event(s, 2, SessionEvent::SessionResumed {}), 0);
         assert!(w.due(300 * SECOND).is_empty(), "resumed before its time");
         assert_eq!(w.pending_floor(3), None);
+    }
+
+    #[test]
+    fn released_and_ended_sessions_are_forgotten_so_memory_stays_bounded() {
+        let (mut w, a, b) = (Watches::default(), SessionId::new(), SessionId::new());
+        w.on_lease(0, a, Some(&lease(a, 1, 0)));
+        w.on_lease(0, b, Some(&lease(b, 1, 0)));
+        assert_eq!(w.len(), 2);
+        w.on_lease(0, a, None);
+        let end = event(
+            b,
+            1,
+            SessionEvent::SessionEnded {
+                outcome: sessionlog_schemas::TerminalOutcome::Completed,
+                reason: None,
+            },
+        );
+        w.on_event(0, 5, &end, 0);
+        assert!(w.is_empty());
+        assert!(w.due(60 * SECOND).is_empty(), "nothing due for either");
     }
 
     #[test]
