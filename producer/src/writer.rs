@@ -426,6 +426,19 @@ impl SessionWriter {
         self.token.as_ref()
     }
 
+    /// Writes one lease on the session in `holder`'s name at this writer's epoch, without
+    /// renewing it: what a service that takes a session for a worker (the recovery service's
+    /// `take`) writes right after the claim, so that a worker dying before it holds the lease
+    /// itself leaves a lease that lapses, as any dead harness's does. `None` when leases are off.
+    pub async fn put_lease_once(&self, holder: &str) -> Result<Option<Lease>> {
+        let Some(ttl) = self.log.lease_ttl() else {
+            return Ok(None);
+        };
+        let lease = renewed_lease(self.session_id(), holder, self.epoch, ttl)?;
+        self.log.put_lease(&lease).await?;
+        Ok(Some(lease))
+    }
+
     /// Holds a lease on the session in `holder`'s name at this writer's epoch (docs/design.md,
     /// "Writer leases"): writes it now, then renews it every third of `[lease] ttl_ms` while
     /// the writer lives. [`Self::close`] and [`Self::release_lease`] release it; a writer

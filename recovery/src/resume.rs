@@ -176,6 +176,7 @@ impl Recovery {
         context_budget_tokens: Option<usize>,
         woken_at: Option<u64>,
     ) -> Result<ResumeBundle> {
+        let writer_name = writer;
         let ResumePoint {
             rebuilt,
             mut window,
@@ -222,6 +223,14 @@ impl Recovery {
             }
             other => other?,
         };
+        // A worker's claim is leased at once: if the worker dies before it holds the lease
+        // itself (during the settling below, or before its first renewal), the lease lapses
+        // and the session is woken again, instead of sitting claimed by no one.
+        if woken_at.is_some()
+            && let Err(e) = writer.put_lease_once(writer_name).await
+        {
+            tracing::warn!(%session, error = %e, "leasing a taken session failed; its worker must");
+        }
         // And the claim folded whatever landed before it (an approval request, an end the old
         // harness wrote in the meantime): the gates hold on the state after the claim.
         resumable(writer.state())?;

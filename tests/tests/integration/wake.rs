@@ -311,3 +311,39 @@ async fn steering_for_a_session_nobody_runs_wakes_a_worker() -> Result<()> {
     ensure!(work.bundle.epoch > steered.envelope.writer_epoch);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_dead_between_its_claim_and_its_own_lease_leaves_a_session_woken_again()
+-> Result<()> {
+    let stack = stack("wake_claimed").await?;
+    let _projector = stack.spawn_projector()?;
+    let _wake = spawn_wake(&stack)?;
+    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(log, "claimed-agent", None).await?;
+    let session = writer.session_id();
+    writer.user_request("keep going").await?;
+    let epoch = writer.state().epoch;
+    drop(writer);
+    // A worker takes the session (the claim is in the log) and dies before it holds the
+    // lease itself: nothing of it renews anything.
+    let taken = recovery.take(session, "doomed-worker", epoch, None).await?;
+    ensure!(taken.epoch == epoch + 1);
+    drop(taken);
+    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "claimed-agent", "worker-e");
+    let (work, _) = next_taken(
+        &mut taken,
+        Duration::from_millis(TTL_MS) + Duration::from_secs(20),
+        "the session its dead worker claimed",
+    )
+    .await?;
+    ensure!(work.wake.session_id == session);
+    ensure!(work.wake.reason == WakeReason::LeaseExpired);
+    ensure!(
+        work.wake.epoch == epoch + 1,
+        "the dead worker's epoch: {:?}",
+        work.wake
+    );
+    ensure!(work.bundle.epoch == epoch + 2);
+    Ok(())
+}
