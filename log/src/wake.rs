@@ -39,16 +39,19 @@ pub enum WakeReason {
     PauseElapsed,
     /// A steering message arrived while no live writer held it.
     Steering,
+    /// An operator lifted a pause (`sessionlog unpause`), which fenced the harness.
+    Unpaused,
 }
 
 impl WakeReason {
     /// Every reason, for metrics and listings.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::LeaseExpired,
         Self::ApprovalDecided,
         Self::OperatorResult,
         Self::PauseElapsed,
         Self::Steering,
+        Self::Unpaused,
     ];
 
     /// The reason's name, as the record and metrics spell it.
@@ -59,6 +62,7 @@ impl WakeReason {
             Self::OperatorResult => "operator_result",
             Self::PauseElapsed => "pause_elapsed",
             Self::Steering => "steering",
+            Self::Unpaused => "unpaused",
         }
     }
 }

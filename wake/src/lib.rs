@@ -46,6 +46,8 @@ const TICK: Duration = Duration::from_millis(100);
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How soon a cause the projection has not reached yet is looked at again, in microseconds.
 const RETRY_MICROS: Micros = 200_000;
+/// Ticks between two updates of the orphaned-sessions gauges (a scan of every session).
+const ORPHANS_EVERY_TICKS: u64 = 50;
 /// Causes checked and written at once: a mass expiry is a thousand store reads and writes.
 const CONCURRENCY: usize = 64;
 
@@ -58,12 +60,15 @@ pub fn wake_group(settings: &Settings) -> String {
 #[derive(Default)]
 struct Assignment {
     revoked: HashSet<i32>,
+    /// Lease-topic partitions assigned since the loop last looked: each is read from its start.
+    leases_assigned: Vec<i32>,
     /// Events-topic partitions owned, with the next offset to commit.
     owned: BTreeMap<i32, i64>,
 }
 
 struct WakeContext {
     events_topic: String,
+    lease_topic: String,
     assignment: Arc<Mutex<Assignment>>,
 }
 
@@ -96,6 +101,8 @@ impl ConsumerContext for WakeContext {
                 if e.topic() == self.events_topic {
                     assignment.revoked.remove(&e.partition());
                     assignment.owned.entry(e.partition()).or_insert(-1);
+                } else if e.topic() == self.lease_topic {
+                    assignment.leases_assigned.push(e.partition());
                 }
             }
         }
@@ -104,7 +111,7 @@ impl ConsumerContext for WakeContext {
 
 /// One instance of the wake component.
 pub struct WakeService {
-    consumer: StreamConsumer<WakeContext>,
+    consumer: Arc<StreamConsumer<WakeContext>>,
     assignment: Arc<Mutex<Assignment>>,
     watches: Watches,
     decoder: EventDecoder,
@@ -113,6 +120,9 @@ pub struct WakeService {
     events_topic: String,
     lease_topic: String,
     rewake_after: Duration,
+    /// By lease partition being read from its start, the end it had at assignment (`None`:
+    /// not learnt yet).
+    lease_targets: BTreeMap<i32, Option<i64>>,
 }
 
 impl WakeService {
@@ -145,6 +155,7 @@ impl WakeService {
             .set("session.timeout.ms", "10000")
             .create_with_context(WakeContext {
                 events_topic: events_topic.clone(),
+                lease_topic: lease_topic.clone(),
                 assignment: Arc::clone(&assignment),
             })
             .map_err(sessionlog_log::Error::kafka("create the wake consumer"))?;
@@ -152,7 +163,7 @@ impl WakeService {
             .subscribe(&[&events_topic, &lease_topic])
             .map_err(sessionlog_log::Error::kafka("subscribe"))?;
         Ok(Self {
-            consumer,
+            consumer: Arc::new(consumer),
             assignment,
             watches: Watches::default(),
             decoder,
@@ -161,6 +172,7 @@ impl WakeService {
             events_topic,
             lease_topic,
             rewake_after: Duration::from_millis(settings.wake.rewake_after_ms),
+            lease_targets: BTreeMap::new(),
         })
     }
 
@@ -169,6 +181,7 @@ impl WakeService {
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks: u64 = 0;
         let mut commit = tokio::time::interval(COMMIT_EVERY);
         commit.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -181,18 +194,22 @@ impl WakeService {
                     let key = message.key().map(<[u8]>::to_vec);
                     let payload = message.payload().map(<[u8]>::to_vec);
                     drop(message);
-                    self.forget_revoked();
+                    self.rebalanced().await;
                     if topic == self.lease_topic {
                         self.on_lease(partition, key.as_deref(), payload.as_deref());
+                        self.lease_read(partition, offset);
                     } else if topic == self.events_topic {
                         self.on_event(partition, offset, payload.as_deref()).await?;
                     }
                 }
                 _ = tick.tick() => {
-                    self.forget_revoked();
+                    self.rebalanced().await;
                     let due = self.watches.due(now_micros());
                     self.wake_all(due).await;
-                    observe::orphaned(&self.watches.orphaned(), now_micros());
+                    ticks = ticks.wrapping_add(1);
+                    if ticks.is_multiple_of(ORPHANS_EVERY_TICKS) {
+                        observe::orphaned(&self.watches.orphaned(), now_micros());
+                    }
                 }
                 _ = commit.tick() => self.commit(CommitMode::Async),
             }
@@ -201,16 +218,72 @@ impl WakeService {
         Ok(())
     }
 
-    fn forget_revoked(&mut self) {
-        let revoked = {
+    /// Applies what the rebalance callbacks reported: revoked partitions are forgotten, and
+    /// lease partitions assigned are read from their start before their leases may lapse.
+    async fn rebalanced(&mut self) {
+        let (revoked, leases) = {
             let mut assignment = self
                 .assignment
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            std::mem::take(&mut assignment.revoked)
+            (
+                std::mem::take(&mut assignment.revoked),
+                std::mem::take(&mut assignment.leases_assigned),
+            )
         };
         if !revoked.is_empty() {
             self.watches.forget(&revoked);
+            self.lease_targets.retain(|p, _| !revoked.contains(p));
+        }
+        for partition in leases {
+            self.watches.catching_up(partition);
+            self.lease_targets.insert(partition, None);
+        }
+        self.learn_lease_targets().await;
+    }
+
+    /// Learns the end each lease partition being caught up had; an empty one is caught up.
+    async fn learn_lease_targets(&mut self) {
+        let unknown: Vec<i32> = self
+            .lease_targets
+            .iter()
+            .filter(|(_, end)| end.is_none())
+            .map(|(p, _)| *p)
+            .collect();
+        for partition in unknown {
+            // A round trip of a few milliseconds, once per assignment of a partition, which
+            // rdkafka offers only as a blocking call.
+            let (consumer, topic) = (Arc::clone(&self.consumer), self.lease_topic.clone());
+            let ends = tokio::task::spawn_blocking(move || {
+                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(5))
+            })
+            .await;
+            match ends
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                Ok((low, high)) if high <= low => {
+                    self.lease_targets.remove(&partition);
+                    self.watches.caught_up(partition);
+                }
+                Ok((_, high)) => {
+                    self.lease_targets.insert(partition, Some(high));
+                }
+                // Asked again at the next tick; its leases wait meanwhile.
+                Err(e) => {
+                    tracing::warn!(partition, error = %e, "the lease partition's end is unknown")
+                }
+            }
+        }
+    }
+
+    /// A lease record at `offset` was read: the partition may have caught up.
+    fn lease_read(&mut self, partition: i32, offset: i64) {
+        if let Some(Some(end)) = self.lease_targets.get(&partition)
+            && offset + 1 >= *end
+        {
+            self.lease_targets.remove(&partition);
+            self.watches.caught_up(partition);
         }
     }
 
@@ -353,7 +426,10 @@ async fn wake_one(store: &ProjectionStore, log: &WakeWriter, cause: &Cause) -> O
             projected
         }
         // Not projected that far yet: the projector lags by milliseconds; look again soon.
-        Ok(_) => return Outcome::Later,
+        Ok(Some(_)) => return Outcome::Later,
+        // Not projected at all (the projector is down, or the session's rows expired): not
+        // something a quick retry mends; looked at again after the re-wake interval.
+        Ok(None) => return Outcome::Failed,
         Err(e) => {
             tracing::warn!(session = %cause.session, error = %e, "reading the session for a wake failed");
             return Outcome::Failed;

@@ -61,6 +61,8 @@ struct Watch {
     lease: Option<Lease>,
     pause: Option<Pause>,
     woken: Option<Woken>,
+    /// The current epoch was claimed by an operator (its unpause wakes the session).
+    operator_claim: bool,
 }
 
 /// The sessions of the partitions this instance owns.
@@ -70,6 +72,8 @@ pub struct Watches {
     /// `(when, session, what)`: entries made stale by a renewal or a resume are skipped when
     /// they come due rather than searched for and removed.
     due: BTreeSet<(Micros, SessionId, Due)>,
+    /// Lease partitions read from their start and not yet to where they stood.
+    catching: HashSet<i32>,
 }
 
 impl Watches {
@@ -98,18 +102,26 @@ impl Watches {
             (None, Some(_)) => true,
             (Some(b), Some(a)) => a != b,
         };
-        if renewed {
-            // A harness holds the session again: whatever woke it was answered.
-            watch.woken = None;
-            if let Some(lease) = &watch.lease {
-                self.due
-                    .insert((lease.expires_at, session, Due::LeaseExpiry));
+        if renewed && let Some(lease) = &watch.lease {
+            // A harness at a later epoch than the cause's took the session: the wake is
+            // answered. (A writer fenced by the cause's claim may renew its old epoch's lease
+            // until it learns it was fenced; that answers nothing.)
+            if watch
+                .woken
+                .as_ref()
+                .is_some_and(|w| lease.epoch > w.cause.epoch)
+            {
+                watch.woken = None;
             }
+            self.due
+                .insert((lease.expires_at, session, Due::LeaseExpiry));
         }
     }
 
     /// An event read from the session's partition at `offset`; `now` is the wall clock. Answers
-    /// the cause the event is, if any.
+    /// the cause the event is, if any; a cause is pending (it holds the committed progress
+    /// before its event, [`Self::pending_floor`]) until [`Self::woke`], [`Self::settled`] or a
+    /// later epoch's lease answers it. Sessions with nothing pending get no entry.
     pub fn on_event(
         &mut self,
         partition: i32,
@@ -117,6 +129,7 @@ impl Watches {
         e: &EventEnvelope,
         now: Micros,
     ) -> Option<Cause> {
+        use SessionEvent as E;
         let session = e.session_id;
         let cause = |reason| Cause {
             session,
@@ -127,43 +140,66 @@ impl Watches {
             caused_at: e.occurred_at,
             repeat: false,
         };
-        let watch = watch_of(&mut self.sessions, partition, session);
-        match &e.event {
-            SessionEvent::ApprovalDecided { .. } => Some(cause(WakeReason::ApprovalDecided)),
-            SessionEvent::ToolCallResult {
+        let found = match &e.event {
+            E::ApprovalDecided { .. } => Some(cause(WakeReason::ApprovalDecided)),
+            E::ToolCallResult {
                 source: ResultSource::Operator,
                 ..
             } => Some(cause(WakeReason::OperatorResult)),
-            SessionEvent::SteeringMessage { .. } => {
+            E::SteeringMessage { .. } => {
                 // A live writer at the steering's epoch reads it itself.
-                let held = watch
-                    .lease
-                    .as_ref()
+                let held = self
+                    .sessions
+                    .get(&session)
+                    .and_then(|w| w.lease.as_ref())
                     .is_some_and(|l| l.is_live(now) && l.epoch >= e.writer_epoch);
                 (!held).then(|| cause(WakeReason::Steering))
             }
-            SessionEvent::SessionPaused { until, .. } => {
-                watch.pause = until.map(|until| Pause {
-                    until,
-                    epoch: e.writer_epoch,
-                    offset,
-                });
-                if let Some(until) = *until {
-                    self.due.insert((until, session, Due::PauseEnd));
+            E::WriterClaimed { writer, .. } => {
+                // An operator's claim (a pause, an unpause, steering) fences the harness; a
+                // worker's or a harness's does not leave the session without one.
+                let by_operator = writer.starts_with("operator:");
+                if by_operator {
+                    watch_of(&mut self.sessions, partition, session).operator_claim = true;
+                } else if let Some(watch) = self.sessions.get_mut(&session) {
+                    watch.operator_claim = false;
                 }
                 None
             }
-            SessionEvent::SessionResumed {} => {
-                watch.pause = None;
+            E::SessionPaused { until, .. } => {
+                if let Some(until) = *until {
+                    watch_of(&mut self.sessions, partition, session).pause = Some(Pause {
+                        until,
+                        epoch: e.writer_epoch,
+                        offset,
+                    });
+                    self.due.insert((until, session, Due::PauseEnd));
+                } else if let Some(watch) = self.sessions.get_mut(&session) {
+                    watch.pause = None;
+                }
                 None
             }
+            E::SessionResumed {} => {
+                let watch = self.sessions.get_mut(&session)?;
+                watch.pause = None;
+                // An operator lifted the pause; nobody runs the session it fenced.
+                watch.operator_claim.then(|| cause(WakeReason::Unpaused))
+            }
             // An ended session needs no harness again: forget it.
-            SessionEvent::SessionEnded { .. } | SessionEvent::SessionErased { .. } => {
+            E::SessionEnded { .. } | E::SessionErased { .. } => {
                 self.sessions.remove(&session);
                 None
             }
             _ => None,
+        };
+        if let Some(cause) = &found {
+            watch_of(&mut self.sessions, partition, session).woken = Some(Woken {
+                cause: cause.clone(),
+                at: Micros::MAX,
+                retry: true,
+            });
         }
+        found
     }
 
     /// Every cause due at `now`: leases that lapsed unrenewed, pauses that ran out, and
@@ -183,6 +219,7 @@ impl Watches {
                     if let Some(lease) = &watch.lease
                         && lease.expires_at == at
                         && watch.woken.is_none()
+                        && !self.catching.contains(&watch.partition)
                     {
                         causes.push(Cause {
                             session,
@@ -263,6 +300,36 @@ impl Watches {
         self.sessions.remove(&session);
     }
 
+    /// Partition `partition` of the lease topic is being read from its start: an older
+    /// renewal read before its successor must not look lapsed, so no lease of it is due until
+    /// [`Self::caught_up`].
+    pub fn catching_up(&mut self, partition: i32) {
+        self.catching.insert(partition);
+    }
+
+    /// Partition `partition` of the lease topic was read to where it stood at assignment: its
+    /// leases are due at their expiries again.
+    pub fn caught_up(&mut self, partition: i32) {
+        if !self.catching.remove(&partition) {
+            return;
+        }
+        for (session, watch) in &self.sessions {
+            if let Some(lease) = watch
+                .lease
+                .as_ref()
+                .filter(|_| watch.partition == partition)
+            {
+                self.due
+                    .insert((lease.expires_at, *session, Due::LeaseExpiry));
+            }
+        }
+    }
+
+    /// Whether `partition` of the lease topic is still being read from its start.
+    pub fn is_catching_up(&self, partition: i32) -> bool {
+        self.catching.contains(&partition)
+    }
+
     /// How many sessions are watched.
     pub fn len(&self) -> usize {
         self.sessions.len()
@@ -281,13 +348,18 @@ impl Watches {
         self.due.retain(|(_, s, _)| sessions.contains_key(s));
     }
 
-    /// The lowest offset of a pause still waiting for its `until` in `partition`: committed
-    /// progress must not pass it, so a restarted instance reads the pause again.
+    /// The lowest offset in `partition` of a pause still waiting for its `until` or of a cause
+    /// no harness answered yet: committed progress must not pass it, so a restarted instance
+    /// (or the partition's next owner) reads it again.
     pub fn pending_floor(&self, partition: i32) -> Option<i64> {
         self.sessions
             .values()
             .filter(|w| w.partition == partition)
-            .filter_map(|w| w.pause.as_ref().map(|p| p.offset))
+            .flat_map(|w| {
+                let pause = w.pause.as_ref().map(|p| p.offset);
+                let cause = w.woken.as_ref().and_then(|w| w.cause.cause_offset);
+                pause.into_iter().chain(cause)
+            })
             .min()
     }
 
@@ -470,6 +542,115 @@ mod tests {
         w.on_event(0, 5, &end, 0);
         assert!(w.is_empty());
         assert!(w.due(60 * SECOND).is_empty(), "nothing due for either");
+    }
+
+    #[test]
+    fn a_fenced_writers_renewal_does_not_answer_a_wake_a_later_epochs_lease_does() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        let decided = event(
+            s,
+            2,
+            SessionEvent::ApprovalDecided {
+                approval_id: "a".into(),
+                approved: true,
+                decided_by: "p".into(),
+                reason: None,
+                request_seq: Some(1),
+                action_digest: None,
+            },
+        );
+        let cause = w.on_event(0, 9, &decided, SECOND).expect("a cause");
+        w.woke(&cause, 70 * SECOND);
+        // The harness fenced by the approver's claim renews at its old epoch meanwhile.
+        w.on_lease(0, s, Some(&lease(s, 1, 5 * SECOND)));
+        let again = w.due(70 * SECOND);
+        assert!(
+            again
+                .iter()
+                .any(|c| c.reason == WakeReason::ApprovalDecided && c.repeat),
+            "{again:?}"
+        );
+        w.woke(&again[0], 130 * SECOND);
+        // A worker's lease at the new epoch answers it.
+        w.on_lease(0, s, Some(&lease(s, 3, 80 * SECOND)));
+        assert!(
+            w.due(94 * SECOND)
+                .iter()
+                .all(|c| c.reason != WakeReason::ApprovalDecided)
+        );
+        assert_eq!(w.pending_floor(0), None);
+    }
+
+    #[test]
+    fn a_wake_not_yet_answered_keeps_the_committed_progress_before_its_event() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        let steer = event(
+            s,
+            2,
+            SessionEvent::SteeringMessage {
+                author: "operator:alice".into(),
+                content: "go".into(),
+            },
+        );
+        let cause = w.on_event(4, 17, &steer, SECOND).expect("a cause");
+        assert_eq!(w.pending_floor(4), Some(17), "not judged yet");
+        w.retry(&cause, 2 * SECOND);
+        assert_eq!(w.pending_floor(4), Some(17), "waiting for the projection");
+        w.woke(&cause, 60 * SECOND);
+        assert_eq!(w.pending_floor(4), Some(17), "written, not answered");
+        w.on_lease(4, s, Some(&lease(s, 3, 3 * SECOND)));
+        assert_eq!(w.pending_floor(4), None, "answered");
+    }
+
+    #[test]
+    fn an_operators_unpause_is_a_cause_a_workers_own_is_not() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        let claim = |writer: &str, epoch| {
+            event(
+                s,
+                epoch,
+                SessionEvent::WriterClaimed {
+                    writer: writer.into(),
+                    writer_token_sha256: None,
+                },
+            )
+        };
+        w.on_event(0, 1, &claim("operator:alice", 3), 0);
+        let cause = w
+            .on_event(0, 2, &event(s, 3, SessionEvent::SessionResumed {}), 0)
+            .expect("an operator's unpause wakes");
+        assert_eq!((cause.reason, cause.epoch), (WakeReason::Unpaused, 3));
+        w.on_event(0, 3, &claim("worker-1", 4), 0);
+        assert_eq!(
+            w.on_event(0, 4, &event(s, 4, SessionEvent::SessionResumed {}), 0),
+            None,
+            "a worker lifting a lapsed pause runs the session itself"
+        );
+    }
+
+    #[test]
+    fn a_lease_is_not_due_while_its_partition_is_read_from_its_start() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        // An old renewal read first, its successor not read yet.
+        w.on_lease(2, s, Some(&lease(s, 1, 0)));
+        w.catching_up(2);
+        assert!(w.due(20 * SECOND).is_empty(), "held while catching up");
+        w.on_lease(2, s, Some(&lease(s, 1, 18 * SECOND)));
+        w.caught_up(2);
+        assert!(w.due(20 * SECOND).is_empty(), "the newest renewal stands");
+        let due = w.due(33 * SECOND);
+        assert_eq!(due.len(), 1, "{due:?}");
+    }
+
+    #[test]
+    fn events_of_sessions_with_nothing_pending_make_no_entry() {
+        let mut w = Watches::default();
+        let s = SessionId::new();
+        w.on_event(0, 1, &event(s, 1, SessionEvent::SessionResumed {}), 0);
+        let turn = event(s, 1, SessionEvent::PlanUpdated { plan: "p".into() });
+        w.on_event(0, 2, &turn, 0);
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -347,3 +347,33 @@ async fn a_worker_dead_between_its_claim_and_its_own_lease_leaves_a_session_woke
     ensure!(work.bundle.epoch == epoch + 2);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operators_unpause_wakes_a_worker_for_the_harness_the_pause_fenced() -> Result<()> {
+    let stack = stack("wake_unpause").await?;
+    let _projector = stack.spawn_projector()?;
+    let _wake = spawn_wake(&stack)?;
+    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut writer, _) = SessionWriter::create(log, "unpaused-agent", None).await?;
+    let session = writer.session_id();
+    writer.hold_lease("harness").await?;
+    writer.user_request("work until told to stop").await?;
+    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "unpaused-agent", "worker-f");
+    // The pause fences the harness; it stops (its lease lapses while paused: no wake).
+    let pause = OperatorAct::Pause {
+        reason: "hold on".into(),
+        until: None,
+    };
+    recovery.operate(session, "alice", pause).await?;
+    drop(writer);
+    let unpaused = recovery
+        .operate(session, "alice", OperatorAct::Unpause)
+        .await?;
+    let (work, _) = next_taken(&mut taken, Duration::from_secs(30), "the unpaused session").await?;
+    ensure!(work.wake.session_id == session);
+    ensure!(work.wake.reason == WakeReason::Unpaused, "{:?}", work.wake);
+    ensure!(work.wake.cause_offset == Some(unpaused.position.offset));
+    ensure!(!work.bundle.state.paused);
+    Ok(())
+}

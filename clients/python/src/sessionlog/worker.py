@@ -40,7 +40,9 @@ from .session import AsyncSession, Session, _projected_first, _tool_kinds, await
 log = logging.getLogger("sessionlog.worker")
 
 #: Why a session was woken (``Wake.reason``).
-WakeReason = Literal["lease_expired", "approval_decided", "operator_result", "pause_elapsed", "steering"]
+WakeReason = Literal[
+    "lease_expired", "approval_decided", "operator_result", "pause_elapsed", "steering", "unpaused"
+]
 
 #: The longest wait the recovery service grants a poll, in seconds.
 MAX_WAIT = 60.0
