@@ -114,6 +114,13 @@ def test_a_worker_without_work_polls_again_and_stops_when_told(corner: StackCorn
     client.close_client()
 
 
+def test_a_client_timeout_too_short_for_a_long_poll_is_refused_rather_than_spin(corner: StackCorner, token: str) -> None:
+    client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token, timeout=5.0)
+    with pytest.raises(sessionlog.errors.InvalidArgument, match="timeout"):
+        sessionlog.Worker(client, agent="py-hasty")
+    client.close_client()
+
+
 def test_a_worker_with_a_credential_it_cannot_use_fails_rather_than_spin(corner: StackCorner) -> None:
     reader = corner.token("reader")
     client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=reader)

@@ -49,6 +49,8 @@ MAX_WAIT = 60.0
 #: How much sooner than the client's HTTP timeout a poll's wait ends: the service still takes the
 #: session after the wait.
 _TIMEOUT_MARGIN = 5.0
+#: The shortest poll a worker makes: shorter is a loop that only asks.
+_MIN_WAIT = 0.1
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,15 @@ class _Polling:
             raise errors.InvalidArgument("a worker needs the name of the agent whose sessions it runs")
         self.agent = agent
         self.writer = writer
-        # A poll must end before the client gives up on its answer.
-        self.wait = max(0.0, min(wait, MAX_WAIT, timeout - _TIMEOUT_MARGIN))
+        # A poll must end before the client gives up on its answer; a client whose timeout
+        # leaves no time for a long poll would poll in a tight loop.
+        self.wait = min(wait, MAX_WAIT, timeout - _TIMEOUT_MARGIN)
+        if self.wait < _MIN_WAIT:
+            raise errors.InvalidArgument(
+                f"a worker long-polls for up to `wait` seconds, at least {_MIN_WAIT:g} and at least "
+                f"{_TIMEOUT_MARGIN:g} s less than the client's timeout ({timeout:g} s): give the client "
+                f"a longer timeout"
+            )
         self.context_tokens = context_tokens
         self.wait_projected_for = wait_projected_for
         self.max_backoff = max_backoff
