@@ -76,6 +76,9 @@ pub struct Wake {
     pub session_id: SessionId,
     /// The session's agent: workers serve agents.
     pub agent: String,
+    /// The session's tenant: a worker whose credential is one tenant's reads only its wakes.
+    #[serde(default = "default_tenant")]
+    pub tenant: String,
     /// Why.
     pub reason: WakeReason,
     /// The session's epoch when the cause happened: a worker finding a later one knows the
@@ -153,9 +156,10 @@ impl WakeWriter {
     }
 }
 
-/// The wake records of one agent, as a worker group reads them: a consumer in the group
-/// `sessionlog-worker-<topic>-<agent>` (so an agent's workers share its wakes, each record
-/// going to one of them), which skips the records of other agents.
+/// The wake records of one agent (of one tenant, or of every tenant), as a worker group reads
+/// them: a consumer in the group [`worker_group`] (so an agent's workers share its wakes, each
+/// record going to one of them), which skips the records of other agents and tenants. A tenant's
+/// workers have a group of their own, so another tenant's workers never consume their wakes.
 ///
 /// Offsets are committed in the background once a record was handed out ([`Self::next`]): a
 /// worker that dies after taking a wake leaves no harness and no live lease behind, and the
@@ -163,15 +167,17 @@ impl WakeWriter {
 pub struct WakeFeed {
     consumer: StreamConsumer,
     agent: String,
+    tenant: Option<String>,
 }
 
 impl WakeFeed {
-    /// Joins `agent`'s worker group on `kafka`'s wake topic.
-    pub fn join(kafka: &KafkaSettings, agent: &str) -> Result<Self> {
+    /// Joins the worker group of `agent` (of `tenant`'s sessions only, when given) on
+    /// `kafka`'s wake topic.
+    pub fn join(kafka: &KafkaSettings, agent: &str, tenant: Option<&str>) -> Result<Self> {
         let topic = kafka.wake_topic();
         let consumer: StreamConsumer = kafka
             .client_config()
-            .set("group.id", worker_group(kafka, agent))
+            .set("group.id", worker_group(kafka, agent, tenant))
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("auto.commit.interval.ms", "1000")
@@ -188,6 +194,7 @@ impl WakeFeed {
         Ok(Self {
             consumer,
             agent: agent.to_string(),
+            tenant: tenant.map(str::to_string),
         })
     }
 
@@ -210,7 +217,12 @@ impl WakeFeed {
                 tracing::warn!(error = %e, "storing a wake offset failed; it may be read again");
             }
             match wake {
-                Some(Ok(wake)) if wake.agent == self.agent => return Ok(wake),
+                Some(Ok(wake))
+                    if wake.agent == self.agent
+                        && self.tenant.as_ref().is_none_or(|t| *t == wake.tenant) =>
+                {
+                    return Ok(wake);
+                }
                 Some(Ok(_)) | None => {}
                 Some(Err(why)) => tracing::warn!(%why, "wake record skipped"),
             }
@@ -218,9 +230,17 @@ impl WakeFeed {
     }
 }
 
-/// The consumer group of `agent`'s workers on `kafka`'s wake topic.
-pub fn worker_group(kafka: &KafkaSettings, agent: &str) -> String {
-    format!("sessionlog-worker-{}-{agent}", kafka.topic)
+/// The consumer group of `agent`'s workers on `kafka`'s wake topic: `sessionlog-worker-<topic>-
+/// <agent>` for workers of every tenant, with `@<tenant>` for one tenant's.
+pub fn worker_group(kafka: &KafkaSettings, agent: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!("sessionlog-worker-{}-{agent}@{tenant}", kafka.topic),
+        None => format!("sessionlog-worker-{}-{agent}", kafka.topic),
+    }
+}
+
+fn default_tenant() -> String {
+    sessionlog_schemas::DEFAULT_TENANT.to_string()
 }
 
 #[cfg(test)]
@@ -232,6 +252,7 @@ mod tests {
             version: WAKE_VERSION,
             session_id: SessionId::new(),
             agent: "triage".into(),
+            tenant: "acme".into(),
             reason: WakeReason::ApprovalDecided,
             epoch: 3,
             cause_offset: Some(42),

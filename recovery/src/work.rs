@@ -1,18 +1,20 @@
 //! Work for workers: `GET /v1/work?agent=NAME&wait=30s` hands a live harness one session
 //! that needs one, taken for it (a claim at the next epoch, as a resume makes).
 //!
-//! A [`WorkDesk`] keeps one [`WakeFeed`] per agent (a consumer in the agent's worker group on
-//! the wake topic), made on the agent's first request and shared by the agent's concurrent
-//! requests, which take turns reading it. A request waits up to its `wait` for the agent's
+//! A [`WorkDesk`] keeps one [`WakeFeed`] per agent and tenant (a consumer in that worker group
+//! on the wake topic; a credential of every tenant shares the agent's all-tenants group), made
+//! on the first such request and shared by the concurrent ones, which take turns reading it. A request waits up to its `wait` for the agent's
 //! next wake and [`Recovery::take`]s the session as the caller. A wake is a hint: the session
 //! may have been taken since (a duplicate or replayed wake), have ended, be paused, or wait
 //! for a person; those wakes are skipped (counted in [`WORK_SKIPPED`] by reason) and the
 //! request goes on waiting. A request whose wait runs out is answered "no work" (204).
 //!
-//! A wake handed out is committed (see [`WakeFeed`]): a worker that dies before it holds the
-//! session's lease leaves the session without a harness, and the wake component wakes it
-//! again after its re-wake interval. The same holds for a request that fails after reading a
-//! wake (the registry or the store unavailable) or whose caller hangs up mid-take.
+//! A wake handed out is committed (see [`WakeFeed`]). [`Recovery::take`] leases the session in
+//! the worker's name right after the claim, so a worker that dies before renewing it leaves a
+//! lease that lapses, and the wake component wakes the session again. A request that fails
+//! after reading a wake but before the claim (the registry or the store unavailable), or whose
+//! caller hangs up then, leaves the wake unanswered: it is written again after the component's
+//! re-wake interval.
 
 use crate::{Error, Recovery, ResumeBundle};
 use axum::http::StatusCode;
@@ -224,7 +226,7 @@ impl WorkDesk {
         writer: &str,
         tenant: Option<&str>,
     ) -> Result<Option<Assignment>, WorkError> {
-        let feed = self.feed(&request.agent)?;
+        let feed = self.feed(&request.agent, tenant)?;
         let deadline = Instant::now() + request.wait;
         loop {
             // Concurrent requests of the agent take turns on its feed; a request whose wait ran
@@ -235,7 +237,7 @@ impl WorkDesk {
                 feed.next().await
             })
             .await;
-            self.touch(&request.agent);
+            self.touch(&desk_key(&request.agent, tenant));
             let wake = match read {
                 Err(_elapsed) => return Ok(None),
                 Ok(wake) => wake.map_err(Error::from)?,
@@ -243,8 +245,6 @@ impl WorkDesk {
             let reason = match take(recovery, &wake, writer, tenant, request.context_tokens).await {
                 Ok(Some(bundle)) => return Ok(Some(Assignment { bundle, wake })),
                 Ok(None) => {
-                    // Agents are named across tenants: give each tenant's agents names of their
-                    // own, or the wakes of one are lost to the workers of the other.
                     tracing::warn!(
                         session = %wake.session_id,
                         agent = %wake.agent,
@@ -269,11 +269,17 @@ impl WorkDesk {
         }
     }
 
-    /// The agent's feed, made (joining its worker group) on its first request.
-    fn feed(&self, agent: &str) -> Result<Arc<tokio::sync::Mutex<WakeFeed>>, WorkError> {
+    /// The agent's feed (of `tenant`'s sessions only, when given), made (joining its worker
+    /// group) on its first request.
+    fn feed(
+        &self,
+        agent: &str,
+        tenant: Option<&str>,
+    ) -> Result<Arc<tokio::sync::Mutex<WakeFeed>>, WorkError> {
+        let key = desk_key(agent, tenant);
         let mut desks = self.desks.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        if let Some(desk) = desks.get_mut(agent) {
+        if let Some(desk) = desks.get_mut(&key) {
             desk.used = now;
             return Ok(Arc::clone(&desk.feed));
         }
@@ -287,10 +293,10 @@ impl WorkDesk {
             }
         }
         let feed = Arc::new(tokio::sync::Mutex::new(
-            WakeFeed::join(&self.kafka, agent).map_err(Error::from)?,
+            WakeFeed::join(&self.kafka, agent, tenant).map_err(Error::from)?,
         ));
         desks.insert(
-            agent.to_string(),
+            key,
             Desk {
                 feed: Arc::clone(&feed),
                 used: now,
@@ -299,10 +305,10 @@ impl WorkDesk {
         Ok(feed)
     }
 
-    /// Marks the agent's feed used now (a request that waited long used it until now).
-    fn touch(&self, agent: &str) {
+    /// Marks a feed used now (a request that waited long used it until now).
+    fn touch(&self, key: &str) {
         let mut desks = self.desks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(desk) = desks.get_mut(agent) {
+        if let Some(desk) = desks.get_mut(key) {
             desk.used = Instant::now();
         }
     }
@@ -313,8 +319,16 @@ impl WorkDesk {
     }
 }
 
+/// The key of the feed of `agent`'s sessions of `tenant` (of every tenant: `None`).
+fn desk_key(agent: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!("{agent}@{tenant}"),
+        None => agent.to_string(),
+    }
+}
+
 /// Takes `wake`'s session for `writer`; `None` when `tenant` is given and the session is not
-/// its.
+/// its (the feed reads only the tenant's wakes; this is the check that does not trust them).
 async fn take(
     recovery: &Recovery,
     wake: &Wake,
@@ -442,7 +456,7 @@ mod tests {
     #[test]
     fn a_full_desk_refuses_a_new_agent_with_a_clear_503() {
         let desk = WorkDesk::with_limit(KafkaSettings::default(), 0);
-        let Err(e) = desk.feed("triage") else {
+        let Err(e) = desk.feed("triage", None) else {
             panic!("a desk for no agents made a feed");
         };
         let problem = Problem::from(e);

@@ -87,7 +87,9 @@ impl Worker {
         H: Fn(Work) -> F + Send + Sync + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
-        let feed = WakeFeed::join(&self.recovery.settings().kafka, &self.agent)?;
+        // A worker with the library reads the log itself: it serves the agent's sessions of
+        // every tenant.
+        let feed = WakeFeed::join(&self.recovery.settings().kafka, &self.agent, None)?;
         let (handler, me) = (Arc::new(handler), Arc::new(self));
         let slots = Arc::new(Semaphore::new(me.concurrency));
         let mut running = JoinSet::new();

@@ -462,6 +462,7 @@ async fn wake_one(store: &ProjectionStore, log: &WakeWriter, cause: &Cause) -> O
         version: WAKE_VERSION,
         session_id: cause.session,
         agent,
+        tenant: state.tenant.clone(),
         reason: cause.reason,
         epoch: cause.epoch.max(state.epoch),
         cause_offset: cause.cause_offset,

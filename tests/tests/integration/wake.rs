@@ -248,6 +248,7 @@ async fn two_workers_woken_for_one_session_one_runs_it_and_the_other_is_told_alr
         version: WAKE_VERSION,
         session_id: session,
         agent: "twin-agent".into(),
+        tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
         reason: WakeReason::LeaseExpired,
         epoch,
         cause_offset: None,

@@ -20,6 +20,7 @@ fn wake(session: SessionId, agent: &str, epoch: u64, caused_at: i64) -> Wake {
         version: WAKE_VERSION,
         session_id: session,
         agent: agent.into(),
+        tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
         reason: WakeReason::LeaseExpired,
         epoch,
         cause_offset: None,
@@ -170,5 +171,62 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
     })
     .await?;
     ensure!(view["rebuilt"]["state"]["epoch"] == 2, "{view}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_worker_reads_only_its_tenants_wakes_and_never_consumes_anothers() -> Result<()> {
+    use sessionlog_http::auth::Grant;
+    use sessionlog_log::Role;
+    let stack = TestStack::new("work_tenant", 3).await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let as_tenant = |tenant: &str| -> Result<Client> {
+        let token = sessionlog_tests::auth::mint(&Grant {
+            tenant: Some(tenant.into()),
+            ..Grant::new(
+                &format!("{tenant}-worker"),
+                &[Role::Harness, Role::Reader],
+                Duration::from_secs(600),
+            )
+        })?;
+        sessionlog_tests::auth::client_with(&token)
+    };
+    let (acme, globex) = (as_tenant("acme")?, as_tenant("globex")?);
+    // One agent name, two tenants' sessions, each woken.
+    let mut theirs = Vec::new();
+    for tenant in ["globex", "acme"] {
+        let (writer, _) =
+            SessionWriter::create_new_in(Arc::clone(&log), "support", None, tenant).await?;
+        let mut woken = wake(writer.session_id(), "support", 1, now_micros());
+        woken.tenant = tenant.into();
+        log.put_wake(&woken).await?;
+        theirs.push(writer.session_id());
+    }
+    // Acme's worker asks first: it gets acme's session, and globex's wake is left for globex.
+    let (status, body) = work(&acme, &recovery.base, "agent=support&wait=10s").await?;
+    ensure!(status == StatusCode::OK, "{status} {body}");
+    ensure!(
+        body["state"]["session_id"] == theirs[1].to_string(),
+        "{body}"
+    );
+    let (status, _) = work(&acme, &recovery.base, "agent=support&wait=1s").await?;
+    ensure!(status == StatusCode::NO_CONTENT, "acme has no more work");
+    let (status, body) = work(&globex, &recovery.base, "agent=support&wait=10s").await?;
+    ensure!(
+        status == StatusCode::OK,
+        "globex's wake was kept for it: {status} {body}"
+    );
+    ensure!(
+        body["state"]["session_id"] == theirs[0].to_string(),
+        "{body}"
+    );
+    let (other_tenant, _) = skipped(
+        &sessionlog_tests::auth::client()?,
+        &recovery.base,
+        "other_tenant",
+    )
+    .await?;
+    ensure!(other_tenant == 0, "no wake was read by the wrong tenant");
     Ok(())
 }
