@@ -355,8 +355,8 @@ async fn take(
 }
 
 /// The reason a wake whose take failed with `e` is skipped, or `None` when `e` is a failure
-/// to answer with.
-fn skipped(e: &Error) -> Option<&'static str> {
+/// to answer with (every worker, HTTP or the library's, judges a take by this).
+pub(crate) fn skipped(e: &Error) -> Option<&'static str> {
     Some(match e {
         Error::AlreadyTaken { .. } => "already_taken",
         Error::Ended { .. } => "session_ended",

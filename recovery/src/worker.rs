@@ -30,8 +30,9 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-/// Wakes a worker took, by `outcome`: `taken`, `already_taken`, `not_runnable` (ended,
-/// paused, waiting for a person), `failed`.
+/// Wakes a worker took, by `outcome`: `taken`, `failed`, or why it was skipped, as
+/// `GET /v1/work` counts it (`already_taken`, `session_ended`, `session_paused`,
+/// `awaiting_approval`, `needs_resolution`, `unknown_session`).
 pub const WAKES_TAKEN: &str = "sessionlog_worker_wakes_total";
 /// Seconds from a wake's cause (a lease's expiry, a decision, a pause's end) to the claim
 /// that took the session.
@@ -131,9 +132,7 @@ impl Worker {
             .await;
         let outcome = match &taken {
             Ok(_) => "taken",
-            Err(Error::AlreadyTaken { .. }) => "already_taken",
-            Err(e) if e.is_client_error() => "not_runnable",
-            Err(_) => "failed",
+            Err(e) => crate::work::skipped(e).unwrap_or("failed"),
         };
         metrics::counter!(WAKES_TAKEN, "outcome" => outcome).increment(1);
         let mut bundle = match taken {

@@ -487,6 +487,20 @@ async fn start_new_group_at_the_end(settings: &Settings, group: &str) -> Result<
     let kafka = settings.kafka.clone();
     let group = group.to_string();
     let partitions = sessionlog_log::topic::partition_count(&kafka, &kafka.topic).await?;
+    // The range assignor gives a member the same partition numbers of both topics only when
+    // they have as many partitions: a lease topic made otherwise would split a session's
+    // events and leases between instances.
+    let leases = sessionlog_log::topic::partition_count(&kafka, &kafka.lease_topic()).await?;
+    if leases != partitions {
+        return Err(sessionlog_log::Error::TopicMismatch {
+            topic: kafka.lease_topic(),
+            problem: format!(
+                "it has {leases} partition(s), the events topic {partitions}: the wake component \
+                 needs them equal (`sessionlog init` creates it so; `sessionlog doctor` reports it)"
+            ),
+        }
+        .into());
+    }
     tokio::task::spawn_blocking(move || -> Result<()> {
         let consumer: BaseConsumer = kafka
             .client_config()
@@ -522,11 +536,23 @@ async fn start_new_group_at_the_end(settings: &Settings, group: &str) -> Result<
             ends.add_partition_offset(&kafka.topic, partition, Offset::Offset(high))
                 .map_err(sessionlog_log::Error::kafka("start the wake group"))?;
         }
-        consumer
-            .commit(&ends, CommitMode::Sync)
-            .map_err(sessionlog_log::Error::kafka(
-                "start the wake group at the topic's end",
-            ))?;
+        if let Err(e) = consumer.commit(&ends, CommitMode::Sync) {
+            // Another instance starting at the same time may have joined the group first and
+            // made this commit refused: its progress stands, and this instance joins it.
+            let now = consumer.committed_offsets(ends.clone(), timeout).map_err(
+                sessionlog_log::Error::kafka("read the wake group's progress"),
+            )?;
+            if now
+                .elements()
+                .iter()
+                .any(|e| matches!(e.offset(), Offset::Offset(_)))
+            {
+                return Ok(());
+            }
+            return Err(
+                sessionlog_log::Error::kafka("start the wake group at the topic's end")(e).into(),
+            );
+        }
         tracing::info!(
             group,
             partitions,
