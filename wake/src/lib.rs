@@ -32,6 +32,7 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use sessionlog_log::lease::LeaseReader;
 use sessionlog_log::{Settings, Wake, WakeWriter, wake::WAKE_VERSION};
 use sessionlog_schemas::{EventDecoder, Micros, SessionId, now_micros};
 use sessionlog_store::ProjectionStore;
@@ -117,6 +118,8 @@ pub struct WakeService {
     decoder: EventDecoder,
     store: ProjectionStore,
     log: Arc<WakeWriter>,
+    /// The lease topic read afresh before a lapsed lease wakes anyone (see [`wake_one`]).
+    leases: LeaseReader,
     events_topic: String,
     lease_topic: String,
     rewake_after: Duration,
@@ -163,6 +166,7 @@ impl WakeService {
             .subscribe(&[&events_topic, &lease_topic])
             .map_err(sessionlog_log::Error::kafka("subscribe"))?;
         Ok(Self {
+            leases: LeaseReader::new(&settings.kafka, partitions),
             consumer: Arc::new(consumer),
             assignment,
             watches: Watches::default(),
@@ -341,10 +345,10 @@ impl WakeService {
         if causes.is_empty() {
             return;
         }
-        let (store, log) = (&self.store, &self.log);
+        let (store, log, leases) = (&self.store, &self.log, &self.leases);
         let outcomes: Vec<(Cause, Outcome)> = stream::iter(causes)
             .map(|cause| async move {
-                let outcome = wake_one(store, log, &cause).await;
+                let outcome = wake_one(store, log, leases, &cause).await;
                 (cause, outcome)
             })
             .buffer_unordered(CONCURRENCY)
@@ -415,7 +419,28 @@ enum Outcome {
 }
 
 /// Writes `cause`'s wake if the session, as projected, still needs a harness.
-async fn wake_one(store: &ProjectionStore, log: &WakeWriter, cause: &Cause) -> Outcome {
+///
+/// A lapsed lease is first read afresh from the lease topic: this instance's own reading may
+/// trail it (a burst of events to judge, a partition re-read), and waking a session whose
+/// harness renewed meanwhile would have a worker's claim fence a live harness.
+async fn wake_one(
+    store: &ProjectionStore,
+    log: &WakeWriter,
+    leases: &LeaseReader,
+    cause: &Cause,
+) -> Outcome {
+    if cause.reason == sessionlog_log::WakeReason::LeaseExpired {
+        match leases.read(cause.session).await {
+            Ok(Some(lease)) if lease.is_live(now_micros()) && lease.epoch >= cause.epoch => {
+                return Outcome::NotNeeded("its lease was renewed");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(session = %cause.session, error = %e, "reading the lease afresh failed");
+                return Outcome::Failed;
+            }
+        }
+    }
     let projected = match store.load_session(cause.session).await {
         // The state must include the causing event (a decision clears its wait only then).
         Ok(Some(projected))
