@@ -16,6 +16,7 @@ pub mod rejoin;
 pub mod resume;
 pub mod span_tenant;
 pub mod trace_read;
+pub mod wake;
 
 use sessionlog_log::{Settings, topic};
 use sessionlog_store::ProjectionStore;

@@ -8,6 +8,7 @@
 use clap::{Parser, Subcommand};
 use sessionlog_benches::{
     claim, export, ingest, producer, projector, recovery, rejoin, resume, span_tenant, trace_read,
+    wake,
 };
 
 /// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
@@ -37,6 +38,7 @@ enum Bench {
     Resume(resume::Args),
     SpanTenant(span_tenant::Args),
     TraceRead(trace_read::Args),
+    Wake(wake::Args),
 }
 
 #[tokio::main]
@@ -52,5 +54,6 @@ async fn main() -> anyhow::Result<()> {
         Bench::Resume(args) => resume::run(args).await,
         Bench::SpanTenant(args) => span_tenant::run(args).await,
         Bench::TraceRead(args) => trace_read::run(args).await,
+        Bench::Wake(args) => wake::run(args).await,
     }
 }
