@@ -148,6 +148,9 @@ pub struct LeaseReader {
 struct Fold {
     /// The first offset not read yet.
     next: i64,
+    /// When the last read that reached the partition's end began: every lease acknowledged
+    /// before then is in the fold.
+    complete_as_of: Option<std::time::Instant>,
     /// The latest lease of each key (a session id as text) that has one.
     leases: HashMap<Vec<u8>, Lease>,
 }
@@ -191,8 +194,14 @@ impl LeaseReader {
             .ok()
             .and_then(|p| self.folds.get(p))
             .ok_or_else(|| Error::Task(format!("no partition {partition} of the lease topic")))?;
+        let called = std::time::Instant::now();
         let mut fold = fold.lock().await;
-        self.read_on(partition, &mut fold).await?;
+        // Reads of one partition wait for each other: one that began after this call did (while
+        // this one waited for the lock) read every lease acknowledged before it, so a burst of
+        // reads costs a round trip or two per partition, not one each.
+        if fold.complete_as_of.is_none_or(|at| at < called) {
+            self.read_on(partition, &mut fold).await?;
+        }
         let key = crate::partitioner::session_key(session);
         Ok(fold.leases.get(key.as_bytes()).cloned())
     }
@@ -236,6 +245,7 @@ impl LeaseReader {
             .await
             .map_err(|_| Error::Task("lease reader permits closed".into()))?;
         let reader = self.idle_reader()?;
+        let began = std::time::Instant::now();
         let (low, high) = reader.watermarks(partition).await?;
         if high < fold.next {
             // The partition ends before what was read of it: the topic was deleted and made
@@ -264,6 +274,9 @@ impl LeaseReader {
         }
         // A record past `high` ends a read without being visited: the next read starts at `high`.
         fold.next = fold.next.max(reached.min(high));
+        if reached >= high {
+            fold.complete_as_of = Some(began);
+        }
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
