@@ -147,8 +147,9 @@ impl Recovery {
         context_budget_tokens: Option<usize>,
     ) -> Result<ResumeBundle> {
         let point = self.prepare_resume(session).await?;
-        self.claim_from(point, writer, context_budget_tokens, Some(woken_at))
-            .await
+        // Boxed: the claim's future is large, and callers that run several at once in one task
+        // (a harness racing its approver) would hold them all on one stack.
+        Box::pin(self.claim_from(point, writer, context_budget_tokens, Some(woken_at))).await
     }
 
     /// The second half of [`Self::resume`]: claims from `point` and settles in-doubt calls.
@@ -160,8 +161,8 @@ impl Recovery {
         writer: &str,
         context_budget_tokens: Option<usize>,
     ) -> Result<ResumeBundle> {
-        self.claim_from(point, writer, context_budget_tokens, None)
-            .await
+        // Boxed, as in `take`.
+        Box::pin(self.claim_from(point, writer, context_budget_tokens, None)).await
     }
 
     #[tracing::instrument(skip(self, point), fields(
