@@ -6,9 +6,6 @@ pub enum Error {
     /// Kafka or settings.
     #[error(transparent)]
     Log(#[from] sessionlog_log::Error),
-    /// The producer that writes wakes.
-    #[error(transparent)]
-    Producer(#[from] sessionlog_producer::Error),
     /// The projection store, read for each session's state.
     #[error(transparent)]
     Store(#[from] sessionlog_store::Error),
