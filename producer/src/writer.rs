@@ -451,6 +451,10 @@ impl SessionWriter {
             return Ok(None);
         };
         self.check_not_fenced()?;
+        // A lease held already (another holder's name) stops renewing first: a renewal of it
+        // due between this write and its replacement would land after this lease and hide it.
+        // One it already sent is ordered before this one (one producer, one partition).
+        drop(self.lease.take());
         let (session, epoch) = (self.session_id(), self.epoch);
         let lease = renewed_lease(session, holder, epoch, ttl)?;
         self.log.put_lease(&lease).await?;
