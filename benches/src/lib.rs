@@ -703,6 +703,17 @@ impl Drop for BenchAuth {
     }
 }
 
+/// A service's `/metrics` page (Prometheus text).
+pub async fn metrics_page(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+    Ok(http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
+}
+
 /// Waits (up to a minute) until the service answers `/health/ready` with 200.
 pub async fn wait_ready(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
     let started = Instant::now();

@@ -271,13 +271,7 @@ struct Counters {
 
 impl Counters {
     async fn scrape(http: &reqwest::Client, base: &str) -> Result<Self> {
-        let text = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
+        let text = crate::metrics_page(http, base).await?;
         let sum = |name: &str| -> f64 {
             text.lines()
                 .filter(|l| l.starts_with(name))

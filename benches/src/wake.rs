@@ -436,13 +436,7 @@ fn ms(d: Duration) -> f64 {
 /// The wake component's lease-expiry wakes written so far, first and repeated, from its
 /// `/metrics`.
 async fn wakes_written(http: &reqwest::Client, base: &str) -> Result<(f64, f64)> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
+    let text = crate::metrics_page(http, base).await?;
     let sum = |repeat: &str| -> f64 {
         text.lines()
             .filter(|l| {

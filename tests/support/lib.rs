@@ -247,6 +247,29 @@ pub fn python_env() -> Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
+/// A service's `/metrics` page (Prometheus text).
+pub async fn metrics_page(http: &reqwest::Client, base: &str) -> Result<String> {
+    Ok(http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
+}
+
+/// The value of the series `series` (a name, with its labels if it has any:
+/// `name{label="v"}`) on a Prometheus text page; `None` when the page has no such line.
+pub fn metric_value(page: &str, series: &str) -> Option<f64> {
+    page.lines().find_map(|line| {
+        line.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// `127.0.0.1:<port>` with a port free now: bind :0, read it, release it for a service.
 pub fn free_address() -> Result<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?

@@ -11,7 +11,7 @@ use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, TerminalOutcome, now_micros};
 use sessionlog_tests::ingest::IngestInstance;
 use sessionlog_tests::recovery::{Step, ToolService, run_harness_until};
-use sessionlog_tests::{ServedProcess, TestStack};
+use sessionlog_tests::{ServedProcess, TestStack, metric_value, metrics_page};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -286,44 +286,14 @@ fn reqwest_client() -> Result<reqwest::Client> {
 
 /// The value of the metric `name` (no labels) on a service's `/metrics` page.
 async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
-    let page = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    page.lines()
-        .find_map(|line| {
-            line.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .with_context(|| format!("no {name} on {base}/metrics:\n{page}"))
+    let page = metrics_page(http, base).await?;
+    metric_value(&page, name).with_context(|| format!("no {name} on {base}/metrics:\n{page}"))
 }
 
 /// The value of the counter `name` (no labels) on a service's `/metrics` page: 0 until the
 /// service first counts one (a counter is rendered once it exists).
 async fn counter(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
-    let page = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    Ok(page
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0))
+    Ok(metric_value(&metrics_page(http, base).await?, name).unwrap_or(0.0))
 }
 
 /// POSTs `body` as JSON to `base` + `path` presenting `token` as the writer token.

@@ -15,7 +15,9 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
 use sessionlog_tests::projector::{event_log, store};
 use sessionlog_tests::traces::{started_at, tool_session};
-use sessionlog_tests::{ChildGuard, TestStack, free_address, sessionlog_bin, wait_for};
+use sessionlog_tests::{
+    ChildGuard, TestStack, free_address, metric_value, sessionlog_bin, wait_for,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -499,17 +501,6 @@ async fn readiness(base: &str, status: u16) -> Result<Value> {
     .await
 }
 
-/// The value of the metric `name` (no labels) in a Prometheus text page.
-fn metric(page: &str, name: &str) -> Option<f64> {
-    page.lines().find_map(|line| {
-        line.strip_prefix(name)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Result<()> {
     let (_, endpoint) = phoenix()?;
@@ -532,13 +523,16 @@ async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Res
             let request = http.get(format!("{base}/metrics")).send();
             async move {
                 let page = request.await?.text().await?;
-                Ok((metric(&page, "sessionlog_export_spans_total") >= Some(4.0)).then_some(page))
+                Ok(
+                    (metric_value(&page, "sessionlog_export_spans_total") >= Some(4.0))
+                        .then_some(page),
+                )
             }
         },
     )
     .await?;
     ensure!(
-        metric(&page, "sessionlog_export_records_total") >= Some(7.0),
+        metric_value(&page, "sessionlog_export_records_total") >= Some(7.0),
         "the session's records are counted too: {page}"
     );
     export.assert_running()?;

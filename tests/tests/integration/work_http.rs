@@ -10,7 +10,7 @@ use sessionlog_log::wake::WAKE_VERSION;
 use sessionlog_log::{Wake, WakeReason};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, now_micros};
-use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use sessionlog_tests::{ServedProcess, TestStack, metric_value, metrics_page, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,22 +45,11 @@ async fn work(http: &Client, base: &str, query: &str) -> Result<(StatusCode, Val
 /// The value of `sessionlog_work_skipped_total{reason="<reason>"}` the service reports, and
 /// whether the counter has its `# HELP` line.
 async fn skipped(http: &Client, base: &str, reason: &str) -> Result<(u64, bool)> {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    let wanted = format!("sessionlog_work_skipped_total{{reason=\"{reason}\"}} ");
-    let value = text
-        .lines()
-        .find_map(|line| line.strip_prefix(&wanted))
-        .map(|n| n.trim().parse::<f64>().unwrap_or(0.0) as u64)
-        .unwrap_or(0);
+    let page = metrics_page(http, base).await?;
+    let series = format!("sessionlog_work_skipped_total{{reason=\"{reason}\"}}");
     Ok((
-        value,
-        text.contains("# HELP sessionlog_work_skipped_total "),
+        metric_value(&page, &series).unwrap_or(0.0) as u64,
+        page.contains("# HELP sessionlog_work_skipped_total "),
     ))
 }
 
