@@ -372,9 +372,16 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
     let died_at = now_micros();
     let (taken, stray) = die_and_take(fleet, holders, claims, limit).await;
     let cpu = meter.read();
-    // The component may still be writing repeats; give its counter a moment to settle.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = wakes_written(http, base).await?;
+    // Every session taken was woken, but the component's counter is read over HTTP and may
+    // trail its writes: wait (with a deadline) until it counts at least one wake per session.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let after = wakes_written(http, base).await?;
+        if after.0 - before.0 >= taken.len() as f64 || std::time::Instant::now() > deadline {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
 
     let (mut expiry_to_claim, mut expiry_to_wake, mut wake_to_claim) = (
         Latencies::default(),
