@@ -237,7 +237,7 @@ export class Client {
    * within the caller's tenant; a name the tenant has already is refused with `NameTaken`, whose
    * `sessionId` is the session it points to.
    */
-  create(agent: string, options: { title?: string; sessionId?: string; name?: string } = {}): Promise<Opened> {
+  async create(agent: string, options: { title?: string; sessionId?: string; name?: string } = {}): Promise<Opened> {
     return this.send(this.createOp(agent, options, models.opened));
   }
 
@@ -249,7 +249,7 @@ export class Client {
   }
 
   /** The id of the session `name` points to in the caller's tenant, or undefined. */
-  find(name: string): Promise<string | undefined> {
+  async find(name: string): Promise<string | undefined> {
     return this.send<string | undefined>({
       service: "ingest", method: "GET", path: "/v1/sessions", params: { name },
       decode: (doc) => checkSessionId(String(models.json(doc)["session_id"])),
@@ -262,7 +262,7 @@ export class Client {
    * undefined then: take it over with `claim` or `resume`). No session id is sent unless given, so
    * a retry after a lost answer finds the name taken by the session the first attempt started.
    */
-  createOrFind(agent: string, name: string, options: { title?: string; sessionId?: string } = {}): Promise<NamedSession> {
+  async createOrFind(agent: string, name: string, options: { title?: string; sessionId?: string } = {}): Promise<NamedSession> {
     const op = this.createOp(agent, { ...options, name }, (doc): NamedSession => {
       const o = models.opened(doc);
       return { sessionId: o.sessionId, name, opened: o };
@@ -278,13 +278,13 @@ export class Client {
   }
 
   /** Takes a session over with the next epoch; its earlier writers are fenced. */
-  claim(sessionId: string, writer: string): Promise<Opened> {
+  async claim(sessionId: string, writer: string): Promise<Opened> {
     const body: Ingest["schemas"]["ClaimRequest"] = { writer };
     return this.send({ service: "ingest", method: "POST", path: sessionPath(sessionId, "claim"), decode: models.opened, body });
   }
 
   /** Appends events in seq order; `writerToken` is the one the create, claim or resume answered. */
-  append(sessionId: string, epoch: number, events: readonly IncomingEvent[], options: { writerToken?: string } = {}): Promise<Appended> {
+  async append(sessionId: string, epoch: number, events: readonly IncomingEvent[], options: { writerToken?: string } = {}): Promise<Appended> {
     const body = { epoch, events: [...events] };
     return this.send({
       service: "ingest", method: "POST", path: sessionPath(sessionId, "events"), decode: models.appended, body,
@@ -293,7 +293,7 @@ export class Client {
   }
 
   /** Records a checkpoint (the service picks its seq and digest). */
-  checkpoint(sessionId: string, epoch: number, options: { workspaceRevision?: string; writerToken?: string } = {}): Promise<EventAck> {
+  async checkpoint(sessionId: string, epoch: number, options: { workspaceRevision?: string; writerToken?: string } = {}): Promise<EventAck> {
     const body: Ingest["schemas"]["CheckpointRequest"] = opt({ epoch, workspace_revision: options.workspaceRevision }) as { epoch: number };
     return this.send({
       service: "ingest", method: "POST", path: sessionPath(sessionId, "checkpoint"), decode: models.eventAck, body,
@@ -302,7 +302,7 @@ export class Client {
   }
 
   /** Ends a session. */
-  close(sessionId: string, epoch: number, outcome: TerminalOutcome, options: { reason?: string; writerToken?: string } = {}): Promise<EventAck> {
+  async close(sessionId: string, epoch: number, outcome: TerminalOutcome, options: { reason?: string; writerToken?: string } = {}): Promise<EventAck> {
     const body = opt({ epoch, outcome, reason: options.reason }) as Ingest["schemas"]["CloseRequest"];
     return this.send({
       service: "ingest", method: "POST", path: sessionPath(sessionId, "close"), decode: models.eventAck, body,
@@ -311,7 +311,7 @@ export class Client {
   }
 
   /** Renews (or takes) the current epoch's writer lease: liveness, not permission to write. */
-  renewLease(sessionId: string, epoch: number, options: { writer?: string; writerToken?: string } = {}): Promise<Lease> {
+  async renewLease(sessionId: string, epoch: number, options: { writer?: string; writerToken?: string } = {}): Promise<Lease> {
     const body = opt({ epoch, writer: options.writer }) as Ingest["schemas"]["LeaseRequest"];
     return this.send({
       service: "ingest", method: "POST", path: sessionPath(sessionId, "lease"), decode: models.lease, body,
@@ -328,18 +328,18 @@ export class Client {
   }
 
   /** Takes a session over after a crash: the next epoch, and what to settle first. */
-  resume(sessionId: string, writer: string, options: { contextTokens?: number } = {}): Promise<ResumeBundle> {
+  async resume(sessionId: string, writer: string, options: { contextTokens?: number } = {}): Promise<ResumeBundle> {
     const body = opt({ writer, context_tokens: options.contextTokens }) as Recovery["schemas"]["ResumeRequest"];
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "resume"), decode: models.resumeBundle, body });
   }
 
   /** The session rebuilt from the log, to its end (reader role). */
-  session(sessionId: string): Promise<SessionView> {
+  async session(sessionId: string): Promise<SessionView> {
     return this.send({ service: "recovery", method: "GET", path: sessionPath(sessionId), decode: models.sessionView });
   }
 
   /** One page of a range read. */
-  eventsPage(sessionId: string, range: EventRange = {}): Promise<EventPage> {
+  async eventsPage(sessionId: string, range: EventRange = {}): Promise<EventPage> {
     const params = opt({
       from_seq: range.fromSeq, to_seq: range.toSeq, kinds: range.kinds?.length ? range.kinds.join(",") : undefined,
       limit: range.limit, cursor: range.cursor, inherited: range.inherited ? "true" : undefined,
@@ -362,19 +362,19 @@ export class Client {
   }
 
   /** Starts a session from `sessionId`'s history through `atSeq` (operator role); `childId` names the new session. */
-  fork(sessionId: string, atSeq: number, agent: string, childId?: string): Promise<Forked> {
+  async fork(sessionId: string, atSeq: number, agent: string, childId?: string): Promise<Forked> {
     const body = opt({ at_seq: atSeq, agent, session_id: childId === undefined ? undefined : checkSessionId(childId) });
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "fork"), decode: models.forked, body });
   }
 
   /** Records what an in-doubt call did (operator role). */
-  resolve(sessionId: string, callSeq: number, o: { succeeded: boolean; output: string; reason: string; operator?: string }): Promise<Json> {
+  async resolve(sessionId: string, callSeq: number, o: { succeeded: boolean; output: string; reason: string; operator?: string }): Promise<Json> {
     const body = opt({ call_seq: callSeq, succeeded: o.succeeded, output: o.output, reason: o.reason, operator: o.operator });
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "resolutions"), decode: models.json, body });
   }
 
   /** Approves or denies a pending approval (approver role). */
-  decide(sessionId: string, approvalId: string, o: { approved: boolean; reason?: string; decidedBy?: string }): Promise<Json> {
+  async decide(sessionId: string, approvalId: string, o: { approved: boolean; reason?: string; decidedBy?: string }): Promise<Json> {
     const body = opt({ approved: o.approved, reason: o.reason, decided_by: o.decidedBy });
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "approvals", approvalId), decode: models.json, body });
   }

@@ -66,7 +66,9 @@ export class ProblemError extends SessionlogError {
 /** 400: the request is malformed; fix it before sending it again. */
 export class BadRequest extends ProblemError {}
 /** 401: no credential, or one the service does not accept (expired, wrong audience, unknown key). */
-export class Unauthenticated extends ProblemError { static override readonly code = "unauthenticated"; }
+export class Unauthenticated extends ProblemError { static override readonly code: string = "unauthenticated"; }
+/** 401 for a credential the service does not accept (expired, wrong audience, bad signature, unknown key). */
+export class InvalidToken extends Unauthenticated { static override readonly code = "invalid_token"; }
 /** 403: the credential lacks the role this operation needs. */
 export class Forbidden extends ProblemError { static override readonly code = "forbidden"; }
 /** 404: no such session (or not one the credential may see), or no such route. */
@@ -215,7 +217,7 @@ type ProblemClass = (new (status: number, problem: Problem) => ProblemError) & {
 
 const BY_CODE: ReadonlyMap<string, ProblemClass> = new Map(
   ([
-    Unauthenticated, Forbidden, InternalError, MalformedJson, BadSessionId, BadPath, BadQuery, BadRequestBody,
+    Unauthenticated, InvalidToken, Forbidden, InternalError, MalformedJson, BadSessionId, BadPath, BadQuery, BadRequestBody,
     BadRange, BadLimit, BadCursor, UnknownKind, UnknownSession, UnknownName, NoSuchRoute, AlreadyStarted, NameTaken,
     InvalidIdentifier, WrongSeq, SeqConflict, Fenced, UnknownEpoch, LostClaim, SessionEnded, StartDeleted,
     AwaitingApproval, NeedsResolution, UnverifiedDecision, SessionErased, TooMany, TooLargeBody, InvalidRequest,

@@ -1,0 +1,57 @@
+/**
+ * A harness the crash test runs as a process and kills, as clients/python/tests/crash_harness.py:
+ * it starts (or resumes) a session and runs one durable tool call against the counting service,
+ * announcing on stdout where it is, and hangs where it is told to so that the test can kill -9 it.
+ *
+ *   node --import tsx crash-harness.ts --ingest URL --recovery URL --token T --service URL --tool NAME
+ *       --effect Pure|Idempotent|NonIdempotent [--session ID] [--hang after-intent|after-effect|after-record]
+ *
+ * Prints one JSON object per line: {"session": ID}, {"at": POINT}, {"result": ...} or {"error": CLASS}.
+ */
+import { parseArgs } from "node:util";
+import { Client, ProblemError, Session, SessionlogError, currentCall, durableTool, type EffectClass } from "../../src/index.js";
+import { perform } from "./counter.js";
+
+const { values: a } = parseArgs({
+  options: Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang"].map((n) => [n, { type: "string" }])),
+}) as { values: Record<string, string | undefined> };
+const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
+async function hangIf(point: string): Promise<void> {
+  if (point !== a["hang"]) return;
+  say({ at: point });
+  await new Promise(() => setInterval(() => undefined, 60_000)); // the test kills this process here
+}
+
+const client = new Client({ ingestUrl: a["ingest"]!, recoveryUrl: a["recovery"]!, token: a["token"]! });
+let session: Session;
+try {
+  if (a["session"]) {
+    session = await Session.resume(client, a["session"], "ts-crash-harness-2");
+  } else {
+    session = await Session.start(client, "ts-crash-harness", { title: "count once" });
+    await session.userRequest("count once");
+  }
+} catch (e) {
+  if (!(e instanceof ProblemError)) throw e;
+  say({ error: e.name, detail: e.detail });
+  process.exit(3);
+}
+say({ session: session.sessionId });
+
+const tool = a["tool"]!;
+const count = durableTool(session, { effect: a["effect"] as EffectClass, name: tool, key: (n: number) => `${session.sessionId}-${n}` }, async (_n: number) => {
+  await hangIf("after-intent");
+  const output = await perform(a["service"]!, tool, currentCall().idempotencyKey);
+  await hangIf("after-effect");
+  return output;
+});
+
+try {
+  const result = await count(1);
+  await hangIf("after-record");
+  say({ result });
+} catch (e) {
+  if (!(e instanceof SessionlogError)) throw e;
+  say({ error: e.name, detail: e.message });
+  process.exit(3);
+}
