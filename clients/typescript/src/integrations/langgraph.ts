@@ -46,6 +46,7 @@ import type { Client } from "../client.js";
 import { AlreadyStarted, Fenced, SessionlogError, UnknownSession } from "../errors.js";
 import { textOf, type HistoryEvent } from "../models.js";
 import { Session, awaitProjected, frameworkState } from "../session.js";
+import { durableTool, type DurableToolOptions } from "../tools.js";
 
 /** The framework name of the saver's `FrameworkStateSaved` events. */
 export const FRAMEWORK = "langgraph";
@@ -395,6 +396,28 @@ export class SessionlogSaver extends BaseCheckpointSaver {
       this.folded.delete(to);
     });
     await this.catalogue(target);
+  }
+
+  /**
+   * `fn` as a durable tool of the running graph's thread (see the package's `durableTool`): when
+   * LangGraph runs an interrupted node again (after a crash, in a new process), a call whose
+   * result the log holds answers it without running `fn` again. A node passes its `config`:
+   * `await refund({ order }, config)`. Give `key` (the call's identity): by default calls are
+   * counted per writer of the thread, not per task as the Python saver counts them.
+   */
+  durableTool<A, R>(
+    options: DurableToolOptions<[A]> & { name: string },
+    fn: (args: A) => R | Promise<R>,
+  ): (args: A, config: RunnableConfig) => Promise<Awaited<R>> {
+    const wrapped = new Map<Session, (args: A) => Promise<Awaited<R>>>();
+    return async (args: A, config: RunnableConfig): Promise<Awaited<R>> => {
+      const name = threadName(requiredThread(config, `durable tool ${options.name}`));
+      // Taken under the thread's turn: LangGraph saves the thread's writes while its nodes run.
+      const writer = (await this.turn(name, () => this.writer(name)))!;
+      let call = wrapped.get(writer);
+      if (call === undefined) wrapped.set(writer, (call = durableTool<[A], R>(writer, options, fn)));
+      return call(args);
+    };
   }
 
   // -- the log ---------------------------------------------------------------------------------

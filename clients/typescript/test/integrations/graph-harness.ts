@@ -1,0 +1,60 @@
+/**
+ * A LangGraph.js harness the crash tests run as a process and kill (as
+ * clients/python/tests/graph_harness.py): a one-node graph on SessionlogSaver whose node calls a
+ * durable tool that counts in the counting service. It hangs where it is told to; run again with
+ * --resume, LangGraph resumes the thread from its last checkpoint in the log.
+ *
+ *   node --import tsx graph-harness.ts --ingest URL --recovery URL --token T --service URL --tool NAME
+ *       --effect EFFECT --session THREAD_ID [--hang after-intent|after-effect] [--resume]
+ *
+ * Prints JSON lines: {"at": POINT}, then {"result": STATE} or {"error": CLASS}.
+ */
+import { parseArgs } from "node:util";
+
+import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
+
+import { Client, SessionlogError, currentCall, type EffectClass } from "../../src/index.js";
+import { SessionlogSaver } from "../../src/integrations/langgraph.js";
+import { perform } from "../support/counter.js";
+
+const { values: a } = parseArgs({
+  options: {
+    ...Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang"].map((n) => [n, { type: "string" as const }])),
+    resume: { type: "boolean" },
+  },
+}) as unknown as { values: Record<string, string | undefined> & { resume?: boolean } };
+const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
+async function hangIf(point: string): Promise<void> {
+  if (point !== a["hang"]) return;
+  say({ at: point });
+  await new Promise(() => setInterval(() => undefined, 60_000)); // the test kills this process here
+}
+
+const client = new Client({ ingestUrl: a["ingest"]!, recoveryUrl: a["recovery"]!, token: a["token"]! });
+const threadId = a["session"]!;
+const name = a["tool"]!;
+const saver = new SessionlogSaver(client, { writer: "graph-harness" });
+const count = saver.durableTool(
+  { name, effect: a["effect"] as EffectClass, key: ({ n }: { n: number }) => `${threadId}-${n}` },
+  async (_args: { n: number }) => {
+    await hangIf("after-intent");
+    const output = await perform(a["service"]!, name, currentCall().idempotencyKey);
+    await hangIf("after-effect");
+    return output;
+  },
+);
+const State = Annotation.Root({ n: Annotation<number>, output: Annotation<string> });
+const graph = new StateGraph(State)
+  .addNode("count", async (state, config) => ({ output: await count({ n: state.n }, config) }))
+  .addEdge(START, "count")
+  .addEdge("count", END)
+  .compile({ checkpointer: saver });
+const config = { configurable: { thread_id: threadId } };
+try {
+  const result = await graph.invoke(a.resume ? null : { n: 1 }, config);
+  say({ result });
+} catch (e) {
+  if (!(e instanceof SessionlogError)) throw e;
+  say({ error: e.name, detail: e.message });
+  process.exit(3);
+}
