@@ -18,13 +18,13 @@ import { z } from "zod";
 
 import type { Client } from "../src/client.js";
 import { SessionlogSession } from "../src/integrations/openai-agents.js";
-import { StackCorner } from "../test/integrations/stack.js";
+import { startCorner, type UpstreamCorner } from "./corner.js";
 
-let corner: StackCorner;
+let corner: UpstreamCorner;
 let client: Client;
 
 beforeAll(async () => {
-  corner = await StackCorner.create();
+  corner = await startCorner();
 }, 180_000);
 afterAll(() => corner?.stop());
 // Each test in a tenant of its own: the ids the tests choose name fresh sessions.

@@ -7,16 +7,16 @@
 import type { CheckpointerTestInitializer } from "@langchain/langgraph-checkpoint-validation";
 
 import { SessionlogSaver } from "../src/integrations/langgraph.js";
-import { StackCorner } from "../test/integrations/stack.js";
+import { startCorner, type UpstreamCorner } from "./corner.js";
 
-let corner: StackCorner | undefined;
+let corner: UpstreamCorner | undefined;
 
 const initializer: CheckpointerTestInitializer<SessionlogSaver> = {
   checkpointerName: "sessionlog",
   // Starting the corner's services (topic, keyspace, three processes) takes a while on 2 cores.
   beforeAllTimeout: 180_000,
   async beforeAll() {
-    corner = await StackCorner.create();
+    corner = await startCorner();
   },
   afterAll() {
     corner?.stop();
