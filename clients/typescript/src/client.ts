@@ -12,7 +12,7 @@ import type { components as Ingest } from "./generated/ingest.js";
 import type { components as Recovery } from "./generated/recovery.js";
 import * as models from "./models.js";
 import type {
-  Appended, EventAck, EventPage, Forked, HistoryEvent, Json, Lease, NamedSession, Opened, ResumeBundle, SessionView,
+  Appended, EventAck, EventPage, Forked, HistoryEvent, Json, Lease, Lineage, NamedSession, Opened, ResumeBundle, SessionView,
   TerminalOutcome,
 } from "./models.js";
 
@@ -365,6 +365,11 @@ export class Client {
   async fork(sessionId: string, atSeq: number, agent: string, childId?: string): Promise<Forked> {
     const body = opt({ at_seq: atSeq, agent, session_id: childId === undefined ? undefined : checkSessionId(childId) });
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "fork"), decode: models.forked, body });
+  }
+
+  /** The session's ancestors with their fork points and the sessions forked from it (reader role). */
+  async lineage(sessionId: string): Promise<Lineage> {
+    return this.send({ service: "recovery", method: "GET", path: sessionPath(sessionId, "lineage"), decode: models.lineage });
   }
 
   /** Records what an in-doubt call did (operator role). */

@@ -10,7 +10,7 @@ export { Occurrences, SessionLedger, defaultKey, newSessionId, nowMicros } from 
 export type { CallName, Event, Plan as CallPlan, RecordedResult, ToolCall } from "./ledger.js";
 export { textOf } from "./models.js";
 export type {
-  Appended, CallOutcome, EffectClass, EventAck, EventPage, Forked, HistoryEvent, InDoubtCall, Json, Lease, NamedSession,
+  Appended, CallOutcome, EffectClass, EventAck, EventPage, ForkPoint, Forked, HistoryEvent, InDoubtCall, Json, Lease, Lineage, NamedSession,
   Opened, ResumeBundle, SessionView, TerminalOutcome,
 } from "./models.js";
 export {

@@ -122,6 +122,41 @@ export function forked(doc: unknown): Forked {
   return { sessionId: str(d, "session_id"), partition: int(d, "partition"), offset: int(d, "offset"), event: object(d["event"], "fork's event") };
 }
 
+/** Where a forked session branched off its parent. */
+export interface ForkPoint {
+  parentSessionId: string;
+  /** The last parent event the child inherits. */
+  parentSeq: number;
+}
+
+/** A session's ancestors (parent first, each with its fork point) and the sessions forked from it. */
+export interface Lineage {
+  sessionId: string;
+  ancestors: ForkPoint[];
+  /** Direct forks with the seq they forked at, as the projection knows them. */
+  children: { sessionId: string; atSeq: number }[];
+  /** True for a credential narrowed to the session: its parent as an id, nothing further. */
+  withheld: boolean;
+}
+
+/** Reads a `Lineage` (`children` are `[id, seq]` pairs in the answer). */
+export function lineage(doc: unknown): Lineage {
+  const d = object(doc, "lineage");
+  const list = (member: string) => (Array.isArray(d[member]) ? (d[member] as unknown[]) : []);
+  return {
+    sessionId: str(d, "session_id"),
+    ancestors: list("ancestors").map((a) => {
+      const f = object(a, "fork point");
+      return { parentSessionId: str(f, "parent_session_id"), parentSeq: int(f, "parent_seq") };
+    }),
+    children: list("children").map((c) => {
+      if (!Array.isArray(c) || typeof c[0] !== "string" || typeof c[1] !== "number") throw new SessionlogError("lineage: a child is not [id, seq]");
+      return { sessionId: c[0], atSeq: c[1] };
+    }),
+    withheld: d["withheld"] === true,
+  };
+}
+
 /** One event of a range read, its texts opened. */
 export interface HistoryEvent {
   sessionId: string;
