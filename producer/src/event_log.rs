@@ -275,6 +275,22 @@ impl EventLog {
         }
     }
 
+    /// Makes the data key of a session about to start under an id a caller chose, unless it
+    /// has one (nothing when encryption is off): the store's conditional insert, so two
+    /// processes agree on one key. Done before the start so that no reader can meet the
+    /// session keyless: a recovery instance that opened it then would keep that answer for the
+    /// key cache's TTL, and its later sealed texts would read as sealed.
+    pub async fn key_session(&self, session: SessionId) -> Result<()> {
+        match &self.keyring {
+            Some(keyring) => keyring
+                .sealing_key(session)
+                .await
+                .map(|_| ())
+                .map_err(Into::into),
+            None => Ok(()),
+        }
+    }
+
     /// Seals the sensitive fields of envelopes about to be written (nothing when encryption
     /// is off). A writer folds what this returns, so its state and digests are the readers'.
     pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {

@@ -276,6 +276,8 @@ impl SessionWriter {
         if caught.state.is_started() || caught.started_once {
             return Err(Error::Refused(Rejection::AlreadyStarted));
         }
+        // Keyed before its start is readable (a fork's first event has no text to key it).
+        log.key_session(session).await?;
         let mut writer = Self::caught_up(log, caught);
         writer.state.epoch = 1;
         writer.epoch = 1;
