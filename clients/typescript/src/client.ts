@@ -12,7 +12,7 @@ import type { components as Ingest } from "./generated/ingest.js";
 import type { components as Recovery } from "./generated/recovery.js";
 import * as models from "./models.js";
 import type {
-  Appended, EventAck, EventPage, Forked, HistoryEvent, Json, Lease, Lineage, NamedSession, Opened, ResumeBundle, SessionView,
+  Appended, EventAck, EventPage, Forked, HistoryEvent, Json, Lease, Lineage, NamedSession, Opened, ResumeBundle, SessionView, Work,
   TerminalOutcome,
 } from "./models.js";
 
@@ -365,6 +365,22 @@ export class Client {
   async fork(sessionId: string, atSeq: number, agent: string, childId?: string): Promise<Forked> {
     const body = opt({ at_seq: atSeq, agent, session_id: childId === undefined ? undefined : checkSessionId(childId) });
     return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "fork"), decode: models.forked, body });
+  }
+
+  /**
+   * Work for a worker of `agent` (harness role): waits up to `wait` seconds (at most 60) for the
+   * agent's next wake, and answers the session the service took for the caller as `writer` (the
+   * next epoch, as `resume` does) with the wake; undefined when the wait ran out. See `Worker`.
+   */
+  async work(agent: string, options: { wait?: number; writer?: string; contextTokens?: number } = {}): Promise<Work | undefined> {
+    const params = opt({
+      agent, wait: options.wait === undefined ? undefined : `${Math.max(0, Math.round(options.wait * 1000))}ms`,
+      writer: options.writer, context_tokens: options.contextTokens,
+    });
+    return this.send({
+      service: "recovery", method: "GET", path: "/v1/work", decode: models.work,
+      params: Object.fromEntries(Object.entries(params).map(([k, v]) => [k, String(v)])),
+    });
   }
 
   /** The session's ancestors with their fork points and the sessions forked from it (reader role). */

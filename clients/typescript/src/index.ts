@@ -11,7 +11,7 @@ export type { CallName, Event, Plan as CallPlan, RecordedResult, ToolCall } from
 export { textOf } from "./models.js";
 export type {
   Appended, CallOutcome, EffectClass, EventAck, EventPage, ForkPoint, Forked, HistoryEvent, InDoubtCall, Json, Lease, Lineage, NamedSession,
-  Opened, ResumeBundle, SessionView, TerminalOutcome,
+  Opened, ResumeBundle, SessionView, TerminalOutcome, Wake, WakeReason, Work,
 } from "./models.js";
 export {
   Session, awaitProjected, encodeJson, frameworkState, modelResponse, retraction, toolCall, toolResult, userRequest,
@@ -19,3 +19,5 @@ export {
 export type { Plan, Usage } from "./session.js";
 export { argumentDigest, currentCall, decodeOutput, durableTool, namedArguments } from "./tools.js";
 export type { CallInfo, DurableToolOptions, Writer } from "./tools.js";
+export { MAX_WAIT, Worker } from "./worker.js";
+export type { Handler, WorkerOptions } from "./worker.js";

@@ -122,6 +122,46 @@ export function forked(doc: unknown): Forked {
   return { sessionId: str(d, "session_id"), partition: int(d, "partition"), offset: int(d, "offset"), event: object(d["event"], "fork's event") };
 }
 
+/** Why a session was woken (`Wake.reason`). */
+export type WakeReason = "lease_expired" | "approval_decided" | "operator_result" | "pause_elapsed" | "steering" | "unpaused";
+
+/** Why a session was handed to a worker, as its wake record says. */
+export interface Wake {
+  sessionId: string;
+  agent: string;
+  /** Why it needed a harness (a reason of a newer service is passed on as it is). */
+  reason: WakeReason | (string & {});
+  /** The session's epoch when the cause happened (the worker took the next one or later). */
+  epoch: number;
+  /** When the cause happened (the lease's expiry, the event's time, the pause's end), in microseconds since the Unix epoch. */
+  causedAt: number;
+  /** When the wake was written, in microseconds since the Unix epoch. */
+  wokenAt: number;
+  /** The offset of the causing event in its partition of the events topic, for reasons an event causes. */
+  causeOffset: number | undefined;
+}
+
+/** A session the recovery service took for a worker (`GET /v1/work`): the resume bundle and the wake. */
+export interface Work {
+  bundle: ResumeBundle;
+  wake: Wake;
+}
+
+/** Reads the answer of `GET /v1/work`: undefined for an empty one (204, no work within the wait). */
+export function work(doc: unknown): Work | undefined {
+  const d = object(doc, "work");
+  if (Object.keys(d).length === 0) return undefined;
+  const w = object(d["wake"], "wake");
+  const offset = w["cause_offset"];
+  return {
+    bundle: resumeBundle(d),
+    wake: {
+      sessionId: str(w, "session_id"), agent: str(w, "agent"), reason: str(w, "reason"), epoch: int(w, "epoch"),
+      causedAt: int(w, "caused_at"), wokenAt: int(w, "woken_at"), causeOffset: typeof offset === "number" ? offset : undefined,
+    },
+  };
+}
+
 /** Where a forked session branched off its parent. */
 export interface ForkPoint {
   parentSessionId: string;

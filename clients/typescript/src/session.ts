@@ -192,17 +192,27 @@ export class Session {
   ): Promise<Session> {
     const bundle = await client.resume(sessionId, writer, { contextTokens: options.contextTokens });
     const session = new Session(client, SessionLedger.fromBundle(bundle), bundle);
-    const lastSeq = Number(bundle.state["last_seq"] ?? 0);
-    for (const [sid, seq] of projectedFirst(sessionId, bundle.state)) await awaitProjected(client, sid, seq, options.waitFor ?? 30);
+    await session.learnCalls(options.waitFor);
+    return session;
+  }
+
+  /**
+   * Learns the tool calls of the session this writer took over (`bundle`), a fork's inherited
+   * ones too, once range reads hold its last event: `resume` does, and a `Worker` after taking
+   * the session's lease. Does nothing for a writer that started the session.
+   */
+  async learnCalls(waitFor = 30): Promise<void> {
+    if (this.bundle === undefined) return;
+    const lastSeq = Number(this.bundle.state["last_seq"] ?? 0);
+    for (const [sid, seq] of projectedFirst(this.sessionId, this.bundle.state)) await awaitProjected(this.client, sid, seq, waitFor);
     if (lastSeq > 0) {
       // Inherited: a fork's ancestors' calls up to the fork point come first, each naming its session.
       const events = [];
-      for await (const e of client.events(sessionId, {
+      for await (const e of this.client.events(this.sessionId, {
         kinds: ["ToolCallRequested", "ToolCallResult"], toSeq: lastSeq, limit: 1000, inherited: true,
       })) events.push(e);
-      session.ledger.learn(events);
+      this.ledger.learn(events);
     }
-    return session;
   }
 
   /** Waits until range reads (the projection) hold the session's event `seq`. */
@@ -331,7 +341,10 @@ export class Session {
             try {
               await renew();
             } catch (e) {
-              if (e instanceof errors.Conflict) return false; // fenced, or leases turned off
+              if (e instanceof errors.Conflict) {
+                this.leaseStopped = true; // fenced, or leases turned off: nothing to renew or release
+                return false;
+              }
               if (!(e instanceof errors.SessionlogError)) throw e;
               // the next tick tries again; two misses leave the lease live
             }
@@ -351,7 +364,13 @@ export class Session {
     await this.client.releaseLease(this.sessionId, this.ledger.epoch, { writerToken: this.ledger.writerToken });
   }
 
-  private stopLease(): void {
+  /** Whether this writer renews its lease (from `holdLease` until `close`, `releaseLease`, `stopLease` or a refusal). */
+  get holdsLease(): boolean {
+    return !this.leaseStopped;
+  }
+
+  /** Stops renewing the writer lease without releasing it: it lapses as a crashed harness's would, so the session is woken again. */
+  stopLease(): void {
     this.leaseStopped = true;
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
     this.leaseTimer = undefined;

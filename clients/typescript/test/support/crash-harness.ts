@@ -5,6 +5,10 @@
  *
  *   node --import tsx crash-harness.ts --ingest URL --recovery URL --token T --service URL --tool NAME
  *       --effect Pure|Idempotent|NonIdempotent [--session ID] [--hang after-intent|after-effect|after-record]
+ *       [--agent NAME] [--lease]
+ *
+ * `--lease` holds the session's writer lease (the worker tests: a killed harness's lease lapses
+ * and the session is woken for a worker of `--agent`).
  *
  * Prints one JSON object per line: {"session": ID}, {"at": POINT}, {"result": ...} or {"error": CLASS}.
  */
@@ -13,8 +17,11 @@ import { Client, ProblemError, Session, SessionlogError, currentCall, durableToo
 import { perform } from "./counter.js";
 
 const { values: a } = parseArgs({
-  options: Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang"].map((n) => [n, { type: "string" }])),
-}) as { values: Record<string, string | undefined> };
+  options: {
+    ...Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang", "agent"].map((n) => [n, { type: "string" as const }])),
+    lease: { type: "boolean" },
+  },
+}) as unknown as { values: Record<string, string | undefined> & { lease?: boolean } };
 const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
 async function hangIf(point: string): Promise<void> {
   if (point !== a["hang"]) return;
@@ -28,7 +35,7 @@ try {
   if (a["session"]) {
     session = await Session.resume(client, a["session"], "ts-crash-harness-2");
   } else {
-    session = await Session.start(client, "ts-crash-harness", { title: "count once" });
+    session = await Session.start(client, a["agent"] ?? "ts-crash-harness", { title: "count once" });
     await session.userRequest("count once");
   }
 } catch (e) {
@@ -36,6 +43,7 @@ try {
   say({ error: e.name, detail: e.detail });
   process.exit(3);
 }
+if (a.lease) await session.holdLease();
 say({ session: session.sessionId });
 
 const tool = a["tool"]!;

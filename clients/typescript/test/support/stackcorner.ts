@@ -92,8 +92,17 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
-/** Starts the corner's services (resolvers of `resolvers` tools at the counter); the corner and its processes. */
-export async function createCorner(workdir: string, counterUrl: string, resolvers: string[]): Promise<{ corner: Corner; processes: ChildProcess[] }> {
+/** The corner's long-running services. */
+export type Service = "project" | "ingest" | "serve-recovery" | "wake";
+
+/**
+ * Starts the corner's services (resolvers of `resolvers` tools at the counter); the corner and its
+ * processes. `services` picks which run (all by default; a bench starts ingest alone so the cores
+ * go to the load it measures); a URL of a service not started is "".
+ */
+export async function createCorner(
+  workdir: string, counterUrl: string, resolvers: string[], services: readonly Service[] = ["project", "ingest", "serve-recovery", "wake"],
+): Promise<{ corner: Corner; processes: ChildProcess[] }> {
   const tag = `ts_${randomBytes(4).toString("hex")}`;
   const env = stackEnv();
   Object.assign(env, {
@@ -120,7 +129,9 @@ export async function createCorner(workdir: string, counterUrl: string, resolver
     processes.push(child);
     return child;
   };
-  start("projector", "project", "--group", `sessionlog-t-${tag}`, "--listen", "");
+  if (services.includes("project")) start("projector", "project", "--group", `sessionlog-t-${tag}`, "--listen", "");
+  // The wake component hands sessions whose lease lapsed to workers (test/worker.test.ts).
+  if (services.includes("wake")) start("wake", "wake", "--listen", "");
   const serve = async (command: string) => {
     const url = `http://127.0.0.1:${await freePort()}`;
     const child = start(command, command, "--listen", url.slice("http://".length));
@@ -130,7 +141,7 @@ export async function createCorner(workdir: string, counterUrl: string, resolver
     });
     return url;
   };
-  const ingestUrl = await serve("ingest");
-  const recoveryUrl = await serve("serve-recovery");
+  const ingestUrl = services.includes("ingest") ? await serve("ingest") : "";
+  const recoveryUrl = services.includes("serve-recovery") ? await serve("serve-recovery") : "";
   return { corner: { workdir, env, ingestUrl, recoveryUrl, counterUrl }, processes };
 }
