@@ -220,6 +220,9 @@ enum Command {
     /// Append a steering message for the agent (author and text). Takes the session over,
     /// fencing the harness that was writing; it sees the message when it resumes.
     Steer(crate::operate::SteerArgs),
+    /// Serve a session's history to a model over MCP (Streamable HTTP at /mcp, or --stdio):
+    /// tools to read, search and expand what its context view left out.
+    Mcp(crate::mcp::McpArgs),
     /// Run the recovery HTTP service until interrupted.
     ServeRecovery {
         /// Address to listen on (default from settings: 127.0.0.1:8095).
@@ -380,6 +383,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Pause(args) => emit(cli.json, crate::operate::pause(&settings, &args).await?),
         Command::Unpause(args) => emit(cli.json, crate::operate::unpause(&settings, &args).await?),
         Command::Steer(args) => emit(cli.json, crate::operate::steer(&settings, &args).await?),
+        Command::Mcp(args) => crate::mcp::run(&settings, args).await,
         Command::ServeRecovery { listen } => crate::recovery::serve(&settings, listen).await,
         Command::Token { dir, command } => crate::token::run(&settings, dir, command),
         Command::Keys { command } => emit(cli.json, crate::keys::run(&settings, command).await?),

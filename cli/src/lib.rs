@@ -10,6 +10,7 @@ pub mod exit;
 mod export;
 mod ingest;
 mod keys;
+mod mcp;
 mod operate;
 mod recovery;
 mod replay;

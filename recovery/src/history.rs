@@ -360,11 +360,7 @@ impl Recovery {
     /// Whether `session`'s texts read as erased: its projected state says so, or its key is
     /// destroyed (a receipt exists), which this process's keyring may not know yet when the
     /// erasure ran elsewhere.
-    pub(crate) async fn erased_for_reading(
-        &self,
-        session: SessionId,
-        projected: bool,
-    ) -> Result<bool> {
+    pub async fn erased_for_reading(&self, session: SessionId, projected: bool) -> Result<bool> {
         Ok(projected || self.key_table().receipt(session).await?.is_some())
     }
 

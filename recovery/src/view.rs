@@ -111,6 +111,28 @@ impl Recovery {
         Ok((at, rebuilt.start))
     }
 
+    /// `session`'s context view as a resume would hand it over, within `budget_tokens` (`None`:
+    /// its policy's), with a fork's inherited part, and nothing appended: what a reader (the
+    /// MCP server) shows a model. Texts of an erased session read as erased.
+    pub async fn context_view(
+        &self,
+        session: SessionId,
+        budget_tokens: Option<usize>,
+    ) -> Result<ResumeContext> {
+        let point = self.prepare_resume(session).await?;
+        let state = &point.rebuilt.state;
+        let erased = self.erased_for_reading(session, state.erased).await?;
+        let opener = self.opener(session, erased).await?;
+        let mut context = within_budget(&point.window, state, budget_tokens, &opener);
+        if let Some(fork_point) = &state.parent {
+            let left = context
+                .budget_tokens
+                .saturating_sub(context.estimated_tokens);
+            context.inherited = Some(Box::new(self.inherited_context(fork_point, left, 0).await));
+        }
+        Ok(context)
+    }
+
     /// What a session forked at `fork_point` inherits: the parent's view there (and, within
     /// [`INHERITED_DEPTH`], the parent's own inheritance), cut to `budget_tokens`. Best effort:
     /// a parent that cannot be read (its records gone with retention, a store outage) leaves

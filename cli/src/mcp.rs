@@ -1,0 +1,79 @@
+//! `sessionlog mcp`: an MCP server over a session's history, for the model to fetch what its
+//! context view left out (see docs/harnesses.md).
+
+use anyhow::{Context, Result};
+use sessionlog_http::Access;
+use sessionlog_log::Settings;
+use sessionlog_mcp::http::HttpOptions;
+use sessionlog_mcp::{Reader, Target};
+use sessionlog_recovery::{Recovery, Scope};
+use std::sync::Arc;
+
+/// Where the MCP endpoint listens when `--listen` is not given.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8097";
+
+/// The arguments of `sessionlog mcp`.
+#[derive(clap::Args, Debug)]
+pub struct McpArgs {
+    /// The session served. Required with --stdio; over HTTP, without it each credential reads
+    /// the session it is narrowed to (`sessionlog token mint --role reader --session ID`).
+    #[arg(long, required_if_eq("stdio", "true"))]
+    pub session: Option<String>,
+    /// Address of the Streamable HTTP endpoint (`/mcp`), default 127.0.0.1:8097.
+    #[arg(long, conflicts_with = "stdio")]
+    pub listen: Option<String>,
+    /// Serve over stdin and stdout instead, for a harness that runs this command itself (no
+    /// credential is asked: the process already holds the deployment's settings).
+    #[arg(long)]
+    pub stdio: bool,
+    /// The URL clients reach the endpoint at, for the protected-resource metadata (default
+    /// http://<listen>).
+    #[arg(long, conflicts_with = "stdio")]
+    pub public_url: Option<String>,
+    /// An authorization server that issues tokens for this endpoint, listed in the metadata
+    /// (repeatable).
+    #[arg(long = "authorization-server", conflicts_with = "stdio")]
+    pub authorization_servers: Vec<String>,
+}
+
+/// Runs the server until interrupted (HTTP) or until the client closes stdio.
+pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
+    let session = args
+        .session
+        .as_deref()
+        .map(crate::recovery::parse_session)
+        .transpose()?;
+    if args.stdio {
+        let session = session.context("--stdio needs --session ID")?;
+        let reader = Reader::new(Arc::new(connect(settings).await?));
+        let target = Target {
+            session,
+            scope: Scope::Family,
+        };
+        return Ok(sessionlog_mcp::serve_stdio(reader, target).await?);
+    }
+    let address = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    // Bound first: a taken port is said at once, before connecting takes seconds.
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;
+    let bound = listener.local_addr()?;
+    let access = Access::from_settings(&settings.auth).await?;
+    let reader = Reader::new(Arc::new(connect(settings).await?));
+    let options = HttpOptions {
+        session,
+        public_url: args.public_url.unwrap_or_else(|| format!("http://{bound}")),
+        authorization_servers: args.authorization_servers,
+    };
+    let router = sessionlog_mcp::http::router(reader, access, options);
+    tracing::info!(address = %bound, "MCP server listening at /mcp");
+    sessionlog_mcp::http::serve(listener, router, crate::commands::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// A reader's recovery: it signs nothing, so it needs no signing key.
+async fn connect(settings: &Settings) -> Result<Recovery> {
+    Recovery::connect_reader(settings)
+        .await
+        .context("connecting to the log, the registry and the store")
+}

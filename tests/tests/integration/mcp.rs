@@ -1,0 +1,668 @@
+//! `sessionlog mcp` on the real stack: a model's MCP client reads, searches and expands a
+//! session's history over Streamable HTTP with a reader token narrowed to the session; a fork's
+//! inherited history reads through the fork; an erased parent reads as erased; a credential for
+//! another session or tenant gets nothing; a search over a long session answers within its
+//! budget. The client here speaks JSON-RPC over HTTP itself (the Python `mcp` client is tested in
+//! clients/python/tests/test_mcp.py), so every assertion is about the wire.
+
+use anyhow::{Context, Result, bail, ensure};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sessionlog_http::auth::Grant;
+use sessionlog_log::Role;
+use sessionlog_producer::SessionWriter;
+use sessionlog_recovery::{ForkAt, Recovery};
+use sessionlog_schemas::{
+    CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId,
+};
+use sessionlog_tests::auth::{mint, token_with};
+use sessionlog_tests::projector::{event_log, store, wait_caught_up};
+use sessionlog_tests::{ServedProcess, TestStack};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+/// A minimal MCP client over Streamable HTTP: initialize, then requests in that MCP session.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    mcp_session: Option<String>,
+    next_id: u64,
+}
+
+impl Client {
+    async fn connect(base: &str, token: &str) -> Result<Self> {
+        let mut client = Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()?,
+            url: format!("{base}/mcp"),
+            token: token.to_string(),
+            mcp_session: None,
+            next_id: 1,
+        };
+        let init = client
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "sessionlog-tests", "version": "0"},
+                }),
+            )
+            .await?;
+        ensure!(init["serverInfo"]["name"] == "sessionlog-mcp", "{init}");
+        client
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await?;
+        Ok(client)
+    }
+
+    async fn post(
+        &mut self,
+        body: Value,
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, String)> {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&body);
+        if let Some(id) = &self.mcp_session {
+            request = request.header("mcp-session-id", id);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        if let Some(id) = headers.get("mcp-session-id") {
+            self.mcp_session = Some(id.to_str()?.to_string());
+        }
+        Ok((status, headers, response.text().await?))
+    }
+
+    /// The result of a JSON-RPC request (an SSE stream or a JSON body); an error is an Err.
+    async fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let (status, _, text) = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await?;
+        ensure!(status.is_success(), "{method}: {status} {text}");
+        let messages: Vec<Value> = if text.trim_start().starts_with('{') {
+            vec![serde_json::from_str(&text)?]
+        } else {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str(data.trim()).ok())
+                .collect()
+        };
+        let message = messages
+            .into_iter()
+            .find(|m| m["id"] == json!(id))
+            .with_context(|| format!("{method}: no answer in {text}"))?;
+        if let Some(error) = message.get("error") {
+            bail!("{method} failed: {error}");
+        }
+        Ok(message["result"].clone())
+    }
+
+    /// A tool's answer: its JSON text parsed, or Err with the tool's error text.
+    async fn call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
+        let result = self
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await?;
+        let text = result["content"][0]["text"]
+            .as_str()
+            .with_context(|| format!("{tool}: no text in {result}"))?;
+        if result["isError"] == json!(true) {
+            bail!("tool error: {text}");
+        }
+        Ok(serde_json::from_str(text)?)
+    }
+}
+
+fn text(n: u64) -> String {
+    format!("turn number {n} about the harbour")
+}
+
+/// A session with user requests and model responses (seqs 2..=21), a tool call with an
+/// idempotency key and its result (22, 23), and a summary of 2..=7 (24); projected.
+async fn conversation(stack: &TestStack) -> Result<(SessionWriter, u64)> {
+    let log = event_log(stack).await?;
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
+    for n in 2..=21 {
+        let content = Content::plain(text(n));
+        let event = if n % 2 == 0 {
+            SessionEvent::UserRequest { content }
+        } else {
+            SessionEvent::ModelResponse {
+                model: "m".into(),
+                tokens_in: 1,
+                tokens_out: 1,
+                cost_micros: 1,
+                started_at: 0,
+                content,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0,
+                provider: None,
+            }
+        };
+        writer.append(event).await?;
+    }
+    let request = writer
+        .append_with(
+            SessionEvent::ToolCallRequested {
+                tool: "weather".into(),
+                arguments: Content::plain("{\"city\": \"Oslo\"}"),
+                effect: EffectClass::Idempotent,
+                approval_id: None,
+            },
+            None,
+            Some("weather-oslo-1".into()),
+        )
+        .await?;
+    writer
+        .append_with(
+            SessionEvent::ToolCallResult {
+                call_seq: request.envelope.seq,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain("rain in Oslo"),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            },
+            Some(request.envelope.event_id),
+            Some("weather-oslo-1".into()),
+        )
+        .await?;
+    let summary = writer.summarize(2, 7, "m", "the first turns").await?;
+    wait_caught_up(stack, &store(stack).await?, CATCH_UP).await?;
+    Ok((writer, summary.envelope.seq))
+}
+
+fn reader_token(session: SessionId) -> Result<String> {
+    token_with(
+        "model",
+        &[Role::Reader],
+        Some(session),
+        Duration::from_secs(600),
+    )
+}
+
+fn seqs(answer: &Value) -> Vec<u64> {
+    answer["seqs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_narrowed_reader_fetches_what_the_view_left_out() -> Result<()> {
+    let stack = TestStack::new("mcp_tools", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let (writer, summary_seq) = conversation(&stack).await?;
+    let session = writer.session_id();
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    let mut client = Client::connect(&mcp.base, &reader_token(session)?).await?;
+
+    let tools = client.request("tools/list", json!({})).await?;
+    let mut names: Vec<&str> = tools["tools"]
+        .as_array()
+        .context("tools")?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "call_lookup",
+            "history_read",
+            "history_search",
+            "lineage",
+            "summary_expand"
+        ]
+    );
+
+    let read = client
+        .call("history_read", json!({"from_seq": 4, "to_seq": 7}))
+        .await?;
+    assert_eq!(seqs(&read), [4, 5, 6, 7]);
+    assert_eq!(
+        read["events"][0]["event"]["UserRequest"]["content"]["Plain"],
+        text(4)
+    );
+    let users = client
+        .call(
+            "history_read",
+            json!({"kinds": ["UserRequest"], "limit": 3}),
+        )
+        .await?;
+    assert_eq!(seqs(&users), [2, 4, 6]);
+    let next = users["next_cursor"].as_str().context("a next page")?;
+    let more = client
+        .call(
+            "history_read",
+            json!({"kinds": ["UserRequest"], "limit": 3, "cursor": next}),
+        )
+        .await?;
+    assert_eq!(seqs(&more), [8, 10, 12]);
+
+    let found = client
+        .call("history_search", json!({"query": "NUMBER 13 ABOUT"}))
+        .await?;
+    let hits = found["hits"].as_array().context("hits")?;
+    assert_eq!(hits.len(), 1, "{found}");
+    assert_eq!(hits[0]["seq"], 13);
+    assert_eq!(hits[0]["kind"], "ModelResponse");
+    ensure!(
+        hits[0]["snippet"]
+            .as_str()
+            .is_some_and(|s| s.contains("number 13"))
+    );
+    assert_eq!(found["complete"], true);
+    // Newest first, a page at a time, and the pages together are every match.
+    let mut all = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let page = client
+            .call(
+                "history_search",
+                json!({"query": "harbour", "limit": 7, "cursor": cursor}),
+            )
+            .await?;
+        all.extend(
+            page["hits"]
+                .as_array()
+                .context("hits")?
+                .iter()
+                .filter_map(|h| h["seq"].as_u64()),
+        );
+        cursor = page["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(all, (2..=21).rev().collect::<Vec<u64>>());
+
+    let expanded = client
+        .call("summary_expand", json!({"seq": summary_seq}))
+        .await?;
+    assert_eq!(expanded["summary"], "the first turns");
+    assert_eq!(seqs(&expanded["covered"]), [2, 3, 4, 5, 6, 7]);
+    let not_a_summary = client.call("summary_expand", json!({"seq": 3})).await;
+    ensure!(
+        not_a_summary
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not a ContextSummarized")),
+        "{not_a_summary:?}"
+    );
+
+    for by in [
+        json!({"idempotency_key": "weather-oslo-1"}),
+        json!({"seq": 22}),
+        json!({"seq": 23}),
+    ] {
+        let call = client.call("call_lookup", by.clone()).await?;
+        assert_eq!(
+            (call["request_seq"].as_u64(), call["result_seq"].as_u64()),
+            (Some(22), Some(23)),
+            "{by}"
+        );
+        assert_eq!(
+            call["result"]["event"]["ToolCallResult"]["output"]["Plain"],
+            "rain in Oslo"
+        );
+    }
+    let unknown_key = client
+        .call("call_lookup", json!({"idempotency_key": "never-used"}))
+        .await;
+    ensure!(unknown_key.is_err(), "{unknown_key:?}");
+
+    let lineage = client.call("lineage", json!({})).await?;
+    assert_eq!(lineage["session_id"], session.to_string());
+    assert_eq!(lineage["readable"][0]["session_id"], session.to_string());
+
+    // Bad input is the model's to see, as a tool error naming what is accepted.
+    for bad in [
+        json!({"from_seq": 0}),
+        json!({"limit": 5000}),
+        json!({"kinds": ["Nope"]}),
+        json!({"cursor": "made-up"}),
+        json!({"to_seq": 3, "from_seq": 9}),
+    ] {
+        let refused = client.call("history_read", bad.clone()).await;
+        ensure!(refused.is_err(), "{bad}: {refused:?}");
+    }
+    let over = client
+        .call(
+            "history_search",
+            json!({"query": "x", "budget_ms": 999_999}),
+        )
+        .await;
+    ensure!(over.is_err_and(|e| e.to_string().contains("budget_ms")));
+
+    // Resources: the context view, and one event by its URI.
+    let listed = client.request("resources/list", json!({})).await?;
+    let uris: Vec<&str> = listed["resources"]
+        .as_array()
+        .context("resources")?
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    ensure!(
+        uris.contains(&format!("sessionlog://sessions/{session}/context").as_str()),
+        "{uris:?}"
+    );
+    let event = client
+        .request(
+            "resources/read",
+            json!({"uri": format!("sessionlog://sessions/{session}/events/9")}),
+        )
+        .await?;
+    let body: Value = serde_json::from_str(event["contents"][0]["text"].as_str().context("text")?)?;
+    assert_eq!(seqs(&body), [9]);
+    assert_eq!(
+        body["events"][0]["event"]["ModelResponse"]["content"]["Plain"],
+        text(9)
+    );
+    let other = client
+        .request(
+            "resources/read",
+            json!({"uri": format!("sessionlog://sessions/{}/events/1", SessionId::new())}),
+        )
+        .await;
+    ensure!(
+        other.is_err(),
+        "another session's event must not read: {other:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_reader_of_the_session_gets_in_and_a_401_points_at_the_metadata() -> Result<()> {
+    let stack = TestStack::new("mcp_access", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let (writer, _) = conversation(&stack).await?;
+    let session = writer.session_id();
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    let http = reqwest::Client::new();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}});
+    let post = |token: Option<String>| {
+        let mut request = http
+            .post(format!("{}/mcp", mcp.base))
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+
+    let none = post(None).await?;
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    let challenge = none
+        .headers()
+        .get("www-authenticate")
+        .context("a challenge")?
+        .to_str()?
+        .to_string();
+    let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", mcp.base);
+    ensure!(
+        challenge.starts_with("Bearer ")
+            && challenge.contains(&format!("resource_metadata=\"{metadata_url}\"")),
+        "{challenge}"
+    );
+    let metadata: Value = http.get(&metadata_url).send().await?.json().await?;
+    assert_eq!(metadata["resource"], format!("{}/mcp", mcp.base));
+    let bad = post(Some("not-a-token".into())).await?;
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+
+    let refused = |grant: Grant| async move {
+        let response = post(Some(mint(&grant)?)).await?;
+        Ok::<_, anyhow::Error>((response.status(), response.text().await?))
+    };
+    let ten_minutes = Duration::from_secs(600);
+    let narrowed = |roles: &[Role]| Grant {
+        session: Some(session),
+        ..Grant::new("model", roles, ten_minutes)
+    };
+    // A session that does not exist (or is not projected): 404, as for another tenant's.
+    let (status, body) = refused(Grant {
+        session: Some(SessionId::new()),
+        ..Grant::new("model", &[Role::Reader], ten_minutes)
+    })
+    .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = refused(Grant {
+        tenant: Some("someone-else".into()),
+        ..narrowed(&[Role::Reader])
+    })
+    .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another tenant: {body}");
+    let (status, body) = refused(narrowed(&[Role::Harness])).await?;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a harness token: {body}");
+    let (status, body) = refused(Grant::new("model", &[Role::Reader], ten_minutes)).await?;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "unnarrowed, no --session: {body}"
+    );
+    ensure!(body.contains("session_required"), "{body}");
+
+    // A server started for one session: a token narrowed to another (real) session gets 404.
+    let (other, _) = SessionWriter::create(event_log(&stack).await?, "coder", None).await?;
+    wait_caught_up(&stack, &store(&stack).await?, CATCH_UP).await?;
+    let served = served_for(&stack, session).await?;
+    let response = http
+        .post(format!("{}/mcp", served.base))
+        .header("accept", "application/json, text/event-stream")
+        .bearer_auth(reader_token(other.session_id())?)
+        .json(&initialize)
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let mut client = Client::connect(&served.base, &reader_token(session)?).await?;
+    let read = client.call("history_read", json!({"to_seq": 2})).await?;
+    assert_eq!(seqs(&read), [1, 2]);
+    Ok(())
+}
+
+/// `sessionlog mcp --session ID` on a free port.
+async fn served_for(stack: &TestStack, session: SessionId) -> Result<ServedProcess> {
+    let listen = sessionlog_tests::free_address()?;
+    let mut spawn = std::process::Command::new(sessionlog_tests::sessionlog_bin()?);
+    spawn
+        .args([
+            "mcp",
+            "--session",
+            &session.to_string(),
+            "--listen",
+            &listen,
+        ])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let process = sessionlog_tests::ChildGuard(spawn.spawn()?);
+    let base = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    sessionlog_tests::wait_for(
+        "the MCP server to answer /health",
+        Duration::from_secs(60),
+        || {
+            let request = http.get(format!("{base}/health")).send();
+            async move { Ok(request.await.ok().filter(|r| r.status() == 200).map(|_| ())) }
+        },
+    )
+    .await?;
+    Ok(ServedProcess { base, process })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_reads_its_inherited_history_and_an_erased_parent_reads_as_erased() -> Result<()> {
+    let stack = TestStack::new("mcp_fork", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let (parent, _) = conversation(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let fork = recovery
+        .fork(parent.session_id(), ForkAt::Seq(9), "coder")
+        .await?;
+    let child = fork.envelope.session_id;
+    wait_caught_up(&stack, &store(&stack).await?, CATCH_UP).await?;
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    let mut client = Client::connect(&mcp.base, &reader_token(child)?).await?;
+
+    let parent_id = parent.session_id().to_string();
+    let inherited = client
+        .call(
+            "history_read",
+            json!({"session_id": parent_id, "from_seq": 5}),
+        )
+        .await?;
+    assert_eq!(
+        seqs(&inherited),
+        [5, 6, 7, 8, 9],
+        "through the fork point only"
+    );
+    assert_eq!(
+        inherited["events"][0]["event"]["ModelResponse"]["content"]["Plain"],
+        text(5)
+    );
+    let beyond = client
+        .call(
+            "history_read",
+            json!({"session_id": parent_id, "from_seq": 10}),
+        )
+        .await;
+    ensure!(beyond.is_err(), "past the fork point: {beyond:?}");
+    let found = client
+        .call("history_search", json!({"query": "number 7 about"}))
+        .await?;
+    assert_eq!(found["hits"][0]["session_id"], parent_id);
+    assert_eq!(found["hits"][0]["seq"], 7);
+    let none = client
+        .call("history_search", json!({"query": "number 13 about"}))
+        .await?;
+    ensure!(
+        none["hits"].as_array().is_some_and(Vec::is_empty),
+        "13 is past the fork: {none}"
+    );
+    let lineage = client.call("lineage", json!({})).await?;
+    assert_eq!(lineage["readable"][1]["session_id"], parent_id);
+    assert_eq!(lineage["readable"][1]["through_seq"], 9);
+    // A stranger's session is not in reach, whatever the id.
+    let stranger = client
+        .call(
+            "history_read",
+            json!({"session_id": SessionId::new().to_string()}),
+        )
+        .await;
+    ensure!(stranger.is_err());
+
+    recovery
+        .erase(parent.session_id(), "test", "request 4711")
+        .await?;
+    wait_caught_up(&stack, &store(&stack).await?, CATCH_UP).await?;
+    let erased = client
+        .call(
+            "history_read",
+            json!({"session_id": parent_id, "from_seq": 4, "to_seq": 4}),
+        )
+        .await?;
+    assert_eq!(
+        erased["events"][0]["unopened"]["content"], "erased",
+        "{erased}"
+    );
+    ensure!(!erased.to_string().contains("harbour"), "{erased}");
+    let searched = client
+        .call("history_search", json!({"query": "harbour"}))
+        .await?;
+    assert_eq!(searched["erased_sessions"][0], parent_id, "{searched}");
+    ensure!(searched["hits"].as_array().is_some_and(Vec::is_empty));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_search_over_a_long_session_answers_within_its_budget() -> Result<()> {
+    let events: u64 = std::env::var("SESSIONLOG_MCP_SEARCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let stack = TestStack::new("mcp_search", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
+    let mut n = 1;
+    while n < events {
+        let batch: Vec<SessionEvent> = (0..500)
+            .map(|i| SessionEvent::UserRequest {
+                content: Content::plain(format!("line {} of the long session", n + i + 1)),
+            })
+            .collect();
+        n += 500;
+        writer.append_batch(batch).await?;
+    }
+    // The needle is the oldest turn: a search must go through everything to find it.
+    let last = writer.state().last_seq;
+    wait_caught_up(&stack, &store(&stack).await?, Duration::from_secs(900)).await?;
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    let mut client = Client::connect(&mcp.base, &reader_token(writer.session_id())?).await?;
+    let started = Instant::now();
+    let answer = client
+        .call("history_search", json!({"query": "line 2 of the"}))
+        .await?;
+    let took = started.elapsed();
+    // The budget is 1 s; the slack is the HTTP round trip and one read started before it ran
+    // out (it is abandoned, not awaited).
+    ensure!(
+        took < Duration::from_millis(1_500),
+        "took {took:?}: {answer}"
+    );
+    ensure!(
+        answer["elapsed_ms"].as_u64().is_some_and(|ms| ms <= 1_100),
+        "{answer}"
+    );
+    let scanned = answer["events_scanned"].as_u64().context("scanned")?;
+    ensure!(scanned > 0, "{answer}");
+    eprintln!(
+        "searched {scanned} of {last} events in {took:?}: {:.0} events/s",
+        scanned as f64 / took.as_secs_f64()
+    );
+    // Following the cursor reaches the oldest event, and finds it once.
+    let mut cursor = answer["next_cursor"].clone();
+    let mut hits: Vec<u64> = answer["hits"]
+        .as_array()
+        .context("hits")?
+        .iter()
+        .filter_map(|h| h["seq"].as_u64())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !cursor.is_null() {
+        ensure!(
+            Instant::now() < deadline,
+            "the pages did not reach the start"
+        );
+        let page = client
+            .call(
+                "history_search",
+                json!({"query": "line 2 of the", "cursor": cursor, "budget_ms": 5000}),
+            )
+            .await?;
+        hits.extend(
+            page["hits"]
+                .as_array()
+                .context("hits")?
+                .iter()
+                .filter_map(|h| h["seq"].as_u64()),
+        );
+        cursor = page["next_cursor"].clone();
+    }
+    assert_eq!(hits, [2], "only seq 2's text has `line 2 of the`");
+    Ok(())
+}
