@@ -4,7 +4,7 @@ import { after, test } from "node:test";
 import {
   Client, InvalidArgument, InvalidToken, NameTaken, ProblemError, Session, SessionEnded, Unauthenticated, UnknownSession, WrongSeq,
   Fenced, WriterTokenRequired, CallInDoubtConflict, NeedsResolution, Paused, SessionPaused, TransportError, Backpressure,
-  Unavailable, Conflict, ServiceUnavailable, problemError, newSessionId, type HistoryEvent, type Json,
+  Unavailable, Conflict, ServiceUnavailable, awaitProjected, problemError, newSessionId, type HistoryEvent, type Json,
 } from "../src/index.js";
 import { faultyProxy } from "./support/proxy.js";
 import { corner, freePort, run, token } from "./support/stackcorner.js";
@@ -17,15 +17,12 @@ const closers: (() => void)[] = [];
 after(() => closers.forEach((close) => close()));
 
 async function history(sessionId: string, wanted: number): Promise<HistoryEvent[]> {
-  // Range reads serve the projection: wait for it to hold the last event wanted.
-  const end = Date.now() + 30_000;
-  for (;;) {
-    const events: HistoryEvent[] = [];
-    for await (const e of client.events(sessionId)) events.push(e);
-    if (events.length && events[events.length - 1]!.seq >= wanted) return events;
-    if (Date.now() > end) throw new Error(`the projection did not reach seq ${wanted} of ${sessionId}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  // Range reads serve the projection: wait for it to hold the last event wanted (a session it
+  // has not reached yet is unknown to it, which awaitProjected waits out too).
+  await awaitProjected(client, sessionId, wanted);
+  const events: HistoryEvent[] = [];
+  for await (const e of client.events(sessionId)) events.push(e);
+  return events;
 }
 
 test("append, checkpoint and close round trip, in seq order", async () => {
