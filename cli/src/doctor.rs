@@ -606,6 +606,30 @@ async fn cql_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
     let Ok(nodes) = probe.nodes else {
         return found;
     };
+    let mut per_datacenter = BTreeMap::<String, usize>::new();
+    for node in &nodes {
+        let dc = node.datacenter.clone().unwrap_or_default();
+        *per_datacenter.entry(dc).or_default() += 1;
+    }
+    for keyspace in &probe.keyspaces {
+        let Some(replication) = &keyspace.replication else {
+            continue;
+        };
+        for problem in nodes::replication_problems(&keyspace.keyspace, replication, &per_datacenter)
+        {
+            found.problem(
+                "keyspace",
+                problem,
+                format!(
+                    "ALTER KEYSPACE {} WITH replication = {{'class': 'NetworkTopologyStrategy', \
+                     'replication_factor': 3}} (or the node count, if fewer), then `nodetool repair \
+                     --full {}` on every node (docs/operations.md, \"Running a cluster\")",
+                    keyspace.keyspace, keyspace.keyspace
+                ),
+                Status::Failed,
+            );
+        }
+    }
     for node in nodes {
         let role = match &node.datacenter {
             Some(dc) => format!("node ({dc})"),

@@ -38,10 +38,10 @@ pub use lease::Lease;
 pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
-    ApiKey, AuthMode, AuthSettings, CqlSettings, IngestSettings, KafkaSettings, LeaseSettings,
-    PrivacySettings, ProducerSettings, ProjectorSettings, RecoverySettings, RegistrySettings,
-    Resolution, ResolvedSetting, RetentionSettings, Role, Secret, SettingSource, Settings,
-    WakeSettings,
+    ApiKey, AuthMode, AuthSettings, ConsistencyLevel, CqlConsistency, CqlSettings, IngestSettings,
+    KafkaSettings, LeaseSettings, PrivacySettings, ProducerSettings, ProjectorSettings,
+    RecoverySettings, RegistrySettings, Resolution, ResolvedSetting, RetentionSettings, Role,
+    Secret, SerialConsistencyLevel, SettingSource, Settings, WakeSettings,
 };
 pub use tail::{LogTail, Start, TailOptions};
 pub use wake::{Wake, WakeFeed, WakeReason, WakeWriter};

@@ -749,8 +749,12 @@ pub struct CqlSettings {
     pub nodes: String,
     /// The keyspace holding the projections.
     pub keyspace: String,
-    /// Replication factor of the keyspace when our tooling creates it.
-    pub replication_factor: u32,
+    /// Replicas per data center of the keyspaces our tooling creates (the projections and the
+    /// keys); unset, as many as the smallest data center has nodes, at most 3: 1 on a single
+    /// node, 3 on a cluster of three or more. A keyspace that exists keeps its replication.
+    pub replication_factor: Option<u32>,
+    /// The consistency level of each family of statements (`[cql.consistency]`).
+    pub consistency: CqlConsistency,
     /// The CQL role to log in as (`PasswordAuthenticator`); empty logs in as no one.
     pub username: String,
     /// The role's password.
@@ -765,12 +769,71 @@ impl Default for CqlSettings {
         Self {
             nodes: "127.0.0.1:9042".into(),
             keyspace: "sessionlog".into(),
-            replication_factor: 1,
+            replication_factor: None,
+            consistency: CqlConsistency::default(),
             username: String::new(),
             password: Secret::default(),
             tls_ca_file: String::new(),
         }
     }
+}
+
+/// The consistency level of each family of CQL statements. The defaults keep every promise
+/// with one node of three down (replication factor 3): a quorum of the local data center is
+/// two of three replicas, so what a write acknowledged is on a replica every quorum read asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CqlConsistency {
+    /// The projector's writes: the projection rows and, in the same batches, the progress marks
+    /// it resumes from.
+    pub writes: ConsistencyLevel,
+    /// Every read of the projection: recovery's rebuilds, ingest's claims, the commands.
+    pub reads: ConsistencyLevel,
+    /// The key store's and the session names' plain reads and writes.
+    pub keys: ConsistencyLevel,
+    /// The conditional writes (lightweight transactions) of the key store and the names, and
+    /// the reads that must see them: Paxos among the replicas of the local data center
+    /// (`local_serial`) or of every data center (`serial`).
+    pub serial: SerialConsistencyLevel,
+}
+
+impl Default for CqlConsistency {
+    fn default() -> Self {
+        Self {
+            writes: ConsistencyLevel::LocalQuorum,
+            reads: ConsistencyLevel::LocalQuorum,
+            keys: ConsistencyLevel::LocalQuorum,
+            serial: SerialConsistencyLevel::LocalSerial,
+        }
+    }
+}
+
+/// A CQL consistency level, as the settings spell it (`local_quorum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsistencyLevel {
+    /// One replica, any data center.
+    One,
+    /// One replica of the local data center.
+    LocalOne,
+    /// A majority of all replicas.
+    Quorum,
+    /// A majority of the local data center's replicas.
+    LocalQuorum,
+    /// A majority in every data center.
+    EachQuorum,
+    /// Every replica: a single node down fails the statement.
+    All,
+}
+
+/// The consistency of a lightweight transaction's Paxos round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SerialConsistencyLevel {
+    /// A majority of all replicas.
+    Serial,
+    /// A majority of the local data center's replicas.
+    LocalSerial,
 }
 
 impl CqlSettings {

@@ -6,7 +6,7 @@ use crate::statements::{Reads, Writes};
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
-use sessionlog_log::CqlSettings;
+use sessionlog_log::{ConsistencyLevel, CqlConsistency, CqlSettings, SerialConsistencyLevel};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,8 @@ pub struct ProjectionStore {
     pub(crate) writes: Option<Arc<Writes>>,
     /// The names table's statements, prepared on first use ([`Self::names`]).
     pub(crate) names: Arc<tokio::sync::OnceCell<crate::SessionNames>>,
+    /// `[cql.consistency]`, for the statements prepared on first use.
+    pub(crate) consistency: CqlConsistency,
 }
 
 /// The hint of a connect error that is no answer rather than a refusal (`sessionlog`'s exit
@@ -99,10 +101,15 @@ impl ProjectionStore {
         migrations::valid_keyspace_name(&settings.keyspace)?;
         let session = session_for(settings, &[&settings.keyspace]).await?;
         let keyspace = settings.keyspace.clone();
-        migrations::migrate(&session, &keyspace, settings.replication_factor).await?;
+        migrations::migrate(&session, &keyspace, replication_factor(settings, &session)).await?;
         let (reads, writes) = futures::try_join!(
-            Reads::prepare(&session, &keyspace),
-            Writes::prepare(&session, &keyspace, None)
+            Reads::prepare(&session, &keyspace, level(settings.consistency.reads)),
+            Writes::prepare(
+                &session,
+                &keyspace,
+                None,
+                level(settings.consistency.writes)
+            )
         )?;
         Ok(Self {
             session: Arc::new(session),
@@ -110,6 +117,7 @@ impl ProjectionStore {
             reads: Arc::new(reads),
             writes: Some(Arc::new(writes)),
             names: Default::default(),
+            consistency: settings.consistency.clone(),
         })
     }
 
@@ -123,21 +131,24 @@ impl ProjectionStore {
         let session = session_for(settings, &[&settings.keyspace]).await?;
         let keyspace = settings.keyspace.clone();
         migrations::check(&session, &keyspace).await?;
-        let reads = Reads::prepare(&session, &keyspace).await?;
+        let reads = Reads::prepare(&session, &keyspace, level(settings.consistency.reads)).await?;
         Ok(Self {
             session: Arc::new(session),
             keyspace,
             reads: Arc::new(reads),
             writes: None,
             names: Default::default(),
+            consistency: settings.consistency.clone(),
         })
     }
 
     /// This store, writing the rows of ended sessions `USING TTL ttl` seconds (`[retention]
     /// ended_session_ttl_secs`; `None`: they never expire). Prepares the writes again.
     pub async fn with_ended_session_ttl(mut self, ttl: Option<u32>) -> Result<Self> {
-        if self.writes()?.ttl != ttl {
-            let writes = Writes::prepare(&self.session, &self.keyspace, ttl).await?;
+        let current = self.writes()?;
+        if current.ttl != ttl {
+            let writes =
+                Writes::prepare(&self.session, &self.keyspace, ttl, current.consistency).await?;
             self.writes = Some(Arc::new(writes));
         }
         Ok(self)
@@ -213,19 +224,67 @@ impl ProjectionStore {
     }
 }
 
+/// The replication factor a keyspace is created with: `cql.replication_factor` when set, else
+/// as many replicas as the smallest data center of the cluster has nodes, at most three.
+pub(crate) fn replication_factor(settings: &CqlSettings, session: &Session) -> u32 {
+    settings.replication_factor.unwrap_or_else(|| {
+        let state = session.get_cluster_state();
+        let mut per_datacenter = std::collections::BTreeMap::<Option<&str>, usize>::new();
+        for node in state.get_nodes_info() {
+            *per_datacenter
+                .entry(node.datacenter.as_deref())
+                .or_default() += 1;
+        }
+        let smallest = per_datacenter.values().copied().min().unwrap_or(1);
+        u32::try_from(smallest.clamp(1, 3)).unwrap_or(1)
+    })
+}
+
+/// The driver's consistency for a level of the settings.
+pub(crate) fn level(level: ConsistencyLevel) -> scylla::statement::Consistency {
+    use scylla::statement::Consistency;
+    match level {
+        ConsistencyLevel::One => Consistency::One,
+        ConsistencyLevel::LocalOne => Consistency::LocalOne,
+        ConsistencyLevel::Quorum => Consistency::Quorum,
+        ConsistencyLevel::LocalQuorum => Consistency::LocalQuorum,
+        ConsistencyLevel::EachQuorum => Consistency::EachQuorum,
+        ConsistencyLevel::All => Consistency::All,
+    }
+}
+
+/// The driver's serial consistency for a level of the settings.
+pub(crate) fn serial_level(level: SerialConsistencyLevel) -> scylla::statement::SerialConsistency {
+    use scylla::statement::SerialConsistency;
+    match level {
+        SerialConsistencyLevel::Serial => SerialConsistency::Serial,
+        SerialConsistencyLevel::LocalSerial => SerialConsistency::LocalSerial,
+    }
+}
+
+/// The same level as a read's consistency: a read at it sees every conditional write that
+/// completed, and completes one in progress.
+pub(crate) fn serial_read_level(level: SerialConsistencyLevel) -> scylla::statement::Consistency {
+    use scylla::statement::Consistency;
+    match level {
+        SerialConsistencyLevel::Serial => Consistency::Serial,
+        SerialConsistencyLevel::LocalSerial => Consistency::LocalSerial,
+    }
+}
+
 /// Prepares a statement of a table whose rows are written only conditionally (the key store,
-/// the names): at quorum, with serial consistency for the conditional writes; the plain
-/// reads may be retried by the driver, the conditional writes may not.
+/// the names): at `[cql.consistency] keys`, with `serial` for the conditional writes; the
+/// plain reads may be retried by the driver, the conditional writes may not.
 pub(crate) async fn prepare_conditional_table(
     session: &Session,
     cql: String,
     conditional: bool,
+    consistency: &CqlConsistency,
 ) -> Result<scylla::statement::prepared::PreparedStatement> {
-    use scylla::statement::{Consistency, SerialConsistency};
     let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
-    statement.set_consistency(Consistency::Quorum);
+    statement.set_consistency(level(consistency.keys));
     if conditional {
-        statement.set_serial_consistency(Some(SerialConsistency::Serial));
+        statement.set_serial_consistency(Some(serial_level(consistency.serial)));
     } else {
         statement.set_is_idempotent(true);
     }

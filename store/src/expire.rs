@@ -45,6 +45,7 @@ pub(crate) async fn prepare_rewrites(
     session: &Session,
     ks: &str,
     ttl: u32,
+    consistency: scylla::statement::Consistency,
 ) -> Result<Vec<Rewrite>> {
     let mut rewrites = Vec::with_capacity(REWRITTEN.len());
     for (table, offset_timestamps) in REWRITTEN {
@@ -57,11 +58,7 @@ pub(crate) async fn prepare_rewrites(
             format!("USING TTL {ttl}")
         };
         let insert = format!("INSERT INTO {ks}.{table} JSON ? DEFAULT UNSET {using}");
-        let prepare = |cql: String| async move {
-            let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
-            statement.set_is_idempotent(true);
-            Ok::<_, Error>(statement)
-        };
+        let prepare = |cql: String| crate::statements::prepare(session, cql, consistency);
         rewrites.push(Rewrite {
             select: prepare(select).await?,
             insert: prepare(insert).await?,
@@ -110,6 +107,7 @@ impl ProjectionStore {
                     values.push((without_nulls(json)?, timestamp));
                 }
                 batch.set_is_idempotent(true);
+                batch.set_consistency(writes.consistency);
                 let result = if rewrite.offset_timestamps {
                     self.session.batch(&batch, values).await
                 } else {

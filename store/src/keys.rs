@@ -93,16 +93,21 @@ impl KeyTable {
         valid_keyspace_name(&keyspace)?;
         let session = session_for(&settings.cql, &[&keyspace]).await?;
         if create {
-            create_schema(&session, &keyspace, settings.cql.replication_factor).await?;
+            let replicas = crate::connect::replication_factor(&settings.cql, &session);
+            create_schema(&session, &keyspace, replicas).await?;
         } else if !crate::migrations::keyspace_exists(&session, &keyspace).await? {
             return Err(Error::NoKeyspace { keyspace });
         }
-        Self::prepare_statements(session, keyspace).await
+        Self::prepare_statements(session, keyspace, &settings.cql.consistency).await
     }
 
-    async fn prepare_statements(session: Session, keyspace: String) -> Result<Self> {
+    async fn prepare_statements(
+        session: Session,
+        keyspace: String,
+        consistency: &sessionlog_log::CqlConsistency,
+    ) -> Result<Self> {
         let prepare = |cql: String, conditional: bool| {
-            crate::connect::prepare_conditional_table(&session, cql, conditional)
+            crate::connect::prepare_conditional_table(&session, cql, conditional, consistency)
         };
         let ks = &keyspace;
         let columns = "key_version, kek_id, wrapped, created_at_us, destroyed_at_us";

@@ -14,7 +14,6 @@
 use crate::connect::applied;
 use crate::{Error, ProjectionStore, Result};
 use scylla::client::session::Session;
-use scylla::statement::Consistency;
 use scylla::statement::prepared::PreparedStatement;
 use sessionlog_schemas::{SessionId, now_micros};
 use std::sync::Arc;
@@ -44,7 +43,7 @@ impl SessionNames {
         let ks = &store.keyspace;
         let session = &store.session;
         let prepare = |cql: String, conditional: bool| {
-            crate::connect::prepare_conditional_table(session, cql, conditional)
+            crate::connect::prepare_conditional_table(session, cql, conditional, &store.consistency)
         };
         Ok(Self {
             claim: prepare(
@@ -65,7 +64,7 @@ impl SessionNames {
                     false,
                 )
                 .await?;
-                find.set_consistency(Consistency::Serial);
+                find.set_consistency(crate::connect::serial_read_level(store.consistency.serial));
                 find
             },
             release: prepare(

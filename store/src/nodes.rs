@@ -184,3 +184,134 @@ pub async fn replication(
         .map_err(Error::cql("read schema"))?;
     Ok(row.map(|(replication,)| replication))
 }
+
+/// What is wrong with `keyspace`'s `replication` on a cluster with `nodes` nodes per data
+/// center, each as a sentence for an operator; empty when nothing is. A data center with fewer
+/// nodes than the keyspace's replicas there cannot place them (a quorum of them may not
+/// answer); one with fewer replicas than `min(3, nodes)` loses a quorum, or the only copy of a
+/// row, with a single node down.
+pub fn replication_problems(
+    keyspace: &str,
+    replication: &BTreeMap<String, String>,
+    nodes: &BTreeMap<String, usize>,
+) -> Vec<String> {
+    let simple = replication
+        .get("class")
+        .is_some_and(|c| c.ends_with("SimpleStrategy"));
+    // SimpleStrategy places its replicas on the ring whatever the data center: count them all.
+    let factors: Vec<(String, usize, usize)> = if simple {
+        let factor = replication
+            .get("replication_factor")
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(0);
+        vec![("the cluster".into(), factor, nodes.values().sum())]
+    } else {
+        replication
+            .iter()
+            .filter(|(key, _)| key.as_str() != "class")
+            .filter_map(|(dc, factor)| {
+                let factor = factor.parse().ok()?;
+                Some((
+                    format!("data center {dc}"),
+                    factor,
+                    nodes.get(dc).copied().unwrap_or(0),
+                ))
+            })
+            .collect()
+    };
+    let mut problems = Vec::new();
+    for (place, factor, count) in factors {
+        let quorum = factor / 2 + 1;
+        if factor > count {
+            let consequence = if quorum > count {
+                format!(
+                    "a quorum ({quorum}) cannot answer, so every read and write at quorum fails"
+                )
+            } else {
+                "replicas go unplaced and a node down leaves no quorum".into()
+            };
+            problems.push(format!(
+                "keyspace {keyspace} keeps {factor} replicas in {place}, which has {count} \
+                 node(s): {consequence}"
+            ));
+        } else if factor < count.min(3) {
+            let consequence = if factor == 1 {
+                "the rows that node holds cannot be read or written".to_string()
+            } else {
+                format!("a quorum ({quorum}) of {factor} may not answer")
+            };
+            problems.push(format!(
+                "keyspace {keyspace} keeps {factor} replica(s) in {place} of {count} nodes: with \
+                 one node down, {consequence}"
+            ));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replication_problems;
+    use std::collections::BTreeMap;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn nodes(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    const NTS: &str = "org.apache.cassandra.locator.NetworkTopologyStrategy";
+
+    #[test]
+    fn three_replicas_on_three_nodes_and_one_on_one_are_fine() {
+        let three = map(&[("class", NTS), ("datacenter1", "3")]);
+        assert!(replication_problems("ks", &three, &nodes(&[("datacenter1", 3)])).is_empty());
+        assert!(replication_problems("ks", &three, &nodes(&[("datacenter1", 5)])).is_empty());
+        let one = map(&[("class", NTS), ("datacenter1", "1")]);
+        assert!(replication_problems("ks", &one, &nodes(&[("datacenter1", 1)])).is_empty());
+    }
+
+    #[test]
+    fn one_replica_on_a_cluster_of_three_is_named() {
+        let one = map(&[("class", NTS), ("datacenter1", "1")]);
+        let problems = replication_problems("ks", &one, &nodes(&[("datacenter1", 3)]));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("1 replica(s) in data center datacenter1 of 3 nodes"));
+    }
+
+    #[test]
+    fn more_replicas_than_nodes_say_the_quorum_fails() {
+        let three = map(&[("class", NTS), ("datacenter1", "3")]);
+        let problems = replication_problems("ks", &three, &nodes(&[("datacenter1", 1)]));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("a quorum (2) cannot answer"),
+            "{problems:?}"
+        );
+        // A data center the cluster does not have holds none of them.
+        let elsewhere = map(&[("class", NTS), ("dc2", "3")]);
+        assert_eq!(
+            replication_problems("ks", &elsewhere, &nodes(&[("datacenter1", 3)])).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn simple_strategy_counts_every_node() {
+        let simple = map(&[
+            ("class", "org.apache.cassandra.locator.SimpleStrategy"),
+            ("replication_factor", "2"),
+        ]);
+        let problems = replication_problems("ks", &simple, &nodes(&[("a", 2), ("b", 1)]));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("a quorum (2) of 2 may not answer"),
+            "{problems:?}"
+        );
+    }
+}

@@ -4,14 +4,20 @@
 use crate::rows::{CqlRow, Table};
 use crate::{Error, Result};
 use scylla::client::session::Session;
+use scylla::statement::Consistency;
 use scylla::statement::prepared::PreparedStatement;
 use sessionlog_session::DUPLICATE_WINDOW;
 
-async fn prepare(session: &Session, cql: String) -> Result<PreparedStatement> {
+pub(crate) async fn prepare(
+    session: &Session,
+    cql: String,
+    consistency: Consistency,
+) -> Result<PreparedStatement> {
     let mut statement = session.prepare(cql).await.map_err(Error::cql("prepare"))?;
     // Every statement is a read, or a write keyed by position or (session, seq): repeating it
     // is harmless, so the driver may retry it.
     statement.set_is_idempotent(true);
+    statement.set_consistency(consistency);
     Ok(statement)
 }
 
@@ -44,8 +50,9 @@ pub(crate) struct Reads {
 }
 
 impl Reads {
-    pub async fn prepare(session: &Session, ks: &str) -> Result<Self> {
-        let p = |cql: String| prepare(session, cql);
+    /// Prepares every read at `consistency` (`[cql.consistency] reads`).
+    pub async fn prepare(session: &Session, ks: &str, consistency: Consistency) -> Result<Self> {
+        let p = |cql: String| prepare(session, cql, consistency);
         Ok(Self {
             load_session: p(format!(
                 "SELECT state_json, log_partition, applied_offset, last_model_seq FROM {ks}.sessions
@@ -264,6 +271,8 @@ pub(crate) struct Writes {
     pub ttl: Option<u32>,
     /// With a TTL: how an ended session's earlier rows are written again with it.
     pub rewrites: Vec<crate::expire::Rewrite>,
+    /// Every write's and batch's consistency (`[cql.consistency] writes`).
+    pub consistency: Consistency,
 }
 
 impl Writes {
@@ -280,22 +289,27 @@ impl Writes {
         }
     }
 
-    pub async fn prepare(session: &Session, ks: &str, ttl: Option<u32>) -> Result<Self> {
+    pub async fn prepare(
+        session: &Session,
+        ks: &str,
+        ttl: Option<u32>,
+        consistency: Consistency,
+    ) -> Result<Self> {
         let statements = futures::future::try_join_all(
-            Table::ALL.map(|table| prepare(session, write_cql(table, ks))),
+            Table::ALL.map(|table| prepare(session, write_cql(table, ks), consistency)),
         )
         .await?;
         let expiring = futures::future::try_join_all(Table::ALL.map(|table| async move {
             match ttl {
                 Some(ttl) if table.expires() => Ok(Some(
-                    prepare(session, with_ttl(&write_cql(table, ks), ttl)).await?,
+                    prepare(session, with_ttl(&write_cql(table, ks), ttl), consistency).await?,
                 )),
                 _ => Ok::<_, Error>(None),
             }
         }))
         .await?;
         let rewrites = match ttl {
-            Some(ttl) => crate::expire::prepare_rewrites(session, ks, ttl).await?,
+            Some(ttl) => crate::expire::prepare_rewrites(session, ks, ttl, consistency).await?,
             None => Vec::new(),
         };
         Ok(Self {
@@ -303,6 +317,7 @@ impl Writes {
             expiring,
             ttl,
             rewrites,
+            consistency,
         })
     }
 }

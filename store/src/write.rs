@@ -132,6 +132,7 @@ impl ProjectionStore {
         }
         let mut batch = Batch::new_with_statements(kind, statements);
         batch.set_is_idempotent(true);
+        batch.set_consistency(writes.consistency);
         let values: Vec<&(dyn SerializeRow + Send + Sync)> =
             rows.map(|row| row.values.as_ref()).collect();
         self.session

@@ -70,7 +70,13 @@ async fn an_outdated_keyspace_is_refused_by_readers_and_upgraded_by_writers() ->
     // A keyspace as the previous build left it: migrations 1 to 3.
     let mut old = stack.settings.cql.clone();
     old.keyspace = format!("{}_v3", old.keyspace);
-    migrations::migrate_through(probe.cql(), &old.keyspace, old.replication_factor, 3).await?;
+    migrations::migrate_through(
+        probe.cql(),
+        &old.keyspace,
+        old.replication_factor.unwrap_or(1),
+        3,
+    )
+    .await?;
     match ProjectionStore::open(&old).await {
         Err(Error::SchemaBehind { found, wanted, .. }) => {
             assert_eq!((found, wanted), (3, migrations::latest_version()));
@@ -145,7 +151,13 @@ async fn new_keyspaces_use_network_topology_and_an_older_simple_strategy_one_sti
             (),
         )
         .await?;
-    migrations::migrate_through(probe.cql(), &old.keyspace, old.replication_factor, 3).await?;
+    migrations::migrate_through(
+        probe.cql(),
+        &old.keyspace,
+        old.replication_factor.unwrap_or(1),
+        3,
+    )
+    .await?;
     ProjectionStore::migrate(&old).await?;
     ProjectionStore::migrate(&old).await?;
     let upgraded = ProjectionStore::open(&old).await?;
