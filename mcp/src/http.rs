@@ -85,7 +85,9 @@ pub fn router(reader: Reader, access: Access, options: HttpOptions) -> Router {
     Router::new()
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{MCP_PATH}"), get(metadata))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(ready))
+        .route("/health/ready", get(ready))
+        .route("/health/live", get(|| async { "live" }))
         .with_state(gate)
         .merge(mcp)
 }
@@ -117,6 +119,17 @@ async fn metadata(State(gate): State<Arc<Gate>>) -> Response {
         document["authorization_servers"] = gate.options.authorization_servers.clone().into();
     }
     axum::Json(document).into_response()
+}
+
+/// Ready while the servers every read needs answer (Kafka, the registry, the store): the
+/// recovery library's checks.
+async fn ready(State(gate): State<Arc<Gate>>) -> Response {
+    gate.reader
+        .recovery()
+        .readiness()
+        .answer()
+        .await
+        .into_response()
 }
 
 /// The access check in front of `/mcp`.

@@ -600,12 +600,12 @@ async fn a_search_over_a_long_session_answers_within_its_budget() -> Result<()> 
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
     let mut n = 1;
     while n < events {
-        let batch: Vec<SessionEvent> = (0..500)
+        let batch: Vec<SessionEvent> = (0..128)
             .map(|i| SessionEvent::UserRequest {
                 content: Content::plain(format!("line {} of the long session", n + i + 1)),
             })
             .collect();
-        n += 500;
+        n += 128;
         writer.append_batch(batch).await?;
     }
     // The needle is the oldest turn: a search must go through everything to find it.

@@ -1,0 +1,111 @@
+"""`sessionlog mcp` through the official Python MCP client (`mcp`), over Streamable HTTP with a
+reader token narrowed to the session: it lists the tools and calls every one, reads the context
+view and a left-out turn as resources, and a token for another session gets nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import mcp
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+import sessionlog
+from sessionlog.session import model_response, user_request
+from stackcorner import StackCorner
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def mcp_url(corner: StackCorner) -> Iterator[str]:
+    """A `sessionlog mcp` server on the run's corner (no --session: each token names its own)."""
+    yield corner.serve("mcp") + "/mcp"
+
+
+@pytest.fixture(scope="module")
+def conversation(corner: StackCorner, token: str) -> str:
+    """A session of ten turns, a tool call with its result and a summary of seqs 2..=5."""
+    client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token)
+    session = sessionlog.Session.start(client, "py-mcp", "mcp test")
+    for n in range(2, 12):
+        session.append(user_request(f"question {n} about tides") if n % 2 == 0 else model_response("m", f"answer {n} about tides"))
+    call = session.tool_call("tides", '{"port": "Bergen"}', effect="Idempotent", idempotency_key="tides-bergen")
+    session.tool_result(call, "high water at 14:02")
+    summary = session.append(("ContextSummarized", {"first_seq": 2, "last_seq": 5, "summarized_by": "m", "summary": {"Plain": "the early questions"}}, {}))
+    session.wait_projected(summary.seq)
+    return session.session_id
+
+
+def text(result: mcp.types.CallToolResult) -> Any:
+    assert not result.is_error, result.content
+    block = result.content[0]
+    assert isinstance(block, mcp.types.TextContent)
+    return json.loads(block.text)
+
+
+async def test_a_narrowed_reader_calls_every_tool_and_reads_the_left_out_turns(
+    corner: StackCorner, mcp_url: str, conversation: str
+) -> None:
+    token = corner.token("reader", session=conversation)
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        async with streamable_http_client(mcp_url, http_client=http) as streams:
+            read_stream, write_stream = streams[0], streams[1]
+            async with mcp.ClientSession(read_stream, write_stream) as client:
+                info = await client.initialize()
+                assert info.server_info.name == "sessionlog-mcp"
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+                assert tools == {"history_read", "history_search", "summary_expand", "call_lookup", "lineage"}
+
+                read = text(await client.call_tool("history_read", {"from_seq": 2, "to_seq": 4}))
+                assert read["seqs"] == [2, 3, 4]
+                assert read["events"][0]["event"]["UserRequest"]["content"]["Plain"] == "question 2 about tides"
+
+                found = text(await client.call_tool("history_search", {"query": "ANSWER 7"}))
+                assert [(h["seq"], h["kind"]) for h in found["hits"]] == [(7, "ModelResponse")]
+                assert "answer 7 about tides" in found["hits"][0]["snippet"]
+
+                expanded = text(await client.call_tool("summary_expand", {"seq": 14}))
+                assert expanded["summary"] == "the early questions"
+                assert expanded["covered"]["seqs"] == [2, 3, 4, 5]
+
+                call = text(await client.call_tool("call_lookup", {"idempotency_key": "tides-bergen"}))
+                assert (call["request_seq"], call["result_seq"]) == (12, 13)
+                assert call["result"]["event"]["ToolCallResult"]["output"]["Plain"] == "high water at 14:02"
+
+                lineage = text(await client.call_tool("lineage", {}))
+                assert lineage["session_id"] == conversation and lineage["ancestors"] == []
+
+                refused = await client.call_tool("history_read", {"limit": 0})
+                assert refused.is_error
+
+                resources = {r.uri: r for r in (await client.list_resources()).resources}
+                context_uri = f"sessionlog://sessions/{conversation}/context"
+                assert context_uri in {str(uri) for uri in resources}
+                turn = await client.read_resource(f"sessionlog://sessions/{conversation}/events/3")
+                content = turn.contents[0]
+                assert isinstance(content, mcp.types.TextResourceContents)
+                assert json.loads(content.text)["events"][0]["event"]["ModelResponse"]["content"]["Plain"] == "answer 3 about tides"
+
+
+async def test_a_token_for_another_session_or_none_gets_nothing(corner: StackCorner, mcp_url: str, conversation: str) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    none = httpx.post(mcp_url, json=initialize, headers=headers)
+    assert none.status_code == 401
+    assert "resource_metadata=" in none.headers["www-authenticate"]
+    other = corner.token("reader", session="0190c6e2-5b7a-7c3e-9f00-1a2b3c4d5e6f")
+    answer = httpx.post(mcp_url, json=initialize, headers={**headers, "Authorization": f"Bearer {other}"})
+    assert answer.status_code == 404, answer.text
+    tenant = corner.token("reader", session=conversation, tenant="another-tenant")
+    answer = httpx.post(mcp_url, json=initialize, headers={**headers, "Authorization": f"Bearer {tenant}"})
+    assert answer.status_code == 404, answer.text
