@@ -13,6 +13,14 @@ acknowledged events lost 0, events accepted twice 0, side effects repeated 0, th
 equal to a clean replay of the log (`sessionlog replay` into a fresh keyspace, then `verify`), and
 dead letters exactly the records it injected. It prints the figures as a table and exits 1 when
 an invariant fails.
+
+With ``--cluster`` (`scripts/soak --cluster`, on a stack of three Kafka brokers and three
+Cassandra nodes) the faults are the cluster's instead, one of each per round: a CQL node killed
+with SIGKILL and kept down ``--fault-secs``, a CQL node frozen with SIGSTOP (as a partition
+looks to its peers) for as long, and a Kafka broker killed together with a CQL node. During each
+fault a session of its own is erased; after the node is back, its data key must read as
+destroyed at consistency ALL (every replica, the returned one included), and the projectors'
+lag must come back within ``--lag-back-secs``.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ TOOL = "soak_charge"
 #: What the soak kills, one of each per round.
 KINDS = ("broker", "projector", "ingest", "recovery", "cassandra", "registry", "harness")
 BROKERS = ("kafka", "kafka-2", "kafka-3")
+#: What the soak does to a cluster (--cluster), one of each per round.
+CLUSTER_KINDS = ("cql_node_killed", "cql_node_frozen", "broker_and_cql_node_killed")
+CQL_NODES = ("cassandra", "cassandra-2", "cassandra-3")
 
 
 @dataclass
@@ -94,10 +105,53 @@ class Soak:
     lag_polls: int = 0
     harness_exits: int = 0
     stopping: threading.Event = field(default_factory=threading.Event)
+    #: --cluster: how long each fault lasts, and the sessions erased during one, with the fault.
+    fault_secs: float = 60.0
+    erasure_probes: list[str] = field(default_factory=list)
+    erased: list[tuple[str, str]] = field(default_factory=list)
+    #: --cluster: seconds from each fault's end until the lag was back where it was before it.
+    lag_back: list[float] = field(default_factory=list)
 
     def stack(self, *args: str) -> None:
         """Runs `scripts/stack ARGS` on the soak's own stack (its environment names it)."""
         subprocess.run([str(REPO / "scripts" / "stack"), *args], check=True, stdout=subprocess.DEVNULL)
+
+    def fault(self, kind: str) -> str:
+        """Injects one cluster fault of ``kind`` for ``fault_secs``, erasing a session meanwhile,
+        then ends it and waits until the lag is back; what it did."""
+        started = time.monotonic()
+        node = self.rng.choice(CQL_NODES)
+        before = self.lag()
+        if kind == "cql_node_frozen":
+            victims = [node]
+            self.stack("freeze", node)
+        else:
+            victims = [node] if kind == "cql_node_killed" else [self.rng.choice(BROKERS), node]
+            for victim in victims:
+                self.stack("kill", victim)
+        if self.erasure_probes:
+            session = self.erasure_probes.pop()
+            # Erasing needs the key store's quorum (two of three replicas) and the log.
+            self.corner.run("erase", session, "--reason", f"soak: erased while {'+'.join(victims)} down")
+            self.erased.append((session, kind))
+        # The fault's length is what is being injected, not a wait for something to happen.
+        time.sleep(self.fault_secs)
+        if kind == "cql_node_frozen":
+            self.stack("thaw", node)
+        else:
+            for victim in victims:
+                self.stack("start", victim)
+        back = time.monotonic()
+        settled = max(before or 0, 50)
+        def settled_back() -> bool | None:
+            lag = self.lag()
+            return True if lag is not None and lag <= settled else None
+
+        wait_for(f"the lag back to {settled} after {kind}", 600, settled_back)
+        self.lag_back.append(time.monotonic() - back)
+        self.kills[kind] += 1
+        self.downtime.setdefault(kind, []).append(time.monotonic() - started)
+        return "+".join(victims)
 
     def kill_one(self, kind: str) -> str:
         """Kills one process of ``kind`` with SIGKILL and starts it again; what it killed."""
@@ -207,7 +261,23 @@ def check(soak: Soak, counter: Counter, token: str) -> list[tuple[str, int | str
         env=corner.env, capture_output=True, text=True, timeout=600,
     )
     origins = dead_letter_origins(corner)
-    return [
+    erasures: list[tuple[str, int | str, bool]] = []
+    if soak.erased:
+        # Read at ALL: every replica answers, the one that was down (or frozen) during the erasure
+        # too, and the newest write wins: a destroyed key reads destroyed only if no replica
+        # brings the old one back.
+        everywhere = dict(corner.env, SESSIONLOG_CQL__CONSISTENCY__KEYS="all")
+        destroyed = 0
+        for session, _ in soak.erased:
+            done = subprocess.run(
+                [sessionlog_bin(), "--json", "erase", session, "--status"],
+                env=everywhere, capture_output=True, text=True, timeout=120,
+            )
+            if done.returncode == 0 and json.loads(done.stdout).get("data_key") == "destroyed":
+                destroyed += 1
+        erasures.append(("keys erased during a fault, destroyed at ALL after", f"{destroyed} / {len(soak.erased)}",
+                         destroyed == len(soak.erased)))
+    return [*erasures,
         ("acknowledged events", len(acks), True),
         ("acknowledged events lost", lost, lost == 0),
         ("events accepted twice", twice, twice == 0),
@@ -239,7 +309,17 @@ def run(
             "--state", str(args.workdir / f"{name}.session"), "--acks", str(args.workdir / f"{name}.acks"),
         ]
         harnesses.append(HarnessProcess(name, args.workdir / f"{name}.session", args.workdir / f"{name}.acks", command))
-    soak = Soak(corner, harnesses, rng)
+    soak = Soak(corner, harnesses, rng, fault_secs=args.fault_secs)
+    kinds = CLUSTER_KINDS if args.cluster else KINDS
+    if args.cluster:
+        # A session to erase during each fault: written and closed now, its texts sealed under
+        # its own data key.
+        client = sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token, retry_for=120.0)
+        for n in range(len(CLUSTER_KINDS) * max(1, int(args.minutes))):
+            probe = sessionlog.Session.start(client, "soak-erasure", f"erasure probe {n}")
+            probe.user_request(f"a secret the erasure must destroy ({n})")
+            probe.close("Completed")
+            soak.erasure_probes.append(probe.session_id)
     for harness in harnesses:
         harness.start()
     watcher = threading.Thread(target=soak.watch_lag, daemon=True)
@@ -249,7 +329,8 @@ def run(
     end = started + args.minutes * 60
     injections = sorted(started + (end - started) * f for f in (0.2, 0.5, 0.8))
     bag: list[str] = []
-    next_kill = started + rng.uniform(20, 40)
+    spacing = (10, 20) if args.cluster else (20, 40)
+    next_kill = started + rng.uniform(*spacing)
     while time.monotonic() < end:
         soak.keep_harnesses_running()
         now = time.monotonic()
@@ -259,14 +340,15 @@ def run(
             print(f"[soak] {now - started:6.0f}s injected an undecodable record", flush=True)
         if now >= next_kill:
             if not bag:
-                bag = list(KINDS)
+                bag = list(kinds)
                 rng.shuffle(bag)
             kind = bag.pop()
-            victim = soak.kill_one(kind)
+            victim = soak.fault(kind) if args.cluster else soak.kill_one(kind)
             events = len(read_acks(harnesses))
-            print(f"[soak] {now - started:6.0f}s killed {victim} ({kind}), back after "
-                  f"{soak.downtime[kind][-1]:.1f}s; {events} events acknowledged so far", flush=True)
-            next_kill = time.monotonic() + rng.uniform(20, 40)
+            lag_back = f", lag back {soak.lag_back[-1]:.1f}s after" if args.cluster else ""
+            print(f"[soak] {now - started:6.0f}s {kind}: {victim}, back after "
+                  f"{soak.downtime[kind][-1]:.1f}s{lag_back}; {events} events acknowledged so far", flush=True)
+            next_kill = time.monotonic() + rng.uniform(*spacing)
         # Cadence of the control loop, not a wait for anything to happen.
         time.sleep(0.5)
     for harness in harnesses:
@@ -285,11 +367,16 @@ def main() -> int:
     parser.add_argument("--harnesses", type=int, default=6)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--cluster", action="store_true", help="the cluster's faults (three CQL nodes)")
+    parser.add_argument("--fault-secs", type=float, default=60, help="--cluster: how long each fault lasts")
+    parser.add_argument("--lag-back-secs", type=float, default=120,
+                        help="--cluster: the lag must be back within this after each fault")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    print(f"[soak] seed {seed}, {args.minutes:g} min, {args.harnesses} harnesses, work dir {args.workdir}", flush=True)
+    shape = f", cluster faults of {args.fault_secs:g}s" if args.cluster else ""
+    print(f"[soak] seed {seed}, {args.minutes:g} min, {args.harnesses} harnesses{shape}, work dir {args.workdir}", flush=True)
 
     # A TERM (Ctrl-C, a CI timeout) still stops every process this soak started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -305,7 +392,7 @@ def main() -> int:
         corner.stop()
         server.shutdown()
 
-    kills = ", ".join(f"{k} {soak.kills[k]}" for k in KINDS)
+    kills = ", ".join(f"{k} {soak.kills[k]}" for k in (CLUSTER_KINDS if args.cluster else KINDS))
     back = ", ".join(f"{k} {max(v):.0f}s" for k, v in sorted(soak.downtime.items()))
     said = Tally[str]()
     errors = Tally[str]()
@@ -323,6 +410,10 @@ def main() -> int:
         ("harness retries after an error", f"{said['retry']} ({', '.join(f'{k} {v}' for k, v in errors.most_common()) or '-'})"),
         ("max projector lag (events)", f"{soak.max_lag} over {soak.lag_polls} polls"),
     ]
+    if args.cluster:
+        slowest = max(soak.lag_back, default=0.0)
+        results.append((f"lag back after a fault (max, goal {args.lag_back_secs:g}s)", f"{slowest:.1f}s",
+                        bool(soak.lag_back) and slowest <= args.lag_back_secs))
     rows += [(name, f"{figure} {'ok' if ok else 'FAILED'}" if name not in ("acknowledged events", "side effects") else str(figure)) for name, figure, ok in results]
     print(table(rows))
     return 0 if all(ok for _, _, ok in results) else 1
