@@ -666,3 +666,107 @@ async fn a_search_over_a_long_session_answers_within_its_budget() -> Result<()> 
     assert_eq!(hits, [2], "only seq 2's text has `line 2 of the`");
     Ok(())
 }
+
+/// The scenarios of the official MCP conformance suite (0.1.16) that apply to this server: the
+/// handshake, ping, listing, the Streamable HTTP transport and DNS-rebinding protection. The
+/// others call the suite's own fixture (its `test_*` tools and `test://` resources, prompts,
+/// sampling, elicitation) or capabilities this server does not advertise (logging,
+/// completions), which it rightly answers -32601 (method not found).
+const CONFORMANCE_SCENARIOS: [&str; 7] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "resources-list",
+    "server-sse-polling",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "run by scripts/test's MCP conformance step (needs tests/mcp-conformance's npm packages)"]
+async fn the_official_conformance_suite_passes() -> Result<()> {
+    let modules = sessionlog_tests::repo_root().join("tests/mcp-conformance/node_modules/.bin");
+    ensure!(
+        modules.join("conformance").exists(),
+        "{} is missing: run `npm ci` in tests/mcp-conformance (scripts/test does)",
+        modules.display()
+    );
+    let stack = TestStack::new("mcp_conformance", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let (writer, _) = conversation(&stack).await?;
+    // The suite's client sends no credential: this server runs with authentication explicitly
+    // disabled, for the one session it serves.
+    let listen = sessionlog_tests::free_address()?;
+    let mut spawn = std::process::Command::new(sessionlog_tests::sessionlog_bin()?);
+    spawn
+        .args([
+            "mcp",
+            "--session",
+            &writer.session_id().to_string(),
+            "--listen",
+            &listen,
+        ])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .env("SESSIONLOG_AUTH__MODE", "disabled")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let _process = sessionlog_tests::ChildGuard(spawn.spawn()?);
+    let base = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    sessionlog_tests::wait_for(
+        "the MCP server to answer /health",
+        Duration::from_secs(60),
+        || {
+            let request = http.get(format!("{base}/health")).send();
+            async move { Ok(request.await.ok().filter(|r| r.status() == 200).map(|_| ())) }
+        },
+    )
+    .await?;
+    let path = format!(
+        "{}:{}",
+        modules.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut failed = Vec::new();
+    for scenario in CONFORMANCE_SCENARIOS {
+        let out = tokio::process::Command::new(modules.join("conformance"))
+            .args([
+                "server",
+                "--url",
+                &format!("{base}/mcp"),
+                "--scenario",
+                scenario,
+            ])
+            .env("PATH", &path)
+            .output()
+            .await
+            .context("running the conformance suite")?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // The suite's own summary of the scenario, for scripts/test to print.
+        let summary: Vec<&str> = stdout
+            .lines()
+            .filter(|l| {
+                l.contains("Passed")
+                    || l.contains("Failed")
+                    || l.contains("passed")
+                    || l.contains("failed")
+            })
+            .collect();
+        println!("[mcp-conformance] {scenario}: {}", summary.join(" | "));
+        if !out.status.success() {
+            println!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+            failed.push(scenario);
+        }
+    }
+    println!(
+        "[mcp-conformance] {} passed, {} failed",
+        CONFORMANCE_SCENARIOS.len() - failed.len(),
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "conformance scenarios failed: {failed:?}"
+    );
+    Ok(())
+}
