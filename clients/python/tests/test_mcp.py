@@ -109,3 +109,33 @@ async def test_a_token_for_another_session_or_none_gets_nothing(corner: StackCor
     tenant = corner.token("reader", session=conversation, tenant="another-tenant")
     answer = httpx.post(mcp_url, json=initialize, headers={**headers, "Authorization": f"Bearer {tenant}"})
     assert answer.status_code == 404, answer.text
+
+
+async def test_an_agent_fetches_a_turn_its_view_left_out_into_its_next_model_call(
+    corner: StackCorner, mcp_url: str, conversation: str
+) -> None:
+    """The example wiring of docs/harnesses.md: an OpenAI Agents SDK agent given the MCP server
+    (a scripted model, no network) asks for seq 3, which the summary stands in for; the turn's
+    text is in the input of its next model call."""
+    from agents import Agent, RunConfig, Runner
+    from agents.mcp import MCPServerStreamableHttp
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    token = corner.token("reader", session=conversation)
+    model = ScriptedModel(
+        [
+            [function_call("history_read", {"from_seq": 3, "to_seq": 3}, call_id="call-fetch-3")],
+            [assistant_message("The answer was about tides.")],
+        ]
+    )
+    history = MCPServerStreamableHttp(
+        params={"url": mcp_url, "headers": {"Authorization": f"Bearer {token}"}}, client_session_timeout_seconds=30
+    )
+    async with history:
+        agent = Agent(name="coder", instructions="Fetch what you need.", model=model, mcp_servers=[history])
+        result = await Runner.run(agent, "What did you answer at seq 3?", run_config=RunConfig(tracing_disabled=True))
+    assert result.final_output == "The answer was about tides."
+    model.assert_complete()
+    fetched = json.dumps(model.calls[1].input, default=str)
+    assert "answer 3 about tides" in fetched, fetched
+    assert "answer 3 about tides" not in json.dumps(model.calls[0].input, default=str)
