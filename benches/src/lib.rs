@@ -9,6 +9,7 @@
 pub mod claim;
 pub mod export;
 pub mod ingest;
+pub mod mcp;
 pub mod producer;
 pub mod projector;
 pub mod recovery;

@@ -7,8 +7,8 @@
 
 use clap::{Parser, Subcommand};
 use sessionlog_benches::{
-    claim, export, ingest, producer, projector, recovery, rejoin, resume, span_tenant, trace_read,
-    wake,
+    claim, export, ingest, mcp, producer, projector, recovery, rejoin, resume, span_tenant,
+    trace_read, wake,
 };
 
 /// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
@@ -31,6 +31,7 @@ enum Bench {
     Claim(claim::Args),
     Export(export::Args),
     Ingest(ingest::Args),
+    Mcp(mcp::Args),
     Producer(producer::Args),
     Projector(projector::Args),
     Recovery(recovery::Args),
@@ -47,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
         Bench::Claim(args) => claim::run(args).await,
         Bench::Export(args) => export::run(args).await,
         Bench::Ingest(args) => ingest::run(args).await,
+        Bench::Mcp(args) => mcp::run(args).await,
         Bench::Producer(args) => producer::run(args).await,
         Bench::Projector(args) => projector::run(args).await,
         Bench::Recovery(args) => recovery::run(args).await,
