@@ -21,6 +21,12 @@
 //! spent by this process (the load generator, and on the acked side the library), the ingest
 //! instances, the brokers (the native stack's, from `$SESSIONLOG_STACK_DIR/run`) and everything
 //! else on the machine, and how busy the machine was.
+//!
+//! With `--url` the bench drives ingest instances something else started (a token with the
+//! harness role in `$SESSIONLOG_TOKEN`), HTTP side only: no run topic, no acked side. It is how
+//! another client's bench compares itself with this load generator against the same ingest
+//! (clients/typescript/scripts/bench); `--seconds` then makes each round a closed loop of a fixed
+//! length instead of a fixed count of events.
 
 use crate::cpu::{Meter, Used};
 use crate::{Latencies, ServiceRun, Spread, Watched, free_address, print_table};
@@ -65,6 +71,14 @@ pub struct Args {
     /// Keep the run's topic and keyspace.
     #[arg(long)]
     keep: bool,
+    /// Drive these running ingest instances (base URLs) instead of starting any: HTTP side only,
+    /// with the token in `$SESSIONLOG_TOKEN`.
+    #[arg(long)]
+    url: Vec<String>,
+    /// With `--url`: each round is a closed loop of this many seconds (every session sends until
+    /// then) instead of `--events` events a session.
+    #[arg(long, requires = "url", conflicts_with = "rate")]
+    seconds: Option<f64>,
 }
 
 /// One side's figures in one round.
@@ -139,6 +153,9 @@ async fn wait_due(start: Instant, due: Option<Duration>) -> Instant {
 pub async fn run(args: Args) -> Result<()> {
     if args.sessions == 0 || args.rounds == 0 || args.instances == 0 {
         bail!("--sessions, --rounds and --instances must be at least 1");
+    }
+    if !args.url.is_empty() {
+        return run_external(args).await;
     }
     let run = ServiceRun::prepare("ingest", args.partitions).await?;
     let _projector = match args.with_projector {
@@ -253,6 +270,49 @@ pub async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// `--url`: rounds of the HTTP side alone against instances something else runs; prints each
+/// round's throughput (one `round N: http EV ev/s` line each, which other benches parse) and the
+/// median.
+async fn run_external(args: Args) -> Result<()> {
+    let token = std::env::var("SESSIONLOG_TOKEN")
+        .context("--url needs a token with the harness role in $SESSIONLOG_TOKEN")?;
+    let http = reqwest::Client::builder()
+        .default_headers(sessionlog_http::auth::bearer_headers(&token)?)
+        .pool_max_idle_per_host(args.sessions)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let bases: Vec<String> = args
+        .url
+        .iter()
+        .map(|u| u.trim_end_matches('/').to_string())
+        .collect();
+    for base in &bases {
+        crate::wait_ready(&http, base).await?;
+    }
+    let text = "x".repeat(args.text_bytes);
+    let groups = vec![("bench", vec![std::process::id()])];
+    let mut throughputs = Vec::new();
+    for round in 1..=args.rounds {
+        let f = http_side(&args, &http, &bases, &text, &groups).await?;
+        println!(
+            "round {round}: http {:.0} ev/s ({} events in {:.1} s, p50 {:.1} ms, p99 {:.1} ms, {} answered 503)",
+            f.throughput(),
+            f.events,
+            f.seconds,
+            f.p50_ms,
+            f.p99_ms,
+            f.failed
+        );
+        throughputs.push(f.throughput());
+    }
+    let spread = Spread::of(&throughputs);
+    println!(
+        "median http {:.0} ev/s (range {:.0}–{:.0}) over {} rounds",
+        spread.median, spread.min, spread.max, args.rounds
+    );
+    Ok(())
+}
+
 /// The library's side: one process appending every session's events, answered at the ack.
 async fn acked_side(
     args: &Args,
@@ -324,6 +384,7 @@ async fn http_side(
     }
     let meter = Meter::start(groups.to_vec());
     let start = Instant::now();
+    let until = args.seconds.map(|s| start + Duration::from_secs_f64(s));
     let tasks: Vec<_> = sessions
         .into_iter()
         .enumerate()
@@ -334,7 +395,17 @@ async fn http_side(
             tokio::spawn(async move {
                 let mut latencies = Latencies::default();
                 let mut failed = 0;
-                for (n, due) in due.into_iter().enumerate() {
+                // `--seconds`: a closed loop until then; else the schedule's events.
+                let mut dues = due.into_iter();
+                for n in 0.. {
+                    let due = match until {
+                        Some(until) if Instant::now() >= until => break,
+                        Some(_) => None,
+                        None => match dues.next() {
+                            Some(due) => due,
+                            None => break,
+                        },
+                    };
                     let from = wait_due(start, due).await;
                     let body = json!({ "epoch": 1, "events": [{
                         "seq": n + 2,

@@ -97,8 +97,8 @@ export type Service = "project" | "ingest" | "serve-recovery" | "wake";
 
 /**
  * Starts the corner's services (resolvers of `resolvers` tools at the counter); the corner and its
- * processes. `services` picks which run (all by default; a bench starts ingest alone so the cores
- * go to the load it measures); a URL of a service not started is "".
+ * processes. `services` picks which run (all by default; a bench leaves out what its load does not
+ * need, so the cores go to what it measures); a URL of a service not started is "".
  */
 export async function createCorner(
   workdir: string, counterUrl: string, resolvers: string[], services: readonly Service[] = ["project", "ingest", "serve-recovery", "wake"],
