@@ -1,9 +1,10 @@
 //! The two ways into the store: one that migrates (writers) and one that only opens an
 //! existing, migrated keyspace (readers).
 
+use crate::answering::AnsweringNodes;
 use crate::migrations;
 use crate::statements::{Reads, Writes};
-use crate::{Error, Result};
+use crate::{DriverError, Error, Result};
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use sessionlog_log::{ConsistencyLevel, CqlConsistency, CqlSettings, SerialConsistencyLevel};
@@ -29,37 +30,78 @@ pub struct ProjectionStore {
 pub(crate) const UNREACHABLE_HINT: &str = "is the store up? cql.nodes (SESSIONLOG_CQL__NODES) \
      names it; a node that requires TLS needs cql.tls_ca_file";
 
+/// How long a session has to open through one contact point. The driver bounds the TCP connect
+/// (`connection_timeout`) but not what follows it; contact points that accept connections
+/// without answering are passed over ([`AnsweringNodes`]), and this bounds the rest (a silent
+/// node that `cql.nodes` does not list).
+const CONTACT_DEADLINE: Duration = Duration::from_secs(20);
+
 /// A session that keeps schema metadata for `keyspaces` only. The driver refreshes that metadata
 /// after each schema change it makes and every minute; unfiltered, it reads the schema of every
 /// keyspace in the cluster each time, so a cluster shared with other applications (or a test
 /// run's hundreds of keyspaces) made every migration statement slower than the last.
+///
+/// The contact points are tried one at a time, each within [`CONTACT_DEADLINE`]: the first that
+/// answers introduces the rest of the cluster, and one that does not answer is passed over.
 pub(crate) async fn session_for(settings: &CqlSettings, keyspaces: &[&str]) -> Result<Session> {
-    let mut builder = SessionBuilder::new()
-        .known_nodes(settings.node_list())
-        .keyspaces_to_fetch(keyspaces.iter().map(|k| k.to_lowercase()))
-        .connection_timeout(Duration::from_secs(10));
-    if !settings.username.is_empty() {
-        builder = builder.user(&settings.username, settings.password.expose());
-    }
-    if !settings.tls_ca_file.is_empty() {
-        builder = builder.tls_context(Some(tls_config(&settings.tls_ca_file)?));
-    }
-    builder.build().await.map_err(|e| {
-        let text = e.to_string().to_ascii_lowercase();
-        let hint = if text.contains("authenticat") || text.contains("credentials") {
-            "check cql.username and cql.password (SESSIONLOG_CQL__USERNAME, SESSIONLOG_CQL__PASSWORD)"
-        } else if text.contains("certificate") || text.contains("tls") || text.contains("ssl") {
-            "check cql.tls_ca_file (SESSIONLOG_CQL__TLS_CA_FILE): the CA that signed the nodes' \
-             certificates, or none for a node without TLS"
-        } else {
-            UNREACHABLE_HINT
-        };
-        Error::Connect {
-            nodes: settings.nodes.clone(),
-            hint,
-            source: e.into(),
+    let contacts = settings.node_list();
+    let answering = AnsweringNodes::probe(&contacts).await;
+    let mut failure: Option<DriverError> = None;
+    for contact in &contacts {
+        let mut builder = SessionBuilder::new()
+            .known_node(contact)
+            .host_filter(answering.clone())
+            .keyspaces_to_fetch(keyspaces.iter().map(|k| k.to_lowercase()))
+            .connection_timeout(Duration::from_secs(10));
+        if !settings.username.is_empty() {
+            builder = builder.user(&settings.username, settings.password.expose());
         }
+        if !settings.tls_ca_file.is_empty() {
+            builder = builder.tls_context(Some(tls_config(&settings.tls_ca_file)?));
+        }
+        match tokio::time::timeout(CONTACT_DEADLINE, builder.build()).await {
+            Ok(Ok(session)) => return Ok(session),
+            Ok(Err(e)) => {
+                // A refusal of our credentials or certificates is the same at every node.
+                let refused = connect_hint(&e.to_string()) != UNREACHABLE_HINT;
+                failure = Some(e.into());
+                if refused {
+                    break;
+                }
+            }
+            Err(_) => {
+                let waited = CONTACT_DEADLINE.as_secs();
+                tracing::warn!(%contact, "no CQL session through it within {waited}s; trying the next");
+                failure = Some(
+                    format!(
+                        "no session opened through {contact} within {waited}s: a node of the \
+                         cluster accepts connections but does not answer (stopped, or cut off?); \
+                         list every node in cql.nodes so that a silent one is passed over"
+                    )
+                    .into(),
+                );
+            }
+        }
+    }
+    let source = failure.unwrap_or_else(|| "cql.nodes lists no contact point".into());
+    Err(Error::Connect {
+        nodes: settings.nodes.clone(),
+        hint: connect_hint(&source.to_string()),
+        source,
     })
+}
+
+/// The settings most likely to fix a connection error, judged from its text.
+fn connect_hint(error: &str) -> &'static str {
+    let text = error.to_ascii_lowercase();
+    if text.contains("authenticat") || text.contains("credentials") {
+        "check cql.username and cql.password (SESSIONLOG_CQL__USERNAME, SESSIONLOG_CQL__PASSWORD)"
+    } else if text.contains("certificate") || text.contains("tls") || text.contains("ssl") {
+        "check cql.tls_ca_file (SESSIONLOG_CQL__TLS_CA_FILE): the CA that signed the nodes' \
+         certificates, or none for a node without TLS"
+    } else {
+        UNREACHABLE_HINT
+    }
 }
 
 /// A TLS client configuration that trusts only the CAs in `ca_file` and verifies each node's

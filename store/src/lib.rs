@@ -27,6 +27,7 @@
 //! [`keys`], the key store, which is not a projection, and [`names`], whose names are unique
 //! within a tenant (see there why each needs LWT).
 
+mod answering;
 mod connect;
 mod error;
 mod expire;
