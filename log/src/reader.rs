@@ -22,6 +22,8 @@ pub(crate) fn is_transient(error: &KafkaError) -> bool {
         KafkaError::MessageConsumption(code) | KafkaError::MetadataFetch(code) => matches!(
             code,
             C::BrokerTransportFailure
+                // A request in flight to a broker that just died (the cluster soak's broker kill).
+                | C::DestroyBroker
                 | C::AllBrokersDown
                 | C::NetworkException
                 | C::RequestTimedOut
@@ -373,5 +375,25 @@ impl PartitionReader {
     /// Whether `partition` has no record at `offset` any more: retention removed it.
     async fn truly_missing(&self, partition: i32, offset: i64) -> Result<bool> {
         Ok(self.watermarks(partition).await?.0 > offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_transient;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+
+    #[test]
+    fn a_broker_dying_mid_request_is_retried_and_a_refusal_is_not() {
+        for code in [
+            C::DestroyBroker,
+            C::BrokerTransportFailure,
+            C::NotLeaderForPartition,
+        ] {
+            assert!(is_transient(&KafkaError::MetadataFetch(code)), "{code:?}");
+        }
+        assert!(!is_transient(&KafkaError::MetadataFetch(
+            C::TopicAuthorizationFailed
+        )));
     }
 }
