@@ -32,6 +32,8 @@ pub(crate) fn is_transient(error: &KafkaError) -> bool {
                 | C::NotLeaderForPartition
                 | C::NotCoordinator
                 | C::UnknownTopicOrPartition
+                // librdkafka's own: its metadata lacks the partition while the leader moves.
+                | C::UnknownPartition
         ),
         _ => false,
     }
@@ -389,6 +391,7 @@ mod tests {
             C::DestroyBroker,
             C::BrokerTransportFailure,
             C::NotLeaderForPartition,
+            C::UnknownPartition,
         ] {
             assert!(is_transient(&KafkaError::MetadataFetch(code)), "{code:?}");
         }
