@@ -98,6 +98,14 @@ pub async fn serve(
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    use axum::serve::ListenerExt;
+    // An answer streamed as server-sent events goes out in several small writes; with Nagle's
+    // algorithm on, the last waits for the client's delayed ACK (about 40 ms a request).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await

@@ -587,6 +587,9 @@ impl Reader {
                 Some(seq) => seq,
                 None => self.last_seq(r).await?,
             };
+            // The next window down is read while this one is searched: a read waits mostly on
+            // the store and the log, so two in flight keep both busy.
+            let mut prefetched: Option<(u64, Window)> = None;
             while hi >= 1 {
                 let Some(left) = budget.checked_sub(started.elapsed()) else {
                     answer.stopped = Some("budget");
@@ -594,7 +597,19 @@ impl Reader {
                     break 'segments;
                 };
                 let lo = hi.saturating_sub(WINDOW - 1).max(1);
-                let Some(events) = self.window(r.session_id, lo, hi, &kinds, left).await? else {
+                let read = match prefetched.take() {
+                    Some((at, read)) if at == hi => read,
+                    _ => self.spawn_window(r.session_id, lo, hi, &kinds),
+                };
+                if lo > 1 {
+                    let below = lo - 1;
+                    let below_lo = below.saturating_sub(WINDOW - 1).max(1);
+                    prefetched = Some((
+                        below,
+                        self.spawn_window(r.session_id, below_lo, below, &kinds),
+                    ));
+                }
+                let Some(events) = arrived(read, left).await? else {
                     answer.stopped = Some("budget");
                     answer.next_cursor = Some(encode_cursor(r.session_id, hi));
                     break 'segments;
@@ -674,6 +689,12 @@ impl Reader {
         kinds: &[String],
         left: Duration,
     ) -> Result<Option<Vec<HistoryEvent>>> {
+        arrived(self.spawn_window(session, from, to, kinds), left).await
+    }
+
+    /// Starts reading the events of `kinds` in `from..=to` as a task of its own (dropping the
+    /// handle leaves it to finish in the background).
+    fn spawn_window(&self, session: SessionId, from: u64, to: u64, kinds: &[String]) -> Window {
         let recovery = Arc::clone(&self.recovery);
         let range = EventRange {
             from_seq: Some(from),
@@ -682,12 +703,7 @@ impl Reader {
             limit: Some(WINDOW),
             ..EventRange::default()
         };
-        let read = tokio::spawn(async move { recovery.events(session, range).await });
-        match tokio::time::timeout(left, read).await {
-            Err(_) => Ok(None),
-            Ok(Err(joined)) => Err(Error::Task(joined.to_string())),
-            Ok(Ok(page)) => Ok(Some(page?.events)),
-        }
+        tokio::spawn(async move { recovery.events(session, range).await })
     }
 
     /// The last seq of `reach` readable here: the projection's last seq of the session, or the
@@ -725,6 +741,18 @@ impl Reader {
             session_id: target.session,
             context: self.recovery.context_view(target.session, None).await?,
         })
+    }
+}
+
+/// A window's read in flight.
+type Window = tokio::task::JoinHandle<sessionlog_recovery::Result<sessionlog_recovery::EventPage>>;
+
+/// The events of a window's read, or `None` when they do not arrive within `left`.
+async fn arrived(read: Window, left: Duration) -> Result<Option<Vec<HistoryEvent>>> {
+    match tokio::time::timeout(left, read).await {
+        Err(_) => Ok(None),
+        Ok(Err(joined)) => Err(Error::Task(joined.to_string())),
+        Ok(Ok(page)) => Ok(Some(page?.events)),
     }
 }
 

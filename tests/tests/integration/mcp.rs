@@ -379,7 +379,67 @@ async fn a_narrowed_reader_fetches_what_the_view_left_out() -> Result<()> {
         other.is_err(),
         "another session's event must not read: {other:?}"
     );
+
+    // Over stdio, for a harness that runs the server itself: one JSON-RPC message a line.
+    let answers = over_stdio(
+        &stack,
+        session,
+        &[
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "history_read", "arguments": {"from_seq": 6, "to_seq": 6}}}),
+        ],
+    )
+    .await?;
+    let read = answers
+        .iter()
+        .find(|a| a["id"] == 2)
+        .context("no answer to the tools/call")?;
+    let body: Value = serde_json::from_str(
+        read["result"]["content"][0]["text"]
+            .as_str()
+            .context("text")?,
+    )?;
+    assert_eq!(
+        body["events"][0]["event"]["UserRequest"]["content"]["Plain"],
+        text(6)
+    );
     Ok(())
+}
+
+/// `sessionlog mcp --stdio --session ID` fed `messages`, one a line; its answer to each request.
+async fn over_stdio(
+    stack: &TestStack,
+    session: SessionId,
+    messages: &[Value],
+) -> Result<Vec<Value>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut child = tokio::process::Command::new(sessionlog_tests::sessionlog_bin()?)
+        .args(["mcp", "--stdio", "--session", &session.to_string()])
+        .envs(stack.env())
+        .env("SESSIONLOG_CONFIG", "/dev/null")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let mut answers = Vec::new();
+    for message in messages {
+        stdin.write_all(format!("{message}\n").as_bytes()).await?;
+        stdin.flush().await?;
+        if message.get("id").is_some() {
+            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+                .await
+                .context("no answer on stdout within 60 s")??
+                .context("stdout closed")?;
+            answers.push(serde_json::from_str(&line)?);
+        }
+    }
+    Ok(answers)
 }
 
 #[tokio::test(flavor = "multi_thread")]
