@@ -17,6 +17,8 @@ const harnessToken = token(c, ["harness", "reader"]);
 const client = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
 // The corner's lease TTL (SESSIONLOG_LEASE__TTL_MS): a killed harness's lease lapses after it.
 const LEASE_TTL_S = Number(c.env["SESSIONLOG_LEASE__TTL_MS"]) / 1000;
+// Where to look when no wake comes: the corner's wake component (it exits on some broker failures).
+const WAKE_LOG = `no wake? see ${c.workdir}/wake.log`;
 
 /** How many side effects the counting service saw of `tool` under `key` (0 when none arrived). */
 async function effects(tool: string, key: string): Promise<number> {
@@ -65,8 +67,12 @@ test("a session whose harness was killed is handed to a worker, which finishes i
       stop.abort();
     }
   }, { signal: stop.signal });
-  await waitFor("the worker to run the session", 60, async () => (ran.length ? true : undefined));
-  await running;
+  try {
+    await waitFor(`the worker to run the session (${WAKE_LOG})`, 60, async () => (ran.length ? true : undefined));
+  } finally {
+    stop.abort(); // a failure stops the worker too, or its polls would keep the test process alive
+    await running;
+  }
 
   assert.equal(ran.length, 1);
   const [{ sessionId: sid, epoch, wake, output, at }] = ran as [(typeof ran)[0]];
@@ -100,13 +106,16 @@ test("two workers of one agent woken for one session: one runs it", async () => 
       return handler(s, w);
     }, { signal: stop.signal });
   });
-  await waitFor("a worker to finish the session", 60, async () => ((await client.session(sessionId)).status === "completed" ? true : undefined));
-  // A second take of the same session would come from a wake written again: give both workers
-  // polls past the lease's time before stopping them.
-  const until = Date.now() + (LEASE_TTL_S + 2) * 1000;
-  await waitFor("both workers to poll past the lease's time", 30, async () => (Date.now() >= until ? true : undefined));
-  stop.abort();
-  await Promise.all(runs);
+  try {
+    await waitFor(`a worker to finish the session (${WAKE_LOG})`, 60, async () => ((await client.session(sessionId)).status === "completed" ? true : undefined));
+    // A second take of the same session would come from a wake written again: give both workers
+    // polls past the lease's time before stopping them.
+    const until = Date.now() + (LEASE_TTL_S + 2) * 1000;
+    await waitFor("both workers to poll past the lease's time", 30, async () => (Date.now() >= until ? true : undefined));
+  } finally {
+    stop.abort();
+    await Promise.all(runs);
+  }
 
   assert.equal(ran.length, 1, `one handler ran the session: ${JSON.stringify(byWorker)}`);
   assert.equal(ran[0]!.sessionId, sessionId);
