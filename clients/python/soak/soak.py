@@ -331,7 +331,11 @@ def run(
     bag: list[str] = []
     spacing = (10, 20) if args.cluster else (20, 40)
     next_kill = started + rng.uniform(*spacing)
-    while time.monotonic() < end:
+    # A cluster soak runs each of its faults at least once, however long they take.
+    def faults_left() -> bool:
+        return args.cluster and sum(soak.kills[k] for k in CLUSTER_KINDS) < len(CLUSTER_KINDS)
+
+    while time.monotonic() < end or faults_left():
         soak.keep_harnesses_running()
         now = time.monotonic()
         if injections and now >= injections[0]:
@@ -402,7 +406,7 @@ def main() -> int:
     rows = [
         ("minutes", f"{args.minutes:g} (seed {seed})"),
         ("sessions ended", str(said["ended"])),
-        ("kills", f"{sum(soak.kills.values())}: {kills}"),
+        ("faults" if args.cluster else "kills", f"{sum(soak.kills.values())}: {kills}"),
         # Projectors and harnesses serve no readiness check: theirs is the time to start again.
         ("longest time back (projector, harness: restarted)", back or "-"),
         ("harness resumes (recoveries)", str(said["resumed"])),
