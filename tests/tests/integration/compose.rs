@@ -13,12 +13,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The services our binary runs; the others are the servers.
-const OUR_SERVICES: [&str; 6] = [
+const OUR_SERVICES: [&str; 7] = [
     "sessionlog-init",
     "projector",
     "wake",
     "ingest",
     "recovery",
+    "mcp",
     "otlp-export",
 ];
 const SERVERS: [&str; 3] = ["kafka", "schema-registry", "scylla"];
