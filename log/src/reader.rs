@@ -228,6 +228,11 @@ impl PartitionReader {
             .set("auto.offset.reset", "earliest")
             .set("queued.min.messages", min_messages.to_string())
             .set("queued.max.messages.kbytes", max_kbytes.to_string())
+            // With thresholds this low a single fetch (1 MiB of small events) crosses them, and
+            // librdkafka then postpones the partition's next fetch by this long (1 s by
+            // default), also for the next read of a reused reader: one short read in fifty
+            // waited a second (the MCP bench's `history_read` p99).
+            .set("fetch.queue.backoff.ms", "5")
             // A fetch that finds nothing new waits this long at the broker, and a reader can
             // only fetch its next range once the last fetch came back: with librdkafka's 500 ms
             // every read-back of a reused reader (a confirmed append) waited half a second.
