@@ -152,7 +152,7 @@ pub async fn run(args: Args) -> Result<()> {
     );
 
     let listen = free_address()?;
-    let serve = crate::sessionlog_command(
+    let mut serve = crate::sessionlog_command(
         bin,
         &[
             "mcp",
@@ -163,6 +163,13 @@ pub async fn run(args: Args) -> Result<()> {
         ],
         env,
     );
+    // The server's log, kept so that a failed request (a JSON-RPC error) can be explained.
+    let server_log = std::env::temp_dir().join(format!("sessionlog-bench-mcp-{session}.log"));
+    serve.stderr(
+        std::fs::File::create(&server_log)
+            .with_context(|| format!("creating {}", server_log.display()))?,
+    );
+    eprintln!("the MCP server logs to {}", server_log.display());
     let service = Watched::spawn(serve)?;
     let base = format!("http://{listen}");
     let http = auth.client(4, Duration::from_secs(60))?;
@@ -191,7 +198,10 @@ pub async fn run(args: Args) -> Result<()> {
                 let count = if (pass == 0) == ours_first {
                     let page = client
                         .call("history_read", json!({"from_seq": from, "to_seq": to}))
-                        .await?;
+                        .await
+                        .with_context(|| {
+                            format!("history_read {from}..={to}; see {}", server_log.display())
+                        })?;
                     ours.record(started.elapsed());
                     page["seqs"].as_array().map_or(0, Vec::len)
                 } else {

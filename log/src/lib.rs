@@ -39,9 +39,9 @@ pub use positions::{StartAt, partition_bounds};
 pub use reader::{PartitionReader, RawRecord};
 pub use settings::{
     ApiKey, AuthMode, AuthSettings, ConsistencyLevel, CqlConsistency, CqlSettings, IngestSettings,
-    KafkaSettings, LeaseSettings, PrivacySettings, ProducerSettings, ProjectorSettings,
-    RecoverySettings, RegistrySettings, Resolution, ResolvedSetting, RetentionSettings, Role,
-    Secret, SerialConsistencyLevel, SettingSource, Settings, WakeSettings,
+    KafkaSettings, LeaseSettings, McpAccessSettings, PrivacySettings, ProducerSettings,
+    ProjectorSettings, RecoverySettings, RegistrySettings, Resolution, ResolvedSetting,
+    RetentionSettings, Role, Secret, SerialConsistencyLevel, SettingSource, Settings, WakeSettings,
 };
 pub use tail::{LogTail, Start, TailOptions};
 pub use wake::{Wake, WakeFeed, WakeReason, WakeWriter};

@@ -389,6 +389,62 @@ pub struct RecoverySettings {
     /// turn (they do not fail). Each holds its session's state and context window, so this,
     /// not the number of harnesses restarting at once, bounds the memory resumes take.
     pub max_concurrent_resumes: usize,
+    /// The MCP endpoint a resume bundle names, with a reader token for the session
+    /// (`[recovery.mcp]`): off unless `url` is set.
+    pub mcp: McpAccessSettings,
+}
+
+/// What a resume bundle tells the harness about the MCP server over the session's history
+/// (`sessionlog mcp`), so it can hand its model the endpoint and a credential for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpAccessSettings {
+    /// The endpoint as harnesses reach it (`http://127.0.0.1:8097/mcp`); without it bundles
+    /// name no MCP server.
+    pub url: Option<String>,
+    /// A P-256 private key (PKCS#8 PEM) whose public half is in the JWKS file the MCP server
+    /// trusts (its `auth.jwks_file`): recovery signs with it, for each resume, a `reader` token
+    /// narrowed to the resumed session. Without it a bundle names the endpoint
+    /// only and the harness brings a credential of its own.
+    pub token_key_file: Option<String>,
+    /// How long such a token is valid, in seconds (default 3,600; 60 to 86,400).
+    pub token_ttl_secs: Option<u64>,
+}
+
+impl McpAccessSettings {
+    /// A token lasts 3,600 s unless `token_ttl_secs` says otherwise.
+    pub const DEFAULT_TOKEN_TTL_SECS: u64 = 3_600;
+
+    /// How long a minted token lasts.
+    pub fn token_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.token_ttl_secs.unwrap_or(Self::DEFAULT_TOKEN_TTL_SECS))
+    }
+
+    /// Checks that a token key comes with the endpoint it is for, and the token's lifetime is
+    /// between a minute and a day.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |key: &str, problem: String| {
+            Err(crate::Error::BadSetting {
+                key: key.into(),
+                problem,
+            })
+        };
+        if self.url.is_none() && (self.token_key_file.is_some() || self.token_ttl_secs.is_some()) {
+            return bad(
+                "recovery.mcp.url",
+                "is not set, but recovery.mcp names a token key or lifetime: set it to the MCP endpoint harnesses reach (`http://127.0.0.1:8097/mcp`)".into(),
+            );
+        }
+        if let Some(ttl) = self.token_ttl_secs
+            && !(60..=86_400).contains(&ttl)
+        {
+            return bad(
+                "recovery.mcp.token_ttl_secs",
+                format!("{ttl} is not between 60 (a minute) and 86400 (a day)"),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Default for RecoverySettings {
@@ -399,6 +455,7 @@ impl Default for RecoverySettings {
             signing_key_file: None,
             previous_keys_file: None,
             max_concurrent_resumes: 256,
+            mcp: McpAccessSettings::default(),
         }
     }
 }
@@ -938,6 +995,7 @@ fn extract(figment: &Figment) -> crate::Result<Settings> {
     settings.projector.validate()?;
     settings.lease.validate()?;
     settings.wake.validate()?;
+    settings.recovery.mcp.validate()?;
     settings
         .context
         .validate()
@@ -1135,6 +1193,23 @@ mod tests {
             assert_eq!(s.kafka.topic, "from-file");
             assert_eq!(s.kafka.partitions, 12);
             assert_eq!(s.cql.node_list(), vec!["a:9042", "b:9042"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn an_mcp_token_key_needs_the_endpoint_and_a_lifetime_within_a_day() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SESSIONLOG_RECOVERY__MCP__TOKEN_KEY_FILE", "k.pem");
+            let error = chain(&Settings::load(None).expect_err("a key without its endpoint"));
+            assert!(error.contains("recovery.mcp.url"), "{error}");
+            jail.set_env("SESSIONLOG_RECOVERY__MCP__URL", "http://127.0.0.1:8097/mcp");
+            let s = Settings::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.recovery.mcp.token_ttl().as_secs(), 3_600);
+            jail.set_env("SESSIONLOG_RECOVERY__MCP__TOKEN_TTL_SECS", "86401");
+            let error = chain(&Settings::load(None).expect_err("a token for over a day"));
+            assert!(error.contains("token_ttl_secs"), "{error}");
             Ok(())
         });
     }

@@ -45,7 +45,13 @@ struct Gate {
     access: Access,
     options: HttpOptions,
     reader: Reader,
+    /// Started sessions' tenants as their projected rows had them: a session's tenant is fixed
+    /// by its start, so a request need not ask the store again (a CQL read per tool call).
+    tenants: std::sync::Mutex<lru::LruCache<SessionId, String>>,
 }
+
+/// Sessions whose tenant a server remembers.
+const TENANTS_KEPT: usize = 10_000;
 
 /// The router: `/mcp` behind the access check, the metadata and `/health` open.
 pub fn router(reader: Reader, access: Access, options: HttpOptions) -> Router {
@@ -78,6 +84,9 @@ pub fn router(reader: Reader, access: Access, options: HttpOptions) -> Router {
         access,
         options,
         reader,
+        tenants: std::sync::Mutex::new(lru::LruCache::new(
+            std::num::NonZeroUsize::new(TENANTS_KEPT).unwrap_or(std::num::NonZeroUsize::MIN),
+        )),
     });
     let mcp = Router::new()
         .nest_service(MCP_PATH, service)
@@ -158,6 +167,41 @@ async fn check(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> R
     }
 }
 
+impl Gate {
+    /// `session`'s tenant, from memory or its projected row (`None`: not projected).
+    async fn tenant_of(&self, session: SessionId) -> std::result::Result<Option<String>, Problem> {
+        let remembered = |tenants: &std::sync::Mutex<lru::LruCache<SessionId, String>>| {
+            tenants
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&session)
+                .cloned()
+        };
+        if let Some(tenant) = remembered(&self.tenants) {
+            return Ok(Some(tenant));
+        }
+        let state = self
+            .reader
+            .recovery()
+            .store()
+            .session_state(session)
+            .await
+            .map_err(|e| Problem::from(sessionlog_recovery::Error::from(e)))?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        // Only a started session's tenant is fixed: a row the projector wrote for an event it
+        // refused before any start holds the default, which the start may still change.
+        if state.started {
+            self.tenants
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .put(session, state.tenant.clone());
+        }
+        Ok(Some(state.tenant))
+    }
+}
+
 /// The session `caller` reads here, or the refusal.
 async fn target(gate: &Gate, caller: &Caller) -> std::result::Result<Target, Problem> {
     caller.require(Role::Reader)?;
@@ -178,17 +222,11 @@ async fn target(gate: &Gate, caller: &Caller) -> std::result::Result<Target, Pro
     if caller.tenant.is_some() {
         // The reads go by the projection, so the tenant does too: a session it does not have
         // is unknown here whoever asks.
-        let row = gate
-            .reader
-            .recovery()
-            .store()
-            .load_session(session)
-            .await
-            .map_err(|e| Problem::from(sessionlog_recovery::Error::from(e)))?;
-        match row {
-            Some(row) => caller.require_tenant(session, &row.state.tenant)?,
+        let tenant = match gate.tenant_of(session).await? {
+            Some(tenant) => tenant,
             None => return Err(caller.unknown_session(session, "unknown_session")),
-        }
+        };
+        caller.require_tenant(session, &tenant)?;
     }
     let scope = match caller.session {
         Some(_) => Scope::Session,

@@ -31,23 +31,26 @@ const WINDOW: u64 = MAX_LIMIT;
 /// only bounds a corrupt projection).
 const MAX_ANCESTORS: usize = 64;
 
-/// The kinds a search reads by default: those whose texts a model said or saw. A framework's
-/// saved state is its own serialisation, not conversation; ask for it by kind.
-pub const SEARCHED_KINDS: [&str; 13] = [
-    "SessionStarted",
-    "UserRequest",
-    "ModelResponse",
-    "ToolCallRequested",
-    "ToolCallResult",
-    "SteeringMessage",
-    "PlanUpdated",
-    "ApprovalRequested",
-    "ApprovalDecided",
-    "ResolutionRequired",
-    "SessionPaused",
-    "SessionEnded",
-    "ContextSummarized",
+/// The kinds a search does not read by default: bookkeeping with no text a model said or saw
+/// (claims, checkpoints, forks, erasures, retractions), and a framework's saved state, which is
+/// its own serialisation, not conversation (ask for it by kind). Every other kind of
+/// [`SessionEvent::KINDS`] is searched, so a new kind with text is found unless listed here.
+pub const NOT_SEARCHED_KINDS: [&str; 7] = [
+    "Checkpoint",
+    "WriterClaimed",
+    "SessionForked",
+    "SessionResumed",
+    "SessionErased",
+    "EventRetracted",
+    "FrameworkStateSaved",
 ];
+
+/// The kinds a search reads by default: [`SessionEvent::KINDS`] but [`NOT_SEARCHED_KINDS`].
+pub fn searched_kinds() -> impl Iterator<Item = &'static str> {
+    SessionEvent::KINDS
+        .into_iter()
+        .filter(|kind| !NOT_SEARCHED_KINDS.contains(kind))
+}
 
 /// Which session a caller reads, and how much of its family it may see.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,7 +226,7 @@ pub struct SearchRequest {
     pub query: String,
     /// Hits per page (1 to 100, default 20).
     pub limit: Option<u64>,
-    /// Kinds to search (default [`SEARCHED_KINDS`]).
+    /// Kinds to search (default [`searched_kinds`]).
     pub kinds: Vec<String>,
     /// The time budget in milliseconds (1 to 10,000, default 1,000).
     pub budget_ms: Option<u64>,
@@ -252,8 +255,9 @@ impl Reader {
     /// served session. An unknown (or not yet projected) session is [`Error::UnknownSession`].
     pub async fn reach(&self, session: SessionId) -> Result<Vec<Reach>> {
         let store = self.recovery.store();
-        let row = store
-            .load_session(session)
+        // The states alone, without the duplicate window a fold would need (two queries each).
+        let state = store
+            .session_state(session)
             .await
             .map_err(sessionlog_recovery::Error::from)?
             .ok_or(Error::UnknownSession(session))?;
@@ -261,7 +265,7 @@ impl Reader {
             session_id: session,
             through_seq: None,
         }];
-        let mut parent = row.state.parent;
+        let mut parent = state.parent;
         while let Some(point) = parent {
             if reach.len() > MAX_ANCESTORS {
                 break;
@@ -271,10 +275,10 @@ impl Reader {
                 through_seq: Some(point.parent_seq),
             });
             parent = store
-                .load_session(point.parent_session_id)
+                .session_state(point.parent_session_id)
                 .await
                 .map_err(sessionlog_recovery::Error::from)?
-                .and_then(|row| row.state.parent);
+                .and_then(|state| state.parent);
         }
         Ok(reach)
     }
@@ -526,7 +530,7 @@ impl Reader {
         };
         let budget = budget_of(request.budget_ms)?;
         let kinds: Vec<String> = if request.kinds.is_empty() {
-            SEARCHED_KINDS.iter().map(|k| k.to_string()).collect()
+            searched_kinds().map(String::from).collect()
         } else {
             request.kinds
         };
@@ -861,6 +865,29 @@ pub fn snippet(text: &str, needle: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_reads_every_kind_with_conversation_text_and_only_kinds_that_exist() {
+        for kind in NOT_SEARCHED_KINDS {
+            assert!(SessionEvent::KINDS.contains(&kind), "{kind} is not a kind");
+        }
+        let searched: Vec<&str> = searched_kinds().collect();
+        for kind in [
+            "SessionStarted",
+            "UserRequest",
+            "ModelResponse",
+            "ToolCallRequested",
+            "ToolCallResult",
+            "SteeringMessage",
+            "ContextSummarized",
+        ] {
+            assert!(searched.contains(&kind), "{kind} is not searched");
+        }
+        assert_eq!(
+            searched.len() + NOT_SEARCHED_KINDS.len(),
+            SessionEvent::KINDS.len()
+        );
+    }
 
     #[test]
     fn a_snippet_finds_any_case_and_keeps_characters_whole() {

@@ -14,6 +14,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 use sessionlog_keys::{DataKeyStore, Opener, Text};
 use sessionlog_schemas::{EventEnvelope, SessionEvent, SessionId};
+use sessionlog_session::SessionState;
 use sessionlog_store::IndexRow;
 use std::collections::{BTreeMap, BTreeSet};
 use utoipa::ToSchema;
@@ -319,49 +320,53 @@ impl Recovery {
     /// The sessions a read covers, oldest ancestor first: only `session` unless the read is
     /// inherited.
     async fn segments(&self, session: SessionId, range: &CheckedRange) -> Result<Vec<Segment>> {
-        let own = self
-            .store()
-            .load_session(session)
-            .await?
-            .ok_or_else(|| Error::NotIndexed(session.to_string()))?;
+        let (own, erased) = self.state_for_reading(session).await?;
         let mut segments = vec![Segment {
             session,
             from: range.from,
             to: range.to,
-            erased: self.erased_for_reading(session, own.state.erased).await?,
+            erased,
         }];
-        let mut parent = if range.inherited {
-            own.state.parent
-        } else {
-            None
-        };
+        let mut parent = if range.inherited { own.parent } else { None };
         while let Some(point) = parent {
             if segments.len() > MAX_ANCESTORS {
                 break;
             }
             let ancestor = point.parent_session_id;
-            let row = self
-                .store()
-                .load_session(ancestor)
-                .await?
-                .ok_or_else(|| Error::NotIndexed(ancestor.to_string()))?;
+            let (state, erased) = self.state_for_reading(ancestor).await?;
             segments.push(Segment {
                 session: ancestor,
                 from: 1,
                 to: point.parent_seq,
-                erased: self.erased_for_reading(ancestor, row.state.erased).await?,
+                erased,
             });
-            parent = row.state.parent;
+            parent = state.parent;
         }
         segments.reverse();
         Ok(segments)
+    }
+
+    /// `session`'s projected state and whether its texts read as erased, asked of the store
+    /// and the key table at once (a history read's first round trips).
+    async fn state_for_reading(&self, session: SessionId) -> Result<(SessionState, bool)> {
+        let (state, receipt) = futures::join!(
+            self.store().session_state(session),
+            self.key_table().receipt(session),
+        );
+        // A session the store does not have is unknown, whatever the key table answered.
+        let state = state?.ok_or_else(|| Error::NotIndexed(session.to_string()))?;
+        let erased = reads_as_erased(state.erased, receipt?.is_some());
+        Ok((state, erased))
     }
 
     /// Whether `session`'s texts read as erased: its projected state says so, or its key is
     /// destroyed (a receipt exists), which this process's keyring may not know yet when the
     /// erasure ran elsewhere.
     pub async fn erased_for_reading(&self, session: SessionId, projected: bool) -> Result<bool> {
-        Ok(projected || self.key_table().receipt(session).await?.is_some())
+        Ok(reads_as_erased(
+            projected,
+            self.key_table().receipt(session).await?.is_some(),
+        ))
     }
 
     /// The records of `rows` from the log, each checked against its row and opened.
@@ -378,18 +383,22 @@ impl Recovery {
                 .or_default()
                 .push(row.log_offset);
         }
-        let mut records: BTreeMap<(usize, i32), BTreeMap<i64, EventEnvelope>> = BTreeMap::new();
-        let mut openers: BTreeMap<usize, Opener> = BTreeMap::new();
-        for ((i, partition), offsets) in wanted {
-            records.insert(
-                (i, partition),
-                self.log().read_at(partition, &offsets).await?,
-            );
+        // The reads and the openers' key lookups, all at once.
+        let reads = futures::future::try_join_all(wanted.into_iter().map(
+            |((i, partition), offsets)| async move {
+                let records = self.log().read_at(partition, &offsets).await?;
+                Ok::<_, Error>(((i, partition), records))
+            },
+        ));
+        let read_segments: BTreeSet<usize> = rows.iter().map(|(i, _)| *i).collect();
+        let opens = futures::future::try_join_all(read_segments.into_iter().map(|i| async move {
             let segment = &segments[i];
-            if let std::collections::btree_map::Entry::Vacant(entry) = openers.entry(i) {
-                entry.insert(self.opener(segment.session, segment.erased).await?);
-            }
-        }
+            Ok::<_, Error>((i, self.opener(segment.session, segment.erased).await?))
+        }));
+        let (records, openers) = futures::try_join!(reads, opens)?;
+        let mut records: BTreeMap<(usize, i32), BTreeMap<i64, EventEnvelope>> =
+            records.into_iter().collect();
+        let openers: BTreeMap<usize, Opener> = openers.into_iter().collect();
         let mut events = Vec::with_capacity(rows.len());
         for (i, row) in rows {
             let session = segments[i].session;
@@ -401,6 +410,12 @@ impl Recovery {
         }
         Ok(events)
     }
+}
+
+/// Whether a session's texts read as erased: its projected state says so, or an erasure
+/// receipt exists (its key destroyed, perhaps by another process).
+fn reads_as_erased(projected: bool, receipt: bool) -> bool {
+    projected || receipt
 }
 
 /// The answer for one index row and its record (`None`: not in the topic any more).

@@ -23,6 +23,7 @@ pub mod history;
 pub mod http;
 pub mod index;
 mod lease;
+pub mod mcp_access;
 pub mod notary;
 pub mod observe;
 mod operator;

@@ -9,6 +9,15 @@ use sessionlog_schemas::{Attestation, EventEnvelope};
 use sessionlog_session::SessionState;
 use sessionlog_session::attest;
 
+/// The P-256 key in the PEM file at `path`, or the error naming `setting` and the file.
+pub(crate) fn signing_key_file(path: &str, setting: &str) -> Result<SigningKey> {
+    let problem = |reason: String| Error::Attestation {
+        reason: format!("{setting} {path}: {reason}"),
+    };
+    let pem = std::fs::read_to_string(path).map_err(|e| problem(format!("cannot read: {e}")))?;
+    SigningKey::from_pem(&pem).map_err(|e| problem(e.to_string()))
+}
+
 /// Signs privileged events and verifies the attestations in a session's state.
 pub struct Notary {
     key: Option<SigningKey>,
@@ -27,16 +36,11 @@ impl Notary {
                 reason: format!("cannot read {setting} {path}: {e}"),
             })
         };
-        let key = match &settings.signing_key_file {
-            Some(path) => Some(
-                SigningKey::from_pem(&read(path, "recovery.signing_key_file")?).map_err(|e| {
-                    Error::Attestation {
-                        reason: format!("recovery.signing_key_file {path}: {e}"),
-                    }
-                })?,
-            ),
-            None => None,
-        };
+        let key = settings
+            .signing_key_file
+            .as_deref()
+            .map(|path| signing_key_file(path, "recovery.signing_key_file"))
+            .transpose()?;
         let mut trusted: Vec<PublicKey> = key.iter().map(SigningKey::public_key).collect();
         if let Some(path) = &settings.previous_keys_file {
             trusted.extend(

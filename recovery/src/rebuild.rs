@@ -118,6 +118,8 @@ pub struct Recovery {
     /// Reads the sessions' leases `GET /v1/sessions/{id}` shows: kept consumers, and the
     /// lease topic checked once, not per request.
     leases: sessionlog_log::lease::LeaseReader,
+    /// The MCP endpoint (and reader token) each resume bundle names (`[recovery.mcp]`).
+    mcp: Option<crate::mcp_access::McpIssuer>,
 }
 
 impl Recovery {
@@ -128,7 +130,11 @@ impl Recovery {
     /// with the command to run when the keyspace is missing or outdated.
     pub async fn connect(settings: &Settings) -> Result<Self> {
         let notary = crate::notary::Notary::from_settings(&settings.recovery)?;
-        Self::connect_with(settings, notary).await
+        let mcp = crate::mcp_access::McpIssuer::from_settings(settings)?;
+        Ok(Self {
+            mcp,
+            ..Self::connect_with(settings, notary).await?
+        })
     }
 
     /// As [`Recovery::connect`], for a reader that rebuilds sessions and appends nothing
@@ -176,6 +182,7 @@ impl Recovery {
             )),
             resumes_waiting: AtomicUsize::new(0),
             leases,
+            mcp: None,
         })
     }
 
@@ -229,6 +236,20 @@ impl Recovery {
     /// The log recovery appends claims, outcomes and forks to.
     pub fn log(&self) -> &Arc<EventLog> {
         &self.log
+    }
+
+    /// What a resume bundle says about the MCP server over `session`'s history, for
+    /// `writer` of `tenant`; `None` unless `[recovery.mcp] url` is set (a reader's recovery,
+    /// [`Recovery::connect_reader`], names none).
+    pub fn mcp_access(
+        &self,
+        session: SessionId,
+        writer: &str,
+        tenant: &str,
+    ) -> Option<crate::mcp_access::McpAccess> {
+        self.mcp
+            .as_ref()
+            .map(|issuer| issuer.access(session, writer, tenant))
     }
 
     /// Signs the privileged events recovery appends and checks those a session relies on.

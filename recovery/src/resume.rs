@@ -57,6 +57,10 @@ pub struct ResumeBundle {
     pub context: ResumeContext,
     /// Outcomes recovery learned from resolvers and recorded in the log.
     pub resolved: Vec<Appended>,
+    /// The MCP server over the session's history, for the harness to give its model, with a
+    /// reader token for the session (`[recovery.mcp]`; absent when not configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<crate::mcp_access::McpAccess>,
     /// The writer for a Rust harness to go on appending with (absent in serialised form).
     #[serde(skip)]
     pub writer: Option<SessionWriter>,
@@ -313,6 +317,7 @@ impl Recovery {
             state: crate::reveal::opened_state(&opener, writer.state()),
             in_doubt,
             resolved,
+            mcp: self.mcp_access(session, writer_name, &writer.state().tenant),
             writer: Some(writer),
         })
     }

@@ -362,8 +362,27 @@ impl ProjectionStore {
             .collect()
     }
 
-    /// The projected row of a session, if the projector has seen it.
+    /// The projected row of a session, if the projector has seen it, with the state's window
+    /// of recently accepted events (what a fold continued from it needs to tell duplicates).
     pub async fn load_session(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
+        let Some(mut projected) = self.session_row(session).await? else {
+            return Ok(None);
+        };
+        let recent = self
+            .accepted_through(&projected.state, projected.applied_offset)
+            .await?;
+        projected.state.remember_recent(recent);
+        Ok(Some(projected))
+    }
+
+    /// The projected state of a session, if the projector has seen it, without the window of
+    /// recent events [`Self::load_session`] reads besides (two more queries): for a reader
+    /// that looks at the state (its status, parent, erasure) and folds nothing onto it.
+    pub async fn session_state(&self, session: SessionId) -> Result<Option<SessionState>> {
+        Ok(self.session_row(session).await?.map(|row| row.state))
+    }
+
+    async fn session_row(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
         type Row = (Option<String>, Option<i32>, Option<i64>, Option<i64>);
         let rows: Vec<Row> = self
             .select(&self.reads.load_session, (session.0,), "load session")
@@ -372,17 +391,15 @@ impl ProjectionStore {
         else {
             return Ok(None);
         };
-        let mut state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
+        let state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
             .map_err(|e| Error::CorruptRow {
                 session: session.to_string(),
                 message: e.to_string(),
             })?;
-        let applied_offset = applied_offset.unwrap_or(-1);
-        state.remember_recent(self.accepted_through(&state, applied_offset).await?);
         Ok(Some(ProjectedSession {
             state,
             partition: partition.unwrap_or_default(),
-            applied_offset,
+            applied_offset: applied_offset.unwrap_or(-1),
             last_model_call: last_model_seq.and_then(|seq| u64::try_from(seq).ok()),
         }))
     }

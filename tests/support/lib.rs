@@ -136,6 +136,23 @@ impl TestStack {
                 s.lease.ttl_ms.to_string(),
             ),
         ]);
+        let mcp = &s.recovery.mcp;
+        let set = |name: &str, value: Option<String>| value.map(|v| (name.to_string(), v));
+        env.extend(
+            [
+                set("SESSIONLOG_RECOVERY__MCP__URL", mcp.url.clone()),
+                set(
+                    "SESSIONLOG_RECOVERY__MCP__TOKEN_KEY_FILE",
+                    mcp.token_key_file.clone(),
+                ),
+                set(
+                    "SESSIONLOG_RECOVERY__MCP__TOKEN_TTL_SECS",
+                    mcp.token_ttl_secs.map(|t| t.to_string()),
+                ),
+            ]
+            .into_iter()
+            .flatten(),
+        );
         env
     }
 

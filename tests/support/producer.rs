@@ -2,8 +2,8 @@
 //! every event's verdict, so a test can compare the accepted history with what was appended.
 
 use anyhow::Result;
-use sessionlog_producer::{Appended, EventLog};
-use sessionlog_schemas::{EventEnvelope, SessionId};
+use sessionlog_producer::{Appended, EventLog, SessionWriter};
+use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::{SessionState, Verdict};
 use std::collections::HashMap;
 
@@ -67,4 +67,34 @@ pub fn histories(events: Vec<Appended>) -> HashMap<SessionId, History> {
 /// Reads the topic back and folds it.
 pub async fn fold_topic(log: &EventLog) -> Result<HashMap<SessionId, History>> {
     Ok(histories(read_topic(log).await?))
+}
+
+/// Appends `count` turns to `writer`: a user request at each even seq, a model response (model
+/// `m`, one token each way) at each odd one, each with the text `text(seq)`.
+pub async fn append_turns(
+    writer: &mut SessionWriter,
+    count: u64,
+    text: impl Fn(u64) -> String,
+) -> Result<()> {
+    for _ in 0..count {
+        let seq = writer.state().last_seq + 1;
+        let content = Content::plain(text(seq));
+        let event = if seq.is_multiple_of(2) {
+            SessionEvent::UserRequest { content }
+        } else {
+            SessionEvent::ModelResponse {
+                model: "m".into(),
+                tokens_in: 1,
+                tokens_out: 1,
+                cost_micros: 1,
+                started_at: 0,
+                content,
+                cache_read_tokens: 0,
+                cache_creation_tokens: 0,
+                provider: None,
+            }
+        };
+        writer.append(event).await?;
+    }
+    Ok(())
 }

@@ -78,6 +78,8 @@ class Service:
     #: The base URL of an HTTP service, "" for the others.
     url: str
     process: subprocess.Popen[bytes]
+    #: Settings it was started with beyond the corner's.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,24 +138,24 @@ class StackCorner:
             raise RuntimeError(f"sessionlog {' '.join(args)} failed: {done.stderr.decode()[-2000:]}")
         return done.stdout.decode()
 
-    def spawn(self, *args: str, log_name: str | None = None) -> subprocess.Popen[bytes]:
+    def spawn(self, *args: str, log_name: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{log_name or args[0]}.log", "ab")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen([sessionlog_bin(), *args], env=self.env, stdout=log, stderr=log)
+        process = subprocess.Popen([sessionlog_bin(), *args], env={**self.env, **(env or {})}, stdout=log, stderr=log)
         self.processes.append(process)
         return process
 
-    def keep(self, name: str, process: subprocess.Popen[bytes], url: str) -> None:
+    def keep(self, name: str, process: subprocess.Popen[bytes], url: str, env: dict[str, str] | None = None) -> None:
         """Remembers ``process`` as the service ``name``."""
         assert isinstance(process.args, list)
-        self.services[name] = Service(tuple(str(a) for a in process.args[1:]), self.workdir / f"{name}.log", url, process)
+        self.services[name] = Service(tuple(str(a) for a in process.args[1:]), self.workdir / f"{name}.log", url, process, env or {})
 
-    def serve(self, command: str, name: str | None = None, base: str | None = None) -> str:
-        """Starts an HTTP service (on ``base``, else a free port) and waits until it is ready;
-        its base URL."""
+    def serve(self, command: str, name: str | None = None, base: str | None = None, env: dict[str, str] | None = None) -> str:
+        """Starts an HTTP service (on ``base``, else a free port, with ``env`` added to the
+        corner's settings) and waits until it is ready; its base URL."""
         name = name or command
         base = base or f"http://127.0.0.1:{free_port()}"
-        process = self.spawn(command, "--listen", base.removeprefix("http://"), log_name=name)
-        self.keep(name, process, base)
+        process = self.spawn(command, "--listen", base.removeprefix("http://"), log_name=name, env=env)
+        self.keep(name, process, base, env)
         self.wait_ready(name, 60)
         return base
 
@@ -177,7 +179,7 @@ class StackCorner:
     def start(self, name: str) -> None:
         """Starts the service ``name`` again as it was started (an HTTP service on the same port)."""
         service = self.services[name]
-        service.process = self.spawn(*service.args, log_name=name)
+        service.process = self.spawn(*service.args, log_name=name, env=service.env)
 
     def token(self, *roles: str, subject: str = "py-tests", session: str | None = None, tenant: str | None = None) -> str:
         """A token for ``subject`` with ``roles``, of ``tenant`` (the services' ``default``

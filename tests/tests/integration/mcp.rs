@@ -9,14 +9,15 @@ use anyhow::{Context, Result, bail, ensure};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_http::auth::Grant;
-use sessionlog_log::Role;
+use sessionlog_log::{McpAccessSettings, Role};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{ForkAt, Recovery};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId,
 };
-use sessionlog_tests::auth::{mint, token_with};
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
+use sessionlog_tests::auth::{client_with, mint, signing_key_file, token, token_with};
+use sessionlog_tests::producer::append_turns;
+use sessionlog_tests::projector::{envelope, event_log, store, wait_caught_up};
 use sessionlog_tests::{ServedProcess, TestStack};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,25 +134,7 @@ fn text(n: u64) -> String {
 async fn conversation(stack: &TestStack) -> Result<(SessionWriter, u64)> {
     let log = event_log(stack).await?;
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
-    for n in 2..=21 {
-        let content = Content::plain(text(n));
-        let event = if n % 2 == 0 {
-            SessionEvent::UserRequest { content }
-        } else {
-            SessionEvent::ModelResponse {
-                model: "m".into(),
-                tokens_in: 1,
-                tokens_out: 1,
-                cost_micros: 1,
-                started_at: 0,
-                content,
-                cache_read_tokens: 0,
-                cache_creation_tokens: 0,
-                provider: None,
-            }
-        };
-        writer.append(event).await?;
-    }
+    append_turns(&mut writer, 20, text).await?;
     let request = writer
         .append_with(
             SessionEvent::ToolCallRequested {
@@ -530,6 +513,116 @@ async fn only_a_reader_of_the_session_gets_in_and_a_401_points_at_the_metadata()
     let mut client = Client::connect(&served.base, &reader_token(session)?).await?;
     let read = client.call("history_read", json!({"to_seq": 2})).await?;
     assert_eq!(seqs(&read), [1, 2]);
+    Ok(())
+}
+
+/// A resume over HTTP hands the harness the MCP endpoint and a reader token narrowed to the
+/// resumed session (`[recovery.mcp]`): the server takes that token for that session, and for
+/// no other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_bundle_names_the_endpoint_with_a_token_for_its_session_only() -> Result<()> {
+    let mut stack = TestStack::new("mcp_bundle", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let (writer, _) = conversation(&stack).await?;
+    let session = writer.session_id();
+    let (other, _) = SessionWriter::create(event_log(&stack).await?, "coder", None).await?;
+    wait_caught_up(&stack, &store(&stack).await?, CATCH_UP).await?;
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    stack.settings.recovery.mcp = McpAccessSettings {
+        url: Some(format!("{}/mcp", mcp.base)),
+        token_key_file: Some(signing_key_file()?),
+        token_ttl_secs: Some(600),
+    };
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let bundle: Value = client_with(&token("harness-7", &[Role::Harness])?)?
+        .post(format!("{}/v1/sessions/{session}/resume", recovery.base))
+        .json(&json!({"writer": "worker"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let access = &bundle["mcp"];
+    assert_eq!(access["url"], format!("{}/mcp", mcp.base), "{access}");
+    ensure!(access["expires_at"].is_string(), "{access}");
+    let granted = access["token"].as_str().context("a token in the bundle")?;
+
+    let mut client = Client::connect(&mcp.base, granted).await?;
+    let read = client.call("history_read", json!({"to_seq": 3})).await?;
+    assert_eq!(seqs(&read), [1, 2, 3]);
+    // The same token on a server started for the other session: as if it did not exist.
+    let served = served_for(&stack, other.session_id()).await?;
+    let refused = Client::connect(&served.base, granted).await;
+    let error = format!(
+        "{:#}",
+        refused
+            .err()
+            .context("another session's server let it in")?
+    );
+    ensure!(error.contains("404"), "{error}");
+    Ok(())
+}
+
+/// A session's tenant is fixed by its start, not by a row the projector wrote for an event it
+/// refused before the start: a reader of the default tenant let in while the session was not
+/// started is refused once another tenant starts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_seen_before_the_start_does_not_let_another_tenant_in() -> Result<()> {
+    let stack = TestStack::new("mcp_tenant_start", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let store = store(&stack).await?;
+    let session = SessionId::new();
+    // Straight to Kafka, ahead of any start: refused by the fold, but its row is projected.
+    log.append(&envelope(
+        session,
+        2,
+        1,
+        SessionEvent::UserRequest {
+            content: Content::plain("before the start"),
+        },
+    ))
+    .await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let before = store.session_state(session).await?;
+    ensure!(
+        before.as_ref().is_some_and(|s| !s.started),
+        "the refused event left no unstarted row: {before:?}"
+    );
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    let default_reader = reader_token(session)?;
+    // Let in or not, this must not settle the session's tenant.
+    let _ = Client::connect(&mcp.base, &default_reader).await;
+
+    log.append(&envelope(
+        session,
+        1,
+        1,
+        SessionEvent::SessionStarted {
+            agent: "coder".into(),
+            title: None,
+            tenant: "acme".into(),
+            writer_token_sha256: None,
+            name_sha256: None,
+        },
+    ))
+    .await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    ensure!(
+        store
+            .session_state(session)
+            .await?
+            .is_some_and(|s| s.started && s.tenant == "acme"),
+        "the start was not projected"
+    );
+    let refused = Client::connect(&mcp.base, &default_reader).await;
+    let error = format!(
+        "{:#}",
+        refused
+            .err()
+            .context("a default-tenant reader got into acme's session")?
+    );
+    ensure!(error.contains("404"), "{error}");
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use sessionlog_log::Role;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::{Error, EventRange, ForkAt, HistoryEvent, Recovery};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
+use sessionlog_tests::producer::append_turns;
 use sessionlog_tests::projector::{event_log, store, wait_caught_up};
 use sessionlog_tests::{ServedProcess, TestStack, all_pages, sessionlog_bin};
 use std::collections::BTreeSet;
@@ -28,30 +29,9 @@ fn text(tag: &str, n: u64) -> String {
     format!("{tag} message {n}")
 }
 
-/// Appends `count` events to `writer`: user requests at even seqs, model responses at odd
-/// ones, each with the text `text(tag, seq)`.
+/// Appends `count` turns to `writer`, each with the text `text(tag, seq)`.
 async fn append_messages(writer: &mut SessionWriter, tag: &str, count: u64) -> Result<()> {
-    for _ in 0..count {
-        let seq = writer.state().last_seq + 1;
-        let content = Content::plain(text(tag, seq));
-        let event = if seq.is_multiple_of(2) {
-            SessionEvent::UserRequest { content }
-        } else {
-            SessionEvent::ModelResponse {
-                model: "m".into(),
-                tokens_in: 1,
-                tokens_out: 1,
-                cost_micros: 1,
-                started_at: 0,
-                content,
-                cache_read_tokens: 0,
-                cache_creation_tokens: 0,
-                provider: None,
-            }
-        };
-        writer.append(event).await?;
-    }
-    Ok(())
+    append_turns(writer, count, |seq| text(tag, seq)).await
 }
 
 /// A long session (seq 1 and `events` more) interleaved record by record with another one on

@@ -34,6 +34,7 @@ from .models import (
     HistoryEvent,
     InDoubtCall,
     Lease,
+    McpAccess,
     NamedSession,
     Opened,
     ResumeBundle,
@@ -47,7 +48,7 @@ from .worker import AsyncWorker, Wake, Work, Worker
 __all__ = [
     "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
     "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
-    "InDoubtCall", "InvalidArgument", "Lease", "NameTaken", "NamedSession", "NeedsResolution", "NotReady", "Opened", "Paused",
+    "InDoubtCall", "InvalidArgument", "Lease", "McpAccess", "NameTaken", "NamedSession", "NeedsResolution", "NotReady", "Opened", "Paused",
     "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView", "SessionEnded", "SessionLedger",
     "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed", "ToolFailedDefinitively", "TransportError",
     "UnknownName", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call", "durable_tool", "errors",

@@ -156,6 +156,26 @@ class InDoubtCall:
 
 
 @dataclass(frozen=True)
+class McpAccess:
+    """The MCP server over a session's history (``sessionlog mcp``), as a resume bundle names
+    it: hand ``url`` and ``token`` to the agent so its model can fetch what its view left out."""
+
+    #: The Streamable HTTP endpoint.
+    url: str
+    #: ``Authorization: Bearer <token>``: the ``reader`` role on this session only; ``None`` when
+    #: the recovery service holds no token key (bring a credential of your own).
+    token: str | None = field(default=None, repr=False)
+    #: When the token stops being valid (RFC 3339).
+    expires_at: str | None = None
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> McpAccess:
+        token = doc.get("token")
+        expires = doc.get("expires_at")
+        return McpAccess(url=str(doc["url"]), token=str(token) if token else None, expires_at=str(expires) if expires else None)
+
+
+@dataclass(frozen=True)
 class ResumeBundle:
     """What a new harness gets when it takes a session over."""
 
@@ -172,6 +192,9 @@ class ResumeBundle:
     resolved: list[dict[str, Any]] = field(default_factory=list)
     #: What proves the resumed writer (see ``Opened.writer_token``).
     writer_token: str | None = field(default=None, repr=False)
+    #: The MCP server the agent's model can read the session's history from, with a token for
+    #: it; ``None`` unless the recovery service is configured with one (``[recovery.mcp]``).
+    mcp: McpAccess | None = None
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> ResumeBundle:
@@ -185,6 +208,7 @@ class ResumeBundle:
             context=doc.get("context", {}),
             resolved=list(doc.get("resolved", [])),
             writer_token=_token(doc),
+            mcp=McpAccess.from_json(doc["mcp"]) if doc.get("mcp") else None,
         )
 
 
