@@ -5,12 +5,13 @@
  */
 export { Client, WRITER_TOKEN_HEADER, checkSessionId } from "./client.js";
 export type { ClientOptions, Credential, EventRange, IncomingEvent } from "./client.js";
+export type { TransportKind } from "./transport.js";
 export * from "./errors.js";
 export { Occurrences, SessionLedger, defaultKey, newSessionId, nowMicros } from "./ledger.js";
 export type { CallName, Event, Plan as CallPlan, RecordedResult, ToolCall } from "./ledger.js";
 export { textOf } from "./models.js";
 export type {
-  Appended, CallOutcome, EffectClass, EventAck, EventPage, ForkPoint, Forked, HistoryEvent, InDoubtCall, Json, Lease, Lineage, NamedSession,
+  Appended, CallOutcome, EffectClass, EventAck, EventPage, ForkPoint, Forked, HistoryEvent, InDoubtCall, Json, Lease, Lineage, McpAccess, NamedSession,
   Opened, ResumeBundle, SessionView, TerminalOutcome, Wake, WakeReason, Work,
 } from "./models.js";
 export {

@@ -92,6 +92,20 @@ export interface ResumeBundle {
   resolved: Json[];
   /** What proves the resumed writer (see `Opened.writerToken`). */
   writerToken: string | undefined;
+  /** The MCP server the agent's model can read the session's history from, with a reader token
+   * for the session; undefined unless recovery is configured with one (`[recovery.mcp]`). */
+  mcp: McpAccess | undefined;
+}
+
+/** The MCP server over a session's history (`sessionlog mcp`), as a resume bundle names it. */
+export interface McpAccess {
+  /** The Streamable HTTP endpoint. */
+  url: string;
+  /** `Authorization: Bearer <token>`: the `reader` role on this session only; undefined when
+   * recovery holds no token key (bring a credential of your own). */
+  token: string | undefined;
+  /** When the token stops being valid. */
+  expiresAt: Date | undefined;
 }
 
 /** A session rebuilt from the log to its end. */
@@ -297,7 +311,15 @@ export function resumeBundle(doc: unknown): ResumeBundle {
     context: typeof d["context"] === "object" && d["context"] !== null ? (d["context"] as Json) : {},
     resolved: Array.isArray(d["resolved"]) ? (d["resolved"] as Json[]) : [],
     writerToken: optStr(d, "writer_token"),
+    mcp: mcpAccess(d["mcp"]),
   };
+}
+
+function mcpAccess(doc: unknown): McpAccess | undefined {
+  if (typeof doc !== "object" || doc === null) return undefined;
+  const d = object(doc, "resume bundle's mcp");
+  const expires = optStr(d, "expires_at");
+  return { url: str(d, "url"), token: optStr(d, "token"), expiresAt: expires === undefined ? undefined : new Date(expires) };
 }
 
 /** Reads a `SessionView`. */

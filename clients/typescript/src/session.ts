@@ -117,13 +117,15 @@ function ourStart(refusal: errors.ProblemError, sid: string, given: string | und
   return !(refusal instanceof errors.NameTaken) || refusal.sessionId === sid;
 }
 
+const ignore = () => undefined;
+
 /** One at a time, in arrival order: appends of one session take turns (the ledger numbers events and matches answers in sending order). */
 export class Turns {
   private tail: Promise<unknown> = Promise.resolve();
   /** Runs `fn` after every earlier one finished. */
   run<T>(fn: () => Promise<T>): Promise<T> {
     const result = this.tail.then(fn);
-    this.tail = result.catch(() => undefined);
+    this.tail = result.catch(ignore);
     return result;
   }
 }
@@ -229,7 +231,7 @@ export class Session {
   /** Appends `events` in order (in requests of at most 128), after the events an outage left unanswered; their positions. */
   appendAll(events: readonly Event[]): Promise<EventAck[]> {
     return this.turns.run(async () => {
-      await this.sendPending();
+      await this.sendBacklog();
       this.ledger.queue(events);
       return this.sendPending();
     });
@@ -243,7 +245,7 @@ export class Session {
    */
   appendPlanned(plan: Plan): Promise<EventAck[]> {
     return this.turns.run(async () => {
-      await this.sendPending(); // the backlog first: the queue holds the plan's alone
+      await this.sendBacklog(); // the backlog first: the queue holds the plan's alone
       this.ledger.queue(plan(this.ledger.nextQueuedSeq));
       const planned = this.ledger.unacknowledged.length;
       try {
@@ -258,6 +260,11 @@ export class Session {
   /** Sends the events an outage left unanswered (durable tools do before each call). */
   async sendUnacknowledged(): Promise<void> {
     await this.turns.run(() => this.sendPending());
+  }
+
+  /** Sends what an outage left unanswered, if anything (most often nothing: then no request and no promise). */
+  private sendBacklog(): Promise<EventAck[]> | undefined {
+    return this.ledger.unacknowledged.length ? this.sendPending() : undefined;
   }
 
   private async sendPending(): Promise<EventAck[]> {
@@ -302,7 +309,7 @@ export class Session {
   /** Records a checkpoint (after the events an outage left unanswered): where recovery starts reading. */
   checkpoint(workspaceRevision?: string): Promise<EventAck> {
     return this.turns.run(async () => {
-      await this.sendPending();
+      await this.sendBacklog();
       const ack = await this.client.checkpoint(this.sessionId, this.ledger.epoch, { workspaceRevision, writerToken: this.ledger.writerToken });
       this.ledger.movedTo(ack.seq);
       return ack;
@@ -312,7 +319,7 @@ export class Session {
   /** Ends the session (after the events an outage left unanswered); the service releases the writer lease with it. */
   close(outcome: TerminalOutcome = "Completed", reason?: string): Promise<EventAck> {
     return this.turns.run(async () => {
-      await this.sendPending();
+      await this.sendBacklog();
       const ack = await this.client.close(this.sessionId, this.ledger.epoch, outcome, { reason, writerToken: this.ledger.writerToken });
       this.ledger.movedTo(ack.seq);
       this.stopLease();

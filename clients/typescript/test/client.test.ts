@@ -8,11 +8,12 @@ import {
 } from "../src/index.js";
 import { faultyProxy } from "./support/proxy.js";
 import { corner, freePort, run, token } from "./support/stackcorner.js";
+import { transport } from "./support/transport.js";
 
 const c = corner();
 const harnessToken = token(c, ["harness", "reader"]);
-const client = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
-const operator = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: token(c, ["operator", "reader"]) });
+const client = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
+const operator = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: token(c, ["operator", "reader"]) });
 const closers: (() => void)[] = [];
 after(() => closers.forEach((close) => close()));
 
@@ -74,7 +75,7 @@ test("a retried append whose answer was lost is a duplicate, not a second event"
   let appends = 0;
   const proxy = await faultyProxy(c.ingestUrl, (req) => (req.url?.endsWith("/events") && appends++ === 0 ? "drop-answer" : "pass"));
   closers.push(() => proxy.server.close());
-  const viaProxy = new Client({ ingestUrl: proxy.url, recoveryUrl: c.recoveryUrl, token: harnessToken });
+  const viaProxy = new Client({ transport: transport(), ingestUrl: proxy.url, recoveryUrl: c.recoveryUrl, token: harnessToken });
   const session = await Session.start(viaProxy, "ts-tests", { title: "lost answer" });
   const ack = await session.userRequest("once");
   assert.equal(ack.duplicate, true, "the retry was answered with the first write's position");
@@ -89,7 +90,7 @@ test("a 503 is retried after the Retry-After it names, with the same request", a
   let refused = 0;
   const proxy = await faultyProxy(c.ingestUrl, () => (refused++ === 0 ? { status: 503, retryAfter: 1 } : "pass"));
   closers.push(() => proxy.server.close());
-  const viaProxy = new Client({ ingestUrl: proxy.url, recoveryUrl: c.recoveryUrl, token: harnessToken });
+  const viaProxy = new Client({ transport: transport(), ingestUrl: proxy.url, recoveryUrl: c.recoveryUrl, token: harnessToken });
   const started = Date.now();
   const session = await Session.start(viaProxy, "ts-tests", { title: "retry after" });
   assert.ok(Date.now() - started >= 1000, "waited the second the service asked for");
@@ -98,12 +99,12 @@ test("a 503 is retried after the Retry-After it names, with the same request", a
   // A 503 that outlasts the deadline is the service's error, typed.
   const always = await faultyProxy(c.ingestUrl, () => ({ status: 503, retryAfter: 0 }));
   closers.push(() => always.server.close());
-  const impatient = new Client({ ingestUrl: always.url, recoveryUrl: c.recoveryUrl, token: harnessToken, retryFor: 0.5 });
+  const impatient = new Client({ transport: transport(), ingestUrl: always.url, recoveryUrl: c.recoveryUrl, token: harnessToken, retryFor: 0.5 });
   await assert.rejects(impatient.create("ts-tests"), Backpressure);
 });
 
 test("an unreachable service is a TransportError that says nothing was sent", async () => {
-  const nowhere = new Client({ ingestUrl: `http://127.0.0.1:${await freePort()}`, recoveryUrl: c.recoveryUrl, token: harnessToken, retryFor: 0.3 });
+  const nowhere = new Client({ transport: transport(), ingestUrl: `http://127.0.0.1:${await freePort()}`, recoveryUrl: c.recoveryUrl, token: harnessToken, retryFor: 0.3 });
   const error = await nowhere.create("ts-tests").catch((e: unknown) => e);
   assert.ok(error instanceof TransportError, String(error));
   assert.equal(error.sent, false);
@@ -113,7 +114,7 @@ test("an unreachable service is a TransportError that says nothing was sent", as
 test("each problem code is its own class, under its status's", async () => {
   // From the services:
   await assert.rejects(client.session(newSessionId()), UnknownSession);
-  const stranger = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: "not-a-token" });
+  const stranger = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: "not-a-token" });
   await assert.rejects(stranger.create("ts-tests"), (e: unknown) => e instanceof InvalidToken && e instanceof Unauthenticated && e.status === 401);
   const session = await Session.start(client, "ts-tests");
   const wrong = await client

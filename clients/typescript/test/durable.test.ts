@@ -7,11 +7,12 @@ import {
 import { perform, total } from "./support/counter.js";
 import { Harness } from "./support/harness.js";
 import { corner, token } from "./support/stackcorner.js";
+import { transport } from "./support/transport.js";
 
 const c = corner();
 const harnessToken = token(c, ["harness", "reader"]);
-const client = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
-const operator = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: token(c, ["operator", "reader"]) });
+const client = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
+const operator = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: token(c, ["operator", "reader"]) });
 
 test("a recorded result is answered without running the tool again, in this process and after a resume", async () => {
   const session = await Session.start(client, "ts-durable");

@@ -1,8 +1,9 @@
 /**
  * Runs the package's tests against one private corner of the real stack: starts the counting
  * service and the corner, then `node --test` on test/*.test.ts (one file at a time: the machine
- * is shared) with the corner in $SESSIONLOG_TS_CORNER, and stops both after. Exits with the
- * tests' status. `npm test` runs this.
+ * is shared) with the corner in $SESSIONLOG_TS_CORNER, once for each of the client's transports
+ * (`node`, then `fetch`, in $SESSIONLOG_TS_TRANSPORT; set it to run one only), and stops both
+ * after. Exits with the tests' status. `npm test` runs this.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync } from "node:fs";
@@ -11,6 +12,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { IDEMPOTENT_TOOLS, serveCounter } from "./support/counter.js";
 import { createCorner } from "./support/stackcorner.js";
+import { TRANSPORTS, transport } from "./support/transport.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const workdir = mkdtempSync(join(tmpdir(), "sessionlog-ts-"));
@@ -20,11 +22,19 @@ const { corner, processes } = await createCorner(workdir, counter.url, IDEMPOTEN
 try {
   const only = process.argv.slice(2);
   const files = only.length ? only : readdirSync(here).filter((f) => f.endsWith(".test.ts")).sort().map((f) => join(here, f));
-  const child = spawn(process.execPath, ["--import", "tsx", "--test", "--test-concurrency=1", ...files], {
-    stdio: "inherit",
-    env: { ...process.env, SESSIONLOG_TS_CORNER: JSON.stringify(corner) },
-  });
-  status = await new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? 1)));
+  const chosen = transport();
+  const failed: string[] = [];
+  for (const t of chosen ? [chosen] : TRANSPORTS) {
+    console.error(`[ts tests] transport ${t}`);
+    counter.reset(); // the tests count each tool's effects from zero
+    const child = spawn(process.execPath, ["--import", "tsx", "--test", "--test-concurrency=1", ...files], {
+      stdio: "inherit",
+      env: { ...process.env, SESSIONLOG_TS_CORNER: JSON.stringify(corner), SESSIONLOG_TS_TRANSPORT: t },
+    });
+    if ((await new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? 1)))) !== 0) failed.push(t);
+  }
+  if (failed.length) console.error(`[ts tests] failed on transport ${failed.join(" and ")}`);
+  status = failed.length ? 1 : 0;
 } finally {
   for (const p of processes) p.kill("SIGKILL");
   counter.server.close();

@@ -11,10 +11,11 @@ import { Client, InvalidArgument, Worker, currentCall, durableTool, type Session
 import { perform } from "./support/counter.js";
 import { Harness } from "./support/harness.js";
 import { corner, token, waitFor } from "./support/stackcorner.js";
+import { transport } from "./support/transport.js";
 
 const c = corner();
 const harnessToken = token(c, ["harness", "reader"]);
-const client = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
+const client = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken });
 // The corner's lease TTL (SESSIONLOG_LEASE__TTL_MS): a killed harness's lease lapses after it.
 const LEASE_TTL_S = Number(c.env["SESSIONLOG_LEASE__TTL_MS"]) / 1000;
 // Where to look when no wake comes: the corner's wake component (it exits on some broker failures).
@@ -123,6 +124,6 @@ test("two workers of one agent woken for one session: one runs it", async () => 
 });
 
 test("a worker refuses a client timeout too short for its long poll rather than spin", () => {
-  const hasty = new Client({ ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken, timeout: 5 });
+  const hasty = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken, timeout: 5 });
   assert.throws(() => new Worker(hasty, { agent: "ts-hasty" }), InvalidArgument);
 });

@@ -1,13 +1,13 @@
 /**
- * The OpenAI Agents SDK's session contract, run against SessionlogSession on the real services.
+ * Our contract suite for SessionlogSession, the OpenAI Agents SDK's `Session` on the real services.
  *
- * The SDK's own session tests (packages/agents-core/test/memorySession.test.ts and the runner's
- * session persistence tests in its repository) are not in its npm package, and its repository's
- * tarballs are not reachable from this project's machines, so they cannot be fetched pinned at
- * run time. This suite holds SessionlogSession to the contract those tests check of the SDK's own
- * MemorySession (the `Session` interface's documentation in @openai/agents-core 0.20.0): ids,
- * order, `limit` as the latest items oldest first, pop, clear, detached copies, and the runner
- * keeping a conversation across turns and across processes (a new SessionlogSession object).
+ * The SDK's own session tests run against SessionlogSession in agents-sdk/ (vendored from its
+ * repository, README.md there). This suite checks what they do not: the `Session` interface's
+ * documented contract (ids, order, `limit` as the latest items oldest first, pop, clear, detached
+ * copies) across session objects, as separate processes would use them; the events it writes to
+ * the log, such as a function call waiting for its result (an approval) and finished by another
+ * process; two tenants with the same id; and the runner keeping a conversation across turns and
+ * across session objects.
  */
 
 import { randomUUID } from "node:crypto";
@@ -17,6 +17,7 @@ import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents-co
 import { z } from "zod";
 
 import type { Client } from "../src/client.js";
+import { textOf } from "../src/models.js";
 import { SessionlogSession } from "../src/integrations/openai-agents.js";
 import { startCorner, type UpstreamCorner } from "./corner.js";
 
@@ -88,6 +89,22 @@ describe("SessionlogSession (the SDK's Session contract)", () => {
     expect(await other.getItems()).toEqual([call]);
     await other.addItems([result]);
     expect(await session().getItems()).toEqual([call, result]);
+  });
+
+  it("writes a waiting call's request, with its arguments, when another object that read nothing adds its result", async () => {
+    const call: AgentInputItem = { type: "function_call", callId: "call-7", name: "approve_me", status: "completed", arguments: '{"n":7}' };
+    const result: AgentInputItem = { type: "function_call_result", callId: "call-7", name: "approve_me", status: "completed", output: { type: "text", text: "done" } };
+    await session().addItems([user("approve"), call]);
+    // Another process resumes a run from its RunState: it adds the result without reading the session.
+    await session().addItems([result]);
+    const s = session();
+    expect(await s.getItems()).toEqual([user("approve"), call, result]);
+    const events = [];
+    for await (const e of client.events((await s.open()).sessionId, { kinds: ["ToolCallRequested", "ToolCallResult"] })) events.push(e);
+    expect(events.map((e) => e.kind)).toEqual(["ToolCallRequested", "ToolCallResult"]);
+    expect(events[0]?.idempotencyKey).toBe("call-7");
+    expect(textOf(events[0]?.data?.["arguments"])).toBe('{"n":7}');
+    expect(events[1]?.data?.["call_seq"]).toBe(events[0]?.seq);
   });
 
   it("pops the latest item across objects, and an item popped and added back is there once", async () => {

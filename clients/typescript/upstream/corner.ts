@@ -19,18 +19,21 @@ export interface UpstreamCorner {
   stop(): void;
 }
 
+/** A client of a fresh tenant of `corner` with `roles`. */
+export function tenantClient(corner: Corner, roles: string[]): Client {
+  const tenant = `upstream-${randomUUID().slice(0, 18)}`;
+  const args = ["token", "mint", "--subject", "upstream-suite", "--ttl-secs", "3600", "--tenant", tenant];
+  for (const role of roles) args.push("--role", role);
+  const token = run(corner, ...args).trim();
+  return new Client({ ingestUrl: corner.ingestUrl, recoveryUrl: corner.recoveryUrl, token });
+}
+
 /** Starts a corner (no counting service: the suites call no tools). */
 export async function startCorner(): Promise<UpstreamCorner> {
   const { corner, processes } = await createCorner(mkdtempSync(join(tmpdir(), "sessionlog-upstream-")), "", []);
   return {
     corner,
-    client(roles) {
-      const tenant = `upstream-${randomUUID().slice(0, 18)}`;
-      const args = ["token", "mint", "--subject", "upstream-suite", "--ttl-secs", "3600", "--tenant", tenant];
-      for (const role of roles) args.push("--role", role);
-      const token = run(corner, ...args).trim();
-      return new Client({ ingestUrl: corner.ingestUrl, recoveryUrl: corner.recoveryUrl, token });
-    },
+    client: (roles) => tenantClient(corner, roles),
     stop() {
       processes.forEach((p: ChildProcess) => p.kill("SIGKILL"));
     },

@@ -465,9 +465,9 @@ export interface components {
         };
         /**
          * @description A session taken for a worker: the members of the resume bundle (`state`, `epoch`,
-         *     `writer_token`, `next_seq`, `in_doubt`, `context`, `resolved`) and `wake`, the wake that
-         *     led to it (`session_id`, `agent`, `reason`, `epoch`, `cause_offset`, `caused_at`,
-         *     `woken_at`).
+         *     `writer_token`, `next_seq`, `in_doubt`, `context`, `resolved`, and `mcp` when configured)
+         *     and `wake`, the wake that led to it (`session_id`, `agent`, `reason`, `epoch`,
+         *     `cause_offset`, `caused_at`, `woken_at`).
          */
         AssignmentView: Record<string, never>;
         /** @description A service's signature over a privileged event's attested statement. */
@@ -928,8 +928,9 @@ export interface components {
         /**
          * @description Everything a new harness needs to continue a session: `state`, `epoch`, `writer_token`
          *     (present it to the ingest service with every append), `next_seq`, `in_doubt` (calls to
-         *     settle first), `context` (the working set for the next model call) and `resolved`
-         *     (outcomes recovery recorded).
+         *     settle first), `context` (the working set for the next model call), `resolved` (outcomes
+         *     recovery recorded) and, when `[recovery.mcp]` is configured, `mcp`: the MCP server over the
+         *     session's history (`url`) with a reader token for this session (`token`, `expires_at`).
          */
         ResumeBundleView: Record<string, never>;
         /** @description Takes a session over. */

@@ -73,6 +73,12 @@ export interface SessionlogSessionOptions {
 
 type Item = Record<string, unknown>;
 
+/** A function call kept whole with no request written yet: its record's event id, its arguments. */
+interface Waiting {
+  eventId: string;
+  arguments: string;
+}
+
 /** One live item and the seq a retraction of it names. */
 interface Live {
   seq: number;
@@ -95,8 +101,11 @@ export class SessionlogSession implements AgentsSession {
   private turns: Promise<unknown> = Promise.resolve();
   // Tools whose calls a durable wrapper records.
   private readonly durable = new Set<string>();
-  // Function calls kept whole with no request written yet, by call id: the record's event id.
-  private waiting = new Map<string, string>();
+  // Function calls kept whole with no request written yet, by call id: the record's event id and
+  // the call's arguments.
+  private waiting = new Map<string, Waiting>();
+  // Whether `waiting` holds what the log does: learned by the first read of the log, then kept.
+  private learned = false;
 
   constructor(
     readonly sessionId: string,
@@ -155,6 +164,11 @@ export class SessionlogSession implements AgentsSession {
       if (items.length === 0) return;
       const writer = await this.opened();
       const given = items.map((i) => structuredClone(i) as Item);
+      // A result whose call is not beside it may answer a call kept waiting by another object
+      // (another process): learn the waiting calls from the log, so the request is written.
+      const calls = new Set(given.filter((i) => i["type"] === "function_call").map((i) => String(i["callId"])));
+      const answers = given.some((i) => isResult(i) && !calls.has(String(i["callId"])) && !this.durable.has(String(i["name"] ?? "")));
+      if (answers && !this.learned) await this.live();
       await writer.appendPlanned((first) => this.events(given, first));
     });
   }
@@ -218,7 +232,7 @@ export class SessionlogSession implements AgentsSession {
           // A durable call's wrapper records it; a call with no result yet is kept on its own.
           const id = randomUUID();
           push({ ...frameworkState(FRAMEWORK, ITEM_KEY, JSON.stringify(item)), eventId: id });
-          if (!this.durable.has(tool)) this.waiting.set(callId, id);
+          if (!this.durable.has(tool)) this.waiting.set(callId, { eventId: id, arguments: String(item["arguments"] ?? "") });
           continue;
         }
         const seq = first + events.length;
@@ -237,7 +251,7 @@ export class SessionlogSession implements AgentsSession {
           // Its call was kept whole before: its request now, naming that record.
           const seq = first + events.length;
           const effect = this.effect(tool);
-          const eventId = push({ ...toolCall(tool, "", { effect, idempotencyKey: callId || undefined }), causationId: kept });
+          const eventId = push({ ...toolCall(tool, kept.arguments, { effect, idempotencyKey: callId || undefined }), causationId: kept.eventId });
           request = { seq, eventId, tool, effect, idempotencyKey: callId || undefined };
           this.waiting.delete(callId);
         }
@@ -267,7 +281,10 @@ export class SessionlogSession implements AgentsSession {
   private async live(): Promise<Live[]> {
     const writer = await this.opened();
     const last = writer.ledger.nextSeq - 1;
-    if (last <= 0) return [];
+    if (last <= 0) {
+      this.learned = true;
+      return [];
+    }
     await awaitProjected(this.client, writer.sessionId, last, this.waitFor);
     const events: HistoryEvent[] = [];
     for await (const e of this.client.events(writer.sessionId, { kinds: ITEM_KINDS, toSeq: last, limit: PAGE })) events.push(e);
@@ -287,8 +304,9 @@ export class SessionlogSession implements AgentsSession {
       [...alone.entries()]
         .filter(([id, item]) => item["type"] === "function_call" && !this.durable.has(String(item["name"])) && !standing.has(id))
         .filter(([id]) => !retracted.has(byId.get(id)!.seq))
-        .map(([id, item]) => [String(item["callId"]), id]),
+        .map(([id, item]) => [String(item["callId"]), { eventId: id, arguments: String(item["arguments"] ?? "") }]),
     );
+    this.learned = true;
     const live: Live[] = [];
     for (const e of events) {
       if (e.kind === "EventRetracted" || retracted.has(e.seq)) continue;

@@ -10,44 +10,33 @@
  * Prints JSON lines: {"at": POINT}, then {"result": FINAL_OUTPUT, "items": [...]} or {"error": CLASS}.
  */
 import { randomUUID } from "node:crypto";
-import { parseArgs } from "node:util";
-
 import { Agent, run, setTracingDisabled, tool } from "@openai/agents-core";
 import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents-core/testing";
 import { z } from "zod";
 
-import { Client, SessionlogError, currentCall, type EffectClass } from "../../src/index.js";
+import { SessionlogError, currentCall } from "../../src/index.js";
 import { SessionlogSession } from "../../src/integrations/openai-agents.js";
 import { perform } from "../support/counter.js";
+import { hangIf as hangAt, harnessClient, parseHarnessArgs, say } from "../support/harness-args.js";
 
-const { values: a } = parseArgs({
-  options: {
-    ...Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang"].map((n) => [n, { type: "string" as const }])),
-    resume: { type: "boolean" },
-  },
-}) as unknown as { values: Record<string, string | undefined> & { resume?: boolean } };
-const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
-async function hangIf(point: string): Promise<void> {
-  if (point !== a["hang"]) return;
-  say({ at: point });
-  await new Promise(() => setInterval(() => undefined, 60_000)); // the test kills this process here
-}
+const a = parseHarnessArgs();
+const hangIf = (point: string) => hangAt(a, point);
 
 // No tracing: its exporter writes to stdout, where this harness speaks JSON lines.
 setTracingDisabled(true);
-const client = new Client({ ingestUrl: a["ingest"]!, recoveryUrl: a["recovery"]!, token: a["token"]! });
-const sessionId = a["session"]!;
-const name = a["tool"]!;
+const client = harnessClient(a);
+const sessionId = a.session!;
+const name = a.tool;
 const session = new SessionlogSession(sessionId, client, { writer: "agents-harness", model: "scripted" });
 const count = tool({
   name,
   description: "Counts once in the counter service.",
   parameters: z.object({ n: z.number() }),
   execute: session.durableTool(
-    { name, effect: a["effect"] as EffectClass, key: ({ n }: { n: number }) => `${sessionId}-${n}` },
+    { name, effect: a.effect, key: ({ n }: { n: number }) => `${sessionId}-${n}` },
     async (_args: { n: number }) => {
       await hangIf("after-intent");
-      const output = await perform(a["service"]!, name, currentCall().idempotencyKey);
+      const output = await perform(a.service, name, currentCall().idempotencyKey);
       await hangIf("after-effect");
       return output;
     },

@@ -9,36 +9,25 @@
  *
  * Prints JSON lines: {"at": POINT}, then {"result": STATE} or {"error": CLASS}.
  */
-import { parseArgs } from "node:util";
-
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 
-import { Client, SessionlogError, currentCall, type EffectClass } from "../../src/index.js";
+import { SessionlogError, currentCall } from "../../src/index.js";
 import { SessionlogSaver } from "../../src/integrations/langgraph.js";
 import { perform } from "../support/counter.js";
+import { hangIf as hangAt, harnessClient, parseHarnessArgs, say } from "../support/harness-args.js";
 
-const { values: a } = parseArgs({
-  options: {
-    ...Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang"].map((n) => [n, { type: "string" as const }])),
-    resume: { type: "boolean" },
-  },
-}) as unknown as { values: Record<string, string | undefined> & { resume?: boolean } };
-const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
-async function hangIf(point: string): Promise<void> {
-  if (point !== a["hang"]) return;
-  say({ at: point });
-  await new Promise(() => setInterval(() => undefined, 60_000)); // the test kills this process here
-}
+const a = parseHarnessArgs();
+const hangIf = (point: string) => hangAt(a, point);
 
-const client = new Client({ ingestUrl: a["ingest"]!, recoveryUrl: a["recovery"]!, token: a["token"]! });
-const threadId = a["session"]!;
-const name = a["tool"]!;
+const client = harnessClient(a);
+const threadId = a.session!;
+const name = a.tool;
 const saver = new SessionlogSaver(client, { writer: "graph-harness" });
 const count = saver.durableTool(
-  { name, effect: a["effect"] as EffectClass, key: ({ n }: { n: number }) => `${threadId}-${n}` },
+  { name, effect: a.effect, key: ({ n }: { n: number }) => `${threadId}-${n}` },
   async (_args: { n: number }) => {
     await hangIf("after-intent");
-    const output = await perform(a["service"]!, name, currentCall().idempotencyKey);
+    const output = await perform(a.service, name, currentCall().idempotencyKey);
     await hangIf("after-effect");
     return output;
   },

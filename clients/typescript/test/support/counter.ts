@@ -9,8 +9,8 @@ import { createServer, type Server } from "node:http";
 /** Tools the service dedupes by key (the others take effect on every call). */
 export const IDEMPOTENT_TOOLS = ["counter", "reissued", "retried", "dedupe"];
 
-/** Serves the counter on a free port of 127.0.0.1; the server and its base URL. */
-export async function serveCounter(): Promise<{ server: Server; url: string }> {
+/** Serves the counter on a free port of 127.0.0.1; the server, its base URL, and `reset` to forget every effect (a new run of the suite). */
+export async function serveCounter(): Promise<{ server: Server; url: string; reset: () => void }> {
   const effects = new Map<string, number>();
   const id = (tool: string, key: string) => JSON.stringify([tool, key]);
   const server = createServer((req, res) => {
@@ -37,7 +37,7 @@ export async function serveCounter(): Promise<{ server: Server; url: string }> {
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
   if (address === null || typeof address === "string") throw new Error("the counter service has no port");
-  return { server, url: `http://127.0.0.1:${address.port}` };
+  return { server, url: `http://127.0.0.1:${address.port}`, reset: () => effects.clear() };
 }
 
 /** Has the counter at `url` take effect for `tool` under `key`; the service's output. */

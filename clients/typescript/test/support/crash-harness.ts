@@ -12,30 +12,20 @@
  *
  * Prints one JSON object per line: {"session": ID}, {"at": POINT}, {"result": ...} or {"error": CLASS}.
  */
-import { parseArgs } from "node:util";
-import { Client, ProblemError, Session, SessionlogError, currentCall, durableTool, type EffectClass } from "../../src/index.js";
+import { ProblemError, Session, SessionlogError, currentCall, durableTool } from "../../src/index.js";
 import { perform } from "./counter.js";
+import { hangIf as hangAt, harnessClient, parseHarnessArgs, say } from "./harness-args.js";
 
-const { values: a } = parseArgs({
-  options: {
-    ...Object.fromEntries(["ingest", "recovery", "token", "service", "tool", "effect", "session", "hang", "agent"].map((n) => [n, { type: "string" as const }])),
-    lease: { type: "boolean" },
-  },
-}) as unknown as { values: Record<string, string | undefined> & { lease?: boolean } };
-const say = (what: object) => process.stdout.write(JSON.stringify(what) + "\n");
-async function hangIf(point: string): Promise<void> {
-  if (point !== a["hang"]) return;
-  say({ at: point });
-  await new Promise(() => setInterval(() => undefined, 60_000)); // the test kills this process here
-}
+const a = parseHarnessArgs();
+const hangIf = (point: string) => hangAt(a, point);
 
-const client = new Client({ ingestUrl: a["ingest"]!, recoveryUrl: a["recovery"]!, token: a["token"]! });
+const client = harnessClient(a);
 let session: Session;
 try {
-  if (a["session"]) {
-    session = await Session.resume(client, a["session"], "ts-crash-harness-2");
+  if (a.session) {
+    session = await Session.resume(client, a.session, "ts-crash-harness-2");
   } else {
-    session = await Session.start(client, a["agent"] ?? "ts-crash-harness", { title: "count once" });
+    session = await Session.start(client, a.agent ?? "ts-crash-harness", { title: "count once" });
     await session.userRequest("count once");
   }
 } catch (e) {
@@ -46,10 +36,10 @@ try {
 if (a.lease) await session.holdLease();
 say({ session: session.sessionId });
 
-const tool = a["tool"]!;
-const count = durableTool(session, { effect: a["effect"] as EffectClass, name: tool, key: (n: number) => `${session.sessionId}-${n}` }, async (_n: number) => {
+const tool = a.tool;
+const count = durableTool(session, { effect: a.effect, name: tool, key: (n: number) => `${session.sessionId}-${n}` }, async (_n: number) => {
   await hangIf("after-intent");
-  const output = await perform(a["service"]!, tool, currentCall().idempotencyKey);
+  const output = await perform(a.service, tool, currentCall().idempotencyKey);
   await hangIf("after-effect");
   return output;
 });
