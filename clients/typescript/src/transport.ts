@@ -1,18 +1,25 @@
 /**
- * How one attempt of a request reaches a service: Node's `http`/`https` modules over a keep-alive
- * `Agent` (the default on Node: a sixth of global `fetch`'s CPU per request, or less), or global
- * `fetch` (other runtimes, or `transport: "fetch"`). Both answer the status, the body's text and
- * the `Retry-After` header; both fail with what `Client` classifies as the transport failing. The
- * Node transport's failures are `AttemptFailed`, which says whether the request certainly never
- * left (no connection was made: refused, unresolved, the connect timed out, still queued for a
- * connection) or may have reached the service (a connection was made: a reset, a timeout or a
+ * How one attempt of a request reaches a service. Three transports, all answering the status, the
+ * body's text and the `Retry-After` header, all failing with what `Client` classifies as the
+ * transport failing:
+ *   - `"socket"` (the default on Node): HTTP/1.1 written and parsed by the package itself over
+ *     `node:net`/`node:tls` sockets kept alive (./http1.ts), the least CPU per request;
+ *   - `"node"`: Node's `http`/`https` modules over a keep-alive `Agent` (a sixth of global
+ *     `fetch`'s CPU per request, or less);
+ *   - `"fetch"`: global `fetch` (other runtimes, or when asked).
+ * The Node transports' failures are `AttemptFailed`, which says whether the request certainly
+ * never left (no connection was made: refused, unresolved, the connect timed out, still queued for
+ * a connection) or may have reached the service (a connection was made: a reset, a timeout or a
  * cut-off answer after it).
  */
 import type * as Http from "node:http";
 import { InvalidArgument } from "./errors.js";
 
-/** Which transport a `Client` sends with: `"node"` (`node:http`/`node:https`, the default on Node) or `"fetch"` (global `fetch`). */
-export type TransportKind = "node" | "fetch";
+/**
+ * Which transport a `Client` sends with: `"socket"` (HTTP/1.1 over `node:net`/`node:tls`, the
+ * default on Node), `"node"` (`node:http`/`node:https`) or `"fetch"` (global `fetch`).
+ */
+export type TransportKind = "socket" | "node" | "fetch";
 
 /** Where a service is, parsed once. */
 export interface Origin {
@@ -50,6 +57,13 @@ export interface Request {
   headers: Record<string, string>;
   body: string | undefined;
   timeoutMs: number;
+  /**
+   * Whether the transport may send the request a second time on its own when a kept-alive
+   * connection turns out closed by the server as the request went out (only the `"socket"`
+   * transport does): `Client` says so while its `retryFor` lasts, as it would send the same
+   * request again anyway. Absent: never.
+   */
+  mayRepeat?: boolean;
 }
 
 /** A service's answer. */
@@ -67,7 +81,7 @@ export interface Transport {
   close(): void;
 }
 
-/** An attempt of the Node transport that failed without an answer; `unsent` when it certainly never reached the service. */
+/** An attempt of a Node transport (`"socket"` or `"node"`) that failed without an answer; `unsent` when it certainly never reached the service. */
 export class AttemptFailed extends Error {
   override name = "AttemptFailed";
   constructor(message: string, readonly unsent: boolean, options?: { cause?: unknown }) {
@@ -94,10 +108,10 @@ export const fetchTransport: Transport = {
   close() {},
 };
 
-/** Most connections the Node transport keeps to one service by default: concurrent requests beyond it wait for one. */
+/** Most connections the Node transports keep to one service by default: concurrent requests beyond it wait for one. */
 export const DEFAULT_MAX_SOCKETS = 1024;
 /** Longest a new connection may take to open before the attempt fails as unsent (as `fetch`'s own connect timeout). */
-const CONNECT_TIMEOUT_MS = 10_000;
+export const CONNECT_TIMEOUT_MS = 10_000;
 
 type Modules = { http: typeof Http; https: typeof import("node:https") };
 let modules: Promise<Modules> | undefined;

@@ -2,7 +2,7 @@
  * Runs the package's tests against one private corner of the real stack: starts the counting
  * service and the corner, then `node --test` on test/*.test.ts (one file at a time: the machine
  * is shared) with the corner in $SESSIONLOG_TS_CORNER, once for each of the client's transports
- * (`node`, then `fetch`, in $SESSIONLOG_TS_TRANSPORT; set it to run one only), and stops both
+ * (`socket`, `node`, then `fetch`, in $SESSIONLOG_TS_TRANSPORT; set it to run one only), and stops both
  * after. Exits with the tests' status. `npm test` runs this.
  */
 import { spawn } from "node:child_process";
@@ -33,7 +33,7 @@ try {
     });
     if ((await new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? 1)))) !== 0) failed.push(t);
   }
-  if (failed.length) console.error(`[ts tests] failed on transport ${failed.join(" and ")}`);
+  if (failed.length) console.error(`[ts tests] failed on transport ${failed.join(", ")}`);
   status = failed.length ? 1 : 0;
 } finally {
   for (const p of processes) p.kill("SIGKILL");

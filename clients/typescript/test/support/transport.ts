@@ -1,10 +1,10 @@
 /**
  * The transport the tests' clients send with: $SESSIONLOG_TS_TRANSPORT, which test/run.ts sets
- * (it runs the suite once with each transport), else the client's default (`node` on Node).
+ * (it runs the suite once with each transport), else the client's default (`socket` on Node).
  */
 import type { TransportKind } from "../../src/transport.js";
 
-export const TRANSPORTS: readonly TransportKind[] = ["node", "fetch"];
+export const TRANSPORTS: readonly TransportKind[] = ["socket", "node", "fetch"];
 
 /** The transport named in $SESSIONLOG_TS_TRANSPORT (undefined: the client's default). */
 export function transport(): TransportKind | undefined {
