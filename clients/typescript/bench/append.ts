@@ -6,7 +6,7 @@
  * appends per second and this process's CPU (user + system) per append. What the ingest bench
  * (bench/ingest.ts) cannot separate from the service: how much of a core the client takes.
  *
- *   node --import tsx bench/append.ts [--sessions 1000] [--seconds 5] [--rounds 3] [--transport node|fetch]
+ *   node --import tsx bench/append.ts [--sessions 1000] [--seconds 5] [--rounds 3] [--transport socket|node|fetch]
  *
  * Node's young generation is small for a thousand requests in flight: `node --max-semi-space-size=64`
  * (or in NODE_OPTIONS) takes about a third off the CPU per append at 1,000 sessions.

@@ -15,11 +15,11 @@
  * 0.8. Node's flags (NODE_OPTIONS=--max-semi-space-size=64: see bench/append.ts) apply to this
  * process, and are printed.
  *
- *   clients/typescript/scripts/bench [--rounds 3] [--seconds 20] [--sessions 1000] [--transport node|fetch]
+ *   clients/typescript/scripts/bench [--rounds 3] [--seconds 20] [--sessions 1000] [--transport socket|node|fetch]
  *       [--max-sockets N (default: --sessions)] [--no-build]
  *
  * $SESSIONLOG_BIN and $SESSIONLOG_BENCH_BIN name the binaries (scripts/bench points them at the
- * release build).
+ * release build, or with --no-build leaves those given).
  */
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
@@ -164,7 +164,7 @@ try {
   const client = new Client({ ingestUrl: corner.ingestUrl, token: harnessToken, timeout: 60, transport, maxSockets });
   console.error(
     `${sessions} sessions, one event (${textBytes} bytes of text) per request, ${seconds} s a side, ${rounds} rounds, ` +
-      `transport ${client.transport}${client.transport === "node" ? ` (at most ${maxSockets} connections)` : ""}, ` +
+      `transport ${client.transport}${client.transport !== "fetch" ? ` (at most ${maxSockets} connections)` : ""}, ` +
       `node ${process.version}${nodeFlags ? ` ${nodeFlags}` : ""}, ingest at ${corner.ingestUrl}`,
   );
   const rows: string[] = [];
