@@ -8,6 +8,8 @@
 //! - [`rows`]: what the projector's fold becomes in each table ([`CqlRow`]);
 //! - [`write`]: writing a batch's rows, one session's as one atomic mutation;
 //! - [`written`]: what those writes send to each table (rows, cells, bytes), as counters;
+//! - `stored`: the compact JSON the `sessions` and `context_view` rows store and how it reads
+//!   back;
 //! - [`read`]: every typed read: the rows the projector reloads, the checkpoints and index
 //!   recovery starts from, a range of a session's index for range reads of its history, the
 //!   lists operators ask for (a session's children, sessions awaiting someone) and the rows
@@ -38,6 +40,7 @@ pub mod nodes;
 pub mod read;
 pub mod rows;
 mod statements;
+mod stored;
 mod topic_guard;
 pub mod verify;
 pub mod write;

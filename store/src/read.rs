@@ -2,6 +2,7 @@
 //! from, the lists operators ask for, and the rows tests check.
 
 use crate::rows::Wait;
+use crate::stored::{StateColumns, read_left_out, read_state};
 use crate::{Error, ProjectionStore, Result};
 use futures::{StreamExt, TryStreamExt};
 use scylla::deserialize::row::DeserializeRow;
@@ -321,12 +322,8 @@ pub struct ContextViewRow {
     pub applied_offset: i64,
     /// The session's last seq.
     pub last_seq: i64,
-    /// The plan.
-    pub plan: Option<String>,
     /// The first turn of the window.
     pub first_turn_seq: Option<i64>,
-    /// Unresolved tool calls, as JSON.
-    pub unresolved_calls: String,
     /// References to older turns, as JSON.
     pub older_ranges: String,
     /// What the view left out, as JSON.
@@ -383,18 +380,61 @@ impl ProjectionStore {
     }
 
     async fn session_row(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
-        type Row = (Option<String>, Option<i32>, Option<i64>, Option<i64>);
+        #[derive(scylla::DeserializeRow)]
+        #[scylla(flavor = "enforce_order", skip_name_checks)]
+        struct Row {
+            state_json: Option<String>,
+            partition: Option<i32>,
+            applied_offset: Option<i64>,
+            last_model_seq: Option<i64>,
+            agent: Option<String>,
+            epoch: Option<i64>,
+            writer: Option<String>,
+            last_seq: Option<i64>,
+            started_at_us: Option<i64>,
+            updated_at_us: Option<i64>,
+            tokens_in: Option<i64>,
+            tokens_out: Option<i64>,
+            cost_micros: Option<i64>,
+        }
         let rows: Vec<Row> = self
             .select(&self.reads.load_session, (session.0,), "load session")
             .await?;
-        let Some((state_json, partition, applied_offset, last_model_seq)) = rows.into_iter().next()
+        let Some(Row {
+            state_json,
+            partition,
+            applied_offset,
+            last_model_seq,
+            agent,
+            epoch,
+            writer,
+            last_seq,
+            started_at_us,
+            updated_at_us,
+            tokens_in,
+            tokens_out,
+            cost_micros,
+        }) = rows.into_iter().next()
         else {
             return Ok(None);
         };
-        let state: SessionState = serde_json::from_str(state_json.as_deref().unwrap_or(""))
-            .map_err(|e| Error::CorruptRow {
-                session: session.to_string(),
-                message: e.to_string(),
+        let columns = StateColumns {
+            agent,
+            epoch,
+            writer,
+            last_seq,
+            started_at_us,
+            updated_at_us,
+            tokens_in,
+            tokens_out,
+            cost_micros,
+        };
+        let state =
+            read_state(session, state_json.as_deref().unwrap_or(""), &columns).map_err(|e| {
+                Error::CorruptRow {
+                    session: session.to_string(),
+                    message: e.to_string(),
+                }
             })?;
         Ok(Some(ProjectedSession {
             state,
@@ -626,7 +666,7 @@ impl ProjectionStore {
             summaries: serde_json::from_str(&parse(summaries, "[]")).map_err(corrupt)?,
             recent,
             older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
-            left_out: serde_json::from_str(&parse(left_out, "{}")).map_err(corrupt)?,
+            left_out: read_left_out(&parse(left_out, "{}")).map_err(corrupt)?,
         }))
     }
 
@@ -1162,7 +1202,7 @@ impl ProjectionStore {
         let rows: Vec<ContextViewRow> = self
             .query_paged(
                 format!(
-                    "SELECT applied_offset, last_seq, plan, first_turn_seq, unresolved_calls,
+                    "SELECT applied_offset, last_seq, first_turn_seq,
                      older_ranges, left_out, summaries, policy FROM {ks}.context_view
                      WHERE session_id = ?"
                 ),

@@ -37,7 +37,7 @@ pub(crate) struct SessionRow {
     pending_approvals: MaybeUnset<i32>,
     log_partition: MaybeUnset<i32>,
     applied_offset: MaybeUnset<i64>,
-    state_digest: MaybeUnset<String>,
+    state_digest: MaybeUnset<Option<String>>,
     state_json: MaybeUnset<String>,
     last_model_seq: MaybeUnset<Option<i64>>,
     write_timestamp: i64,
@@ -47,8 +47,6 @@ impl From<&ProjectedSession> for SessionRow {
     fn from(projected: &ProjectedSession) -> Self {
         use MaybeUnset::Set;
         let s = &projected.state;
-        // One serialisation serves both the stored state and its digest.
-        let state_json = s.canonical_json();
         Self {
             session_id: s.session_id.0,
             status: Set(s.status().as_str()),
@@ -74,8 +72,10 @@ impl From<&ProjectedSession> for SessionRow {
             pending_approvals: Set(s.pending_approvals.len() as i32),
             log_partition: Set(projected.partition),
             applied_offset: Set(projected.applied_offset),
-            state_digest: Set(SessionState::digest_of(&state_json)),
-            state_json: Set(state_json),
+            // No reader needs the digest (a checkpoint's is computed when it is verified): the
+            // column is cleared of one an earlier release wrote, then left unset.
+            state_digest: Set(None),
+            state_json: Set(crate::stored::state_json(s)),
             last_model_seq: Set(projected.last_model_call.map(to_i64)),
             write_timestamp: projected.applied_offset,
         }
@@ -179,11 +179,9 @@ pub(crate) struct ContextRow {
     session_id: Uuid,
     applied_offset: MaybeUnset<i64>,
     last_seq: MaybeUnset<i64>,
-    plan: MaybeUnset<Option<String>>,
     /// Superseded by `context_turns` (migration 3); cleared in case an older projector wrote it.
     recent_turns: MaybeUnset<Option<String>>,
     first_turn_seq: MaybeUnset<Option<i64>>,
-    unresolved_calls: MaybeUnset<String>,
     older_ranges: MaybeUnset<String>,
     left_out: MaybeUnset<String>,
     summaries: MaybeUnset<String>,
@@ -223,30 +221,24 @@ pub(crate) trait Rewritten: Clone {
 impl Rewritten for SessionRow {
     fn unset_unchanged(mut self, written: &Self) -> Self {
         unset_unchanged!(self, written: agent, title, epoch, parent_session_id, parent_seq,
-            started_at_us, tokens_in, tokens_out, cost_micros, log_partition, last_model_seq);
+            started_at_us, tokens_in, tokens_out, cost_micros, log_partition, last_model_seq,
+            state_digest);
         self
     }
 }
 
 impl ContextRow {
-    /// The row of `window`, with the plan and unresolved calls of `state`, every column set.
+    /// The row of `window` for `state`'s session, every column set.
     fn of(window: &ContextWindow, state: &SessionState) -> Self {
         use MaybeUnset::Set;
         ContextRow {
             session_id: state.session_id.0,
             applied_offset: Set(window.applied_offset),
             last_seq: Set(to_i64(state.last_seq)),
-            // A sealed plan stays in the session's stored state, for a reader with the key.
-            plan: Set(state
-                .plan
-                .as_ref()
-                .and_then(Content::as_plain)
-                .map(String::from)),
             recent_turns: Set(None),
             first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
-            unresolved_calls: Set(to_json(&ContextWindow::unresolved_calls(state))),
             older_ranges: Set(to_json(&window.older)),
-            left_out: Set(to_json(&window.left_out)),
+            left_out: Set(crate::stored::left_out_json(&window.left_out)),
             summaries: Set(to_json(&window.summaries)),
             policy: Set(to_json(&window.policy)),
             write_timestamp: window.applied_offset,
@@ -907,7 +899,9 @@ mod tests {
         let mut written = None;
         changes(SessionRow::from(&projected), &mut written);
         let again = changes(SessionRow::from(&projected), &mut written);
-        assert!(is_set(&again.status) && is_set(&again.state_digest) && is_set(&again.state_json));
+        assert!(is_set(&again.status) && is_set(&again.state_json));
+        // The digest is not written: cleared once, then left as it is.
+        assert!(!is_set(&again.state_digest));
         assert!(is_set(&again.writer));
         assert!(is_set(&again.pending_calls) && is_set(&again.pending_approvals));
         assert!(!is_set(&again.started_at_us));

@@ -2,6 +2,7 @@
 //! store that migrated (a read-only CQL role can open the store for reading).
 
 use crate::rows::{CqlRow, Table};
+use crate::stored::STATE_COLUMNS;
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::statement::Consistency;
@@ -55,8 +56,8 @@ impl Reads {
         let p = |cql: String| prepare(session, cql, consistency);
         Ok(Self {
             load_session: p(format!(
-                "SELECT state_json, log_partition, applied_offset, last_model_seq FROM {ks}.sessions
-                 WHERE session_id = ?"
+                "SELECT state_json, log_partition, applied_offset, last_model_seq, {STATE_COLUMNS}
+                 FROM {ks}.sessions WHERE session_id = ?"
             ))
             .await?,
             session_summary: p(format!(
@@ -208,9 +209,12 @@ fn write_cql(table: Table, ks: &str) -> String {
             "INSERT INTO {ks}.trace_tenant_day_buckets (day, tenant, bucket) VALUES (?, ?, ?)"
         ),
         Table::ContextView => format!(
-            "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
-                 recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out,
-                 summaries, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            // Not `plan` or `unresolved_calls`: a reader of the view takes both from the
+            // session's state, so they are no longer written (rows of earlier releases keep
+            // theirs).
+            "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq,
+                 recent_turns, first_turn_seq, older_ranges, left_out,
+                 summaries, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::ContextTurns => format!(
             "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,

@@ -222,22 +222,36 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         .context_view_row(session)
         .await?
         .context("context view row")?;
-    let (plan, unresolved, left_out, last_seq) = (
-        view.plan,
-        view.unresolved_calls,
-        view.left_out,
-        view.last_seq,
-    );
-    // A sealed plan has no plain column: it stays in the session's state, for a reader with
-    // the key.
-    assert_eq!(plan, None);
-    let stored_plan = store
+    let (left_out, last_seq) = (view.left_out, view.last_seq);
+    // The plan and the unresolved calls are the session's state's (the view row no longer
+    // repeats them); a sealed plan opens for a reader with the key.
+    let stored = store
         .load_session(session)
         .await?
         .context("session row")?
-        .state
-        .plan
-        .context("the state's plan")?;
+        .state;
+    let stored_plan = stored.plan.clone().context("the state's plan")?;
+    // The row stores the state compactly (no field a new session has as it is, none its
+    // columns hold) and reads back as the fold's state, byte for byte in canonical form.
+    assert_eq!(stored.canonical_json(), writer.state().canonical_json());
+    let (state_json,): (Option<String>,) = store
+        .cql()
+        .query_unpaged(
+            format!(
+                "SELECT state_json FROM {}.sessions WHERE session_id = ?",
+                store.keyspace()
+            ),
+            (session.0,),
+        )
+        .await?
+        .into_rows_result()?
+        .first_row()?;
+    let state_json = state_json.context("a stored state")?;
+    let as_stored: serde_json::Value = serde_json::from_str(&state_json)?;
+    for held_elsewhere in ["session_id", "agent", "last_seq", "updated_at", "paused"] {
+        assert!(as_stored.get(held_elsewhere).is_none(), "{state_json}");
+    }
+    assert!(state_json.len() < stored.canonical_json().len());
     let opener = log
         .keyring()
         .context("tests run encrypted")?
@@ -255,11 +269,13 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         texts,
         ["find the bug", "let me look", "bug", "no match", "prod"]
     );
-    let unresolved: serde_json::Value = serde_json::from_str(&unresolved)?;
-    assert_eq!(unresolved.as_array().map(Vec::len), Some(1));
-    assert_eq!(unresolved[0]["seq"], open_call.envelope.seq);
-    assert_eq!(unresolved[0]["tool"], "deploy");
+    let unresolved = sessionlog_session::context::ContextWindow::unresolved_calls(&stored);
+    assert_eq!(unresolved.len(), 1);
+    assert_eq!(unresolved[0].seq, open_call.envelope.seq);
+    assert_eq!(unresolved[0].tool, "deploy");
+    // Stored without its zero counts (see store/src/stored.rs).
     let left_out: serde_json::Value = serde_json::from_str(&left_out)?;
+    assert!(left_out.get("truncated_turns").is_none(), "{left_out}");
     assert_eq!(left_out["by_kind"]["Checkpoint"], 1);
     assert_eq!(left_out["by_kind"]["PlanUpdated"], 1);
     assert_eq!(left_out["by_kind"]["SessionStarted"], 1);
