@@ -55,10 +55,12 @@ test("concurrent invocations of one call wait for the one running it, then answe
   assert.equal(a, b);
   assert.equal(runs, 2, "order-1 ran once, order-2 once");
   assert.equal(other, "dedupe effect #1");
+  assert.ok(session.ledger.callWithKey("order-1") && session.ledger.callWithKey("order-2"));
+  // Read once the projection has the last event (before it has any, the session is unknown there).
+  await session.waitProjected(session.ledger.nextSeq - 1);
   const intents = [];
   for await (const e of client.events(session.sessionId, { kinds: ["ToolCallRequested"] })) intents.push(e);
-  // (The projection may lag; the ledger knows what was appended.)
-  assert.ok(session.ledger.callWithKey("order-1") && session.ledger.callWithKey("order-2"));
+  assert.equal(intents.length, 2, "one intent for each order");
 });
 
 test("failures: definitive ones are recorded and answered again; others leave the call in doubt", async () => {
