@@ -2,7 +2,7 @@
 //! from, the lists operators ask for, and the rows tests check.
 
 use crate::rows::Wait;
-use crate::stored::{StateColumns, read_left_out, read_state};
+use crate::stored::{StateColumns, read_left_out, read_older, read_state};
 use crate::{Error, ProjectionStore, Result};
 use futures::{StreamExt, TryStreamExt};
 use scylla::deserialize::row::DeserializeRow;
@@ -665,7 +665,7 @@ impl ProjectionStore {
                 .unwrap_or_default(),
             summaries: serde_json::from_str(&parse(summaries, "[]")).map_err(corrupt)?,
             recent,
-            older: serde_json::from_str(&parse(older, "[]")).map_err(corrupt)?,
+            older: read_older(&parse(older, "[]")).map_err(corrupt)?,
             left_out: read_left_out(&parse(left_out, "{}")).map_err(corrupt)?,
         }))
     }

@@ -237,7 +237,7 @@ impl ContextRow {
             last_seq: Set(to_i64(state.last_seq)),
             recent_turns: Set(None),
             first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
-            older_ranges: Set(to_json(&window.older)),
+            older_ranges: Set(crate::stored::older_json(&window.older)),
             left_out: Set(crate::stored::left_out_json(&window.left_out)),
             summaries: Set(to_json(&window.summaries)),
             policy: Set(to_json(&window.policy)),

@@ -15,7 +15,7 @@
 use serde_json::{Map, Value};
 use sessionlog_schemas::SessionId;
 use sessionlog_session::SessionState;
-use sessionlog_session::context::LeftOut;
+use sessionlog_session::context::{LeftOut, OlderRange};
 
 /// The `sessions` columns that hold a state field, as the reader gets them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -122,6 +122,48 @@ pub(crate) fn read_left_out(json: &str) -> serde_json::Result<LeftOut> {
         }
         _ => serde_json::from_str(json),
     }
+}
+
+/// `older` as the `context_view` row stores it: each range as `[first_seq, last_seq, turns]`,
+/// with a fourth element, its summary's seq, when it stands for one. The column is sent in every
+/// batch and holds up to [`OLDER_RANGES`](sessionlog_session::context::OLDER_RANGES) ranges; as
+/// objects, their field names were most of it.
+pub(crate) fn older_json(older: &[OlderRange]) -> String {
+    let ranges = older.iter().map(|range| {
+        let mut parts = vec![
+            Value::from(range.first_seq),
+            Value::from(range.last_seq),
+            to_value(&range.turns),
+        ];
+        if let Some(summary) = range.summary_seq {
+            parts.push(Value::from(summary));
+        }
+        Value::Array(parts)
+    });
+    Value::Array(ranges.collect()).to_string()
+}
+
+/// The older ranges a `context_view` row stores, as [`older_json`] writes them or as objects
+/// (earlier releases).
+pub(crate) fn read_older(json: &str) -> serde_json::Result<Vec<OlderRange>> {
+    let Value::Array(ranges) = serde_json::from_str::<Value>(json)? else {
+        return serde_json::from_str(json);
+    };
+    ranges
+        .into_iter()
+        .map(|range| match range {
+            Value::Array(parts) => {
+                let part = |i: usize| parts.get(i).cloned().unwrap_or(Value::Null);
+                Ok(OlderRange {
+                    first_seq: serde_json::from_value(part(0))?,
+                    last_seq: serde_json::from_value(part(1))?,
+                    turns: serde_json::from_value(part(2))?,
+                    summary_seq: serde_json::from_value(part(3))?,
+                })
+            }
+            whole => serde_json::from_value(whole),
+        })
+        .collect()
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
@@ -254,6 +296,36 @@ mod tests {
         assert!(read_state(id, "{not a state", &StateColumns::default()).is_err());
         assert!(read_state(id, "[1, 2]", &StateColumns::default()).is_err());
         assert!(read_state(id, r#"{"epoch": "one"}"#, &StateColumns::default()).is_err());
+    }
+
+    #[test]
+    fn stored_older_ranges_read_back_and_old_ones_still_read() {
+        let older = vec![
+            OlderRange {
+                first_seq: 1,
+                last_seq: 40,
+                turns: [("user".to_string(), 20), ("assistant".to_string(), 20)].into(),
+                summary_seq: None,
+            },
+            OlderRange {
+                first_seq: 41,
+                last_seq: 60,
+                turns: [("user".to_string(), 3)].into(),
+                summary_seq: Some(61),
+            },
+        ];
+        let json = older_json(&older);
+        assert_eq!(
+            json,
+            r#"[[1,40,{"assistant":20,"user":20}],[41,60,{"user":3},61]]"#
+        );
+        assert_eq!(read_older(&json).unwrap(), older);
+        let whole = serde_json::to_string(&older).unwrap();
+        assert!(json.len() * 2 < whole.len(), "{json} against {whole}");
+        assert_eq!(read_older(&whole).unwrap(), older);
+        assert_eq!(read_older("[]").unwrap(), vec![]);
+        assert!(read_older("[[1]]").is_err(), "a range without its last seq");
+        assert!(read_older(r#"{"first_seq": 1}"#).is_err());
     }
 
     #[test]
