@@ -2,7 +2,7 @@
 //! from, the lists operators ask for, and the rows tests check.
 
 use crate::rows::Wait;
-use crate::stored::{StateColumns, read_left_out, read_older, read_state};
+use crate::stored::{StoredSession, read_left_out, read_older, read_state};
 use crate::{Error, ProjectionStore, Result};
 use futures::{StreamExt, TryStreamExt};
 use scylla::deserialize::row::DeserializeRow;
@@ -380,67 +380,21 @@ impl ProjectionStore {
     }
 
     async fn session_row(&self, session: SessionId) -> Result<Option<ProjectedSession>> {
-        #[derive(scylla::DeserializeRow)]
-        #[scylla(flavor = "enforce_order", skip_name_checks)]
-        struct Row {
-            state_json: Option<String>,
-            partition: Option<i32>,
-            applied_offset: Option<i64>,
-            last_model_seq: Option<i64>,
-            agent: Option<String>,
-            epoch: Option<i64>,
-            writer: Option<String>,
-            last_seq: Option<i64>,
-            started_at_us: Option<i64>,
-            updated_at_us: Option<i64>,
-            tokens_in: Option<i64>,
-            tokens_out: Option<i64>,
-            cost_micros: Option<i64>,
-        }
-        let rows: Vec<Row> = self
+        let rows: Vec<StoredSession> = self
             .select(&self.reads.load_session, (session.0,), "load session")
             .await?;
-        let Some(Row {
-            state_json,
-            partition,
-            applied_offset,
-            last_model_seq,
-            agent,
-            epoch,
-            writer,
-            last_seq,
-            started_at_us,
-            updated_at_us,
-            tokens_in,
-            tokens_out,
-            cost_micros,
-        }) = rows.into_iter().next()
-        else {
+        let Some(row) = rows.into_iter().next() else {
             return Ok(None);
         };
-        let columns = StateColumns {
-            agent,
-            epoch,
-            writer,
-            last_seq,
-            started_at_us,
-            updated_at_us,
-            tokens_in,
-            tokens_out,
-            cost_micros,
-        };
-        let state =
-            read_state(session, state_json.as_deref().unwrap_or(""), &columns).map_err(|e| {
-                Error::CorruptRow {
-                    session: session.to_string(),
-                    message: e.to_string(),
-                }
-            })?;
+        let state = read_state(session, &row).map_err(|e| Error::CorruptRow {
+            session: session.to_string(),
+            message: e.to_string(),
+        })?;
         Ok(Some(ProjectedSession {
             state,
-            partition: partition.unwrap_or_default(),
-            applied_offset: applied_offset.unwrap_or(-1),
-            last_model_call: last_model_seq.and_then(|seq| u64::try_from(seq).ok()),
+            partition: row.log_partition.unwrap_or_default(),
+            applied_offset: row.applied_offset.unwrap_or(-1),
+            last_model_call: row.last_model_seq.and_then(|seq| u64::try_from(seq).ok()),
         }))
     }
 

@@ -2,7 +2,7 @@
 //! store that migrated (a read-only CQL role can open the store for reading).
 
 use crate::rows::{CqlRow, Table};
-use crate::stored::STATE_COLUMNS;
+use crate::stored::STORED_SESSION_COLUMNS;
 use crate::{Error, Result};
 use scylla::client::session::Session;
 use scylla::statement::Consistency;
@@ -56,8 +56,7 @@ impl Reads {
         let p = |cql: String| prepare(session, cql, consistency);
         Ok(Self {
             load_session: p(format!(
-                "SELECT state_json, log_partition, applied_offset, last_model_seq, {STATE_COLUMNS}
-                 FROM {ks}.sessions WHERE session_id = ?"
+                "SELECT {STORED_SESSION_COLUMNS} FROM {ks}.sessions WHERE session_id = ?"
             ))
             .await?,
             session_summary: p(format!(

@@ -17,9 +17,15 @@ use sessionlog_schemas::SessionId;
 use sessionlog_session::SessionState;
 use sessionlog_session::context::{LeftOut, OlderRange};
 
-/// The `sessions` columns that hold a state field, as the reader gets them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct StateColumns {
+/// A `sessions` row as a reader gets it: the stored state, where it stands, and the columns
+/// that hold a state field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, scylla::DeserializeRow)]
+#[scylla(flavor = "enforce_order", skip_name_checks)]
+pub(crate) struct StoredSession {
+    pub state_json: Option<String>,
+    pub log_partition: Option<i32>,
+    pub applied_offset: Option<i64>,
+    pub last_model_seq: Option<i64>,
     pub agent: Option<String>,
     pub epoch: Option<i64>,
     pub writer: Option<String>,
@@ -31,10 +37,12 @@ pub(crate) struct StateColumns {
     pub cost_micros: Option<i64>,
 }
 
-/// The columns of [`StateColumns`], in its order, for a `SELECT`.
-pub(crate) const STATE_COLUMNS: &str = "agent, epoch, writer, last_seq, started_at_us, updated_at_us, tokens_in, tokens_out, cost_micros";
+/// The columns of [`StoredSession`], in its order, for a `SELECT`.
+pub(crate) const STORED_SESSION_COLUMNS: &str = "state_json, log_partition, applied_offset, \
+    last_model_seq, agent, epoch, writer, last_seq, started_at_us, updated_at_us, tokens_in, \
+    tokens_out, cost_micros";
 
-impl StateColumns {
+impl StoredSession {
     /// Each column-held field with its column's value as JSON (`None`: a null column).
     fn fields(&self) -> [(&'static str, Option<Value>); 9] {
         let number = |v: Option<i64>| v.map(Value::from);
@@ -53,8 +61,8 @@ impl StateColumns {
     }
 }
 
-/// The fields [`StateColumns`] holds exactly for `state`: a count above `i64::MAX` does not fit
-/// its `bigint` column (the row writes it capped), so it stays in the stored JSON.
+/// The fields [`StoredSession`]'s columns hold exactly for `state`: a count above `i64::MAX`
+/// does not fit its `bigint` column (the row writes it capped), so it stays in the stored JSON.
 fn held_by_columns(state: &SessionState) -> Vec<&'static str> {
     let fits = |v: u64| i64::try_from(v).is_ok();
     let mut held = vec!["agent", "writer", "started_at", "updated_at"];
@@ -88,9 +96,9 @@ pub(crate) fn state_json(state: &SessionState) -> String {
 /// row's columns and, failing those, from a new session's state.
 pub(crate) fn read_state(
     session: SessionId,
-    json: &str,
-    columns: &StateColumns,
+    columns: &StoredSession,
 ) -> serde_json::Result<SessionState> {
+    let json = columns.state_json.as_deref().unwrap_or("");
     let Value::Object(mut stored) = serde_json::from_str::<Value>(json)? else {
         // Not an object: let serde say what is wrong with it.
         return serde_json::from_str(json);
@@ -216,9 +224,11 @@ mod tests {
         state
     }
 
-    fn columns_of(state: &SessionState) -> StateColumns {
+    /// The row the projector writes for `state`.
+    fn row_of(state: &SessionState) -> StoredSession {
         let capped = |v: u64| Some(crate::rows::to_i64(v));
-        StateColumns {
+        StoredSession {
+            state_json: Some(state_json(state)),
             agent: state.agent.clone(),
             epoch: capped(state.epoch),
             writer: state.writer.clone(),
@@ -228,15 +238,23 @@ mod tests {
             tokens_in: capped(state.tokens_in),
             tokens_out: capped(state.tokens_out),
             cost_micros: capped(state.cost_micros),
+            ..StoredSession::default()
+        }
+    }
+
+    /// A row holding only `json`.
+    fn only(json: &str) -> StoredSession {
+        StoredSession {
+            state_json: Some(json.into()),
+            ..StoredSession::default()
         }
     }
 
     #[test]
     fn a_stored_state_reads_back_as_the_state_written() {
         for state in [SessionState::empty(SessionId::new()), busy_state()] {
-            let json = state_json(&state);
-            let read = read_state(state.session_id, &json, &columns_of(&state)).unwrap();
-            assert_eq!(read, state, "{json}");
+            let read = read_state(state.session_id, &row_of(&state)).unwrap();
+            assert_eq!(read, state, "{:?}", row_of(&state).state_json);
             assert_eq!(read.canonical_json(), state.canonical_json());
         }
     }
@@ -272,30 +290,24 @@ mod tests {
     fn a_count_too_big_for_its_column_stays_in_the_stored_state() {
         let mut state = busy_state();
         state.tokens_out = u64::MAX;
-        let json = state_json(&state);
         // The column holds i64::MAX, not the count.
-        let read = read_state(state.session_id, &json, &columns_of(&state)).unwrap();
+        let read = read_state(state.session_id, &row_of(&state)).unwrap();
         assert_eq!(read.tokens_out, u64::MAX);
     }
 
     #[test]
     fn a_state_stored_whole_by_an_earlier_release_reads_as_it_did() {
         let state = busy_state();
-        let read = read_state(
-            state.session_id,
-            &state.canonical_json(),
-            &StateColumns::default(),
-        )
-        .unwrap();
+        let read = read_state(state.session_id, &only(&state.canonical_json())).unwrap();
         assert_eq!(read, state);
     }
 
     #[test]
     fn a_stored_state_that_is_not_a_state_is_an_error() {
         let id = SessionId::new();
-        assert!(read_state(id, "{not a state", &StateColumns::default()).is_err());
-        assert!(read_state(id, "[1, 2]", &StateColumns::default()).is_err());
-        assert!(read_state(id, r#"{"epoch": "one"}"#, &StateColumns::default()).is_err());
+        assert!(read_state(id, &only("{not a state")).is_err());
+        assert!(read_state(id, &only("[1, 2]")).is_err());
+        assert!(read_state(id, &only(r#"{"epoch": "one"}"#)).is_err());
     }
 
     #[test]
