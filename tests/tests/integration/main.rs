@@ -37,6 +37,7 @@ mod projector_corrupt_row;
 mod projector_crash;
 mod projector_dead_letter_crash;
 mod projector_dead_letters;
+mod projector_legacy_cells;
 mod projector_lists;
 mod projector_replay;
 mod projector_views;
