@@ -324,9 +324,10 @@ pub struct ContextViewRow {
     pub last_seq: i64,
     /// The first turn of the window.
     pub first_turn_seq: Option<i64>,
-    /// References to older turns, as JSON.
+    /// References to older turns, as JSON: objects, or `[first, last, turns(, summary)]`
+    /// arrays as this release stores them.
     pub older_ranges: String,
-    /// What the view left out, as JSON.
+    /// What the view left out, as JSON (this release leaves out zero counts).
     pub left_out: String,
     /// The summaries kept, as JSON (none before migration 8).
     pub summaries: Option<String>,

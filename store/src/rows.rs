@@ -179,9 +179,15 @@ pub(crate) struct ContextRow {
     session_id: Uuid,
     applied_offset: MaybeUnset<i64>,
     last_seq: MaybeUnset<i64>,
+    /// No longer written: a reader of the view takes the plan from the session's state. Cleared
+    /// (like the two below) of what an earlier release wrote, which would otherwise outlive an
+    /// erasure and, without the TTL the rest of an ended session's row gets, the row.
+    plan: MaybeUnset<Option<String>>,
     /// Superseded by `context_turns` (migration 3); cleared in case an older projector wrote it.
     recent_turns: MaybeUnset<Option<String>>,
     first_turn_seq: MaybeUnset<Option<i64>>,
+    /// No longer written: the view's unresolved calls are the state's. Cleared like `plan`.
+    unresolved_calls: MaybeUnset<Option<String>>,
     older_ranges: MaybeUnset<String>,
     left_out: MaybeUnset<String>,
     summaries: MaybeUnset<String>,
@@ -235,8 +241,10 @@ impl ContextRow {
             session_id: state.session_id.0,
             applied_offset: Set(window.applied_offset),
             last_seq: Set(to_i64(state.last_seq)),
+            plan: Set(None),
             recent_turns: Set(None),
             first_turn_seq: Set(window.recent.front().map(|t| to_i64(t.seq))),
+            unresolved_calls: Set(None),
             older_ranges: Set(crate::stored::older_json(&window.older)),
             left_out: Set(crate::stored::left_out_json(&window.left_out)),
             summaries: Set(to_json(&window.summaries)),
@@ -254,7 +262,7 @@ impl Rewritten for ContextRow {
         // lose their texts, once) until a retraction withdraws one, which can take them back
         // to an earlier value: from then on they are always sent. The policy is set when the
         // session starts.
-        unset_unchanged!(self, written: recent_turns, left_out, policy);
+        unset_unchanged!(self, written: plan, recent_turns, unresolved_calls, left_out, policy);
         if self.summaries_one_way {
             unset_unchanged!(self, written: summaries);
         }
@@ -828,12 +836,21 @@ mod tests {
         let state = SessionState::empty(SessionId(Uuid::now_v7()));
         let mut window = ContextWindow::default();
         let mut written = None;
-        let _ = changes(ContextRow::of(&window, &state), &mut written);
+        let first = changes(ContextRow::of(&window, &state), &mut written);
+        assert!(
+            matches!(first.plan, MaybeUnset::Set(None))
+                && matches!(first.unresolved_calls, MaybeUnset::Set(None)),
+            "an instance's first write clears what an earlier release wrote"
+        );
         window.applied_offset = 7;
         let again = changes(ContextRow::of(&window, &state), &mut written);
         assert!(is_set(&again.first_turn_seq), "first_turn_seq left unset");
         assert!(is_set(&again.older_ranges), "older_ranges left unset");
         assert!(!is_set(&again.policy), "the policy is set once");
+        assert!(
+            !is_set(&again.plan) && !is_set(&again.unresolved_calls),
+            "the cleared columns are cleared once"
+        );
         assert!(!is_set(&again.summaries), "unchanged summaries sent");
         window.left_out.retracted_summaries = 1;
         let _ = changes(ContextRow::of(&window, &state), &mut written);

@@ -208,12 +208,9 @@ fn write_cql(table: Table, ks: &str) -> String {
             "INSERT INTO {ks}.trace_tenant_day_buckets (day, tenant, bucket) VALUES (?, ?, ?)"
         ),
         Table::ContextView => format!(
-            // Not `plan` or `unresolved_calls`: a reader of the view takes both from the
-            // session's state, so they are no longer written (rows of earlier releases keep
-            // theirs).
-            "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq,
-                 recent_turns, first_turn_seq, older_ranges, left_out,
-                 summaries, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+            "INSERT INTO {ks}.context_view (session_id, applied_offset, last_seq, plan,
+                 recent_turns, first_turn_seq, unresolved_calls, older_ranges, left_out,
+                 summaries, policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
         ),
         Table::ContextTurns => format!(
             "INSERT INTO {ks}.context_turns (session_id, seq, role, name, call_seq, text,

@@ -4,10 +4,13 @@
 //! The `sessions` row is rewritten in almost every batch that touches its session, and its
 //! `state_json` was most of what the projector wrote per event (828 of 1,336 bytes in the
 //! projector bench). Much of it said nothing new: fields still as a new session has them (no
-//! plan, no pending calls, zero totals) and fields the row's own columns hold (agent, epoch,
-//! writer, last seq, times, totals). The stored state leaves both out and reading puts them
-//! back, so the state read is the state written; a state stored whole (by an earlier release)
-//! reads as it did. The view's `left_out` counts are stored the same way.
+//! plan, no pending calls, zero totals) and fields the same write's own columns hold (writer,
+//! last seq, update time). The stored state leaves both out and reading puts them back. Only
+//! columns sent in every write count: those cells belong to the same single-partition write as
+//! the stored state, so a replica that has one has the others, at any consistency level (a
+//! column left unset when unchanged could come from an earlier write a lagging replica has not
+//! seen). A state stored whole (by an earlier release) reads as it did. The view's `left_out`
+//! counts and older ranges are stored compactly too.
 //!
 //! This is the storage form only: digests and checkpoints use the canonical JSON
 //! ([`SessionState::canonical_json`]), which is unchanged.
@@ -18,64 +21,40 @@ use sessionlog_session::SessionState;
 use sessionlog_session::context::{LeftOut, OlderRange};
 
 /// A `sessions` row as a reader gets it: the stored state, where it stands, and the columns
-/// that hold a state field.
+/// sent with it in every write that hold a state field.
 #[derive(Clone, Debug, Default, PartialEq, Eq, scylla::DeserializeRow)]
-#[scylla(flavor = "enforce_order", skip_name_checks)]
+#[scylla(flavor = "enforce_order")]
 pub(crate) struct StoredSession {
     pub state_json: Option<String>,
     pub log_partition: Option<i32>,
     pub applied_offset: Option<i64>,
     pub last_model_seq: Option<i64>,
-    pub agent: Option<String>,
-    pub epoch: Option<i64>,
     pub writer: Option<String>,
     pub last_seq: Option<i64>,
-    pub started_at_us: Option<i64>,
     pub updated_at_us: Option<i64>,
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
-    pub cost_micros: Option<i64>,
 }
 
 /// The columns of [`StoredSession`], in its order, for a `SELECT`.
-pub(crate) const STORED_SESSION_COLUMNS: &str = "state_json, log_partition, applied_offset, \
-    last_model_seq, agent, epoch, writer, last_seq, started_at_us, updated_at_us, tokens_in, \
-    tokens_out, cost_micros";
+pub(crate) const STORED_SESSION_COLUMNS: &str =
+    "state_json, log_partition, applied_offset, last_model_seq, writer, last_seq, updated_at_us";
 
 impl StoredSession {
     /// Each column-held field with its column's value as JSON (`None`: a null column).
-    fn fields(&self) -> [(&'static str, Option<Value>); 9] {
-        let number = |v: Option<i64>| v.map(Value::from);
-        let text = |v: &Option<String>| v.clone().map(Value::from);
+    fn fields(&self) -> [(&'static str, Option<Value>); 3] {
         [
-            ("agent", text(&self.agent)),
-            ("epoch", number(self.epoch)),
-            ("writer", text(&self.writer)),
-            ("last_seq", number(self.last_seq)),
-            ("started_at", number(self.started_at_us)),
-            ("updated_at", number(self.updated_at_us)),
-            ("tokens_in", number(self.tokens_in)),
-            ("tokens_out", number(self.tokens_out)),
-            ("cost_micros", number(self.cost_micros)),
+            ("writer", self.writer.clone().map(Value::from)),
+            ("last_seq", self.last_seq.map(Value::from)),
+            ("updated_at", self.updated_at_us.map(Value::from)),
         ]
     }
 }
 
-/// The fields [`StoredSession`]'s columns hold exactly for `state`: a count above `i64::MAX`
+/// The fields [`StoredSession`]'s columns hold exactly for `state`: a seq above `i64::MAX`
 /// does not fit its `bigint` column (the row writes it capped), so it stays in the stored JSON.
 fn held_by_columns(state: &SessionState) -> Vec<&'static str> {
-    let fits = |v: u64| i64::try_from(v).is_ok();
-    let mut held = vec!["agent", "writer", "started_at", "updated_at"];
-    for (field, value) in [
-        ("epoch", state.epoch),
-        ("last_seq", state.last_seq),
-        ("tokens_in", state.tokens_in),
-        ("tokens_out", state.tokens_out),
-        ("cost_micros", state.cost_micros),
-    ] {
-        if fits(value) {
-            held.push(field);
-        }
+    let mut held = vec!["writer", "updated_at"];
+    if i64::try_from(state.last_seq).is_ok() {
+        held.push("last_seq");
     }
     held
 }
@@ -226,18 +205,11 @@ mod tests {
 
     /// The row the projector writes for `state`.
     fn row_of(state: &SessionState) -> StoredSession {
-        let capped = |v: u64| Some(crate::rows::to_i64(v));
         StoredSession {
             state_json: Some(state_json(state)),
-            agent: state.agent.clone(),
-            epoch: capped(state.epoch),
             writer: state.writer.clone(),
-            last_seq: capped(state.last_seq),
-            started_at_us: Some(state.started_at),
+            last_seq: Some(crate::rows::to_i64(state.last_seq)),
             updated_at_us: Some(state.updated_at),
-            tokens_in: capped(state.tokens_in),
-            tokens_out: capped(state.tokens_out),
-            cost_micros: capped(state.cost_micros),
             ..StoredSession::default()
         }
     }
@@ -266,7 +238,7 @@ mod tests {
         let stored: Value = serde_json::from_str(&json).unwrap();
         for field in [
             "session_id",
-            "agent",
+            "writer",
             "last_seq",
             "updated_at",
             "pending_approvals",
@@ -275,7 +247,9 @@ mod tests {
             assert!(stored.get(field).is_none(), "{field} in {json}");
         }
         assert!(
-            stored.get("plan").is_some() && stored.get("history").is_some(),
+            stored.get("plan").is_some()
+                && stored.get("history").is_some()
+                && stored.get("agent").is_some(),
             "{json}"
         );
         assert!(
@@ -287,12 +261,26 @@ mod tests {
     }
 
     #[test]
-    fn a_count_too_big_for_its_column_stays_in_the_stored_state() {
+    fn a_seq_too_big_for_its_column_stays_in_the_stored_state() {
         let mut state = busy_state();
-        state.tokens_out = u64::MAX;
-        // The column holds i64::MAX, not the count.
+        state.last_seq = u64::MAX;
+        // The column holds i64::MAX, not the seq.
         let read = read_state(state.session_id, &row_of(&state)).unwrap();
-        assert_eq!(read.tokens_out, u64::MAX);
+        assert_eq!(read.last_seq, u64::MAX);
+    }
+
+    /// What a stored state leaves out is read back from a new session's state: were that to
+    /// change, every row stored before would read differently. A change here needs a new
+    /// storage form, not a new baseline.
+    #[test]
+    fn a_new_sessions_state_is_what_stored_states_were_compacted_against() {
+        let id = SessionId::new();
+        let mut empty = to_value(&SessionState::empty(id));
+        empty.as_object_mut().unwrap().remove("session_id");
+        assert_eq!(
+            empty.to_string(),
+            r#"{"agent":null,"cost_micros":0,"epoch":0,"erased":false,"history":"","last_checkpoint":null,"last_seq":0,"model_calls":0,"parent":null,"paused":false,"pending_approvals":{},"pending_calls":{},"plan":null,"started":false,"started_at":0,"terminal":null,"title":null,"tokens_in":0,"tokens_out":0,"tool_calls":0,"updated_at":0,"writer":null}"#
+        );
     }
 
     #[test]

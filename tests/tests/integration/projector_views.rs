@@ -248,7 +248,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         .first_row()?;
     let state_json = state_json.context("a stored state")?;
     let as_stored: serde_json::Value = serde_json::from_str(&state_json)?;
-    for held_elsewhere in ["session_id", "agent", "last_seq", "updated_at", "paused"] {
+    for held_elsewhere in ["session_id", "writer", "last_seq", "updated_at", "paused"] {
         assert!(as_stored.get(held_elsewhere).is_none(), "{state_json}");
     }
     assert!(state_json.len() < stored.canonical_json().len());
