@@ -260,8 +260,10 @@ export class Client {
       body: op.body === undefined ? undefined : JSON.stringify(op.body),
       timeoutMs: this.timeout * 1000,
       // A request this client would send again after a failure anyway: the transport may resend
-      // it at once on a new connection when a kept-alive one closed under it.
-      mayRepeat: Date.now() < deadline,
+      // it at once on a new connection when a kept-alive one closed under it. Asked when it would
+      // resend (up to `timeout` later), not now: after the deadline, a resend of what the service
+      // does not dedupe would be a second effect the caller is never told of.
+      mayRepeat: () => Date.now() < deadline,
     });
     const text = reply.text;
     let doc: unknown;

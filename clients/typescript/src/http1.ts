@@ -19,9 +19,10 @@
  * failing at once: a kept-alive connection the server closed just as the request went out (a reset
  * or the end of the stream before any byte of an answer) is the classic race of keep-alive, and
  * the request is sent again once, on a new connection, when the caller says it may repeat it
- * (`Request.mayRepeat`: the `Client` does while its `retryFor` lasts, as it would resend it
- * anyway, and a resent append is answered as a duplicate). If that fails too, it may have been
- * sent.
+ * (`Request.mayRepeat`, asked at the moment of resending: the `Client` does while its `retryFor`
+ * lasts, as it would resend it anyway, and a resent append is answered as a duplicate). A `408`
+ * answered on a kept-alive connection is taken the same way (as browsers do: the server timed the
+ * idle connection out as the request went out). If that fails too, it may have been sent.
  */
 import type * as Net from "node:net";
 import type * as Tls from "node:tls";
@@ -633,6 +634,12 @@ class Connection {
       this.idleLimitMs = Math.min(this.pool.transport.idleTimeoutMs, p.keepAliveMs - 1000);
       if (this.idleLimitMs <= 0) reusable = false;
     }
+    if (p.status === 408 && x.reused && x.mayResend()) {
+      // A kept-alive connection the server timed out as the request went out: stale, as a reset.
+      this.die(closedByUs("408 on a kept-alive connection"));
+      x.resend();
+      return;
+    }
     x.succeed(answer);
     if (reusable) this.pool.release(this);
     else this.die(closedByUs("not kept after its answer"));
@@ -698,12 +705,21 @@ class Exchange {
   /** Its connection closed or failed before the answer; `stale` when that was a kept-alive connection closing under it. */
   connectionFailed(error: Error, stale: boolean): void {
     if (this.done) return;
-    if (stale && !this.resent && this.request.mayRepeat === true) {
-      this.resent = true;
-      this.pool.resubmit(this);
-      return;
-    }
+    if (stale && this.mayResend()) return this.resend();
     this.fail(error);
+  }
+
+  /** Whether it may be sent again now: once only, and while the caller says it may repeat it (asked now, not when the attempt began). */
+  mayResend(): boolean {
+    if (this.done || this.resent) return false;
+    const may = this.request.mayRepeat;
+    return typeof may === "function" ? may() === true : may === true;
+  }
+
+  /** Sends it again on a new connection (see `mayResend`). */
+  resend(): void {
+    this.resent = true; // still `written`: the first sending may have reached the service
+    this.pool.resubmit(this);
   }
 
   private fail(error: Error): void {

@@ -61,9 +61,11 @@ export interface Request {
    * Whether the transport may send the request a second time on its own when a kept-alive
    * connection turns out closed by the server as the request went out (only the `"socket"`
    * transport does): `Client` says so while its `retryFor` lasts, as it would send the same
-   * request again anyway. Absent: never.
+   * request again anyway. A function is asked at the moment of resending (which may be up to
+   * `timeoutMs` after the attempt began), so that a deadline passed meanwhile is honoured.
+   * Absent: never.
    */
-  mayRepeat?: boolean;
+  mayRepeat?: boolean | (() => boolean);
 }
 
 /** A service's answer. */

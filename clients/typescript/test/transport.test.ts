@@ -15,12 +15,15 @@ import { fileURLToPath } from "node:url";
 import { once } from "node:events";
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, createServer, type Server, type Socket } from "node:net";
-import { after, test } from "node:test";
+import { after, test as nodeTest, type TestContext } from "node:test";
 import { Client, InvalidArgument, TransportError, newSessionId } from "../src/index.js";
 import { ResponseParser, SocketTransport } from "../src/http1.js";
 import { AttemptFailed, NodeTransport, origin, type Request, type Transport } from "../src/transport.js";
 import { freePort } from "./support/stackcorner.js";
 import { TRANSPORTS } from "./support/transport.js";
+
+/** Each test fails after 30 s rather than hanging the run. */
+const test = (name: string, fn: (t: TestContext) => void | Promise<void>) => nodeTest(name, { timeout: 30_000 }, fn);
 
 const servers: Server[] = [];
 after(() => servers.forEach((s) => s.close()));
@@ -494,12 +497,12 @@ test("socket transport: a server that accepts and never answers times out, as ma
   transport.close();
 });
 
-/** A self-signed certificate for localhost (key and cert in PEM), or undefined without openssl. */
-function selfSigned(): { key: string; cert: string; certFile: string } | undefined {
+/** A self-signed certificate for `name` (localhost unless named; key and cert in PEM), or undefined without openssl. */
+function selfSigned(name = "localhost"): { key: string; cert: string; certFile: string } | undefined {
   const dir = mkdtempSync(join(tmpdir(), "sessionlog-ts-tls-"));
   const made = spawnSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-    "-addext", "subjectAltName=DNS:localhost", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", `/CN=${name}`,
+    "-addext", `subjectAltName=DNS:${name}`, "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
   ], { encoding: "utf8" });
   if (made.status !== 0) return undefined;
   const read = (f: string) => readFileSync(join(dir, f), "utf8");
@@ -540,4 +543,158 @@ test("socket transport: TLS with Node's CA store: an untrusted certificate is un
   const [[s1, port1], [s2, port2]] = JSON.parse(stdout) as [[number, number], [number, number]];
   assert.deepEqual([s1, s2], [200, 200]);
   assert.equal(port1, port2, "both requests on one TLS connection");
+});
+
+test("socket transport: a certificate trusted but for another name is refused (the host name is checked), as unsent", async (t) => {
+  const tls = selfSigned("other.example");
+  if (!tls) return t.skip("no openssl to make a certificate");
+  const server = createHttpsServer({ key: tls.key, cert: tls.cert }, (req, res) => {
+    req.resume();
+    req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end("{}"));
+  });
+  let requests = 0;
+  server.on("request", () => requests++);
+  const { url } = await listen(server);
+  const httpsUrl = url.replace("http://127.0.0.1", "https://localhost");
+  // Trusted as a CA (NODE_EXTRA_CA_CERTS, read at start: a process of its own), yet for another name.
+  const script = join(mkdtempSync(join(tmpdir(), "sessionlog-ts-tls-")), "probe.mts");
+  writeFileSync(script, `
+    import { SocketTransport } from ${JSON.stringify(fileURLToPath(new URL("../src/http1.ts", import.meta.url)))};
+    import { origin } from ${JSON.stringify(fileURLToPath(new URL("../src/transport.ts", import.meta.url)))};
+    const t = new SocketTransport();
+    const r = { origin: origin(${JSON.stringify(httpsUrl)}), method: "POST", path: "/x", headers: {}, body: "{}", timeoutMs: 5000 };
+    const outcome = await t.send(r).then((a) => ({ status: a.status }), (e) => ({ unsent: e.unsent, code: e.cause?.code }));
+    t.close();
+    console.log(JSON.stringify(outcome));
+  `);
+  const child = spawn(process.execPath, ["--import", "tsx", script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: tls.certFile }, stdio: ["ignore", "pipe", "pipe"], timeout: 30_000 });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  const [status] = (await once(child, "exit")) as [number | null];
+  assert.equal(status, 0, stderr);
+  assert.deepEqual(JSON.parse(stdout), { unsent: true, code: "ERR_TLS_CERT_ALTNAME_INVALID" });
+  assert.equal(requests, 0);
+});
+
+test("socket transport: an answer framed by both Content-Length and chunked does not leave its connection reused", async () => {
+  const server = await rawServer((socket) => socket.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"));
+  const transport = new SocketTransport();
+  assert.equal((await sendTo(transport, server.url)).text, "{}");
+  assert.equal((await sendTo(transport, server.url)).text, "{}");
+  assert.deepEqual([server.requests(), server.connections()], [2, 2], "the second request on a new connection");
+  transport.close();
+});
+
+test("socket transport: an answer followed by bytes nothing asked for does not leave its connection reused", async () => {
+  const server = await rawServer((socket) => socket.write(OK("{}") + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]")); // one write, one read
+  const transport = new SocketTransport();
+  assert.equal((await sendTo(transport, server.url)).text, "{}");
+  assert.equal((await sendTo(transport, server.url)).text, "{}", "never the stray answer");
+  assert.deepEqual([server.requests(), server.connections()], [2, 2], "the second request on a new connection");
+  transport.close();
+});
+
+/** `requestTo(url)` for `path`. */
+const requestAt = (url: string, path: string, timeoutMs = 5000, mayRepeat?: boolean): Request => ({ ...requestTo(url, timeoutMs, mayRepeat), path });
+const paths = (heads: string[]) => heads.map((h) => h.split(" ")[1]);
+
+test("socket transport: requests waiting for a connection are sent first in, first out", async () => {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const server = await rawServer(async (socket, nth) => {
+    if (nth === 1) await held;
+    socket.write(OK("{}"));
+  });
+  const transport = new SocketTransport({ maxSockets: 1 });
+  const first = transport.send(requestAt(server.url, "/a"));
+  while (server.requests() < 1) await sleep(5);
+  const queued = ["/b", "/c", "/d"].map((path) => transport.send(requestAt(server.url, path)));
+  await sleep(20);
+  release();
+  await Promise.all([first, ...queued]);
+  assert.deepEqual(paths(server.heads), ["/a", "/b", "/c", "/d"]);
+  assert.equal(server.connections(), 1);
+  transport.close();
+});
+
+test("socket transport: a request that timed out while queued is never sent afterwards", async () => {
+  // The connection it waited for is freed by an answer, then (second round) by a reset.
+  for (const free of [(s: Socket) => s.write(OK("{}")), (s: Socket) => s.resetAndDestroy()]) {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const server = await rawServer(async (socket, nth) => {
+      if (nth === 1 && socket === server.sockets[0]) {
+        await held;
+        free(socket);
+      } else socket.write(OK("{}"));
+    });
+    const transport = new SocketTransport({ maxSockets: 1 });
+    const first = transport.send(requestAt(server.url, "/first")).then(() => undefined, () => undefined);
+    while (server.requests() < 1) await sleep(5);
+    const queued = await failure(transport, requestAt(server.url, "/late", 100));
+    assert.equal(queued.unsent, true);
+    release();
+    await first;
+    await sleep(50);
+    assert.equal((await transport.send(requestAt(server.url, "/next"))).status, 200);
+    assert.deepEqual(paths(server.heads), ["/first", "/next"], "the timed-out request was never written");
+    transport.close();
+  }
+});
+
+test("socket transport: a brand-new connection closed under its request is never resent, even when the caller may repeat it", async () => {
+  for (const close of [(s: Socket) => s.resetAndDestroy(), (s: Socket) => s.end()]) {
+    const server = await rawServer((socket) => close(socket));
+    const transport = new SocketTransport();
+    const error = await failure(transport, requestTo(server.url, 5000, true));
+    assert.deepEqual([error.unsent, server.requests(), server.connections()], [false, 1, 1]);
+    transport.close();
+  }
+});
+
+test("socket transport: a stale connection is not resent once the caller's deadline has passed (mayRepeat asked at the resend)", async () => {
+  // The client's own retry deadline (retryFor) passes while the server holds the request on a
+  // reused connection; it then resets it. Resending then would be a second effect nobody retries.
+  const server = await rawServer(async (socket, nth) => {
+    if (socket === server.sockets[0] && nth === 2) {
+      await sleep(600);
+      socket.resetAndDestroy();
+    } else socket.write(OK(JSON.stringify(opened)));
+  });
+  const opened = { session_id: newSessionId(), epoch: 1, next_seq: 2, event: { seq: 1, event_id: "e", partition: 0, offset: 0 } };
+  const client = new Client({ transport: "socket", ingestUrl: server.url, retryFor: 0.3, timeout: 10 });
+  await client.create("ts-tests");
+  const error = await client.create("ts-tests").catch((e: unknown) => e);
+  assert.ok(error instanceof TransportError, String(error));
+  assert.equal(error.sent, true, "it may have reached the service");
+  assert.deepEqual([server.requests(), server.connections()], [2, 1], "no second request reached the server");
+  client.disconnect();
+
+  // The same through the transport: a callback asked when the resend would happen.
+  let asked = 0;
+  const again = await rawServer(async (socket, nth) => (socket === again.sockets[0] && nth === 2 ? socket.end() : socket.write(OK("{}"))));
+  const transport = new SocketTransport();
+  await transport.send(requestTo(again.url));
+  const refused = await failure(transport, { ...requestTo(again.url), mayRepeat: () => (asked++, false) });
+  assert.deepEqual([refused.unsent, asked, again.requests(), again.connections()], [false, 1, 2, 1]);
+  assert.equal((await transport.send({ ...requestTo(again.url), mayRepeat: () => true })).status, 200);
+  transport.close();
+});
+
+test("socket transport: a 408 on a reused connection is a stale connection: resent once, on a new one, when the caller may repeat it", async () => {
+  const timeout = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+  const server = await rawServer((socket, nth) => (nth === 2 && socket === server.sockets[0] ? socket.end(timeout) : socket.write(OK("{}"))));
+  const transport = new SocketTransport();
+  await sendTo(transport, server.url, true);
+  assert.equal((await sendTo(transport, server.url, true)).status, 200);
+  assert.deepEqual([server.requests(), server.connections()], [3, 2]);
+  // Not when the caller may not repeat it, nor on a new connection: the 408 is the answer.
+  const refusing = await rawServer((socket, nth) => (nth === 2 || socket !== refusing.sockets[0] ? socket.end(timeout) : socket.write(OK("{}"))));
+  await sendTo(transport, refusing.url, false);
+  assert.equal((await sendTo(transport, refusing.url, false)).status, 408);
+  assert.equal((await sendTo(transport, refusing.url, true)).status, 408, "a new connection's 408 is an answer");
+  assert.deepEqual([refusing.requests(), refusing.connections()], [3, 2]);
+  transport.close();
 });
