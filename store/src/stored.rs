@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use sessionlog_schemas::SessionId;
 use sessionlog_session::SessionState;
 use sessionlog_session::context::{LeftOut, OlderRange};
+use std::sync::OnceLock;
 
 /// A `sessions` row as a reader gets it: the stored state, where it stands, and the columns
 /// sent with it in every write that hold a state field.
@@ -63,10 +64,9 @@ fn held_by_columns(state: &SessionState) -> Vec<&'static str> {
 /// without those its columns hold.
 pub(crate) fn state_json(state: &SessionState) -> String {
     let held = held_by_columns(state);
-    let mut fields = differing(
-        to_value(state),
-        &to_value(&SessionState::empty(state.session_id)),
-    );
+    let mut fields = differing(to_value(state), new_session());
+    // The row's key.
+    fields.remove("session_id");
     fields.retain(|field, _| !held.contains(&field.as_str()));
     Value::Object(fields).to_string()
 }
@@ -89,24 +89,38 @@ pub(crate) fn read_state(
             stored.insert(field.into(), value);
         }
     }
-    serde_json::from_value(overlaid(stored, to_value(&SessionState::empty(session))))
+    stored.insert("session_id".into(), to_value(&session));
+    serde_json::from_value(overlaid(stored, new_session().clone()))
+}
+
+/// A new session's state as JSON, without its id: what stored states leave out. Made once,
+/// not for every row written or read.
+fn new_session() -> &'static Value {
+    static NEW_SESSION: OnceLock<Value> = OnceLock::new();
+    NEW_SESSION.get_or_init(|| {
+        let mut value = to_value(&SessionState::empty(SessionId(uuid::Uuid::nil())));
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("session_id");
+        }
+        value
+    })
+}
+
+/// `LeftOut::default()` as JSON, made once.
+fn no_counts() -> &'static Value {
+    static NO_COUNTS: OnceLock<Value> = OnceLock::new();
+    NO_COUNTS.get_or_init(|| to_value(&LeftOut::default()))
 }
 
 /// `left_out` as the `context_view` row stores it: the counts that are not zero.
 pub(crate) fn left_out_json(left_out: &LeftOut) -> String {
-    Value::Object(differing(
-        to_value(left_out),
-        &to_value(&LeftOut::default()),
-    ))
-    .to_string()
+    Value::Object(differing(to_value(left_out), no_counts())).to_string()
 }
 
 /// The `left_out` a `context_view` row stores, its missing counts zero.
 pub(crate) fn read_left_out(json: &str) -> serde_json::Result<LeftOut> {
     match serde_json::from_str::<Value>(json)? {
-        Value::Object(stored) => {
-            serde_json::from_value(overlaid(stored, to_value(&LeftOut::default())))
-        }
+        Value::Object(stored) => serde_json::from_value(overlaid(stored, no_counts().clone())),
         _ => serde_json::from_str(json),
     }
 }
