@@ -23,6 +23,7 @@ pub mod partitioner;
 pub mod positions;
 pub mod reader;
 pub mod retry;
+pub mod round_trip;
 pub mod settings;
 pub mod tail;
 pub mod topic;

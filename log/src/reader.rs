@@ -259,13 +259,7 @@ impl PartitionReader {
             .map_err(|e| Error::Task(e.to_string()))?
             .map_err(Error::kafka("fetch watermarks"))
         };
-        fetch
-            .retry(retry::within(STALL_LIMIT))
-            .when(|e| matches!(e, Error::Kafka { source, .. } if is_transient(source)))
-            .notify(|e, wait| {
-                tracing::warn!(error = %e, partition, ?wait, "watermarks unavailable; retrying");
-            })
-            .await
+        watermarks_retried(partition, fetch).await
     }
 
     /// Calls `visit` for every record of `partition` from `from` (inclusive) up to the partition's
@@ -383,6 +377,22 @@ impl PartitionReader {
     async fn truly_missing(&self, partition: i32, offset: i64) -> Result<bool> {
         Ok(self.watermarks(partition).await?.0 > offset)
     }
+}
+
+/// Runs `fetch`, a watermark round trip of `partition`, again while its broker is restarting,
+/// within the stall limit: shared by readers and the tail.
+pub(crate) async fn watermarks_retried<F, Fut>(partition: i32, fetch: F) -> Result<(i64, i64)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(i64, i64)>>,
+{
+    fetch
+        .retry(retry::within(STALL_LIMIT))
+        .when(|e| matches!(e, Error::Kafka { source, .. } if is_transient(source)))
+        .notify(|e, wait| {
+            tracing::warn!(error = %e, partition, ?wait, "watermarks unavailable; retrying");
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -15,8 +15,9 @@
 //! or the brokers are away) answers [`Error::TailBehind`] after the wait it was given, never a
 //! partial read.
 
-use crate::reader::{RawRecord, is_transient};
+use crate::reader::{RawRecord, is_transient, watermarks_retried};
 use crate::retry;
+use crate::round_trip::SharedRoundTrips;
 use crate::{Error, KafkaSettings, Result};
 use backon::BackoffBuilder;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -40,6 +41,14 @@ pub struct LogTail {
     shared: Arc<Shared>,
     consumer: Arc<StreamConsumer>,
     task: tokio::task::JoinHandle<()>,
+    watermark_trips: Arc<SharedRoundTrips<std::result::Result<(i64, i64), Failed>>>,
+}
+
+/// A shared watermark round trip's failure, cloned to each caller it answers.
+#[derive(Clone)]
+enum Failed {
+    Kafka(rdkafka::error::KafkaError),
+    Task(String),
 }
 
 struct Shared {
@@ -228,6 +237,7 @@ impl LogTail {
             shared,
             consumer,
             task,
+            watermark_trips: SharedRoundTrips::new(),
         })
     }
 
@@ -328,17 +338,39 @@ impl LogTail {
     }
 
     /// The first offset `partition` still has and the offset its next record will get, asked
-    /// of its leader.
-    async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
+    /// of its leader. Callers at once share a round trip begun after they asked (a burst of
+    /// claims asks for each partition's end hundreds of times a second).
+    pub async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
         let consumer = Arc::clone(&self.consumer);
         let topic = self.shared.topic.clone();
-        // A round trip to the leader: what was acknowledged before this read began is below it.
-        tokio::task::spawn_blocking(move || {
-            consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))
-        })
-        .await
-        .map_err(|e| Error::Task(e.to_string()))?
-        .map_err(Error::kafka("fetch watermarks"))
+        let ask = move || {
+            let (consumer, topic) = (Arc::clone(&consumer), topic.clone());
+            async move {
+                // A round trip to the leader: what was acknowledged before it began is below
+                // its answer.
+                match tokio::task::spawn_blocking(move || {
+                    consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                })
+                .await
+                {
+                    Ok(Ok(marks)) => Ok(marks),
+                    Ok(Err(e)) => Err(Failed::Kafka(e)),
+                    Err(e) => Err(Failed::Task(e.to_string())),
+                }
+            }
+        };
+        let shared = || async {
+            match self.watermark_trips.ask(partition, ask.clone()).await {
+                Some(Ok(marks)) => Ok(marks),
+                Some(Err(Failed::Kafka(e))) => Err(Error::kafka("fetch watermarks")(e)),
+                Some(Err(Failed::Task(e))) => Err(Error::Task(e)),
+                None => Err(Error::Task(
+                    "the watermark round trip ended unanswered".into(),
+                )),
+            }
+        };
+        // As a reader's: a broker that is restarting is waited for.
+        watermarks_retried(partition, shared).await
     }
 }
 

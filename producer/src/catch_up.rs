@@ -8,6 +8,7 @@
 //! at the partition's first offset, as it always did.
 
 use crate::{Appended, Error, EventLog, Position, Result};
+use sessionlog_log::Start;
 use sessionlog_schemas::{Seq, SessionId};
 use sessionlog_session::SessionState;
 use uuid::Uuid;
@@ -94,7 +95,7 @@ pub(crate) async fn catch_up(log: &EventLog, session: SessionId) -> Result<Caugh
     };
     let mut caught = match bounded {
         true => catch_up_from(log, state, partition, from).await?,
-        false => fold_from(log, state, partition, from, None).await?,
+        false => fold_from(log, state, partition, from, None, Start::AskTheLog).await?,
     };
     caught.started_once = started_once;
     Ok(caught)
@@ -110,11 +111,19 @@ pub(crate) async fn catch_up_from(
     partition: i32,
     from: i64,
 ) -> Result<CaughtUp> {
-    let until = match log.projection() {
-        Some(_) => Some(log.unprojected_end(partition, from).await?),
-        None => None,
-    };
-    fold_from(log, state, partition, from, until).await
+    match log.projection() {
+        Some(_) => {
+            let (log_start, end) = log.unprojected_end(partition, from).await?;
+            // That round trip said where the partition starts too: a range above it needs no
+            // second one to find out.
+            let start = match log_start <= from {
+                true => Start::Held,
+                false => Start::AskTheLog,
+            };
+            fold_from(log, state, partition, from, Some(end), start).await
+        }
+        None => fold_from(log, state, partition, from, None, Start::AskTheLog).await,
+    }
 }
 
 /// Folds the session's events of `partition` in `[from, until)` (`until`: its end) into `state`.
@@ -124,10 +133,11 @@ async fn fold_from(
     partition: i32,
     from: i64,
     until: Option<i64>,
+    start: Start,
 ) -> Result<CaughtUp> {
     let session = state.session_id;
     let (events, next_offset) = log
-        .read_events(partition, from, until, Some(session))
+        .read_events_from(partition, from, until, Some(session), start)
         .await?;
     let found_in_log = !events.is_empty();
     let accepted = events

@@ -544,7 +544,9 @@ impl EventLog {
             .await
     }
 
-    async fn read_events_from(
+    /// [`Self::read_events`], asking the log where the partition starts only when `start`
+    /// says the range may reach below it.
+    pub(crate) async fn read_events_from(
         &self,
         partition: i32,
         from: i64,
@@ -647,30 +649,52 @@ impl EventLog {
         }
     }
 
-    /// The offset `partition`'s next record will get (asked of its leader, through the tail's
-    /// consumer when the process has one): everything acknowledged before is below it.
-    pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
-        if let Some(tail) = self.tail().await {
-            return Ok(tail.high_watermark(partition).await?);
+    /// The first offset `partition` still holds and the offset its next record will get, in
+    /// one round trip to its leader (through the tail's consumer when the process runs one,
+    /// and then shared with the process's other callers at that moment; this does not start
+    /// it): everything acknowledged before the call is below the second.
+    pub async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
+        if let Some(Some(tail)) = self.tail.get() {
+            return Ok(tail.watermarks(partition).await?);
         }
         let reader = self.lend_reader().await?;
-        let (_, high) = reader.watermarks(partition).await?;
+        let marks = reader.watermarks(partition).await?;
         reader.keep();
-        Ok(high)
+        Ok(marks)
     }
 
-    /// The end of `partition` for a catch-up from `from`, the projection's position, checked
-    /// by [`Self::check_unprojected`]; what the tail holds is read from memory and does not
-    /// count. Every record acknowledged before the call is below what it answers.
-    pub async fn unprojected_end(&self, partition: i32, from: i64) -> Result<i64> {
-        let end = self.high_watermark(partition).await?;
+    /// [`Self::watermarks`] for a borrower of `reader`: with the reader when the process runs
+    /// no tail (lending a second one could wait for itself).
+    pub async fn watermarks_lent(
+        &self,
+        reader: &LentReader<'_>,
+        partition: i32,
+    ) -> Result<(i64, i64)> {
+        match self.tail.get() {
+            Some(Some(tail)) => Ok(tail.watermarks(partition).await?),
+            _ => Ok(reader.watermarks(partition).await?),
+        }
+    }
+
+    /// The offset `partition`'s next record will get (see [`Self::watermarks`]): everything
+    /// acknowledged before is below it.
+    pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
+        Ok(self.watermarks(partition).await?.1)
+    }
+
+    /// Where `partition` starts and ends for a catch-up from `from`, the projection's
+    /// position: the end checked by [`Self::check_unprojected`] (what the tail holds is read
+    /// from memory and does not count). Every record acknowledged before the call is below the
+    /// end.
+    pub async fn unprojected_end(&self, partition: i32, from: i64) -> Result<(i64, i64)> {
+        let (start, end) = self.watermarks(partition).await?;
         let held = self
             .tail_start(partition)
             .is_some_and(|start| start <= from);
         if !held {
             self.check_unprojected(partition, end.saturating_sub(from))?;
         }
-        Ok(end)
+        Ok((start, end))
     }
 
     /// Refuses with [`Error::ProjectionBehind`] a catch-up that would read `unprojected`
@@ -691,10 +715,7 @@ impl EventLog {
 
     /// The first offset `partition` still holds: above 0 once retention deleted records.
     pub async fn low_watermark(&self, partition: i32) -> Result<i64> {
-        let reader = self.lend_reader().await?;
-        let (low, _) = reader.watermarks(partition).await?;
-        reader.keep();
-        Ok(low)
+        Ok(self.watermarks(partition).await?.0)
     }
 
     /// The raw records of `partition` in `[from, until)` (with `key`, when given).

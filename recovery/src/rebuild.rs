@@ -417,7 +417,8 @@ impl Recovery {
                 indexed = now_covered;
             }
         }
-        let (first_offset, end_offset) = reader.watermarks(partition).await?;
+        // Through the process's tail when it runs one: a burst of takes shares the round trip.
+        let (first_offset, end_offset) = self.log().watermarks_lent(&reader, partition).await?;
         let (start, mut state) = known_start.unwrap_or_else(|| {
             (
                 StartPoint::PartitionStart {
