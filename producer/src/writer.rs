@@ -1181,13 +1181,9 @@ impl PendingClaim {
         let position = log.append(&claim).await?;
         // Whatever reached the partition between the catch-up and the claim (a zombie's last
         // events, a rival claim) is folded in log order: the partition decides who won.
+        // The range begins where the catch-up's own read ended.
         let (events, _) = log
-            .read_events(
-                partition,
-                caught_up,
-                Some(position.offset + 1),
-                Some(session),
-            )
+            .read_events_after_own(partition, caught_up, Some(position.offset + 1), session)
             .await?;
         let mut verdict = None;
         for event in events {
