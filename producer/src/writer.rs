@@ -116,6 +116,8 @@ pub struct SessionWriter {
     token: Option<WriterToken>,
     /// The renewal of this writer's lease, while it holds one ([`Self::hold_lease`]).
     lease: Option<LeaseRenewal>,
+    /// The lease [`Self::put_lease_once`] wrote, until a holder takes it over.
+    written_lease: Option<Lease>,
 }
 
 /// A writer's lease renewal task: stopped when dropped (with its writer), without a tombstone,
@@ -323,6 +325,7 @@ impl SessionWriter {
             key: Default::default(),
             token: None,
             lease: None,
+            written_lease: None,
         }
     }
 
@@ -432,12 +435,13 @@ impl SessionWriter {
     /// renewing it: what a service that takes a session for a worker (the recovery service's
     /// `take`) writes right after the claim, so that a worker dying before it holds the lease
     /// itself leaves a lease that lapses, as any dead harness's does. `None` when leases are off.
-    pub async fn put_lease_once(&self, holder: &str) -> Result<Option<Lease>> {
+    pub async fn put_lease_once(&mut self, holder: &str) -> Result<Option<Lease>> {
         let Some(ttl) = self.log.lease_ttl() else {
             return Ok(None);
         };
         let lease = renewed_lease(self.session_id(), holder, self.epoch, ttl)?;
         self.log.put_lease(&lease).await?;
+        self.written_lease = Some(lease.clone());
         Ok(Some(lease))
     }
 
@@ -458,12 +462,28 @@ impl SessionWriter {
         // One it already sent is ordered before this one (one producer, one partition).
         drop(self.lease.take());
         let (session, epoch) = (self.session_id(), self.epoch);
-        let lease = renewed_lease(session, holder, epoch, ttl)?;
-        self.log.put_lease(&lease).await?;
-        let log = Arc::clone(&self.log);
-        let holder = holder.to_string();
         // A third of the TTL: two renewals may be lost before the lease lapses.
         let every = ttl / 3;
+        // The lease this writer's claim wrote a moment ago, in this holder's name, is not
+        // written again (a worker's take paid for two lease writes in a row): the first renewal
+        // comes well before it lapses.
+        let every_micros = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
+        let lease = match self.written_lease.take() {
+            Some(written)
+                if written.writer == holder
+                    && written.epoch == epoch
+                    && now_micros().saturating_sub(written.renewed_at) < every_micros =>
+            {
+                written
+            }
+            _ => {
+                let lease = renewed_lease(session, holder, epoch, ttl)?;
+                self.log.put_lease(&lease).await?;
+                lease
+            }
+        };
+        let log = Arc::clone(&self.log);
+        let holder = holder.to_string();
         self.lease = Some(LeaseRenewal(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
