@@ -334,3 +334,25 @@ pub async fn assert_projected(store: &ProjectionStore, load: &LoadResult) -> Res
     }
     Ok(())
 }
+
+/// Waits up to `limit` until `store`'s row of `session` has folded seq `last_seq`, and returns
+/// the offset the row applied.
+pub async fn wait_projected_through(
+    store: &ProjectionStore,
+    session: SessionId,
+    last_seq: u64,
+    limit: Duration,
+) -> Result<i64> {
+    wait_for(
+        &format!("session {session} to be projected through seq {last_seq}"),
+        limit,
+        || async {
+            Ok(store
+                .load_session(session)
+                .await?
+                .filter(|row| row.state.last_seq >= last_seq)
+                .map(|row| row.applied_offset))
+        },
+    )
+    .await
+}

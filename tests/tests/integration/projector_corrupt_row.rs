@@ -9,7 +9,7 @@
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::projector::{event_log, spawn_projector_with, store};
+use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_projected_through};
 use sessionlog_tests::{TestStack, free_address, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,27 +22,9 @@ async fn a_corrupt_session_row_is_reported_counted_and_survived() -> Result<()> 
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "h", None).await?;
     writer.user_request("one").await?;
     let session = writer.session_id();
-    let projected = |last_seq: u64| {
-        let live = live.clone();
-        move || {
-            let live = live.clone();
-            async move {
-                Ok(live
-                    .load_session(session)
-                    .await?
-                    .filter(|row| row.state.last_seq >= last_seq)
-                    .map(|_| ()))
-            }
-        }
-    };
     {
         let _first = spawn_projector_with(&stack, &[])?;
-        wait_for(
-            "the session to be projected",
-            Duration::from_secs(60),
-            projected(2),
-        )
-        .await?;
+        wait_projected_through(&live, session, 2, Duration::from_secs(60)).await?;
     }
 
     // Rows are written `USING TIMESTAMP` the offset they applied: the garbling and the repair
@@ -125,12 +107,7 @@ async fn a_corrupt_session_row_is_reported_counted_and_survived() -> Result<()> 
             ),
         )
         .await?;
-    wait_for(
-        "the stalled event to be projected",
-        Duration::from_secs(120),
-        projected(3),
-    )
-    .await?;
+    wait_projected_through(&live, session, 3, Duration::from_secs(120)).await?;
     wait_for("/health/ready to be 200 again", Duration::from_secs(60), || {
         let (http, ready) = (http.clone(), ready.clone());
         async move { Ok((http.get(&ready).send().await?.status() == StatusCode::OK).then_some(())) }

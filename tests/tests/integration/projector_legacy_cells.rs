@@ -5,8 +5,8 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::projector::{event_log, spawn_projector_with, store};
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_tests::TestStack;
+use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_projected_through};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,27 +18,9 @@ async fn cells_an_earlier_release_wrote_are_cleared_by_the_next_write() -> Resul
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "h", None).await?;
     writer.user_request("one").await?;
     let session = writer.session_id();
-    let projected = |last_seq: u64| {
-        let live = live.clone();
-        move || {
-            let live = live.clone();
-            async move {
-                Ok(live
-                    .load_session(session)
-                    .await?
-                    .filter(|row| row.state.last_seq >= last_seq)
-                    .map(|row| row.applied_offset))
-            }
-        }
-    };
     let applied = {
         let _first = spawn_projector_with(&stack, &[])?;
-        wait_for(
-            "the session to be projected",
-            Duration::from_secs(60),
-            projected(2),
-        )
-        .await?
+        wait_projected_through(&live, session, 2, Duration::from_secs(60)).await?
     };
 
     // What an earlier release's projector left in the rows, at the rows' own timestamp.
@@ -64,12 +46,7 @@ async fn cells_an_earlier_release_wrote_are_cleared_by_the_next_write() -> Resul
     // This release's projector (a fresh instance, as after an upgrade) writes the session again.
     let mut projector = spawn_projector_with(&stack, &[])?;
     writer.user_request("two").await?;
-    wait_for(
-        "the next event to be projected",
-        Duration::from_secs(60),
-        projected(3),
-    )
-    .await?;
+    wait_projected_through(&live, session, 3, Duration::from_secs(60)).await?;
     let (plan, unresolved): (Option<String>, Option<String>) = live
         .cql()
         .query_unpaged(
