@@ -259,10 +259,10 @@ async fn resume(
 }
 
 /// The phases of a resume the service times (see `RESUME_PHASE_SECONDS`).
-const PHASES: [&str; 5] = ["wait_turn", "wait_reader", "rebuild", "claim", "bundle"];
+pub(crate) const PHASES: [&str; 5] = ["wait_turn", "wait_reader", "rebuild", "claim", "bundle"];
 
 /// The recovery service's read counters and phase timings, from its `/metrics`.
-struct Counters {
+pub(crate) struct Counters {
     records_read: f64,
     events_folded: f64,
     /// Per phase of [`PHASES`]: seconds in total and how many times it ran.
@@ -271,7 +271,12 @@ struct Counters {
 
 impl Counters {
     async fn scrape(http: &reqwest::Client, base: &str) -> Result<Self> {
-        let text = crate::metrics_page(http, base).await?;
+        Ok(Self::parse(&crate::metrics_page(http, base).await?))
+    }
+
+    /// The counters in a Prometheus text page (a service's `/metrics`, or this process's own
+    /// recorder rendered).
+    pub(crate) fn parse(text: &str) -> Self {
         let sum = |name: &str| -> f64 {
             text.lines()
                 .filter(|l| l.starts_with(name))
@@ -285,15 +290,15 @@ impl Counters {
                 sum(&format!("{series}_count{{phase=\"{name}\"}}")),
             )
         };
-        Ok(Self {
+        Self {
             records_read: sum(sessionlog_recovery::observe::RECORDS_READ),
             events_folded: sum(sessionlog_recovery::observe::EVENTS_FOLDED),
             phases: PHASES.map(phase),
-        })
+        }
     }
 
     /// Mean milliseconds per phase between `before` and `self`.
-    fn phase_means_ms(&self, before: &Self) -> [f64; PHASES.len()] {
+    pub(crate) fn phase_means_ms(&self, before: &Self) -> [f64; PHASES.len()] {
         std::array::from_fn(|i| {
             let seconds = self.phases[i].0 - before.phases[i].0;
             let count = self.phases[i].1 - before.phases[i].1;

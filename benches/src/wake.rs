@@ -25,6 +25,7 @@
 //! target/release/sessionlog-bench wake --sessions 1000 --rounds 3
 //! ```
 
+use crate::resume::Counters;
 use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
@@ -122,6 +123,9 @@ struct Round {
     /// CPU seconds each process group used from the drop to the last claim, and the machine's
     /// busy share over that time.
     cpu: crate::cpu::Used,
+    /// Mean milliseconds per phase of a take ([`crate::resume::PHASES`]), from the workers'
+    /// own metrics over the fleet's takes.
+    phase_ms: [f64; crate::resume::PHASES.len()],
 }
 
 /// Runs the benchmark.
@@ -132,6 +136,10 @@ pub async fn run(args: Args) -> Result<()> {
     if args.ttl_ms == 0 {
         bail!("--ttl-ms must be more than 0: without leases nothing lapses");
     }
+    // The workers' takes time their phases through the `metrics` facade: recorded here, so
+    // each round can say where a take's time went.
+    let recorder = sessionlog_http::metrics::install(&[]);
+    let render_metrics = move || recorder.render();
     let mut run = crate::ServiceRun::prepare("wake", args.partitions).await?;
     run.settings.lease.ttl_ms = args.ttl_ms;
     run.env
@@ -225,6 +233,7 @@ pub async fn run(args: Args) -> Result<()> {
     for round in 1..=args.rounds {
         crate::wait_projected(settings, store).await?;
         let place = Place {
+            metrics: &render_metrics,
             sessions: &sessions,
             holders: &mut holders,
             claims: &mut claims,
@@ -341,6 +350,8 @@ struct Place<'a> {
     base: &'a str,
     /// The processes whose CPU time is measured, by name.
     groups: &'a [(&'static str, Vec<u32>)],
+    /// Renders this process's metrics (the workers' take phases).
+    metrics: &'a (dyn Fn() -> String + Sync),
 }
 
 /// One round: the reference (harnesses dying alone, one after another), then the fleet.
@@ -352,6 +363,7 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
         http,
         base,
         groups,
+        metrics,
     } = place;
     let limit = Duration::from_millis(args.ttl_ms) + Duration::from_secs(args.deadline_secs);
     let (singles, fleet) = sessions.split_at(args.singles.min(sessions.len()));
@@ -369,9 +381,11 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
     let before = wakes_written(http, base).await?;
     eprintln!("round {round}: {} harnesses die at once", fleet.len());
     let meter = crate::cpu::Meter::start(groups.to_vec());
+    let phases_before = Counters::parse(&metrics());
     let died_at = now_micros();
     let (taken, stray) = die_and_take(fleet, holders, claims, limit).await;
     let cpu = meter.read();
+    let phase_ms = Counters::parse(&metrics()).phase_means_ms(&phases_before);
     // Every session taken was woken, but the component's counter is read over HTTP and may
     // trail its writes: wait (with a deadline) until it counts at least one wake per session.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -414,6 +428,7 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
         wakes: after.0 - before.0,
         rewakes: after.1 - before.1,
         cpu,
+        phase_ms,
     };
     eprintln!(
         "round {round}: {} taken, {} missing, {} stray; expiry→claim p50 {:.0} ms, p99 {:.0} ms, \
@@ -554,6 +569,19 @@ fn report(args: &Args, rounds: &[Round]) {
                 "{:.1}",
                 r.cpu.machine_busy * 1e3 / r.taken.max(1) as f64
             ));
+            row
+        })
+        .collect();
+    print_table(&header, &rows);
+    println!("\nwhere a take's time went (mean ms per phase, the workers' own timings)");
+    let mut header = vec!["round"];
+    header.extend(crate::resume::PHASES);
+    let rows: Vec<Vec<String>> = rounds
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut row = vec![(i + 1).to_string()];
+            row.extend(r.phase_ms.iter().map(|ms| format!("{ms:.0}")));
             row
         })
         .collect();
