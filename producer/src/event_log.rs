@@ -92,10 +92,7 @@ pub trait Attester: Send + Sync {
     fn attest(&self, envelope: &mut EventEnvelope) -> std::result::Result<(), String>;
 }
 
-/// How far apart two offsets [`EventLog::read_at`] reads in one range may be: up to this
-/// many records of other sessions are read and dropped rather than paying a new assignment
-/// and fetch (a round trip) for the next wanted record.
-pub const OFFSET_GAP: i64 = 64;
+pub use sessionlog_log::reader::OFFSET_GAP;
 
 impl EventLog {
     /// Connects with the `[producer]` settings.
