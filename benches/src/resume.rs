@@ -261,6 +261,22 @@ async fn resume(
 /// The phases of a resume the service times (see `RESUME_PHASE_SECONDS`).
 pub(crate) const PHASES: [&str; 5] = ["wait_turn", "wait_reader", "rebuild", "claim", "bundle"];
 
+/// Prints `title` and a table of each round's mean milliseconds per phase of [`PHASES`].
+pub(crate) fn print_phases<'a>(title: &str, rounds: impl Iterator<Item = &'a [f64; PHASES.len()]>) {
+    println!("\n{title}");
+    let rows: Vec<Vec<String>> = rounds
+        .enumerate()
+        .map(|(i, phase_ms)| {
+            let mut row = vec![(i + 1).to_string()];
+            row.extend(phase_ms.iter().map(|ms| format!("{ms:.1}")));
+            row
+        })
+        .collect();
+    let mut header = vec!["round"];
+    header.extend(PHASES);
+    print_table(&header, &rows);
+}
+
 /// The recovery service's read counters and phase timings, from its `/metrics`.
 pub(crate) struct Counters {
     records_read: f64,
@@ -361,21 +377,10 @@ fn report(args: &Args, rounds: &[Round]) {
         ],
         &rows,
     );
-    println!(
-        "\nwhere a resume's time goes in the fleet (mean ms per phase; rebuild includes wait_reader; wait_turn is before both)"
+    print_phases(
+        "where a resume's time goes in the fleet (mean ms per phase; rebuild includes wait_reader; wait_turn is before both)",
+        rounds.iter().map(|r| &r.phase_ms),
     );
-    let rows: Vec<Vec<String>> = rounds
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut row = vec![(i + 1).to_string()];
-            row.extend(r.phase_ms.iter().map(|ms| format!("{ms:.1}")));
-            row
-        })
-        .collect();
-    let mut header = vec!["round"];
-    header.extend(PHASES);
-    print_table(&header, &rows);
     let spread = |f: &dyn Fn(&Round) -> f64| Spread::of(&rounds.iter().map(f).collect::<Vec<_>>());
     println!(
         "total s: median {} (goal: at most 10)",

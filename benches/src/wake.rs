@@ -573,19 +573,10 @@ fn report(args: &Args, rounds: &[Round]) {
         })
         .collect();
     print_table(&header, &rows);
-    println!("\nwhere a take's time went (mean ms per phase, the workers' own timings)");
-    let mut header = vec!["round"];
-    header.extend(crate::resume::PHASES);
-    let rows: Vec<Vec<String>> = rounds
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let mut row = vec![(i + 1).to_string()];
-            row.extend(r.phase_ms.iter().map(|ms| format!("{ms:.0}")));
-            row
-        })
-        .collect();
-    print_table(&header, &rows);
+    crate::resume::print_phases(
+        "where a take's time went (mean ms per phase, the workers' own timings; rebuild includes wait_reader)",
+        rounds.iter().map(|r| &r.phase_ms),
+    );
     let spread = |f: &dyn Fn(&Round) -> f64| Spread::of(&rounds.iter().map(f).collect::<Vec<_>>());
     println!(
         "expiry → claim p50 ms: median {}",
