@@ -282,8 +282,8 @@ impl PartitionReader {
 
     /// Calls `visit` for the records at the given offsets of `partition` (in ascending order),
     /// reading offsets at most [`OFFSET_GAP`] apart with one assignment: the way to skip other
-    /// sessions' records when an index says where this session's are. Returns how many were
-    /// read.
+    /// sessions' records when an index says where this session's are. Returns how many
+    /// records it read from the log, those dropped between wanted offsets included.
     pub async fn read_offsets(
         &self,
         partition: i32,
@@ -301,8 +301,8 @@ impl PartitionReader {
         for span in sorted.chunk_by(|a, b| b.saturating_sub(*a) <= OFFSET_GAP) {
             let (first, last) = (span[0], span[span.len() - 1]);
             self.read_range(partition, first, last.saturating_add(1), &mut |record| {
+                read += 1;
                 if span.binary_search(&record.offset).is_ok() {
-                    read += 1;
                     visit(record);
                 }
             })

@@ -451,9 +451,11 @@ impl Recovery {
             offsets.retain(|offset| (from..=covered).contains(offset));
             for chunk in offsets.chunks(WINDOW) {
                 let mut records = Vec::with_capacity(chunk.len());
-                reader
+                let read = reader
                     .read_offsets(partition, chunk, &mut |r| records.push(r))
                     .await?;
+                // The records read between wanted offsets count as read too.
+                fold.records_read += read.saturating_sub(records.len()) as u64;
                 fold.fold(records).await?;
             }
             tail_from = covered + 1;
