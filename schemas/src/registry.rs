@@ -530,3 +530,55 @@ impl EventDecoder {
         self.decoders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A registry that reads the first request and closes its connection without answering (as
+    /// a server closing a kept-alive connection the client reuses at that moment does), then
+    /// answers every later one.
+    async fn closes_the_first_connection() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        tokio::spawn(async move {
+            let mut request = vec![0u8; 8192];
+            let Ok((mut first, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = first.read(&mut request).await;
+            drop(first);
+            while let Ok((mut next, _)) = listener.accept().await {
+                let _ = next.read(&mut request).await;
+                let body = r#"{"compatibilityLevel":"BACKWARD"}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = next.write_all(answer.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_read_whose_connection_closed_unanswered_is_sent_again() {
+        #[derive(serde::Deserialize)]
+        struct Config {
+            #[serde(rename = "compatibilityLevel")]
+            compatibility_level: String,
+        }
+        let url = closes_the_first_connection().await;
+        let registry = SchemaRegistry::new(url.clone()).expect("a client");
+        let config = registry
+            .get_json::<Config>(&format!("{url}/config"))
+            .await
+            .expect("answered on the second attempt")
+            .expect("a config");
+        assert_eq!(config.compatibility_level, "BACKWARD");
+    }
+}
