@@ -310,12 +310,19 @@ impl SchemaRegistry {
 
     /// GETs `url` and reads its JSON answer; `None` for a 404 or an answer of another shape.
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Option<T>> {
-        let response = self
-            .authed(self.inner.http.get(url))
-            .header(reqwest::header::ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(|e| self.unreachable(e))?;
+        let send = || {
+            self.authed(self.inner.http.get(url))
+                .header(reqwest::header::ACCEPT, "application/json")
+                .send()
+        };
+        let response = match send().await {
+            // A GET may be sent again: a kept-alive connection the registry closed just as it
+            // was reused fails the request unanswered (`sessionlog doctor` met one in CI). A
+            // timeout is not tried again: it has waited long enough.
+            Err(e) if !e.is_timeout() => send().await,
+            sent => sent,
+        }
+        .map_err(|e| self.unreachable(e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
