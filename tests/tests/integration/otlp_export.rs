@@ -516,25 +516,24 @@ async fn a_running_export_serves_its_readiness_and_counts_what_it_sends() -> Res
     // the session span) is sent and counted.
     tool_session(&stack).await?;
     let http = reqwest::Client::new();
-    let page = wait_for(
-        "the export to count the session's spans in /metrics",
+    // The spans are counted as the receiver takes them, the records once the batch is
+    // committed after that: wait for both (a page read in between had the spans alone).
+    wait_for(
+        "the export to count the session's spans and its records in /metrics",
         Duration::from_secs(90),
         || {
             let request = http.get(format!("{base}/metrics")).send();
             async move {
                 let page = request.await?.text().await?;
                 Ok(
-                    (metric_value(&page, "sessionlog_export_spans_total") >= Some(4.0))
-                        .then_some(page),
+                    (metric_value(&page, "sessionlog_export_spans_total") >= Some(4.0)
+                        && metric_value(&page, "sessionlog_export_records_total") >= Some(7.0))
+                    .then_some(()),
                 )
             }
         },
     )
     .await?;
-    ensure!(
-        metric_value(&page, "sessionlog_export_records_total") >= Some(7.0),
-        "the session's records are counted too: {page}"
-    );
     export.assert_running()?;
 
     // An export whose receiver does not answer is not ready, and says why.
