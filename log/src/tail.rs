@@ -331,12 +331,6 @@ impl LogTail {
         (ring.start != i64::MAX).then_some(ring.end)
     }
 
-    /// The offset the next record of `partition` will get, asked of its leader: every record
-    /// acknowledged before the call is below it.
-    pub async fn high_watermark(&self, partition: i32) -> Result<i64> {
-        Ok(self.watermarks(partition).await?.1)
-    }
-
     /// The first offset `partition` still has and the offset its next record will get, asked
     /// of its leader. Callers at once share a round trip begun after they asked (a burst of
     /// claims asks for each partition's end hundreds of times a second).
