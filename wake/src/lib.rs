@@ -27,7 +27,9 @@ pub mod watch;
 pub use error::{Error, Result};
 pub use orphans::{OrphanedSession, orphaned};
 
-use futures::{StreamExt, stream};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -36,7 +38,7 @@ use sessionlog_log::lease::LeaseReader;
 use sessionlog_log::{Settings, Wake, WakeWriter, wake::WAKE_VERSION};
 use sessionlog_schemas::{EventDecoder, Micros, SessionId, now_micros};
 use sessionlog_store::ProjectionStore;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use watch::{Cause, Watches};
@@ -51,6 +53,26 @@ const RETRY_MICROS: Micros = 200_000;
 const ORPHANS_EVERY_TICKS: u64 = 50;
 /// Causes checked and written at once: a mass expiry is a thousand store reads and writes.
 const CONCURRENCY: usize = 64;
+
+/// What checking a cause needs, shared by the checks in flight.
+struct Checker {
+    store: ProjectionStore,
+    log: Arc<WakeWriter>,
+    /// The lease topic read afresh before a lapsed lease wakes anyone (see [`wake_one`]).
+    leases: LeaseReader,
+}
+
+/// The causes being checked and those waiting for a turn. A check runs beside the loop that
+/// reads leases and events, so a cause found while others are checked starts as soon as one
+/// ends instead of after the whole batch (a mass expiry came due over a second or two, and
+/// each tick's batch waited for its slowest check). One check at a time per session keeps a
+/// session's outcomes in the order of its causes.
+#[derive(Default)]
+struct Checks {
+    running: FuturesUnordered<BoxFuture<'static, (Cause, Outcome)>>,
+    sessions: HashSet<SessionId>,
+    waiting: VecDeque<Cause>,
+}
 
 /// The consumer group of the wake component on `settings`' topics.
 pub fn wake_group(settings: &Settings) -> String {
@@ -116,10 +138,8 @@ pub struct WakeService {
     assignment: Arc<Mutex<Assignment>>,
     watches: Watches,
     decoder: EventDecoder,
-    store: ProjectionStore,
-    log: Arc<WakeWriter>,
-    /// The lease topic read afresh before a lapsed lease wakes anyone (see [`wake_one`]).
-    leases: LeaseReader,
+    checker: Arc<Checker>,
+    checks: Checks,
     events_topic: String,
     lease_topic: String,
     rewake_after: Duration,
@@ -166,13 +186,16 @@ impl WakeService {
             .subscribe(&[&events_topic, &lease_topic])
             .map_err(sessionlog_log::Error::kafka("subscribe"))?;
         Ok(Self {
-            leases: LeaseReader::new(&settings.kafka, partitions),
+            checker: Arc::new(Checker {
+                store,
+                log,
+                leases: LeaseReader::new(&settings.kafka, partitions),
+            }),
+            checks: Checks::default(),
             consumer: Arc::new(consumer),
             assignment,
             watches: Watches::default(),
             decoder,
-            store,
-            log,
             events_topic,
             lease_topic,
             rewake_after: Duration::from_millis(settings.wake.rewake_after_ms),
@@ -206,10 +229,17 @@ impl WakeService {
                         self.on_event(partition, offset, payload.as_deref()).await?;
                     }
                 }
+                Some((cause, outcome)) = self.checks.running.next(),
+                    if !self.checks.running.is_empty() =>
+                {
+                    self.checks.sessions.remove(&cause.session);
+                    self.settle(&cause, outcome);
+                    self.start_checks();
+                }
                 _ = tick.tick() => {
                     self.rebalanced().await;
                     let due = self.watches.due(now_micros());
-                    self.wake_all(due).await;
+                    self.check(due);
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(ORPHANS_EVERY_TICKS) {
                         observe::orphaned(&self.watches.orphaned(), now_micros());
@@ -324,7 +354,7 @@ impl WakeService {
             .watches
             .on_event(partition, offset, &envelope, now_micros())
         {
-            self.wake_all(vec![cause]).await;
+            self.check(vec![cause]);
         }
         Ok(())
     }
@@ -339,41 +369,59 @@ impl WakeService {
         }
     }
 
-    /// Checks each cause against the session's projected state and writes the wakes that
-    /// stand, several at a time.
-    async fn wake_all(&mut self, causes: Vec<Cause>) {
-        if causes.is_empty() {
-            return;
-        }
-        let (store, log, leases) = (&self.store, &self.log, &self.leases);
-        let outcomes: Vec<(Cause, Outcome)> = stream::iter(causes)
-            .map(|cause| async move {
-                let outcome = wake_one(store, log, leases, &cause).await;
-                (cause, outcome)
-            })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
-        let rewake_at = now_micros()
-            .saturating_add(Micros::try_from(self.rewake_after.as_micros()).unwrap_or(Micros::MAX));
-        for (cause, outcome) in outcomes {
-            match outcome {
-                Outcome::Woken => self.watches.woke(&cause, rewake_at),
-                Outcome::NotNeeded(why @ ENDED) => {
-                    tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
-                    self.watches.ended(cause.session);
-                }
-                Outcome::NotNeeded(why) => {
-                    tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
-                    self.watches.settled(cause.session);
-                }
-                Outcome::Later => self
-                    .watches
-                    .retry(&cause, now_micros().saturating_add(RETRY_MICROS)),
-                // Tried again after the re-wake interval, as a wake nobody answered is.
-                Outcome::Failed => self.watches.woke(&cause, rewake_at),
+    /// Queues `causes` to be checked against the sessions' projected state (the wakes that
+    /// stand are written) and starts as many checks as there is room for.
+    fn check(&mut self, causes: Vec<Cause>) {
+        self.checks.waiting.extend(causes);
+        self.start_checks();
+    }
+
+    fn start_checks(&mut self) {
+        let checks = &mut self.checks;
+        // A cause of a session being checked waits for that check's outcome.
+        let mut held = Vec::new();
+        while checks.running.len() < CONCURRENCY
+            && let Some(cause) = checks.waiting.pop_front()
+        {
+            if !checks.sessions.insert(cause.session) {
+                held.push(cause);
+                continue;
             }
+            let checker = Arc::clone(&self.checker);
+            checks.running.push(Box::pin(async move {
+                let outcome = wake_one(&checker, &cause).await;
+                (cause, outcome)
+            }));
         }
+        for cause in held.into_iter().rev() {
+            checks.waiting.push_front(cause);
+        }
+    }
+
+    /// Records a check's outcome in the watches.
+    fn settle(&mut self, cause: &Cause, outcome: Outcome) {
+        match outcome {
+            Outcome::Woken => self.watches.woke(cause, self.rewake_at()),
+            Outcome::NotNeeded(why @ ENDED) => {
+                tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
+                self.watches.ended(cause.session);
+            }
+            Outcome::NotNeeded(why) => {
+                tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
+                self.watches.settled(cause);
+            }
+            Outcome::Later => self
+                .watches
+                .retry(cause, now_micros().saturating_add(RETRY_MICROS)),
+            // Tried again after the re-wake interval, as a wake nobody answered is.
+            Outcome::Failed => self.watches.woke(cause, self.rewake_at()),
+        }
+    }
+
+    /// When a wake written now is written again if no harness took the session.
+    fn rewake_at(&self) -> Micros {
+        now_micros()
+            .saturating_add(Micros::try_from(self.rewake_after.as_micros()).unwrap_or(Micros::MAX))
     }
 
     /// Commits the progress on the owned events partitions, never past a pause still waiting
@@ -423,12 +471,8 @@ enum Outcome {
 /// A lapsed lease is first read afresh from the lease topic: this instance's own reading may
 /// trail it (a burst of events to judge, a partition re-read), and waking a session whose
 /// harness renewed meanwhile would have a worker's claim fence a live harness.
-async fn wake_one(
-    store: &ProjectionStore,
-    log: &WakeWriter,
-    leases: &LeaseReader,
-    cause: &Cause,
-) -> Outcome {
+async fn wake_one(checker: &Checker, cause: &Cause) -> Outcome {
+    let Checker { store, log, leases } = checker;
     if cause.reason == sessionlog_log::WakeReason::LeaseExpired {
         match leases.read(cause.session).await {
             Ok(Some(lease)) if lease.is_live(now_micros()) && lease.epoch >= cause.epoch => {

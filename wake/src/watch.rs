@@ -29,6 +29,16 @@ pub struct Cause {
     pub repeat: bool,
 }
 
+impl Cause {
+    /// The same cause, a repeat of it or not.
+    fn same(&self, other: &Cause) -> bool {
+        Cause {
+            repeat: other.repeat,
+            ..self.clone()
+        } == *other
+    }
+}
+
 /// What is due when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Due {
@@ -203,7 +213,11 @@ impl Watches {
     }
 
     /// Every cause due at `now`: leases that lapsed unrenewed, pauses that ran out, and
-    /// sessions woken at least `rewake_after` ago that no harness took.
+    /// sessions woken at least `rewake_after` ago that no harness took. Each is pending from
+    /// now until its outcome ([`Self::woke`], [`Self::retry`], [`Self::settled`]) or a later
+    /// epoch's lease: the service checks several at once while it reads on, and a pending
+    /// cause holds the committed progress ([`Self::pending_floor`]) and is not handed out
+    /// twice.
     pub fn due(&mut self, now: Micros) -> Vec<Cause> {
         let mut causes = Vec::new();
         while let Some(&(at, session, what)) = self.due.first() {
@@ -260,39 +274,60 @@ impl Watches {
                 }
             }
         }
+        for cause in &causes {
+            if let Some(watch) = self.sessions.get_mut(&cause.session) {
+                watch.woken = Some(Woken {
+                    cause: cause.clone(),
+                    at: Micros::MAX,
+                    retry: true,
+                });
+            }
+        }
         causes
     }
 
     /// `cause` was written as a wake at `now`: unless a harness takes the session (a new
     /// lease), it is due again at `rewake_at`.
     pub fn woke(&mut self, cause: &Cause, rewake_at: Micros) {
-        let watch = watch_of(&mut self.sessions, cause.partition, cause.session);
-        watch.woken = Some(Woken {
-            cause: cause.clone(),
-            at: rewake_at,
-            retry: false,
-        });
-        self.due.insert((rewake_at, cause.session, Due::Rewake));
+        self.again_at(cause, rewake_at, false);
     }
 
     /// `cause` could not be judged yet (the projection has not reached it): due again at
     /// `at`, as it was.
     pub fn retry(&mut self, cause: &Cause, at: Micros) {
-        let watch = watch_of(&mut self.sessions, cause.partition, cause.session);
-        watch.woken = Some(Woken {
-            cause: cause.clone(),
-            at,
-            retry: true,
-        });
-        self.due.insert((at, cause.session, Due::Rewake));
+        self.again_at(cause, at, true);
+    }
+
+    fn again_at(&mut self, cause: &Cause, at: Micros, retry: bool) {
+        if let Some(woken) = self.pending_mut(cause) {
+            *woken = Woken {
+                cause: cause.clone(),
+                at,
+                retry,
+            };
+            self.due.insert((at, cause.session, Due::Rewake));
+        }
     }
 
     /// `cause` needs no harness (the session is paused or waits for a person): it is not
     /// woken again for it.
-    pub fn settled(&mut self, session: SessionId) {
-        if let Some(watch) = self.sessions.get_mut(&session) {
+    pub fn settled(&mut self, cause: &Cause) {
+        if let Some(watch) = self.sessions.get_mut(&cause.session)
+            && watch.woken.as_ref().is_some_and(|w| w.cause.same(cause))
+        {
             watch.woken = None;
         }
+    }
+
+    /// `cause`'s pending entry, unless something answered it while it was checked (a later
+    /// epoch's lease, the session's end) or a newer cause of the session took its place: an
+    /// outcome applies only to the cause it is about.
+    fn pending_mut(&mut self, cause: &Cause) -> Option<&mut Woken> {
+        self.sessions
+            .get_mut(&cause.session)?
+            .woken
+            .as_mut()
+            .filter(|w| w.cause.same(cause))
     }
 
     /// `session` ended: nothing about it is due again.
@@ -516,6 +551,8 @@ mod tests {
         let due = w.due(100 * SECOND);
         assert_eq!(due[0].reason, WakeReason::PauseElapsed);
         assert_eq!((due[0].epoch, due[0].caused_at), (2, 100 * SECOND));
+        assert_eq!(w.pending_floor(3), Some(40), "until its check's outcome");
+        w.settled(&due[0]);
         assert_eq!(w.pending_floor(3), None);
 
         w.on_event(3, 50, &pause(200 * SECOND), 0);
@@ -662,5 +699,75 @@ mod tests {
         let due = w.due(60 * SECOND);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].session, b);
+    }
+
+    #[test]
+    fn a_cause_being_checked_holds_the_progress_and_is_handed_out_once() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        let pause = event(
+            s,
+            2,
+            SessionEvent::SessionPaused {
+                reason: None,
+                until: Some(10 * SECOND),
+            },
+        );
+        w.on_event(3, 40, &pause, SECOND);
+        let due = w.due(10 * SECOND);
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            w.pending_floor(3),
+            Some(40),
+            "a pause's end being checked is not passed by the committed progress"
+        );
+        assert!(w.due(Micros::MAX - 1).is_empty(), "handed out once");
+        w.woke(&due[0], 70 * SECOND);
+        assert_eq!(w.pending_floor(3), Some(40), "written, not answered");
+    }
+
+    #[test]
+    fn an_outcome_applies_only_to_the_cause_still_pending() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        let expired = w.due(15 * SECOND);
+        assert_eq!(expired.len(), 1);
+        // While the expiry is checked, an approval is decided: a newer cause of the session.
+        let decided = event(
+            s,
+            1,
+            SessionEvent::ApprovalDecided {
+                approval_id: "a".into(),
+                approved: true,
+                decided_by: "operator:alice".into(),
+                reason: None,
+                request_seq: Some(1),
+                action_digest: None,
+            },
+        );
+        let approval = w.on_event(0, 9, &decided, 16 * SECOND).expect("a cause");
+        // The expiry's check ends with "no harness needed": the approval stays pending.
+        w.settled(&expired[0]);
+        assert_eq!(w.pending_floor(0), Some(9), "the approval is not dropped");
+        w.woke(&expired[0], 60 * SECOND);
+        assert!(
+            w.due(60 * SECOND).is_empty(),
+            "the older cause's outcome made nothing due"
+        );
+        w.woke(&approval, 75 * SECOND);
+        assert_eq!(w.due(75 * SECOND).len(), 1, "the approval's own outcome did");
+    }
+
+    #[test]
+    fn a_wake_answered_while_it_was_checked_is_not_repeated() {
+        let (mut w, s) = (Watches::default(), SessionId::new());
+        w.on_lease(0, s, Some(&lease(s, 1, 0)));
+        let expired = w.due(15 * SECOND);
+        // A worker took the session before the check's outcome came back.
+        w.on_lease(0, s, Some(&lease(s, 2, 15 * SECOND)));
+        w.woke(&expired[0], 60 * SECOND);
+        // The worker renews; the wake's repeat time comes.
+        w.on_lease(0, s, Some(&lease(s, 2, 50 * SECOND)));
+        assert!(w.due(60 * SECOND).is_empty(), "answered: nothing to repeat");
+        assert!(w.orphaned().is_empty());
     }
 }
