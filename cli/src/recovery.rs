@@ -485,6 +485,9 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
         .with_context(|| format!("binding {address} (is another service on it? use --listen)"))?;
     let access = Arc::new(Access::from_settings(&settings.auth).await?);
     let recovery = connect(settings).await?;
+    // Started now, as ingest starts its own: every claim confirms through it, and a rebuild of
+    // a session written since reads it from memory instead of a pooled reader.
+    recovery.log().start_tail().await;
     // Said once, by the service that would sign: the one-shot commands that sign fail naming
     // the setting instead, and the others never need the key.
     if !recovery.notary().can_sign() {

@@ -627,6 +627,40 @@ impl EventLog {
         Ok(events)
     }
 
+    /// The records of `session` in `[from, until)` of `partition`, from the process's tail
+    /// when it runs and holds the whole range (`None` otherwise, also when it has not read to
+    /// `until` within `[producer] tail_wait_ms`: the caller reads the partition). The caller
+    /// knows `from` is within the log (it asked where the partition starts). No read of the
+    /// log, no reader: a burst of rebuilds of recent sessions (a fleet's harnesses dying at
+    /// once) costs memory copies instead of a pooled reader's fetch each.
+    pub async fn read_held(
+        &self,
+        partition: i32,
+        from: i64,
+        until: i64,
+        session: SessionId,
+    ) -> Result<Option<Vec<sessionlog_log::RawRecord>>> {
+        let Some(Some(tail)) = self.tail.get() else {
+            return Ok(None);
+        };
+        let key = partitioner::session_key(session);
+        match tail
+            .read(
+                partition,
+                from,
+                Some(until),
+                key.as_bytes(),
+                self.options.tail_wait(),
+                Start::Held,
+            )
+            .await
+        {
+            Ok(read) => Ok(read.map(|(records, _)| records)),
+            Err(sessionlog_log::Error::TailBehind { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The first offset of `partition` the process's tail holds: `None` before a keyed read
     /// started it and it positioned itself, or without a tail.
     pub fn tail_start(&self, partition: i32) -> Option<i64> {

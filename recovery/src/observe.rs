@@ -6,7 +6,8 @@ pub const ERRORS: &str = "sessionlog_recovery_errors_total";
 /// Sessions resumed (a new writer epoch claimed and a bundle handed out).
 pub const RESUMES: &str = "sessionlog_recovery_resumes_total";
 /// Sessions rebuilt from the log, by `start` label (`checkpoint`, `first_event`,
-/// `partition_start`).
+/// `partition_start`) and `read` label (`tail`: from the process's tail of the log, in memory;
+/// `log`: read from the partition).
 pub const REBUILDS: &str = "sessionlog_recovery_rebuilds_total";
 /// Seconds a rebuild took, from the first table read to the last record folded.
 pub const REBUILD_SECONDS: &str = "sessionlog_recovery_rebuild_seconds";
@@ -71,7 +72,7 @@ pub fn describe_metrics() {
     describe_counter!(
         REBUILDS,
         Unit::Count,
-        "Sessions rebuilt from the log, by where reading started."
+        "Sessions rebuilt from the log, by where reading started and whether the process's tail held it (read=tail) or the partition was read (read=log)."
     );
     describe_histogram!(
         REBUILD_SECONDS,

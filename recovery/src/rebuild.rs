@@ -76,6 +76,8 @@ pub struct RebuiltSession {
     pub records_read: u64,
     /// Records of this session folded.
     pub events_folded: u64,
+    /// Read from the process's tail of the log (memory) rather than the partition.
+    pub from_tail: bool,
 }
 
 impl RebuiltSession {
@@ -366,6 +368,15 @@ impl Recovery {
                 },
             },
         };
+        // A start the process's tail still holds (a session written to recently, as most whose
+        // harness just died were) is read from memory: no reader, no index, no fetch.
+        if let Some((start, state)) = &known_start
+            && let Some(rebuilt) = self
+                .rebuild_held(session, start, state, through_offset, &mut visit)
+                .await?
+        {
+            return Ok(self.rebuilt(rebuilt, started));
+        }
         // Where the projection covers the session, its index says which offsets matter: read
         // only those. Beyond it (the projector is behind, or down) read everything to the end.
         let session_covered = match &row {
@@ -434,16 +445,7 @@ impl Recovery {
         };
         span.record("offset", from);
         span.record("end_offset", end_offset);
-        let mut fold = StreamingFold {
-            decoder: &self.decoder,
-            session,
-            key: partitioner::session_key(session),
-            state: &mut state,
-            records_read: 0,
-            events_folded: 0,
-            last_offset: None,
-            visit: &mut visit,
-        };
+        let mut fold = StreamingFold::new(&self.decoder, session, &mut state, &mut visit);
 
         let covered = indexed.min(end_offset - 1);
         let mut tail_from = from;
@@ -486,30 +488,73 @@ impl Recovery {
             fold.fold(records).await?;
         }
         reader.keep();
-        let (records_read, events_folded, last_offset) =
-            (fold.records_read, fold.events_folded, fold.last_offset);
-        if !state.is_started() {
-            return Err(Error::UnknownSession(session.to_string()));
+        let read = fold.read();
+        let rebuilt = RebuiltSession::of(state, partition, start, end_offset, read)?;
+        Ok(self.rebuilt(rebuilt, started))
+    }
+
+    /// [`Self::rebuild_through`] from `start` (with the `state` it gives) when the process's
+    /// tail holds everything from there to the partition's end: `None` when it does not (or
+    /// the log no longer starts below `start`), and the caller reads the partition.
+    async fn rebuild_held(
+        &self,
+        session: SessionId,
+        start: &StartPoint,
+        state: &SessionState,
+        through_offset: Option<i64>,
+        visit: &mut impl FnMut(&LoggedEvent, &SessionState),
+    ) -> Result<Option<RebuiltSession>> {
+        let partition = self.partition_of(session);
+        let from = start.first_offset();
+        if self
+            .log()
+            .tail_start(partition)
+            .is_none_or(|held| held > from)
+        {
+            return Ok(None);
         }
-        let start_label = match start {
+        // Asked through the tail: a burst of takes shares the round trip.
+        let (log_start, end_offset) = self.log().watermarks(partition).await?;
+        let end_offset = match through_offset {
+            Some(through) => end_offset.min(through.saturating_add(1)),
+            None => end_offset,
+        };
+        if log_start > from {
+            return Ok(None);
+        }
+        let Some(records) = self
+            .log()
+            .read_held(partition, from, end_offset, session)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut state = state.clone();
+        let mut fold = StreamingFold::new(&self.decoder, session, &mut state, visit);
+        fold.fold(records).await?;
+        let read = fold.read();
+        let rebuilt = RebuiltSession::of(state, partition, start.clone(), end_offset, read)?;
+        Ok(Some(RebuiltSession {
+            from_tail: true,
+            ..rebuilt
+        }))
+    }
+
+    /// `rebuilt`, counted in the rebuild metrics.
+    fn rebuilt(&self, rebuilt: RebuiltSession, started: std::time::Instant) -> RebuiltSession {
+        let start_label = match rebuilt.start {
             StartPoint::Checkpoint { .. } => "checkpoint",
             StartPoint::FirstEvent { .. } => "first_event",
             StartPoint::PartitionStart { .. } => "partition_start",
         };
-        metrics::counter!(observe::REBUILDS, "start" => start_label).increment(1);
+        let (records_read, events_folded) = (rebuilt.records_read, rebuilt.events_folded);
+        let read = if rebuilt.from_tail { "tail" } else { "log" };
+        metrics::counter!(observe::REBUILDS, "start" => start_label, "read" => read).increment(1);
         metrics::histogram!(observe::REBUILD_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::counter!(observe::RECORDS_READ).increment(records_read);
         metrics::counter!(observe::EVENTS_FOLDED).increment(events_folded);
-        tracing::debug!(start = start_label, records_read, events_folded, "rebuilt");
-        Ok(RebuiltSession {
-            state,
-            partition,
-            start,
-            end_offset,
-            last_offset,
-            records_read,
-            events_folded,
-        })
+        tracing::debug!(start = start_label, read, records_read, events_folded, "rebuilt");
+        rebuilt
     }
 }
 
@@ -525,7 +570,66 @@ struct StreamingFold<'a, V: FnMut(&LoggedEvent, &SessionState)> {
     visit: &'a mut V,
 }
 
-impl<V: FnMut(&LoggedEvent, &SessionState)> StreamingFold<'_, V> {
+/// What a fold read: records, events of the session folded, the last one's offset.
+struct Read {
+    records: u64,
+    events: u64,
+    last_offset: Option<i64>,
+}
+
+impl RebuiltSession {
+    /// The session folded into `state` from `start` to `end_offset`; an error if nothing of it
+    /// was there to fold.
+    fn of(
+        state: SessionState,
+        partition: i32,
+        start: StartPoint,
+        end_offset: i64,
+        read: Read,
+    ) -> Result<Self> {
+        if !state.is_started() {
+            return Err(Error::UnknownSession(state.session_id.to_string()));
+        }
+        Ok(Self {
+            state,
+            partition,
+            start,
+            end_offset,
+            last_offset: read.last_offset,
+            records_read: read.records,
+            events_folded: read.events,
+            from_tail: false,
+        })
+    }
+}
+
+impl<'a, V: FnMut(&LoggedEvent, &SessionState)> StreamingFold<'a, V> {
+    fn new(
+        decoder: &'a EventDecoder,
+        session: SessionId,
+        state: &'a mut SessionState,
+        visit: &'a mut V,
+    ) -> Self {
+        Self {
+            decoder,
+            session,
+            key: partitioner::session_key(session),
+            state,
+            records_read: 0,
+            events_folded: 0,
+            last_offset: None,
+            visit,
+        }
+    }
+
+    fn read(&self) -> Read {
+        Read {
+            records: self.records_read,
+            events: self.events_folded,
+            last_offset: self.last_offset,
+        }
+    }
+
     async fn fold(&mut self, records: Vec<RawRecord>) -> Result<()> {
         for record in records {
             self.records_read += 1;

@@ -91,6 +91,9 @@ impl Worker {
         // A worker with the library reads the log itself: it serves the agent's sessions of
         // every tenant.
         let feed = WakeFeed::join(&self.recovery.settings().kafka, &self.agent, None)?;
+        // A long-running worker's tail holds what was written since it started: a session
+        // whose harness died recently is rebuilt from memory, not with a pooled reader's fetch.
+        self.recovery.log().start_tail().await;
         let (handler, me) = (Arc::new(handler), Arc::new(self));
         let slots = Arc::new(Semaphore::new(me.concurrency));
         let mut running = JoinSet::new();

@@ -171,3 +171,57 @@ async fn read_amplification_stays_low_on_a_shared_partition() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_the_tail_holds_rebuilds_from_memory_to_the_same_state() -> Result<()> {
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as u64;
+    println!("seed {seed}");
+    let stack = TestStack::new("rec_tail", 3).await?;
+    let _projector = stack.spawn_projector()?;
+    // Written before the tail started: its start is not in memory.
+    let before = append_random(&stack, seed, 5, 5).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    recovery.log().start_tail().await;
+    let partitions = recovery.log().partitions();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while (0..partitions).any(|p| recovery.log().tail_start(p).is_none()) {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the tail did not position itself"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = append_random(&stack, seed.wrapping_add(100), 30, 10).await?;
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(180)).await?;
+
+    // The same sessions rebuilt by a process without a tail read the partition.
+    let mut untailed = stack.settings.clone();
+    untailed.producer.tail_bytes = 0;
+    let reader = Recovery::connect(&untailed).await?;
+    let mut from_checkpoint = 0;
+    for (session, expected) in before.iter().chain(&after) {
+        let held = recovery.rebuild(*session).await?;
+        let read = reader.rebuild(*session).await?;
+        ensure!(
+            held.from_tail == after.contains_key(session),
+            "session {session}: from_tail {} (written after the tail started: {})",
+            held.from_tail,
+            after.contains_key(session)
+        );
+        ensure!(!read.from_tail, "a process without a tail read memory");
+        ensure!(
+            held.state.canonical_json() == expected.canonical_json()
+                && read.state.canonical_json() == expected.canonical_json(),
+            "session {session}: a rebuild differs from the writer's fold"
+        );
+        ensure!(
+            (held.start.clone(), held.end_offset, held.last_offset)
+                == (read.start.clone(), read.end_offset, read.last_offset),
+            "session {session}: the two rebuilds disagree on where they read"
+        );
+        from_checkpoint += usize::from(matches!(held.start, StartPoint::Checkpoint { .. }));
+    }
+    ensure!(from_checkpoint > 0, "no rebuild started from a checkpoint");
+    Ok(())
+}
