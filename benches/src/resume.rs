@@ -74,7 +74,7 @@ struct Round {
     amplification: f64,
     peak_mib: f64,
     /// Mean milliseconds per phase of [`PHASES`] in the fleet.
-    phase_ms: [f64; PHASES.len()],
+    phases: Phases,
 }
 
 /// Runs the benchmark.
@@ -216,7 +216,7 @@ async fn measure(
         records_per_resume: read / resumed,
         amplification: if folded > 0.0 { read / folded } else { 0.0 },
         peak_mib,
-        phase_ms: after.phase_means_ms(&before),
+        phases: after.since(&before),
     };
     eprintln!(
         "round {round}: {} resumed in {:.2} s, p99 {:.0} ms, {} failed",
@@ -262,19 +262,31 @@ async fn resume(
 pub(crate) const PHASES: [&str; 5] = ["wait_turn", "wait_reader", "rebuild", "claim", "bundle"];
 
 /// Prints `title` and a table of each round's mean milliseconds per phase of [`PHASES`].
-pub(crate) fn print_phases<'a>(title: &str, rounds: impl Iterator<Item = &'a [f64; PHASES.len()]>) {
+pub(crate) fn print_phases<'a>(title: &str, rounds: impl Iterator<Item = &'a Phases>) {
     println!("\n{title}");
     let rows: Vec<Vec<String>> = rounds
         .enumerate()
-        .map(|(i, phase_ms)| {
+        .map(|(i, phases)| {
             let mut row = vec![(i + 1).to_string()];
-            row.extend(phase_ms.iter().map(|ms| format!("{ms:.1}")));
+            row.extend(phases.ms.iter().map(|ms| format!("{ms:.1}")));
+            row.push(format!("{:.0} of {:.0}", phases.from_tail, phases.rebuilds));
             row
         })
         .collect();
     let mut header = vec!["round"];
     header.extend(PHASES);
+    header.push("rebuilds read from the tail");
     print_table(&header, &rows);
+}
+
+/// Where resumes' time went over a stretch, and how their rebuilds read.
+pub(crate) struct Phases {
+    /// Mean milliseconds per phase of [`PHASES`].
+    ms: [f64; PHASES.len()],
+    /// Rebuilds done.
+    rebuilds: f64,
+    /// Of them, those the process's tail of the log held (read from memory, no reader).
+    from_tail: f64,
 }
 
 /// The recovery service's read counters and phase timings, from its `/metrics`.
@@ -283,6 +295,8 @@ pub(crate) struct Counters {
     events_folded: f64,
     /// Per phase of [`PHASES`]: seconds in total and how many times it ran.
     phases: [(f64, f64); PHASES.len()],
+    rebuilds: f64,
+    rebuilds_from_tail: f64,
 }
 
 impl Counters {
@@ -310,20 +324,31 @@ impl Counters {
             records_read: sum(sessionlog_recovery::observe::RECORDS_READ),
             events_folded: sum(sessionlog_recovery::observe::EVENTS_FOLDED),
             phases: PHASES.map(phase),
+            rebuilds: sum(sessionlog_recovery::observe::REBUILDS),
+            rebuilds_from_tail: text
+                .lines()
+                .filter(|l| l.starts_with(sessionlog_recovery::observe::REBUILDS))
+                .filter(|l| l.contains("read=\"tail\""))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
         }
     }
 
-    /// Mean milliseconds per phase between `before` and `self`.
-    pub(crate) fn phase_means_ms(&self, before: &Self) -> [f64; PHASES.len()] {
-        std::array::from_fn(|i| {
-            let seconds = self.phases[i].0 - before.phases[i].0;
-            let count = self.phases[i].1 - before.phases[i].1;
-            if count > 0.0 {
-                seconds / count * 1e3
-            } else {
-                0.0
-            }
-        })
+    /// The phases between `before` and `self`.
+    pub(crate) fn since(&self, before: &Self) -> Phases {
+        Phases {
+            ms: std::array::from_fn(|i| {
+                let seconds = self.phases[i].0 - before.phases[i].0;
+                let count = self.phases[i].1 - before.phases[i].1;
+                if count > 0.0 {
+                    seconds / count * 1e3
+                } else {
+                    0.0
+                }
+            }),
+            rebuilds: self.rebuilds - before.rebuilds,
+            from_tail: self.rebuilds_from_tail - before.rebuilds_from_tail,
+        }
     }
 }
 
@@ -379,7 +404,7 @@ fn report(args: &Args, rounds: &[Round]) {
     );
     print_phases(
         "where a resume's time goes in the fleet (mean ms per phase; rebuild includes wait_reader; wait_turn is before both)",
-        rounds.iter().map(|r| &r.phase_ms),
+        rounds.iter().map(|r| &r.phases),
     );
     let spread = |f: &dyn Fn(&Round) -> f64| Spread::of(&rounds.iter().map(f).collect::<Vec<_>>());
     println!(

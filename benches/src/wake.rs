@@ -72,6 +72,13 @@ pub struct Args {
     /// Keep the run's keyspace and topics (by default they are dropped at the end).
     #[arg(long)]
     keep: bool,
+    /// Start the workers after the sessions are written, so that their tails of the log hold
+    /// none of the sessions' starts and every rebuild reads the partition (workers started
+    /// after the fleet they serve, or a fleet busy enough that a tail's memory does not reach
+    /// back to the sessions' checkpoints). By default the workers run first, as long-running
+    /// workers do, and their tails hold the sessions.
+    #[arg(long)]
+    late_workers: bool,
 }
 
 /// The agent of every session: its workers form one group on the wake topic.
@@ -125,7 +132,7 @@ struct Round {
     cpu: crate::cpu::Used,
     /// Mean milliseconds per phase of a take ([`crate::resume::PHASES`]), from the workers'
     /// own metrics over the fleet's takes.
-    phase_ms: [f64; crate::resume::PHASES.len()],
+    phases: crate::resume::Phases,
 }
 
 /// Runs the benchmark.
@@ -164,6 +171,12 @@ pub async fn run(args: Args) -> Result<()> {
     let (sent, mut claims) = mpsc::unbounded_channel();
     let (stop, stopped) = watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
+    let log = Arc::new(EventLog::from_settings(settings).await?);
+    let mut holders = if args.late_workers {
+        write_sessions(&log, args.sessions + WARM_UP, &args).await?
+    } else {
+        Holders::new()
+    };
     for i in 0..args.workers {
         let recovery = Arc::new(
             Recovery::connect(settings)
@@ -195,8 +208,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     drop(sent);
 
-    let log = Arc::new(EventLog::from_settings(settings).await?);
-    let mut holders = write_sessions(&log, args.sessions + WARM_UP, &args).await?;
+    if !args.late_workers {
+        holders = write_sessions(&log, args.sessions + WARM_UP, &args).await?;
+    }
     let mut sessions: Vec<SessionId> = holders.keys().copied().collect();
     let warm_up: Vec<SessionId> = sessions.split_off(args.sessions);
     let took = crate::wait_projected(settings, store).await?;
@@ -385,7 +399,7 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
     let died_at = now_micros();
     let (taken, stray) = die_and_take(fleet, holders, claims, limit).await;
     let cpu = meter.read();
-    let phase_ms = Counters::parse(&metrics()).phase_means_ms(&phases_before);
+    let phases = Counters::parse(&metrics()).since(&phases_before);
     // Every session taken was woken, but the component's counter is read over HTTP and may
     // trail its writes: wait (with a deadline) until it counts at least one wake per session.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -428,7 +442,7 @@ async fn measure(round: usize, args: &Args, place: Place<'_>) -> Result<Round> {
         wakes: after.0 - before.0,
         rewakes: after.1 - before.1,
         cpu,
-        phase_ms,
+        phases,
     };
     eprintln!(
         "round {round}: {} taken, {} missing, {} stray; expiry→claim p50 {:.0} ms, p99 {:.0} ms, \
@@ -476,8 +490,15 @@ fn report(args: &Args, rounds: &[Round]) {
     let fleet = args.sessions.saturating_sub(args.singles);
     println!(
         "\n{fleet} sessions whose harnesses die at once per round ({} events each; lease TTL {} \
-         ms; {} workers × {} at once; {} partitions), after {} dying alone (the reference)",
-        args.events, args.ttl_ms, args.workers, args.concurrency, args.partitions, args.singles
+         ms; {} workers × {} at once, started {} the sessions were written; {} partitions), \
+         after {} dying alone (the reference)",
+        args.events,
+        args.ttl_ms,
+        args.workers,
+        args.concurrency,
+        if args.late_workers { "after" } else { "before" },
+        args.partitions,
+        args.singles
     );
     let ms = |d: Duration| format!("{:.0}", ms(d));
     let rows: Vec<Vec<String>> = rounds
@@ -575,7 +596,7 @@ fn report(args: &Args, rounds: &[Round]) {
     print_table(&header, &rows);
     crate::resume::print_phases(
         "where a take's time went (mean ms per phase, the workers' own timings; rebuild includes wait_reader)",
-        rounds.iter().map(|r| &r.phase_ms),
+        rounds.iter().map(|r| &r.phases),
     );
     let spread = |f: &dyn Fn(&Round) -> f64| Spread::of(&rounds.iter().map(f).collect::<Vec<_>>());
     println!(

@@ -215,9 +215,10 @@ async fn a_session_the_tail_holds_rebuilds_from_memory_to_the_same_state() -> Re
                 && read.state.canonical_json() == expected.canonical_json(),
             "session {session}: a rebuild differs from the writer's fold"
         );
+        // (The last record read may differ: the log's read takes only the offsets the index
+        // says were accepted, the tail's every record of the session.)
         ensure!(
-            (held.start.clone(), held.end_offset, held.last_offset)
-                == (read.start.clone(), read.end_offset, read.last_offset),
+            (&held.start, held.end_offset) == (&read.start, read.end_offset),
             "session {session}: the two rebuilds disagree on where they read"
         );
         from_checkpoint += usize::from(matches!(held.start, StartPoint::Checkpoint { .. }));
