@@ -553,7 +553,13 @@ impl Recovery {
         metrics::histogram!(observe::REBUILD_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::counter!(observe::RECORDS_READ).increment(records_read);
         metrics::counter!(observe::EVENTS_FOLDED).increment(events_folded);
-        tracing::debug!(start = start_label, read, records_read, events_folded, "rebuilt");
+        tracing::debug!(
+            start = start_label,
+            read,
+            records_read,
+            events_folded,
+            "rebuilt"
+        );
         rebuilt
     }
 }

@@ -754,7 +754,11 @@ mod tests {
             "the older cause's outcome made nothing due"
         );
         w.woke(&approval, 75 * SECOND);
-        assert_eq!(w.due(75 * SECOND).len(), 1, "the approval's own outcome did");
+        assert_eq!(
+            w.due(75 * SECOND).len(),
+            1,
+            "the approval's own outcome did"
+        );
     }
 
     #[test]
