@@ -307,12 +307,14 @@ impl Counters {
     /// The counters in a Prometheus text page (a service's `/metrics`, or this process's own
     /// recorder rendered).
     pub(crate) fn parse(text: &str) -> Self {
-        let sum = |name: &str| -> f64 {
+        // The series of `name` whose labels include `label` ("" for all of them), summed.
+        let sum_with = |name: &str, label: &str| -> f64 {
             text.lines()
-                .filter(|l| l.starts_with(name))
+                .filter(|l| l.starts_with(name) && l.contains(label))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
+        let sum = |name: &str| sum_with(name, "");
         let phase = |name: &str| {
             let series = sessionlog_recovery::observe::RESUME_PHASE_SECONDS;
             (
@@ -325,12 +327,7 @@ impl Counters {
             events_folded: sum(sessionlog_recovery::observe::EVENTS_FOLDED),
             phases: PHASES.map(phase),
             rebuilds: sum(sessionlog_recovery::observe::REBUILDS),
-            rebuilds_from_tail: text
-                .lines()
-                .filter(|l| l.starts_with(sessionlog_recovery::observe::REBUILDS))
-                .filter(|l| l.contains("read=\"tail\""))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
+            rebuilds_from_tail: sum_with(sessionlog_recovery::observe::REBUILDS, "read=\"tail\""),
         }
     }
 

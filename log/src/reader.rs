@@ -10,12 +10,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a read may go without progress before it fails.
 /// How far apart two offsets one read takes as one range may be: up to this many records of
 /// other sessions are read and dropped rather than paying a new assignment and fetch (a round
 /// trip) for the next wanted record.
 pub const OFFSET_GAP: i64 = 256;
 
+/// How long a read may go without progress before it fails.
 const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Errors a read rides out: a broker restarting or a leader moving heals by itself within the
