@@ -63,7 +63,14 @@ async fn a_writers_lease_is_renewed_while_it_runs_and_released_at_close() -> Res
     let first = lease_of(&stack, session)
         .await?
         .context("a lease while it runs")?;
-    ensure!(first == held, "{first:?} != {held:?}");
+    // A renewal (every third of the TTL) may land before this read on a loaded machine: the
+    // lease read is the one held, or a renewal of it by the same writer at the same epoch.
+    ensure!(
+        first == held
+            || ((&first.writer, first.epoch) == (&held.writer, held.epoch)
+                && first.renewed_at > held.renewed_at),
+        "{first:?} is neither {held:?} nor a renewal of it"
+    );
     ensure!((first.writer.as_str(), first.epoch) == ("harness-1", 1));
     ensure!(first.renewed_at >= before);
     ensure!(first.expires_at == first.renewed_at + 1_000 * TTL_MS as i64);
