@@ -462,14 +462,31 @@ impl Recovery {
             }
             tail_from = covered + 1;
         }
-        // Beyond the index lies what the projector has not applied: bounded, so a stopped
-        // projector costs a fast 503 rather than a read of everything it left (a session whose
-        // rows expired has no index at all, and is read whole).
-        if !index_expired {
-            self.log()
-                .check_unprojected(partition, end_offset.saturating_sub(tail_from))?;
-        }
+        // Beyond the index lies what the projector has not applied. When the process's tail
+        // holds it (in a fleet restart, mostly the fleet's own claims, written since the
+        // service started), the session's records are taken from memory: otherwise every
+        // record of the partition past the projection is read, most of them other sessions'.
         let mut next = tail_from;
+        if next < end_offset
+            && self
+                .log()
+                .tail_start(partition)
+                .is_some_and(|held| held <= next)
+            && let Some(records) = self
+                .log()
+                .read_held(partition, next, end_offset, session)
+                .await?
+        {
+            fold.fold(records).await?;
+            next = end_offset;
+        }
+        // What is left to read from the log is bounded, so a stopped projector costs a fast
+        // 503 rather than a read of everything it left (a session whose rows expired has no
+        // index at all, and is read whole).
+        if !index_expired && next < end_offset {
+            self.log()
+                .check_unprojected(partition, end_offset.saturating_sub(next))?;
+        }
         while next < end_offset {
             let until = (next + WINDOW as i64).min(end_offset);
             let mut records = Vec::new();
