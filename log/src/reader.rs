@@ -371,6 +371,11 @@ impl PartitionReader {
         }
         // Stop fetching ahead: an idle reader (kept for the next read-back) fetches nothing.
         let _ = self.consumer.unassign();
+        // What was fetched ahead for the ended assignment stays queued until the next poll,
+        // which discards it: a read that stopped mid-partition would leave its reader holding
+        // up to its prefetch (about 2 MiB; a pool of 64 held 130 MiB more in a fleet restart
+        // whose rebuilds stopped mid-partition). A poll that never waits discards it now.
+        let _ = futures::FutureExt::now_or_never(self.consumer.recv());
         Ok(next)
     }
 
