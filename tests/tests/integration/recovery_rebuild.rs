@@ -108,27 +108,49 @@ async fn round(writers: &mut [SessionWriter], checkpoint: bool) -> Result<()> {
     Ok(())
 }
 
+/// `count` sessions created concurrently, then given one event each per entry of `rounds` (a
+/// checkpoint where it is true), round by round so that they interleave on the partition;
+/// returns once the stack's running projector has applied them all.
+async fn interleaved_and_projected(
+    stack: &TestStack,
+    count: usize,
+    rounds: &[bool],
+) -> Result<Vec<SessionWriter>> {
+    let log = event_log(stack).await?;
+    let mut writers: Vec<SessionWriter> =
+        stream::iter((0..count).map(|_| SessionWriter::create(log.clone(), "interleaved", None)))
+            .buffer_unordered(200)
+            .map_ok(|(writer, _)| writer)
+            .try_collect()
+            .await?;
+    for checkpoint in rounds {
+        round(&mut writers, *checkpoint).await?;
+    }
+    let store = store(stack).await?;
+    wait_caught_up(stack, &store, Duration::from_secs(180)).await?;
+    Ok(writers)
+}
+
+/// Waits until `recovery`'s tail has positioned itself on every partition.
+async fn tail_positioned(recovery: &Recovery) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while (0..recovery.log().partitions()).any(|p| recovery.log().tail_start(p).is_none()) {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the tail did not position itself"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn read_amplification_stays_low_on_a_shared_partition() -> Result<()> {
     const SESSIONS: usize = 1_000;
     let stack = TestStack::new("rec_amp", 1).await?;
     let projector = stack.spawn_projector()?;
-    let log = event_log(&stack).await?;
-
-    // Created and appended round by round, concurrently: the sessions interleave.
-    let mut writers: Vec<SessionWriter> =
-        stream::iter((0..SESSIONS).map(|_| SessionWriter::create(log.clone(), "amp", None)))
-            .buffer_unordered(200)
-            .map_ok(|(writer, _)| writer)
-            .try_collect()
-            .await?;
-    round(&mut writers, false).await?;
-    round(&mut writers, true).await?;
-    round(&mut writers, false).await?;
-    round(&mut writers, false).await?;
-
-    let store = store(&stack).await?;
-    wait_caught_up(&stack, &store, Duration::from_secs(180)).await?;
+    let mut writers =
+        interleaved_and_projected(&stack, SESSIONS, &[false, true, false, false]).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
     let sample: Vec<&SessionWriter> = writers.iter().step_by(50).collect();
     for writer in &sample {
@@ -181,29 +203,10 @@ async fn the_unprojected_rest_of_a_session_is_read_from_the_tail_when_it_holds_i
     const SESSIONS: usize = 200;
     let stack = TestStack::new("rec_tail_rest", 1).await?;
     let projector = stack.spawn_projector()?;
-    let log = event_log(&stack).await?;
-    let mut writers: Vec<SessionWriter> =
-        stream::iter((0..SESSIONS).map(|_| SessionWriter::create(log.clone(), "rest", None)))
-            .buffer_unordered(100)
-            .map_ok(|(writer, _)| writer)
-            .try_collect()
-            .await?;
-    round(&mut writers, false).await?;
-    round(&mut writers, true).await?;
-    round(&mut writers, false).await?;
-    let store = store(&stack).await?;
-    wait_caught_up(&stack, &store, Duration::from_secs(180)).await?;
-
+    let mut writers = interleaved_and_projected(&stack, SESSIONS, &[false, true, false]).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
     recovery.log().start_tail().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while recovery.log().tail_start(0).is_none() {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "the tail did not position itself"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tail_positioned(&recovery).await?;
     // Written after the tail started and never projected: 2 × SESSIONS records past the index.
     drop(projector);
     round(&mut writers, false).await?;
@@ -249,15 +252,7 @@ async fn a_session_the_tail_holds_rebuilds_from_memory_to_the_same_state() -> Re
     let before = append_random(&stack, seed, 5, 5).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
     recovery.log().start_tail().await;
-    let partitions = recovery.log().partitions();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while (0..partitions).any(|p| recovery.log().tail_start(p).is_none()) {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "the tail did not position itself"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tail_positioned(&recovery).await?;
     let after = append_random(&stack, seed.wrapping_add(100), 30, 10).await?;
     let store = store(&stack).await?;
     wait_caught_up(&stack, &store, Duration::from_secs(180)).await?;
