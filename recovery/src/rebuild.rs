@@ -72,11 +72,14 @@ pub struct RebuiltSession {
     pub end_offset: i64,
     /// The offset of the session's last record read, if any was read.
     pub last_offset: Option<i64>,
-    /// Records read from the partition (of any session).
+    /// Records read, of any session: from the partition, and the session's own taken from the
+    /// process's tail (memory).
     pub records_read: u64,
     /// Records of this session folded.
     pub events_folded: u64,
-    /// Read from the process's tail of the log (memory) rather than the partition.
+    /// Read wholly from the process's tail of the log (memory), not the partition. A rebuild
+    /// that read its indexed part from the partition and its unprojected rest from the tail
+    /// says `false`.
     pub from_tail: bool,
 }
 
@@ -462,23 +465,25 @@ impl Recovery {
             }
             tail_from = covered + 1;
         }
-        // Beyond the index lies what the projector has not applied. When the process's tail
-        // holds it (in a fleet restart, mostly the fleet's own claims, written since the
-        // service started), the session's records are taken from memory: otherwise every
+        // Beyond the index lies what the projector has not applied. What of it the process's
+        // tail holds (in a fleet restart, mostly the fleet's own claims, written since the
+        // service started) is taken from memory, the session's records only: otherwise every
         // record of the partition past the projection is read, most of them other sessions'.
+        // Only as far as the tail has read, with no wait (a stalled tail would hold this
+        // reader), and only while the log still starts at or below it (records retention
+        // removed are not answered from memory); the rest is read from the log below.
         let mut next = tail_from;
         if next < end_offset
-            && self
+            && first_offset <= next
+            && let Some(upto) = self
                 .log()
-                .tail_start(partition)
-                .is_some_and(|held| held <= next)
-            && let Some(records) = self
-                .log()
-                .read_held(partition, next, end_offset, session)
-                .await?
+                .tail_end(partition)
+                .map(|end| end.min(end_offset))
+            && upto > next
+            && let Some(records) = self.log().read_held(partition, next, upto, session).await?
         {
             fold.fold(records).await?;
-            next = end_offset;
+            next = upto;
         }
         // What is left to read from the log is bounded, so a stopped projector costs a fast
         // 503 rather than a read of everything it left (a session whose rows expired has no
