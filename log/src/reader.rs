@@ -374,8 +374,14 @@ impl PartitionReader {
         // What was fetched ahead for the ended assignment stays queued until the next poll,
         // which discards it: a read that stopped mid-partition would leave its reader holding
         // up to its prefetch (about 2 MiB; a pool of 64 held 130 MiB more in a fleet restart
-        // whose rebuilds stopped mid-partition). A poll that never waits discards it now.
-        let _ = futures::FutureExt::now_or_never(self.consumer.recv());
+        // whose rebuilds stopped mid-partition). Polls that never wait discard it now; each
+        // stops at an event that is not a stale record (an error report), hence a few. A
+        // fetch still in flight lands later and waits for this reader's next read.
+        for _ in 0..4 {
+            if futures::FutureExt::now_or_never(self.consumer.recv()).is_none() {
+                break;
+            }
+        }
         Ok(next)
     }
 
