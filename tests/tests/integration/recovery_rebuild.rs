@@ -10,9 +10,9 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::SessionState;
-use sessionlog_tests::TestStack;
 use sessionlog_tests::projector::{event_log, store, wait_caught_up};
 use sessionlog_tests::recovery::random_session;
+use sessionlog_tests::{TestStack, wait_for};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -133,15 +133,17 @@ async fn interleaved_and_projected(
 
 /// Waits until `recovery`'s tail has positioned itself on every partition.
 async fn tail_positioned(recovery: &Recovery) -> Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while (0..recovery.log().partitions()).any(|p| recovery.log().tail_start(p).is_none()) {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "the tail did not position itself"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
+    let log = recovery.log();
+    wait_for(
+        "the tail to position itself",
+        Duration::from_secs(30),
+        || async {
+            Ok((0..log.partitions())
+                .all(|p| log.tail_start(p).is_some())
+                .then_some(()))
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -211,6 +213,21 @@ async fn the_unprojected_rest_of_a_session_is_read_from_the_tail_when_it_holds_i
     drop(projector);
     round(&mut writers, false).await?;
     round(&mut writers, false).await?;
+    // A rebuild takes from the tail only what it has already read (no wait), the rest from the
+    // log: wait until it has read everything written, or a slow tail would fail the count below.
+    let (_, end) = recovery.log().watermarks(0).await?;
+    wait_for(
+        "the tail to read everything written",
+        Duration::from_secs(30),
+        || async {
+            Ok(recovery
+                .log()
+                .tail_end(0)
+                .is_some_and(|read| read >= end)
+                .then_some(()))
+        },
+    )
+    .await?;
 
     for writer in writers.iter().step_by(20) {
         let rebuilt = recovery.rebuild(writer.session_id()).await?;
