@@ -629,8 +629,9 @@ impl EventLog {
 
     /// The records of `session` in `[from, until)` of `partition`, from the process's tail
     /// when it runs and holds the whole range (`None` otherwise, also when it has not read to
-    /// `until` within `[producer] tail_wait_ms`: the caller reads the partition). The caller
-    /// knows `from` is within the log (it asked where the partition starts). No read of the
+    /// `until` within `[producer] tail_wait_ms`: the caller reads the partition). `log_start`
+    /// is where the partition starts, as the caller asked it: from below it (retention removed
+    /// those records) the tail does not answer, though it may still hold them. No read of the
     /// log, no reader: a burst of rebuilds of recent sessions (a fleet's harnesses dying at
     /// once) costs memory copies instead of a pooled reader's fetch each.
     pub async fn read_held(
@@ -638,11 +639,15 @@ impl EventLog {
         partition: i32,
         from: i64,
         until: i64,
+        log_start: i64,
         session: SessionId,
     ) -> Result<Option<Vec<sessionlog_log::RawRecord>>> {
         let Some(Some(tail)) = self.tail.get() else {
             return Ok(None);
         };
+        if log_start > from {
+            return Ok(None);
+        }
         let key = partitioner::session_key(session);
         match tail
             .read(

@@ -470,17 +470,18 @@ impl Recovery {
         // service started) is taken from memory, the session's records only: otherwise every
         // record of the partition past the projection is read, most of them other sessions'.
         // Only as far as the tail has read, with no wait (a stalled tail would hold this
-        // reader), and only while the log still starts at or below it (records retention
-        // removed are not answered from memory); the rest is read from the log below.
+        // reader); the rest is read from the log below.
         let mut next = tail_from;
         if next < end_offset
-            && first_offset <= next
             && let Some(upto) = self
                 .log()
                 .tail_end(partition)
                 .map(|end| end.min(end_offset))
             && upto > next
-            && let Some(records) = self.log().read_held(partition, next, upto, session).await?
+            && let Some(records) = self
+                .log()
+                .read_held(partition, next, upto, first_offset, session)
+                .await?
         {
             fold.fold(records).await?;
             next = upto;
@@ -541,12 +542,9 @@ impl Recovery {
             Some(through) => end_offset.min(through.saturating_add(1)),
             None => end_offset,
         };
-        if log_start > from {
-            return Ok(None);
-        }
         let Some(records) = self
             .log()
-            .read_held(partition, from, end_offset, session)
+            .read_held(partition, from, end_offset, log_start, session)
             .await?
         else {
             return Ok(None);
