@@ -20,7 +20,8 @@ pub const REBUILD_SECONDS: &str = "sessionlog_recovery_rebuild_seconds";
 pub const RESUME_PHASE_SECONDS: &str = "sessionlog_recovery_resume_phase_seconds";
 /// Resumes waiting for their turn now, over `[recovery] max_concurrent_resumes`.
 pub const RESUMES_WAITING: &str = "sessionlog_recovery_resumes_waiting";
-/// Records read from the log by rebuilds, the session's own and others'.
+/// Records read by rebuilds: from the log, the session's own and others', and the session's own
+/// taken from the process's tail.
 pub const RECORDS_READ: &str = "sessionlog_recovery_records_read_total";
 /// Records of the rebuilt sessions folded: with [`RECORDS_READ`], the read amplification.
 pub const EVENTS_FOLDED: &str = "sessionlog_recovery_events_folded_total";
@@ -92,7 +93,7 @@ pub fn describe_metrics() {
     describe_counter!(
         RECORDS_READ,
         Unit::Count,
-        "Records read from the log by rebuilds, of the session and of others on its partition."
+        "Records read by rebuilds: from the log, of the session and of others on its partition; from the process's tail, the session's own."
     );
     describe_counter!(
         EVENTS_FOLDED,
