@@ -230,13 +230,40 @@ impl WakeFeed {
     }
 }
 
-/// The consumer group of `agent`'s workers on `kafka`'s wake topic: `sessionlog-worker-<topic>-
-/// <agent>` for workers of every tenant, with `@<tenant>` for one tenant's.
+/// The longest consumer group name [`worker_group`] makes, in bytes: what Kafka allows a
+/// topic's name, so every tool that lists groups shows it whole.
+pub const MAX_GROUP_BYTES: usize = 249;
+
+/// The consumer group of `agent`'s workers on `kafka`'s wake topic:
+/// `sessionlog-worker-<topic>:<agent>` for workers of every tenant, with `@<tenant>` for one
+/// tenant's. Kafka's topic names have no `:`, and the names are percent-encoded (all but
+/// letters, digits, `-`, `_` and `.`), so an `@` or a `%` in a name cannot make two agents or
+/// two tenants share a group. A name longer than [`MAX_GROUP_BYTES`] keeps its start and ends
+/// with a hash of the whole.
 pub fn worker_group(kafka: &KafkaSettings, agent: &str, tenant: Option<&str>) -> String {
-    match tenant {
-        Some(tenant) => format!("sessionlog-worker-{}-{agent}@{tenant}", kafka.topic),
-        None => format!("sessionlog-worker-{}-{agent}", kafka.topic),
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    use sha2::{Digest, Sha256};
+    const SPELLED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+    let mut group = format!(
+        "sessionlog-worker-{}:{}",
+        kafka.topic,
+        utf8_percent_encode(agent, SPELLED)
+    );
+    if let Some(tenant) = tenant {
+        group.push('@');
+        group.extend(utf8_percent_encode(tenant, SPELLED));
     }
+    if group.len() <= MAX_GROUP_BYTES {
+        return group;
+    }
+    // `~` is encoded in names, so a shortened name is no whole one. The encoded name is ASCII:
+    // any byte is a char boundary.
+    let hash = Sha256::digest(group.as_bytes());
+    let hex: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
+    group.truncate(MAX_GROUP_BYTES - hex.len() - 1);
+    group.push('~');
+    group.push_str(&hex);
+    group
 }
 
 fn default_tenant() -> String {
@@ -272,6 +299,41 @@ mod tests {
             let spelled = serde_json::to_value(reason).expect("json");
             assert_eq!(spelled, reason.as_str());
         }
+    }
+
+    #[test]
+    fn names_that_would_spell_the_same_group_get_different_groups() {
+        let kafka = KafkaSettings {
+            topic: "events".into(),
+            ..KafkaSettings::default()
+        };
+        let group = |agent: &str, tenant: Option<&str>| worker_group(&kafka, agent, tenant);
+        // An `@` in a name, a `-` across the topic and the agent, a `%` that looks encoded.
+        let pairs = [
+            (group("a@b", None), group("a", Some("b"))),
+            (group("a@b", Some("c")), group("a", Some("b@c"))),
+            (group("a%40b", None), group("a@b", None)),
+        ];
+        for (one, other) in &pairs {
+            assert_ne!(one, other);
+        }
+        let other_topic = KafkaSettings {
+            topic: "events-x".into(),
+            ..KafkaSettings::default()
+        };
+        assert_ne!(
+            worker_group(&other_topic, "y", None),
+            worker_group(&kafka, "x-y", None)
+        );
+        // Readable for the usual names, and within what Kafka's tools show whole.
+        assert_eq!(group("triage", None), "sessionlog-worker-events:triage");
+        assert_eq!(
+            group("triage", Some("acme")),
+            "sessionlog-worker-events:triage@acme"
+        );
+        let long = group(&"é".repeat(300), Some("t"));
+        assert!(long.len() <= MAX_GROUP_BYTES, "{} bytes", long.len());
+        assert_ne!(long, group(&"é".repeat(301), Some("t")));
     }
 
     #[test]

@@ -196,7 +196,7 @@ struct Desk {
 pub struct WorkDesk {
     kafka: KafkaSettings,
     max_agents: usize,
-    desks: Mutex<HashMap<String, Desk>>,
+    desks: Mutex<HashMap<DeskKey, Desk>>,
 }
 
 impl WorkDesk {
@@ -306,7 +306,7 @@ impl WorkDesk {
     }
 
     /// Marks a feed used now (a request that waited long used it until now).
-    fn touch(&self, key: &str) {
+    fn touch(&self, key: &DeskKey) {
         let mut desks = self.desks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(desk) = desks.get_mut(key) {
             desk.used = Instant::now();
@@ -319,12 +319,12 @@ impl WorkDesk {
     }
 }
 
-/// The key of the feed of `agent`'s sessions of `tenant` (of every tenant: `None`).
-fn desk_key(agent: &str, tenant: Option<&str>) -> String {
-    match tenant {
-        Some(tenant) => format!("{agent}@{tenant}"),
-        None => agent.to_string(),
-    }
+/// The key of the feed of an agent's sessions of a tenant (of every tenant: `None`): the two
+/// names apart, so no spelling of one can stand for the other.
+type DeskKey = (String, Option<String>);
+
+fn desk_key(agent: &str, tenant: Option<&str>) -> DeskKey {
+    (agent.to_string(), tenant.map(str::to_string))
 }
 
 /// Takes `wake`'s session for `writer`; `None` when `tenant` is given and the session is not
@@ -451,6 +451,21 @@ mod tests {
             skipped(&Error::UnknownSession(session())),
             Some("unknown_session")
         );
+    }
+
+    #[tokio::test]
+    async fn an_at_sign_in_a_name_does_not_share_another_agents_or_tenants_feed() {
+        let desk = WorkDesk::with_limit(KafkaSettings::default(), 10);
+        let feeds = [
+            ("a@b", None),
+            ("a", Some("b")),
+            ("a@b", Some("c")),
+            ("a", Some("b@c")),
+        ];
+        for (agent, tenant) in feeds {
+            let _feed = desk.feed(agent, tenant).expect("room");
+        }
+        assert_eq!(desk.agents(), feeds.len());
     }
 
     #[test]
