@@ -1,8 +1,9 @@
 //! The subcommands. Each is a few calls into the libraries; output is human by default,
 //! JSON with `--json`.
 
+use crate::args::parse_session;
 use crate::example;
-use crate::recovery::parse_session;
+use crate::signal::shutdown_signal;
 use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -503,18 +504,6 @@ async fn project(settings: &Settings, group: Option<String>, listen: Option<Stri
     tracing::info!(topic = %settings.kafka.topic, "projector running; Ctrl-C or SIGTERM stops it");
     projector.run(shutdown_signal()).await?;
     Ok(())
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(signal) => signal,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 async fn run_example(settings: &Settings, json: bool) -> Result<()> {

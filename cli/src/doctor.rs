@@ -728,7 +728,7 @@ async fn otlp_checks(args: &DoctorArgs) -> Found {
         return found;
     };
     let line = found.server("otlp", "receiver", endpoint);
-    let headers = match crate::export::parse_headers(&args.otlp_headers) {
+    let headers = match crate::args::parse_headers(&args.otlp_headers) {
         Ok(headers) => headers,
         Err(e) => {
             line.status = Status::Failed;

@@ -1,6 +1,6 @@
 //! `sessionlog export-otlp`.
 
-use crate::replay::start_at;
+use crate::args::{parse_headers, start_at};
 use anyhow::{Context, Result};
 use sessionlog_export::{ExportOptions, export};
 use sessionlog_http::{CHECK_TIMEOUT, Readiness};
@@ -92,7 +92,7 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
         ..ExportOptions::default()
     };
     tracing::info!(endpoint = %args.endpoint, group = %options.group_id, "exporting the log as OTLP spans");
-    let summary = export(settings, options, crate::shutdown_signal())
+    let summary = export(settings, options, crate::signal::shutdown_signal())
         .await
         .with_context(|| format!("exporting to {}", args.endpoint))?;
     if json {
@@ -135,29 +135,4 @@ async fn receiver_ready(endpoint: &str, headers: &HashMap<String, String>) -> Re
             probe.status
         ))
     }
-}
-
-/// `name=value` headers for an OTLP receiver, checked as the exporter would send them (it drops
-/// a header it cannot send without a word, and a receiver then refuses every request).
-pub(crate) fn parse_headers(headers: &[String]) -> Result<HashMap<String, String>> {
-    headers
-        .iter()
-        .map(|header| {
-            let (name, value) = header
-                .split_once('=')
-                .with_context(|| format!("--header {:?}: expected name=value", redact(header)))?;
-            let name = name.trim();
-            reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                .with_context(|| format!("--header {name:?}: not a valid header name"))?;
-            reqwest::header::HeaderValue::from_str(value).with_context(|| {
-                format!("--header {name}: the value is not a valid header value")
-            })?;
-            Ok((name.to_string(), value.to_string()))
-        })
-        .collect()
-}
-
-/// A header for an error message: its name only, the value may be a secret.
-fn redact(header: &str) -> &str {
-    header.split_once('=').map_or("(no name)", |(name, _)| name)
 }

@@ -1,6 +1,7 @@
 //! `sessionlog keys` (the key-encryption key) and `sessionlog erase`.
 
-use crate::recovery::{Output, parse_session};
+use crate::args::parse_session;
+use crate::recovery::Output;
 use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};

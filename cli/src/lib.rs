@@ -1,6 +1,7 @@
 //! The `sessionlog` command as a library: the clap command tree ([`Cli`]) and [`run`], so that
 //! the binary is a thin `main.rs` and tests can inspect the commands without parsing source.
 
+mod args;
 mod commands;
 mod dlq;
 mod doctor;
@@ -16,10 +17,12 @@ mod recovery;
 mod replay;
 mod schemas;
 mod serve;
+mod signal;
 mod status;
 mod token;
 mod trace;
 mod wake;
 mod when;
 
-pub use commands::{Cli, LogFormat, init_logging, run, shutdown_signal};
+pub use commands::{Cli, LogFormat, init_logging, run};
+pub use signal::shutdown_signal;

@@ -41,7 +41,7 @@ pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
     let session = args
         .session
         .as_deref()
-        .map(crate::recovery::parse_session)
+        .map(crate::args::parse_session)
         .transpose()?;
     if args.stdio {
         let session = session.context("--stdio needs --session ID")?;
@@ -67,7 +67,7 @@ pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
     };
     let router = sessionlog_mcp::http::router(reader, access, options);
     tracing::info!(address = %bound, "MCP server listening at /mcp");
-    sessionlog_mcp::http::serve(listener, router, crate::commands::shutdown_signal()).await?;
+    sessionlog_mcp::http::serve(listener, router, crate::signal::shutdown_signal()).await?;
     Ok(())
 }
 

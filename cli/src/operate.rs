@@ -6,7 +6,8 @@
 //! events are signed with the recovery service's key, like a decision: the same act over HTTP
 //! is `POST /v1/sessions/{id}/pause|unpause|steering`, in the caller's verified name.
 
-use crate::recovery::{Output, parse_session, recorded};
+use crate::args::parse_session;
+use crate::recovery::{Output, recorded};
 use anyhow::{Context, Result};
 use clap::Args;
 use sessionlog_log::Settings;

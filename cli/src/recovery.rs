@@ -1,13 +1,14 @@
 //! Recovery subcommands: resume, fork, lineage, diff, events, resolve, approve, and the HTTP
 //! service.
 
+use crate::args::parse_session;
 use crate::when::{Precision, timestamp};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use sessionlog_http::Access;
 use sessionlog_log::Settings;
 use sessionlog_recovery::{EventRange, ForkAt, HistoryEvent, Recovery, Resolution};
-use sessionlog_schemas::{CallOutcome, Content, SessionEvent, SessionId};
+use sessionlog_schemas::{CallOutcome, Content, SessionEvent};
 use std::io::Write;
 use std::sync::Arc;
 
@@ -104,16 +105,6 @@ pub struct Output {
     pub json: serde_json::Value,
     /// What is printed by default.
     pub human: String,
-}
-
-/// Parses a session id with a message that says what one looks like.
-pub fn parse_session(text: &str) -> Result<SessionId> {
-    text.parse().map_err(|_| {
-        anyhow::anyhow!(
-            "{text:?} is not a session id: expected a UUID such as 0190c6e2-5b7a-7c3e-9f00-1a2b3c4d5e6f \
-             (`sessionlog example` prints one)"
-        )
-    })
 }
 
 async fn connect(settings: &Settings) -> Result<Recovery> {
@@ -496,7 +487,7 @@ pub async fn serve(settings: &Settings, listen: Option<String>) -> Result<()> {
     let app = sessionlog_recovery::http::router(recovery, metrics, access);
     tracing::info!(%address, "recovery service listening");
     axum::serve(listener, app)
-        .with_graceful_shutdown(crate::commands::shutdown_signal())
+        .with_graceful_shutdown(crate::signal::shutdown_signal())
         .await?;
     Ok(())
 }

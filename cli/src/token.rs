@@ -75,7 +75,7 @@ impl GrantArgs {
     fn session(&self) -> Result<Option<sessionlog_schemas::SessionId>> {
         self.session
             .as_deref()
-            .map(crate::recovery::parse_session)
+            .map(crate::args::parse_session)
             .transpose()
     }
 }

@@ -7,7 +7,8 @@ use sessionlog_recovery::{SessionTrace, UsageBy, UsageReport};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::SpanRow;
 
-use crate::recovery::{Output, parse_session};
+use crate::args::parse_session;
+use crate::recovery::Output;
 use crate::when::{Precision, timestamp};
 
 /// Columns of the timeline.

@@ -29,7 +29,7 @@ pub async fn run(settings: &Settings, listen: Option<String>) -> Result<()> {
         .await
         .context("starting the wake component (did you run `sessionlog init`?)")?;
     tracing::info!(topic = %settings.kafka.topic, "wake component running; Ctrl-C or SIGTERM stops it");
-    service.run(crate::commands::shutdown_signal()).await?;
+    service.run(crate::signal::shutdown_signal()).await?;
     Ok(())
 }
 
