@@ -56,7 +56,7 @@ pub struct EventLog {
     partitions: i32,
     options: ProducerOptions,
     in_flight: Arc<Semaphore>,
-    epochs: Mutex<HashMap<SessionId, Epoch>>,
+    epochs: Arc<EpochsSeen>,
     keyring: Option<Arc<Keyring>>,
     projection: Option<ProjectionStore>,
     /// Signs the claims and forks written through this log (the recovery service's): a signed
@@ -151,7 +151,7 @@ impl EventLog {
             partitions,
             in_flight: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
             options,
-            epochs: Mutex::new(HashMap::new()),
+            epochs: Arc::default(),
             keyring,
             projection: None,
             attester: None,
@@ -890,19 +890,93 @@ impl EventLog {
 
     /// The highest epoch a claim made or observed through this log established for `session`.
     pub fn highest_epoch_seen(&self, session: SessionId) -> Option<Epoch> {
-        self.epochs().get(&session).copied()
+        self.epochs.highest(session)
     }
 
     /// Records that `session` reached `epoch` (keeps the highest).
     pub(crate) fn note_epoch(&self, session: SessionId, epoch: Epoch) {
-        let mut epochs = self.epochs();
-        let seen = epochs.entry(session).or_insert(epoch);
-        *seen = (*seen).max(epoch);
+        self.epochs.note(session, epoch);
     }
 
-    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Epoch>> {
-        // Entries are single integers: a panic elsewhere cannot leave the map torn.
-        self.epochs.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Registers a writer of `session` at `epoch`, for as long as the returned guard lives.
+    pub(crate) fn writer_made(&self, session: SessionId, epoch: Epoch) -> WriterSeen {
+        EpochsSeen::writer_made(&self.epochs, session, epoch)
+    }
+}
+
+/// The highest epoch this process saw of each session one of its writers writes: the early
+/// fence a writer checks before every append (see [`EventLog`]). An entry lives as long as a
+/// writer of its session in this process does, so the map holds no more sessions than the
+/// process has writers (an ingest instance's bounded cache of them, a harness's running
+/// sessions), not every session it ever touched. Forgetting a session no writer here writes
+/// loses nothing: the fence only spares a writer of this process a send that the fold would
+/// reject, and a writer made later starts from the log's epoch, which the read-back (at a
+/// claim, a confirmed append, a refresh) keeps authoritative.
+#[derive(Default)]
+pub(crate) struct EpochsSeen {
+    seen: Mutex<HashMap<SessionId, Seen>>,
+}
+
+/// What the fence holds of one session.
+struct Seen {
+    /// The highest epoch seen.
+    epoch: Epoch,
+    /// The writers of the session in this process.
+    writers: usize,
+}
+
+/// A writer of a session, registered with the [`EpochsSeen`] of its log while it lives: the
+/// last one dropped takes the session's entry with it.
+pub(crate) struct WriterSeen {
+    seen: Arc<EpochsSeen>,
+    session: SessionId,
+}
+
+impl Drop for WriterSeen {
+    fn drop(&mut self) {
+        let mut seen = self.seen.lock();
+        if let Some(entry) = seen.get_mut(&self.session) {
+            entry.writers = entry.writers.saturating_sub(1);
+            if entry.writers == 0 {
+                seen.remove(&self.session);
+            }
+        }
+    }
+}
+
+impl EpochsSeen {
+    fn highest(&self, session: SessionId) -> Option<Epoch> {
+        self.lock().get(&session).map(|s| s.epoch)
+    }
+
+    /// Raises `session`'s epoch when a writer of it lives here (no entry otherwise: nobody to
+    /// fence).
+    fn note(&self, session: SessionId, epoch: Epoch) {
+        if let Some(entry) = self.lock().get_mut(&session) {
+            entry.epoch = entry.epoch.max(epoch);
+        }
+    }
+
+    fn writer_made(seen: &Arc<Self>, session: SessionId, epoch: Epoch) -> WriterSeen {
+        let mut map = seen.lock();
+        let entry = map.entry(session).or_insert(Seen { epoch, writers: 0 });
+        entry.epoch = entry.epoch.max(epoch);
+        entry.writers = entry.writers.saturating_add(1);
+        drop(map);
+        WriterSeen {
+            seen: Arc::clone(seen),
+            session,
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Seen>> {
+        // Each change leaves an entry whole: a panic elsewhere cannot leave the map torn.
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -951,5 +1025,33 @@ impl Drop for LentReader<'_> {
         {
             self.log.keep_reader(reader);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_epoch_is_forgotten_with_its_last_writer_in_the_process() {
+        let seen = Arc::new(EpochsSeen::default());
+        let session = SessionId::new();
+        let first = EpochsSeen::writer_made(&seen, session, 1);
+        // A claim through this process raises it: the first writer is fenced before it sends.
+        seen.note(session, 2);
+        let second = EpochsSeen::writer_made(&seen, session, 2);
+        drop(second);
+        assert_eq!(
+            seen.highest(session),
+            Some(2),
+            "the first writer still lives"
+        );
+        drop(first);
+        assert_eq!(seen.highest(session), None);
+        assert_eq!(seen.len(), 0);
+        // A claim lost here, or a read of a session no writer of this process writes, leaves
+        // nothing behind: there is no writer to fence.
+        seen.note(SessionId::new(), 3);
+        assert_eq!(seen.len(), 0);
     }
 }

@@ -118,6 +118,8 @@ pub struct SessionWriter {
     lease: Option<LeaseRenewal>,
     /// The lease [`Self::put_lease_once`] wrote, until a holder takes it over.
     written_lease: Option<Lease>,
+    /// Keeps the session's entry in its log's early fence while this writer lives.
+    _seen: crate::event_log::WriterSeen,
 }
 
 /// A writer's lease renewal task: stopped when dropped (with its writer), without a tombstone,
@@ -313,6 +315,7 @@ impl SessionWriter {
     /// A writer whose state and verified state are `state`, as of `confirmed` in `partition`.
     fn at(log: Arc<EventLog>, state: SessionState, partition: i32, confirmed: i64) -> Self {
         Self {
+            _seen: log.writer_made(state.session_id, state.epoch),
             log,
             epoch: state.epoch,
             verified: state.clone(),
