@@ -382,6 +382,7 @@ struct WorkQuery {
     wait: Option<String>,
     writer: Option<String>,
     context_tokens: Option<String>,
+    take_id: Option<String>,
 }
 
 /// A session taken for a worker: the members of the resume bundle (`state`, `epoch`,
@@ -398,6 +399,8 @@ struct AssignmentView(crate::work::Assignment);
 /// resume does) and answers the resume bundle with the wake; 204 when the wait ran out.
 /// Wakes of sessions taken since, ended, paused or waiting for a person are skipped. One
 /// session per request: hold its lease (`POST /v1/sessions/{id}/lease` on ingest) at once.
+/// With `take_id` (a UUID the worker chooses per take), asking again after a lost answer is
+/// answered the session that take took, not another: the answer is kept for 180 s.
 /// 503 `too_many_agents` when the instance serves work to its limit of agents (1,000).
 #[utoipa::path(
     get,
@@ -408,12 +411,13 @@ struct AssignmentView(crate::work::Assignment);
         ("wait" = Option<String>, Query, description = "how long to wait for a wake: `500ms`, `30s`, `2m` or plain seconds; at most 60 s (default 30 s)"),
         ("writer" = Option<String>, Query, description = "a name for the writer that takes over (recorded with the caller's subject); the agent's name by default"),
         ("context_tokens" = Option<u64>, Query, description = "token budget of the bundle's context view"),
+        ("take_id" = Option<Uuid>, Query, description = "a UUID the worker chooses for this take: a request repeating it (a retry after a lost answer, by the same caller and writer, within 180 s) is answered the session that take took, and takes no other"),
     ),
     responses(
         (status = 200, description = "a session taken: the resume bundle and the wake", body = AssignmentView),
         (status = 204, description = "no work within the wait"),
         (status = 400, description = "`bad_query` (an unknown parameter)", body = ProblemDocument, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid_request` (no agent, a bad wait)", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request` (no agent, a bad wait, a `take_id` that is not a UUID)", body = ProblemDocument, content_type = "application/problem+json"),
         ServerProblems,
     )
 )]
@@ -426,6 +430,25 @@ async fn work(
     use axum::response::IntoResponse;
     let request = crate::work::WorkRequest::parse(q.agent, q.wait, q.writer, q.context_tokens)?;
     let writer = caller.on_behalf(&request.writer);
+    if let Some(take_id) = q.take_id.filter(|t| !t.is_empty()) {
+        let take_id = uuid::Uuid::parse_str(&take_id).map_err(|_| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("take_id must be a UUID, not {:?}", clip(&take_id)),
+            )
+        })?;
+        let taken = desk
+            .next_once(recovery, request, writer, caller.tenant.clone(), take_id)
+            .await?;
+        return Ok(match taken {
+            Some((session, assignment)) => {
+                caller.audit("resume", session);
+                Json(assignment.as_ref()).into_response()
+            }
+            None => StatusCode::NO_CONTENT.into_response(),
+        });
+    }
     let taken = desk
         .next(&recovery, &request, &writer, caller.tenant.as_deref())
         .await?;

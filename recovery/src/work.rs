@@ -15,12 +15,19 @@
 //! after reading a wake but before the claim (the registry or the store unavailable), or whose
 //! caller hangs up then, leaves the wake unanswered: it is written again after the component's
 //! re-wake interval.
+//!
+//! A worker that names its take (`take_id`, a UUID it chooses per take) can ask again when the
+//! answer did not reach it (its timeout, a dropped connection): [`WorkDesk::next_once`] runs the
+//! take on a task of its own, which a caller hanging up does not stop, and answers a repeat of
+//! the id by the same caller and writer with the same assignment, for [`TAKE_KEPT`]. Without
+//! it, a repeated request takes another session, and the first waits for its lease to lapse.
 
 use crate::{Error, Recovery, ResumeBundle};
 use axum::http::StatusCode;
 use serde::Serialize;
 use sessionlog_http::Problem;
 use sessionlog_log::{KafkaSettings, Wake, WakeFeed};
+use sessionlog_schemas::SessionId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +49,10 @@ pub const MAX_AGENTS: usize = 1_000;
 
 /// The longest agent name a request may give, in bytes (it names a consumer group).
 pub const MAX_AGENT_BYTES: usize = 200;
+
+/// How long the answer of a take named by its `take_id` is kept for a repeat: past the longest
+/// wait and a client's retries after it (the clients retry for 30 s by default).
+pub const TAKE_KEPT: Duration = Duration::from_secs(180);
 
 /// A feed unused this long is dropped when room is needed for another agent's: by then its
 /// consumer has left its group anyway (librdkafka's `max.poll.interval.ms`, 5 minutes).
@@ -170,6 +181,10 @@ pub enum WorkError {
     /// Reading wakes or taking the session failed.
     #[error(transparent)]
     Recovery(#[from] Error),
+    /// A take named by its id stopped before it answered (its task panicked), or its answer
+    /// could not be written as JSON.
+    #[error("the take stopped before it answered: {0}")]
+    Interrupted(String),
 }
 
 impl From<WorkError> for Problem {
@@ -182,6 +197,9 @@ impl From<WorkError> for Problem {
             )
             .retry_after(5),
             WorkError::Recovery(e) => e.into(),
+            WorkError::Interrupted(_) => {
+                Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            }
         }
     }
 }
@@ -192,11 +210,20 @@ struct Desk {
     used: Instant,
 }
 
+/// A take's tenant, writer (with the caller's subject) and id, apart.
+type TakeKey = (Option<String>, String, uuid::Uuid);
+
+/// A take named by its id: the session and the assignment as answered, once one was taken.
+type TakeSlot = Arc<tokio::sync::Mutex<Option<(SessionId, Arc<serde_json::Value>)>>>;
+
 /// Hands out sessions to workers: one wake feed per agent (see the module's documentation).
 pub struct WorkDesk {
     kafka: KafkaSettings,
     max_agents: usize,
     desks: Mutex<HashMap<DeskKey, Desk>>,
+    /// Takes named by their id, by tenant, writer (with the caller's subject) and id, with when
+    /// each was first asked for.
+    takes: Mutex<HashMap<TakeKey, (Instant, TakeSlot)>>,
 }
 
 impl WorkDesk {
@@ -212,7 +239,60 @@ impl WorkDesk {
             kafka,
             max_agents,
             desks: Mutex::new(HashMap::new()),
+            takes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// [`Self::next`] for a take the worker named `take_id`, which makes asking again safe: the
+    /// take runs on a task of its own (a caller that hangs up does not stop it half way), and a
+    /// request with the same id, caller (`writer` names it) and tenant waits for it and gets the
+    /// same session and assignment (as JSON), for [`TAKE_KEPT`]. A take that found no work within
+    /// the wait keeps nothing: a repeat of it waits for work anew.
+    pub async fn next_once(
+        self: &Arc<Self>,
+        recovery: Arc<Recovery>,
+        request: WorkRequest,
+        writer: String,
+        tenant: Option<String>,
+        take_id: uuid::Uuid,
+    ) -> Result<Option<(SessionId, Arc<serde_json::Value>)>, WorkError> {
+        let slot = self.take_slot((tenant.clone(), writer.clone(), take_id));
+        let desk = Arc::clone(self);
+        tokio::spawn(async move {
+            // A repeat waits here while the first request's take runs.
+            let mut answer = slot.lock().await;
+            if let Some(kept) = answer.as_ref() {
+                return Ok(Some(kept.clone()));
+            }
+            let Some(assignment) = desk
+                .next(&recovery, &request, &writer, tenant.as_deref())
+                .await?
+            else {
+                return Ok(None);
+            };
+            let session = assignment.wake.session_id;
+            let json = serde_json::to_value(&assignment)
+                .map_err(|e| WorkError::Interrupted(e.to_string()))?;
+            let kept = (session, Arc::new(json));
+            *answer = Some(kept.clone());
+            Ok(Some(kept))
+        })
+        .await
+        .map_err(|e| WorkError::Interrupted(e.to_string()))?
+    }
+
+    /// The slot of the take `key`, made on its first request; slots older than [`TAKE_KEPT`]
+    /// are forgotten.
+    fn take_slot(&self, key: TakeKey) -> TakeSlot {
+        let mut takes = self.takes.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        takes.retain(|_, (asked, _)| now.duration_since(*asked) < TAKE_KEPT);
+        Arc::clone(
+            &takes
+                .entry(key)
+                .or_insert_with(|| (now, TakeSlot::default()))
+                .1,
+        )
     }
 
     /// Waits up to `request.wait` for a wake of `request.agent` whose session can be taken, and
@@ -466,6 +546,27 @@ mod tests {
             let _feed = desk.feed(agent, tenant).expect("room");
         }
         assert_eq!(desk.agents(), feeds.len());
+    }
+
+    #[test]
+    fn a_take_id_names_one_take_of_one_writer_of_one_tenant() {
+        let desk = WorkDesk::new(KafkaSettings::default());
+        let id = uuid::Uuid::new_v4();
+        let key =
+            |tenant: Option<&str>, writer: &str, id| (tenant.map(Into::into), writer.into(), id);
+        let first = desk.take_slot(key(Some("t"), "alice/w", id));
+        assert!(Arc::ptr_eq(
+            &first,
+            &desk.take_slot(key(Some("t"), "alice/w", id))
+        ));
+        for other in [
+            key(Some("t"), "bob/w", id),
+            key(Some("u"), "alice/w", id),
+            key(None, "alice/w", id),
+            key(Some("t"), "alice/w", uuid::Uuid::new_v4()),
+        ] {
+            assert!(!Arc::ptr_eq(&first, &desk.take_slot(other)));
+        }
     }
 
     #[test]
