@@ -209,6 +209,48 @@ def fork(session_id: str, at_seq: int, agent: str, child_id: str | None) -> Oper
     return Operation("recovery", "POST", _session_path(session_id, "fork"), _as_dict, body)
 
 
+def first_event(session_id: str) -> Operation[dict[str, Any] | None]:
+    """A session's first event as range reads give it (with ``log_partition`` and
+    ``log_offset``); ``None`` while the projection does not hold it."""
+
+    def first(doc: Any) -> dict[str, Any] | None:
+        events = _as_dict(doc).get("events") or []
+        return _as_dict(events[0]) if events else None
+
+    path = _session_path(session_id, "events")
+    return Operation(
+        "recovery", "GET", path, first, params={"to_seq": "1"}, answers={"unknown_session": lambda _: None}
+    )
+
+
+#: The members of an event's envelope that a range read's event carries too.
+_ENVELOPE = ("event_id", "session_id", "seq", "writer_epoch", "occurred_at", "causation_id", "idempotency_key", "event")
+
+
+def made_fork(parent: str, at_seq: int, child: str, first: dict[str, Any]) -> dict[str, Any]:
+    """The answer of a fork whose answer was lost, from its child's first event (``first_event``)
+    once its fork point is checked: as the fork answers, without the event's attestation."""
+    point = ((first.get("event") or {}).get("SessionForked") or {}).get("fork_point") or {}
+    if str(point.get("parent_session_id")) != _sid(parent) or point.get("parent_seq") != at_seq:
+        raise errors.SessionlogError(
+            f"fork: session {child}, which this client chose for the fork of {parent} at seq {at_seq}, is not that fork"
+        )
+    return {
+        "session_id": child,
+        "partition": int(first["log_partition"]),
+        "offset": int(first["log_offset"]),
+        "event": {k: first.get(k) for k in _ENVELOPE},
+    }
+
+
+def fork_not_projected(parent: str, at_seq: int, child: str) -> errors.NotReady:
+    """The error for a fork a retry found made whose first event range reads do not hold in time."""
+    return errors.NotReady(
+        f"fork: the fork of {parent} at seq {at_seq} was made (session {child}: a retry found it) but range "
+        "reads do not hold its first event yet (is `sessionlog project` running for this topic?)"
+    )
+
+
 def resolve(
     session_id: str, call_seq: int, succeeded: bool, output: str, reason: str, operator: str | None
 ) -> Operation[dict[str, Any]]:

@@ -12,13 +12,16 @@ waiting (the routes, decoding, the retry policy) is in ``_api`` and ``_Base``.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
 import tenacity
 
-from . import _api
+from . import _api, errors
+from .ledger import new_session_id
 from .models import (
     Appended,
     EventAck,
@@ -196,8 +199,25 @@ class Client(_Base):
 
     def fork(self, session_id: str, at_seq: int, agent: str, child_id: str | None = None) -> dict[str, Any]:
         """Starts a session from ``session_id``'s history through ``at_seq`` (operator role);
-        ``child_id`` names the new session (a fresh id when absent)."""
-        return self.send(_api.fork(session_id, at_seq, agent, child_id))
+        ``child_id`` names the new session. Without it the client picks the child's id (a
+        UUIDv7), so that a retry after a lost answer (a timeout) finds the child the first attempt
+        made instead of making a second: the service refuses it (``already_started``) and the
+        client answers that child once its fork point is checked, with its first event as range
+        reads give it (without its attestation). A ``child_id`` the caller gave that is already
+        a session is refused with ``AlreadyStarted``."""
+        child = child_id if child_id is not None else new_session_id()
+        try:
+            return self.send(_api.fork(session_id, at_seq, agent, child))
+        except errors.AlreadyStarted:
+            # The id this client chose is taken only by an earlier attempt of this very fork.
+            if child_id is not None:
+                raise
+        deadline = time.monotonic() + max(self._retry_for, 1.0)
+        while (first := self.send(_api.first_event(child))) is None:
+            if time.monotonic() > deadline:
+                raise _api.fork_not_projected(session_id, at_seq, child)
+            time.sleep(0.1)
+        return _api.made_fork(session_id, at_seq, child, first)
 
     def resolve(
         self, session_id: str, call_seq: int, *, succeeded: bool, output: str, reason: str, operator: str | None = None
@@ -345,8 +365,20 @@ class AsyncClient(_Base):
             cursor = page.next_cursor
 
     async def fork(self, session_id: str, at_seq: int, agent: str, child_id: str | None = None) -> dict[str, Any]:
-        """Starts a session from ``session_id``'s history through ``at_seq``: see ``Client.fork``."""
-        return await self.send(_api.fork(session_id, at_seq, agent, child_id))
+        """Starts a session from ``session_id``'s history through ``at_seq``: see ``Client.fork``
+        (without ``child_id``, a retry after a lost answer finds the child the first attempt made)."""
+        child = child_id if child_id is not None else new_session_id()
+        try:
+            return await self.send(_api.fork(session_id, at_seq, agent, child))
+        except errors.AlreadyStarted:
+            if child_id is not None:
+                raise
+        deadline = time.monotonic() + max(self._retry_for, 1.0)
+        while (first := await self.send(_api.first_event(child))) is None:
+            if time.monotonic() > deadline:
+                raise _api.fork_not_projected(session_id, at_seq, child)
+            await asyncio.sleep(0.1)
+        return _api.made_fork(session_id, at_seq, child, first)
 
     async def resolve(
         self, session_id: str, call_seq: int, *, succeeded: bool, output: str, reason: str, operator: str | None = None

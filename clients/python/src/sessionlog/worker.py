@@ -27,6 +27,7 @@ import asyncio
 import logging
 import random
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,11 +108,15 @@ Handler = Callable[[Session, Wake], TerminalOutcome | None]
 AsyncHandler = Callable[[AsyncSession, Wake], Awaitable[TerminalOutcome | None]]
 
 
-def work(agent: str, wait: float, writer: str | None, context_tokens: int | None) -> _api.Operation[Work | None]:
-    """``GET /v1/work``: the agent's next session, waiting up to ``wait`` seconds for it."""
+def work(
+    agent: str, wait: float, writer: str | None, context_tokens: int | None, take_id: str | None = None
+) -> _api.Operation[Work | None]:
+    """``GET /v1/work``: the agent's next session, waiting up to ``wait`` seconds for it. The take
+    is named by ``take_id`` (a fresh UUID by default), so a retry of this operation after a lost
+    answer (a timeout) is answered the session that take took, not another."""
     if not agent:
         raise errors.InvalidArgument("a worker needs the name of the agent whose sessions it runs")
-    params = {"agent": agent, "wait": f"{max(0, round(wait * 1000))}ms"}
+    params = {"agent": agent, "wait": f"{max(0, round(wait * 1000))}ms", "take_id": take_id or str(uuid.uuid4())}
     if writer:
         params["writer"] = writer
     if context_tokens is not None:
