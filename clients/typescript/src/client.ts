@@ -12,6 +12,7 @@
 import * as errors from "./errors.js";
 import type { components as Ingest } from "./generated/ingest.js";
 import type { components as Recovery } from "./generated/recovery.js";
+import { newSessionId } from "./ledger.js";
 import * as models from "./models.js";
 import { SocketTransport } from "./http1.js";
 import { AttemptFailed, NodeTransport, fetchTransport, onNode, origin, type Origin, type Transport, type TransportKind } from "./transport.js";
@@ -412,21 +413,71 @@ export class Client {
     }
   }
 
-  /** Starts a session from `sessionId`'s history through `atSeq` (operator role); `childId` names the new session. */
+  /**
+   * Starts a session from `sessionId`'s history through `atSeq` (operator role); `childId` names
+   * the new session. Without it the client picks the child's id (a UUIDv7), so that a retry after
+   * a lost answer (a timeout) finds the child the first attempt made, instead of making a second:
+   * the service refuses it (`already_started`), and the client answers that child once its fork
+   * point is checked, with its first event as range reads give it (without its attestation). A
+   * `childId` the caller gave that is already a session is refused with `AlreadyStarted`.
+   */
   async fork(sessionId: string, atSeq: number, agent: string, childId?: string): Promise<Forked> {
-    const body = opt({ at_seq: atSeq, agent, session_id: childId === undefined ? undefined : checkSessionId(childId) });
-    return this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "fork"), decode: models.forked, body });
+    const child = childId === undefined ? newSessionId() : checkSessionId(childId);
+    const body = { at_seq: atSeq, agent, session_id: child };
+    try {
+      return await this.send({ service: "recovery", method: "POST", path: sessionPath(sessionId, "fork"), decode: models.forked, body });
+    } catch (e) {
+      // The id this client chose is taken only by an earlier attempt of this very fork.
+      if (childId !== undefined || !(e instanceof errors.AlreadyStarted)) throw e;
+      return this.madeFork(checkSessionId(sessionId), atSeq, child);
+    }
+  }
+
+  /** The child an earlier attempt of a fork made (its answer lost): its first event once range reads hold it, its fork point checked. */
+  private async madeFork(parent: string, atSeq: number, child: string): Promise<Forked> {
+    const deadline = Date.now() + Math.max(this.retryFor, 1) * 1000;
+    for (;;) {
+      let first: Json | undefined;
+      try {
+        const page = await this.send({ service: "recovery", method: "GET", path: sessionPath(child, "events"), params: { to_seq: "1" }, decode: models.json });
+        first = Array.isArray(page["events"]) ? (page["events"][0] as Json | undefined) : undefined;
+      } catch (e) {
+        if (!(e instanceof errors.UnknownSession)) throw e; // not projected yet
+      }
+      if (first !== undefined) {
+        const point = ((first["event"] as Json | null)?.["SessionForked"] as Json | undefined)?.["fork_point"] as Json | undefined;
+        if (String(point?.["parent_session_id"]) !== parent || point?.["parent_seq"] !== atSeq) {
+          throw new errors.SessionlogError(`fork: session ${child}, which this client chose for the fork of ${parent} at seq ${atSeq}, is not that fork`);
+        }
+        const envelope = ["event_id", "session_id", "seq", "writer_epoch", "occurred_at", "causation_id", "idempotency_key", "event"];
+        return {
+          sessionId: child,
+          partition: Number(first["log_partition"]),
+          offset: Number(first["log_offset"]),
+          event: Object.fromEntries(envelope.map((k) => [k, first![k] ?? null])),
+        };
+      }
+      if (Date.now() > deadline) {
+        throw new errors.NotReady(
+          `fork: the fork of ${parent} at seq ${atSeq} was made (session ${child}: a retry found it) but range reads do not hold its first event yet ` +
+            "(is `sessionlog project` running for this topic?)",
+        );
+      }
+      await sleep(100);
+    }
   }
 
   /**
    * Work for a worker of `agent` (harness role): waits up to `wait` seconds (at most 60) for the
    * agent's next wake, and answers the session the service took for the caller as `writer` (the
    * next epoch, as `resume` does) with the wake; undefined when the wait ran out. See `Worker`.
+   * The take is named by `takeId` (a fresh UUID by default), so a retry after a lost answer (a
+   * timeout) is answered the session that take took, not another.
    */
-  async work(agent: string, options: { wait?: number; writer?: string; contextTokens?: number } = {}): Promise<Work | undefined> {
+  async work(agent: string, options: { wait?: number; writer?: string; contextTokens?: number; takeId?: string } = {}): Promise<Work | undefined> {
     const params = opt({
       agent, wait: options.wait === undefined ? undefined : `${Math.max(0, Math.round(options.wait * 1000))}ms`,
-      writer: options.writer, context_tokens: options.contextTokens,
+      writer: options.writer, context_tokens: options.contextTokens, take_id: options.takeId ?? globalThis.crypto.randomUUID(),
     });
     return this.send({
       service: "recovery", method: "GET", path: "/v1/work", decode: models.work,

@@ -7,7 +7,7 @@ import {
   Unavailable, Conflict, ServiceUnavailable, awaitProjected, problemError, newSessionId, type HistoryEvent, type Json,
 } from "../src/index.js";
 import { faultyProxy } from "./support/proxy.js";
-import { corner, freePort, run, token } from "./support/stackcorner.js";
+import { corner, freePort, run, token, waitFor } from "./support/stackcorner.js";
 import { transport } from "./support/transport.js";
 
 const c = corner();
@@ -101,6 +101,25 @@ test("a 503 is retried after the Retry-After it names, with the same request", a
   closers.push(() => always.server.close());
   const impatient = new Client({ transport: transport(), ingestUrl: always.url, recoveryUrl: c.recoveryUrl, token: harnessToken, retryFor: 0.5 });
   await assert.rejects(impatient.create("ts-tests"), Backpressure);
+});
+
+test("a fork whose answer came after the client's timeout is made once: the retry answers the child the first attempt made", async () => {
+  const parent = await Session.start(client, "ts-tests", { title: "slow fork" });
+  const asked = await parent.userRequest("fork me once");
+  let held = 0;
+  const proxy = await faultyProxy(c.recoveryUrl, (req) => (req.url?.endsWith("/fork") && held++ === 0 ? "hold-answer" : "pass"));
+  closers.push(() => proxy.server.close());
+  const slow = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: proxy.url, token: token(c, ["operator", "reader"]), timeout: 3 });
+  const forked = await slow.fork(parent.sessionId, asked.seq, "ts-fork");
+  assert.equal(proxy.held.length, 1, "the first fork's answer was held past the client's timeout");
+  const lost = JSON.parse(proxy.held[0]!.body) as { session_id: string };
+  assert.equal(forked.sessionId, lost.session_id, "the retry answered the child the first attempt made");
+  assert.equal(forked.event["seq"], 1);
+  const lineage = await waitFor("the projection to list the child", 30, async () => {
+    const found = await client.lineage(parent.sessionId);
+    return found.children.some((child) => child.sessionId === forked.sessionId) ? found : undefined;
+  });
+  assert.deepEqual(lineage.children, [{ sessionId: forked.sessionId, atSeq: asked.seq }], "one child");
 });
 
 test("an unreachable service is a TransportError that says nothing was sent", async () => {

@@ -3,7 +3,8 @@
  * service and the corner, then `node --test` on test/*.test.ts (one file at a time: the machine
  * is shared) with the corner in $SESSIONLOG_TS_CORNER, once for each of the client's transports
  * (`socket`, `node`, then `fetch`, in $SESSIONLOG_TS_TRANSPORT; set it to run one only), and stops both
- * after. Exits with the tests' status. `npm test` runs this.
+ * after. Exits with the tests' status. `npm test` runs this. Arguments: test files (all of test/*.test.ts
+ * by default), and options for `node --test` (`--test-name-pattern=fork`).
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync } from "node:fs";
@@ -20,14 +21,16 @@ const counter = await serveCounter();
 let status = 1;
 const { corner, processes } = await createCorner(workdir, counter.url, IDEMPOTENT_TOOLS);
 try {
-  const only = process.argv.slice(2);
+  const args = process.argv.slice(2);
+  const options = args.filter((a) => a.startsWith("--"));
+  const only = args.filter((a) => !a.startsWith("--"));
   const files = only.length ? only : readdirSync(here).filter((f) => f.endsWith(".test.ts")).sort().map((f) => join(here, f));
   const chosen = transport();
   const failed: string[] = [];
   for (const t of chosen ? [chosen] : TRANSPORTS) {
     console.error(`[ts tests] transport ${t}`);
     counter.reset(); // the tests count each tool's effects from zero
-    const child = spawn(process.execPath, ["--import", "tsx", "--test", "--test-concurrency=1", ...files], {
+    const child = spawn(process.execPath, ["--import", "tsx", "--test", "--test-concurrency=1", ...options, ...files], {
       stdio: "inherit",
       env: { ...process.env, SESSIONLOG_TS_CORNER: JSON.stringify(corner), SESSIONLOG_TS_TRANSPORT: t },
     });

@@ -7,9 +7,11 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
-import { Client, InvalidArgument, Worker, currentCall, durableTool, type Session, type Wake } from "../src/index.js";
+import { after } from "node:test";
+import { Client, InvalidArgument, Session, Worker, currentCall, durableTool, type Wake } from "../src/index.js";
 import { perform } from "./support/counter.js";
 import { Harness } from "./support/harness.js";
+import { faultyProxy } from "./support/proxy.js";
 import { corner, token, waitFor } from "./support/stackcorner.js";
 import { transport } from "./support/transport.js";
 
@@ -20,6 +22,8 @@ const client = new Client({ transport: transport(), ingestUrl: c.ingestUrl, reco
 const LEASE_TTL_S = Number(c.env["SESSIONLOG_LEASE__TTL_MS"]) / 1000;
 // Where to look when no wake comes: the corner's wake component (it exits on some broker failures).
 const WAKE_LOG = `no wake? see ${c.workdir}/wake.log`;
+const closers: (() => void)[] = [];
+after(() => closers.forEach((close) => close()));
 
 /** How many side effects the counting service saw of `tool` under `key` (0 when none arrived). */
 async function effects(tool: string, key: string): Promise<number> {
@@ -126,4 +130,35 @@ test("two workers of one agent woken for one session: one runs it", async () => 
 test("a worker refuses a client timeout too short for its long poll rather than spin", () => {
   const hasty = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: c.recoveryUrl, token: harnessToken, timeout: 5 });
   assert.throws(() => new Worker(hasty, { agent: "ts-hasty" }), InvalidArgument);
+});
+
+test("a take whose answer came after the client's timeout is recovered: the worker gets that session, and takes no other", async () => {
+  const agent = `ts-slow-take-${randomUUID().slice(0, 8)}`;
+  // Two sessions whose harnesses stopped renewing their leases (as a killed process does): both are woken.
+  const lapsing: string[] = [];
+  for (const title of ["first", "second"]) {
+    const session = await Session.start(client, agent, { title });
+    await session.holdLease("ts-lapsing");
+    session.stopLease();
+    lapsing.push(session.sessionId);
+  }
+  // The first take's answer reaches the worker's client too late (after its 6 s timeout); polls
+  // that found no work pass.
+  const proxy: Awaited<ReturnType<typeof faultyProxy>> = await faultyProxy(c.recoveryUrl, (req) =>
+    req.url?.startsWith("/v1/work") && proxy.held.length === 0 ? "hold-answer" : "pass",
+  );
+  closers.push(() => proxy.server.close());
+  const slow = new Client({ transport: transport(), ingestUrl: c.ingestUrl, recoveryUrl: proxy.url, token: harnessToken, timeout: 6 });
+  const worker = new Worker(slow, { agent, writer: "ts-slow", wait: 1 });
+  const taken = await waitFor(`a take (${WAKE_LOG})`, 90, () => worker.take());
+  try {
+    assert.equal(proxy.held.length, 1, "the first take's answer was held past the client's timeout");
+    const lost = JSON.parse(proxy.held[0]!.body) as { epoch: number; wake: { session_id: string } };
+    assert.equal(taken.session.sessionId, lost.wake.session_id, "the worker got the session its timed-out take took");
+    assert.equal(taken.session.ledger.epoch, lost.epoch, "at the epoch that take claimed, not taken again");
+    const other = lapsing.find((id) => id !== lost.wake.session_id)!;
+    assert.equal((await client.session(other)).state["epoch"], 1, "the retry took no other session");
+  } finally {
+    await taken.session.close("Completed");
+  }
 });

@@ -437,6 +437,8 @@ export interface paths {
          *     resume does) and answers the resume bundle with the wake; 204 when the wait ran out.
          *     Wakes of sessions taken since, ended, paused or waiting for a person are skipped. One
          *     session per request: hold its lease (`POST /v1/sessions/{id}/lease` on ingest) at once.
+         *     With `take_id` (a UUID the worker chooses per take), asking again after a lost answer is
+         *     answered the session that take took, not another: the answer is kept for 180 s.
          *     503 `too_many_agents` when the instance serves work to its limit of agents (1,000).
          */
         get: operations["work"];
@@ -3115,6 +3117,8 @@ export interface operations {
                 writer?: string;
                 /** @description token budget of the bundle's context view */
                 context_tokens?: number;
+                /** @description a UUID the worker chooses for this take: a request repeating it (a retry after a lost answer, by the same caller and writer, within 180 s) is answered the session that take took, and takes no other */
+                take_id?: string;
             };
             header?: never;
             path?: never;
@@ -3165,7 +3169,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `invalid_request` (no agent, a bad wait) */
+            /** @description `invalid_request` (no agent, a bad wait, a `take_id` that is not a UUID) */
             422: {
                 headers: {
                     [name: string]: unknown;
