@@ -22,7 +22,7 @@ from google.adk.tools.tool_confirmation import ToolConfirmation
 from google.genai import types
 
 import sessionlog
-from sessionlog.integrations.adk import SessionlogSessionService, session_name
+from sessionlog.integrations.adk import SessionlogSessionService, catalogue_name, session_name
 from stackcorner import StackCorner
 
 
@@ -266,3 +266,39 @@ async def test_another_service_instance_reads_what_one_wrote_and_a_stale_writer_
         assert await third.get_user_state(app_name=app, user_id="u") == {"name": "ada"}
     finally:
         third.close()
+
+
+@pytest.mark.anyio
+async def test_app_and_user_deltas_a_writer_stopped_before_are_read_and_written_by_the_next(
+    corner: StackCorner, token: str, app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = new_service(corner, token, writer="adk-stops")
+    session = await first.create_session(app_name=app, user_id="u1", session_id="s1")
+
+    async def unreachable(app_name: str, events: list[object]) -> None:
+        raise sessionlog.TransportError("the ingest service did not answer", sent=False)
+
+    # The process stops between the event (in the session's log) and its app:/user: deltas.
+    monkeypatch.setattr(first, "_catalogue_append", unreachable)
+    with pytest.raises(sessionlog.TransportError):
+        await first.append_event(session, Event(invocation_id="inv1", author="user", actions=delta(**{"app:k": "v", "user:u": "w", "sk": 1})))
+    first.close()
+
+    second = new_service(corner, token, writer="adk-next")
+    try:
+        # A reader of the session sees what its log holds, before anyone writes the deltas ...
+        read = await second.get_session(app_name=app, user_id="u1", session_id="s1")
+        assert read is not None and read.state == {"app:k": "v", "user:u": "w", "sk": 1}
+        assert await second.get_user_state(app_name=app, user_id="u1") == {}
+        # ... and the session's next writer writes them, once, for every session to read.
+        await second.append_event(read, Event(invocation_id="inv2", author="user"))
+        other = await second.create_session(app_name=app, user_id="u1", session_id="s2")
+        assert other.state == {"app:k": "v", "user:u": "w"}
+        assert await second.get_user_state(app_name=app, user_id="u1") == {"u": "w"}
+        async with sessionlog.AsyncClient(corner.ingest_url, corner.recovery_url, token=token) as client:
+            catalogue = await client.find(catalogue_name(app))
+            assert catalogue is not None
+            records = [e async for e in client.events(catalogue, kinds=["FrameworkStateSaved"])]
+        assert [(e.data or {}).get("key") for e in records].count("app-state") == 1
+    finally:
+        second.close()

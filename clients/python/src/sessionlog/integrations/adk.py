@@ -176,6 +176,33 @@ def _records(events: Sequence[HistoryEvent]) -> list[tuple[HistoryEvent, str, An
     return found
 
 
+@dataclass(frozen=True)
+class Owed:
+    """What an ADK session's record owes its app's catalogue: the record's ``app:`` and ``user:``
+    deltas and, for its first record, the session's listing. ``source`` (the record's marker)
+    names them in the catalogue, so a writer that takes the session over finds whether they got
+    there (the record is written first: a crash in between leaves them owed)."""
+
+    app_name: str
+    user_id: str
+    source: str
+    scopes: _Scopes
+    #: The ADK session id to list, for the session's first record.
+    listed: str | None = None
+
+    def events(self, session_id: str) -> list[Event]:
+        found = []
+        if self.listed is not None:
+            listing = {"session": session_id, "user": self.user_id, "id": self.listed, "source": self.source}
+            found.append(_state_event(REGISTERED_KEY, listing))
+        if self.scopes.app:
+            found.append(_state_event(APP_STATE_KEY, {"delta": self.scopes.app, "source": self.source}))
+        if self.scopes.user:
+            delta = {"user": self.user_id, "delta": self.scopes.user, "source": self.source}
+            found.append(_state_event(USER_STATE_KEY, delta))
+        return found
+
+
 @dataclass
 class StoredSession:
     """An ADK session folded from its records (pure: no I/O)."""
@@ -188,22 +215,32 @@ class StoredSession:
     state: dict[str, Any] = field(default_factory=dict)
     events: list[AdkEvent] = field(default_factory=list)
     last_update_time: float = 0.0
+    #: What its last record owes the app's catalogue, if anything.
+    owed: Owed | None = None
 
     @staticmethod
     def fold(session_id: str, events: Sequence[HistoryEvent]) -> StoredSession:
         stored = StoredSession(session_id)
+        app_name = user_id = ""
         for event, key, value in _records(events):
             stored.revision = event.seq
+            source = marker_of(session_id, event.seq)
+            stored.owed = None
             if key == CREATED_KEY:
                 stored.created = True
+                app_name, user_id = str(value["app"]), str(value["user"])
                 stored.state.update(value["state"])
                 stored.last_update_time = float(value["time"])
+                scopes = _Scopes(app=value.get("app_state", {}), user=value.get("user_state", {}))
+                stored.owed = Owed(app_name, user_id, source, scopes, listed=str(value["id"]))
             elif key == EVENT_KEY:
                 adk_event = AdkEvent.model_validate(value)
                 stored.events.append(adk_event)
-                if adk_event.actions and adk_event.actions.state_delta:
-                    stored.state.update(_Scopes.of(adk_event.actions.state_delta).session)
+                scopes = _Scopes.of(adk_event.actions.state_delta if adk_event.actions else {})
+                stored.state.update(scopes.session)
                 stored.last_update_time = adk_event.timestamp
+                if scopes.app or scopes.user:
+                    stored.owed = Owed(app_name, user_id, source, scopes)
             elif key == DELETED_KEY:
                 stored.deleted = True
         return stored
@@ -227,11 +264,15 @@ class Catalogue:
     user_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Listed sessions: the sessionlog session id, by (user, ADK session id).
     sessions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The session records whose deltas and listings are here (see ``Owed``).
+    sources: set[str] = field(default_factory=set)
 
     @staticmethod
     def fold(events: Sequence[HistoryEvent]) -> Catalogue:
         catalogue = Catalogue()
         for _, key, value in _records(events):
+            if "source" in value:
+                catalogue.sources.add(str(value["source"]))
             if key == APP_STATE_KEY:
                 catalogue.app_state.update(value["delta"])
             elif key == USER_STATE_KEY:
@@ -241,6 +282,16 @@ class Catalogue:
             elif key == UNREGISTERED_KEY:
                 catalogue.sessions.pop(str(value["session"]), None)
         return catalogue
+
+    def with_owed(self, owed: Owed | None) -> Catalogue:
+        """The catalogue as a reader of the session that owes ``owed`` sees it: with its deltas
+        when they are not here yet (its writer stopped before writing them; the session's next
+        writer does)."""
+        if owed is None or owed.source in self.sources:
+            return self
+        users = copy.deepcopy(self.user_states)
+        users.setdefault(owed.user_id, {}).update(owed.scopes.user)
+        return Catalogue({**self.app_state, **owed.scopes.app}, users, self.sessions, self.sources | {owed.source})
 
     def merged(self, user_id: str, session_state: dict[str, Any]) -> dict[str, Any]:
         """A session's state as ADK reads it: its own, the app's and its user's, prefixed."""
@@ -304,6 +355,8 @@ class SessionlogSessionService(BaseSessionService):
         self._locks: dict[str, asyncio.Lock] = {}
         # Durable tool calls of each session, counted across this service's takeovers of it.
         self._occurrences: dict[str, Occurrences] = {}
+        # What a held session's last record owes its app's catalogue, until written.
+        self._owed: dict[str, Owed] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sessionlog-adk", daemon=True)
         self._thread.start()
@@ -471,9 +524,24 @@ class SessionlogSessionService(BaseSessionService):
         self._writers[session_id] = writer
         self._revisions[session_id] = stored.revision
         self._updated[session_id] = stored.last_update_time
+        if stored.owed is not None and session_id not in self._owed:
+            # A writer before this one may have stopped between the record and its catalogue
+            # records: they are written now, unless the catalogue has them.
+            if stored.owed.source not in (await self._catalogue(stored.owed.app_name)).sources:
+                self._owed[session_id] = stored.owed
+        await self._pay(session_id)
         return writer
 
+    async def _pay(self, session_id: str) -> None:
+        """Writes what the session's last record owes its app's catalogue, if anything (see
+        ``Owed``): kept until written, so a failure here is made good by the next write."""
+        owed = self._owed.get(session_id)
+        if owed is not None:
+            await self._catalogue_append(owed.app_name, owed.events(session_id))
+            self._owed.pop(session_id, None)
+
     def _drop(self, session_id: str) -> None:
+        # What it owes stays: the next writer of the session, this one's or another's, pays it.
         self._writers.pop(session_id, None)
         self._revisions.pop(session_id, None)
         self._updated.pop(session_id, None)
@@ -505,7 +573,10 @@ class SessionlogSessionService(BaseSessionService):
                     if self._revisions[sid] > 0:
                         raise AlreadyExistsError(f"Session with id {given} already exists.")
             created_at = time.time()
-            record = {"app": app_name, "user": user_id, "id": given, "state": scopes.session, "time": created_at}
+            record = {
+                "app": app_name, "user": user_id, "id": given, "state": scopes.session, "time": created_at,
+                "app_state": scopes.app, "user_state": scopes.user,
+            }
             async with self._lock(sid):
                 try:
                     ack = await writer.append(_state_event(CREATED_KEY, record))
@@ -514,8 +585,8 @@ class SessionlogSessionService(BaseSessionService):
                     self._drop(sid)
                     raise AlreadyExistsError(f"Session with id {given} already exists.") from None
                 self._revisions[sid], self._updated[sid] = ack.seq, created_at
-            listing = [_state_event(REGISTERED_KEY, {"session": sid, "user": user_id, "id": given})]
-            await self._catalogue_append(app_name, listing + self._scope_events(user_id, scopes))
+                self._owed[sid] = Owed(app_name, user_id, marker_of(sid, ack.seq), scopes, listed=given)
+                await self._pay(sid)
             catalogue = await self._catalogue(app_name)
             session = AdkSession(
                 id=given,
@@ -527,15 +598,6 @@ class SessionlogSessionService(BaseSessionService):
             session._storage_update_marker = marker_of(sid, ack.seq)
             return session
         raise errors.SessionlogError(f"ADK session {given!r} is being created and deleted by other processes; try again")
-
-    @staticmethod
-    def _scope_events(user_id: str, scopes: _Scopes) -> list[Event]:
-        events = []
-        if scopes.app:
-            events.append(_state_event(APP_STATE_KEY, {"delta": scopes.app}))
-        if scopes.user:
-            events.append(_state_event(USER_STATE_KEY, {"user": user_id, "delta": scopes.user}))
-        return events
 
     def _session(self, app_name: str, user_id: str, session_id: str, stored: StoredSession, catalogue: Catalogue, events: list[AdkEvent]) -> AdkSession:
         session = AdkSession(
@@ -553,7 +615,7 @@ class SessionlogSessionService(BaseSessionService):
         stored, _ = await self._walk(app_name, user_id, session_id)
         if stored is None or not stored.created:
             return None
-        catalogue = await self._catalogue(app_name)
+        catalogue = (await self._catalogue(app_name)).with_owed(stored.owed)
         return self._session(app_name, user_id, session_id, stored, catalogue, _filtered(stored.events, config))
 
     async def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
@@ -570,7 +632,7 @@ class SessionlogSessionService(BaseSessionService):
             except errors.UnknownSession:
                 continue
             if stored.created and not stored.deleted:
-                found.append(self._session(app_name, user, given, stored, catalogue, []))
+                found.append(self._session(app_name, user, given, stored, catalogue.with_owed(stored.owed), []))
         # Oldest first, as BaseSessionService documents: the last is the most recently active.
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=found)
@@ -606,6 +668,7 @@ class SessionlogSessionService(BaseSessionService):
         sid = stored.session_id
         payload = _stored_event(event)
         async with self._lock(sid):
+            await self._pay(sid)  # what an earlier append of this service left owed
             for _ in range(5):
                 writer = await self._take_over(sid)
                 self._check_fresh(session, sid)
@@ -621,9 +684,10 @@ class SessionlogSessionService(BaseSessionService):
                 break
             else:
                 raise errors.SessionlogError(f"ADK session {session.id!r} is being taken over by other processes; try again")
-        if event.actions and event.actions.state_delta:
-            scopes = _Scopes.of(_json_safe(event.actions.state_delta))
-            await self._catalogue_append(session.app_name, self._scope_events(session.user_id, scopes))
+            scopes = _Scopes.of(_json_safe(event.actions.state_delta if event.actions else {}))
+            if scopes.app or scopes.user:
+                self._owed[sid] = Owed(session.app_name, session.user_id, marker_of(sid, ack.seq), scopes)
+                await self._pay(sid)
         return marker_of(sid, ack.seq)
 
     def _check_fresh(self, session: AdkSession, sid: str) -> None:
