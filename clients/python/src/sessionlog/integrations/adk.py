@@ -24,8 +24,9 @@ State. ``app:`` and ``user:`` keys live in the app's catalogue: one sessionlog s
 (named ``adk-app:{app}``) whose records are the app's state deltas, its users' state deltas and
 the sessions created and deleted in it (for ``list_sessions``). A session reads its app's and
 its user's state merged with its own, as ADK's services merge them. The event is written first,
-then its ``app:``/``user:`` deltas to the catalogue; a crash in between leaves the deltas only in
-the event (docs/design.md, "Google ADK").
+then its ``app:``/``user:`` deltas to the catalogue, naming the event; a writer that stops in
+between leaves them owed: readers of the session see them, and its next writer writes them (see
+``Owed``; docs/design.md, "Google ADK").
 
 Delete ends and hides: ``delete_session`` appends a ``deleted`` record, closes the session
 (``Cancelled``) and unlists it; reads answer ``None`` from then on, and an append to it raises
