@@ -1,10 +1,36 @@
-//! The parsers of values more than one command takes: a session id, where to start reading
-//! the log, OTLP headers.
+//! What commands share of their arguments: the global ones resolved ([`Globals`]), and the
+//! parsers of values more than one command takes (a session id, where to start reading the
+//! log, OTLP headers).
 
 use anyhow::{Context, Result};
-use sessionlog_log::StartAt;
+use sessionlog_log::{Settings, StartAt};
 use sessionlog_schemas::SessionId;
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+/// What every command that needs the deployment gets besides its own arguments.
+pub struct Globals {
+    /// The settings: `--config` (or ./sessionlog.toml) under `SESSIONLOG_*` variables.
+    pub settings: Settings,
+    /// The settings file `--config` named, for `doctor`, which says where each setting came
+    /// from.
+    pub config: Option<PathBuf>,
+    /// `--json`, for a command that prints as it goes (`events`); the others return an
+    /// `Output` with both forms.
+    pub json: bool,
+}
+
+impl Globals {
+    /// Loads the settings.
+    pub fn load(config: Option<PathBuf>, json: bool) -> Result<Self> {
+        let settings = Settings::load(config.as_deref()).context("loading settings")?;
+        Ok(Self {
+            settings,
+            config,
+            json,
+        })
+    }
+}
 
 /// Parses a session id with a message that says what one looks like.
 pub fn parse_session(text: &str) -> Result<SessionId> {

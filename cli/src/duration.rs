@@ -1,5 +1,6 @@
 //! Durations as people write them on the command line: `30s`, `2h`, `500ms`, `1h 30m`
-//! (parsed by `humantime`). A bare number means seconds, as the flags took before units.
+//! (parsed by `humantime`; a bare number means seconds, as the flags took before units), and
+//! as they read them in messages and tables.
 
 use std::time::Duration;
 
@@ -18,6 +19,22 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 /// A duration the way people read it (`1m 30s`), for messages.
 pub fn show(duration: Duration) -> String {
     humantime::format_duration(duration).to_string()
+}
+
+/// A duration in microseconds as people read it in a table: `850 µs`, `12.5 ms`, `3.20 s`,
+/// `4m05s`.
+pub fn show_micros(micros: i128) -> String {
+    let abs = micros.unsigned_abs();
+    let sign = if micros < 0 { "-" } else { "" };
+    match abs {
+        0..1_000 => format!("{sign}{abs} µs"),
+        1_000..1_000_000 => format!("{sign}{:.1} ms", abs as f64 / 1e3),
+        1_000_000..60_000_000 => format!("{sign}{:.2} s", abs as f64 / 1e6),
+        _ => {
+            let secs = abs / 1_000_000;
+            format!("{sign}{}m{:02}s", secs / 60, secs % 60)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,5 +69,13 @@ mod tests {
     fn durations_are_shown_with_units() {
         assert_eq!(show(Duration::from_secs(90)), "1m 30s");
         assert_eq!(show(Duration::from_millis(500)), "500ms");
+    }
+
+    #[test]
+    fn microseconds_are_shown_in_the_largest_unit_that_fits() {
+        assert_eq!(show_micros(850), "850 µs");
+        assert_eq!(show_micros(-1_500), "-1.5 ms");
+        assert_eq!(show_micros(3_200_000), "3.20 s");
+        assert_eq!(show_micros(245_000_000), "4m05s");
     }
 }

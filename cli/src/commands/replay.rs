@@ -1,18 +1,17 @@
-//! `sessionlog replay` and `sessionlog verify`.
+//! `sessionlog replay`: the projections rebuilt into a keyspace from the log.
 
-use crate::args::start_at;
-use anyhow::{Context, Result, bail};
+use crate::args::{Globals, start_at};
+use crate::output::Output;
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sessionlog_log::Settings;
 use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
-use sessionlog_store::{ProjectionStore, verify};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The `replay` command's arguments.
 #[derive(Debug, clap::Args)]
-pub struct ReplayRequest {
+pub struct Args {
     /// Target keyspace (default: `[cql] keyspace`). Use a fresh one to rebuild from scratch.
     #[arg(long)]
     pub keyspace: Option<String>,
@@ -35,8 +34,8 @@ pub struct ReplayRequest {
 }
 
 /// Plans and runs a replay with a progress bar (events/s, time remaining) on stderr.
-pub async fn replay(settings: &Settings, request: ReplayRequest, json: bool) -> Result<()> {
-    let mut settings = settings.clone();
+pub async fn run(request: Args, globals: &Globals) -> Result<Output> {
+    let mut settings = globals.settings.clone();
     if let Some(keyspace) = request.keyspace {
         settings.cql.keyspace = keyspace;
     }
@@ -88,58 +87,20 @@ pub async fn replay(settings: &Settings, request: ReplayRequest, json: bool) -> 
     bar.set_position(done.load(Ordering::Relaxed));
     bar.finish();
     let summary = summary?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        println!(
-            "{} {} records into {} in {:.1}s: {} accepted, {} rejected, {} undecodable, {} already there",
-            if request.dry_run {
-                "folded (dry run)"
-            } else {
-                "replayed"
-            },
-            summary.consumed,
-            settings.cql.keyspace,
-            summary.seconds,
-            summary.accepted,
-            summary.rejected,
-            summary.dead_lettered,
-            summary.skipped,
-        );
-    }
-    Ok(())
-}
-
-/// Compares two keyspaces; an error (non-zero exit) when any table differs. Read-only: both
-/// keyspaces must exist and be migrated; neither is ever created.
-pub async fn verify(settings: &Settings, left: &str, right: &str, json: bool) -> Result<()> {
-    let mut cql = settings.cql.clone();
-    cql.keyspace = left.to_string();
-    let store = ProjectionStore::open(&cql).await?;
-    let comparison = verify::compare(&store, left, right).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&comparison)?);
-    } else {
-        for t in &comparison.tables {
-            println!(
-                "{:<24} {:>9} rows {}  {:>9} rows {}  {}",
-                t.left.table,
-                t.left.rows,
-                &t.left.digest[..12],
-                t.right.rows,
-                &t.right.digest[..12],
-                if t.equal() { "same" } else { "DIFFERENT" }
-            );
-            for row in &t.only_left {
-                println!("  only in {left}: {row}");
-            }
-            for row in &t.only_right {
-                println!("  only in {right}: {row}");
-            }
-        }
-    }
-    if !comparison.equal() {
-        bail!("keyspaces {left} and {right} differ");
-    }
-    Ok(())
+    let text = format!(
+        "{} {} records into {} in {:.1}s: {} accepted, {} rejected, {} undecodable, {} already there",
+        if request.dry_run {
+            "folded (dry run)"
+        } else {
+            "replayed"
+        },
+        summary.consumed,
+        settings.cql.keyspace,
+        summary.seconds,
+        summary.accepted,
+        summary.rejected,
+        summary.dead_lettered,
+        summary.skipped,
+    );
+    Output::new(&summary, text)
 }

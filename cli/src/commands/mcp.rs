@@ -1,6 +1,9 @@
 //! `sessionlog mcp`: an MCP server over a session's history, for the model to fetch what its
 //! context view left out (see docs/harnesses.md).
 
+use crate::args::{Globals, parse_session};
+use crate::output::Output;
+use crate::signal::shutdown_signal;
 use anyhow::{Context, Result};
 use sessionlog_http::Access;
 use sessionlog_log::Settings;
@@ -14,7 +17,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8097";
 
 /// The arguments of `sessionlog mcp`.
 #[derive(clap::Args, Debug)]
-pub struct McpArgs {
+pub struct Args {
     /// The session served. Required with --stdio; over HTTP, without it each credential reads
     /// the session it is narrowed to (`sessionlog token mint --role reader --session ID`).
     #[arg(long, required_if_eq("stdio", "true"))]
@@ -37,12 +40,9 @@ pub struct McpArgs {
 }
 
 /// Runs the server until interrupted (HTTP) or until the client closes stdio.
-pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
-    let session = args
-        .session
-        .as_deref()
-        .map(crate::args::parse_session)
-        .transpose()?;
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let settings = &globals.settings;
+    let session = args.session.as_deref().map(parse_session).transpose()?;
     if args.stdio {
         let session = session.context("--stdio needs --session ID")?;
         let reader = Reader::new(Arc::new(connect(settings).await?));
@@ -50,7 +50,8 @@ pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
             session,
             scope: Scope::Family,
         };
-        return Ok(sessionlog_mcp::serve_stdio(reader, target).await?);
+        sessionlog_mcp::serve_stdio(reader, target).await?;
+        return Ok(Output::none());
     }
     let address = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     // Bound first: a taken port is said at once, before connecting takes seconds.
@@ -67,8 +68,8 @@ pub async fn run(settings: &Settings, args: McpArgs) -> Result<()> {
     };
     let router = sessionlog_mcp::http::router(reader, access, options);
     tracing::info!(address = %bound, "MCP server listening at /mcp");
-    sessionlog_mcp::http::serve(listener, router, crate::signal::shutdown_signal()).await?;
-    Ok(())
+    sessionlog_mcp::http::serve(listener, router, shutdown_signal()).await?;
+    Ok(Output::none())
 }
 
 /// A reader's recovery: it signs nothing, so it needs no signing key.

@@ -3,10 +3,12 @@
 //! Production tokens come from your identity provider; the services only need its JWKS
 //! (`auth.jwks_file` or `auth.jwks_url`). This command is for development, tests and the demo.
 
+use crate::args::{Globals, parse_session};
+use crate::output::Output;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use sessionlog_http::auth::{Grant, SigningKey, new_api_key};
-use sessionlog_log::{Role, Settings};
+use sessionlog_log::Role;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +17,17 @@ const DEFAULT_DIR: &str = ".sessionlog/auth";
 const KEY_FILE: &str = "signing-key.pem";
 const JWKS_FILE: &str = "jwks.json";
 const RECOVERY_KEY_FILE: &str = "recovery-key.pem";
+
+/// The arguments of `sessionlog token`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where the development key lives (default: $SESSIONLOG_AUTH_DIR, else .sessionlog/auth).
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    /// What to make.
+    #[command(subcommand)]
+    command: TokenCommand,
+}
 
 /// What `sessionlog token` does.
 #[derive(Debug, Subcommand)]
@@ -33,7 +46,7 @@ pub enum TokenCommand {
 }
 
 /// Who a token or an API key speaks for and what it may do.
-#[derive(Debug, Args)]
+#[derive(Debug, clap::Args)]
 pub struct GrantArgs {
     /// Who it speaks for (a token's `sub`).
     #[arg(long)]
@@ -50,7 +63,7 @@ pub struct GrantArgs {
 }
 
 /// `sessionlog token mint`.
-#[derive(Debug, Args)]
+#[derive(Debug, clap::Args)]
 pub struct MintArgs {
     #[command(flatten)]
     grant: GrantArgs,
@@ -61,7 +74,7 @@ pub struct MintArgs {
 }
 
 /// `sessionlog token api-key`.
-#[derive(Debug, Args)]
+#[derive(Debug, clap::Args)]
 pub struct ApiKeyArgs {
     /// The key's id (letters, digits, '-'): names it in the settings and in logs.
     #[arg(long)]
@@ -73,19 +86,19 @@ pub struct ApiKeyArgs {
 impl GrantArgs {
     /// The session it is narrowed to, checked to be a session id.
     fn session(&self) -> Result<Option<sessionlog_schemas::SessionId>> {
-        self.session
-            .as_deref()
-            .map(crate::args::parse_session)
-            .transpose()
+        self.session.as_deref().map(parse_session).transpose()
     }
 }
 
-/// Runs `sessionlog token ...` with the development key in `dir`.
-pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> Result<()> {
-    let dir = dir
+/// Runs `sessionlog token ...` with the development key in `--dir`. What is printed is meant
+/// for a pipe or a settings file (a token, a key, variables), so it is the same with `--json`;
+/// the words for the person around it go to stderr.
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let dir = args
+        .dir
         .or_else(|| std::env::var_os("SESSIONLOG_AUTH_DIR").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
-    match command {
+    match args.command {
         TokenCommand::Init { force } => init(&dir, force),
         TokenCommand::Mint(args) => {
             let key = load(&dir)?;
@@ -93,12 +106,11 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
             let token = key.mint(&Grant {
                 session,
                 tenant: Some(args.grant.tenant),
-                issuer: settings.auth.issuer.clone(),
-                audience: settings.auth.audience.clone(),
+                issuer: globals.settings.auth.issuer.clone(),
+                audience: globals.settings.auth.audience.clone(),
                 ..Grant::new(&args.grant.subject, &args.grant.roles, args.ttl)
             })?;
-            println!("{token}");
-            Ok(())
+            Ok(Output::none().line(token))
         }
         TokenCommand::ApiKey(args) => {
             let session = args.grant.session()?;
@@ -109,24 +121,25 @@ pub fn run(settings: &Settings, dir: Option<PathBuf>, command: TokenCommand) -> 
                 .iter()
                 .map(|r| format!("{:?}", r.as_str()))
                 .collect();
-            eprintln!("# Give the machine this key (shown once; only its hash is kept):");
-            println!("{key}");
-            eprintln!("# Add to the services' sessionlog.toml:");
-            eprintln!("[[auth.api_keys]]");
-            eprintln!("id = {:?}", args.id);
-            eprintln!("sha256 = {sha256:?}");
-            eprintln!("subject = {:?}", args.grant.subject);
-            eprintln!("tenant = {:?}", args.grant.tenant);
-            eprintln!("roles = [{}]", roles.join(", "));
+            let mut output = Output::none()
+                .note("# Give the machine this key (shown once; only its hash is kept):")
+                .line(key)
+                .note("# Add to the services' sessionlog.toml:")
+                .note("[[auth.api_keys]]")
+                .note(format!("id = {:?}", args.id))
+                .note(format!("sha256 = {sha256:?}"))
+                .note(format!("subject = {:?}", args.grant.subject))
+                .note(format!("tenant = {:?}", args.grant.tenant))
+                .note(format!("roles = [{}]", roles.join(", ")));
             if let Some(session) = session {
-                eprintln!("session = \"{session}\"");
+                output = output.note(format!("session = \"{session}\""));
             }
-            Ok(())
+            Ok(output)
         }
     }
 }
 
-fn init(dir: &Path, force: bool) -> Result<()> {
+fn init(dir: &Path, force: bool) -> Result<Output> {
     let key_path = dir.join(KEY_FILE);
     if key_path.exists() && !force {
         bail!(
@@ -145,21 +158,21 @@ fn init(dir: &Path, force: bool) -> Result<()> {
     let recovery_path = dir.join(RECOVERY_KEY_FILE);
     write_private(&recovery_path, &SigningKey::generate()?.pem())?;
     let absolute = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
-    eprintln!(
-        "# Token signing key in {}, recovery's attestation key in {} (keep both private).",
-        key_path.display(),
-        recovery_path.display()
-    );
-    eprintln!("# The services use them with these settings:");
-    println!(
-        "SESSIONLOG_AUTH__JWKS_FILE={}",
-        absolute(jwks_path).display()
-    );
-    println!(
-        "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE={}",
-        absolute(recovery_path).display()
-    );
-    Ok(())
+    Ok(Output::none()
+        .note(format!(
+            "# Token signing key in {}, recovery's attestation key in {} (keep both private).",
+            key_path.display(),
+            recovery_path.display()
+        ))
+        .note("# The services use them with these settings:")
+        .line(format!(
+            "SESSIONLOG_AUTH__JWKS_FILE={}",
+            absolute(jwks_path).display()
+        ))
+        .line(format!(
+            "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE={}",
+            absolute(recovery_path).display()
+        )))
 }
 
 fn load(dir: &Path) -> Result<SigningKey> {

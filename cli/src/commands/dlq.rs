@@ -7,10 +7,11 @@
 //! a decoded dead letter shows its envelope (session, seq, kind, epoch, ids, time), an
 //! undecodable one its size and first bytes.
 
-use crate::recovery::one_line;
+use crate::args::Globals;
+use crate::output::{Output, one_line};
 use crate::when::{Precision, timestamp};
-use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use anyhow::{Result, anyhow};
+use clap::Subcommand;
 use serde::Serialize;
 use sessionlog_log::dead_letters::{Appended, Origin};
 use sessionlog_log::{DeadLetter, DeadLetterId, DeadLetters, Lookup, Replayer, Settings};
@@ -39,7 +40,7 @@ pub enum DlqCommand {
 }
 
 /// `dlq list`'s bounds.
-#[derive(Debug, Args)]
+#[derive(Debug, clap::Args)]
 pub struct ListArgs {
     /// At most this many dead letters.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
@@ -50,7 +51,7 @@ pub struct ListArgs {
 }
 
 /// Which dead letters `dlq replay` appends.
-#[derive(Debug, Args)]
+#[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
     /// The dead letters, as `dlq list` shows them: PARTITION:OFFSET of the dead-letter topic.
     #[arg(
@@ -74,13 +75,22 @@ pub struct ReplayArgs {
     dry_run: bool,
 }
 
+/// The arguments of `sessionlog dlq`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    command: DlqCommand,
+}
+
 /// Runs `sessionlog dlq ...`.
-pub async fn run(settings: &Settings, command: DlqCommand, json: bool) -> Result<()> {
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let settings = &globals.settings;
     let dead_letters = DeadLetters::new(&settings.kafka)?;
-    match command {
-        DlqCommand::List(args) => list(&dead_letters, &settings.kafka.topic, &args, json).await,
-        DlqCommand::Show { dead_letter } => show(settings, &dead_letters, dead_letter, json).await,
-        DlqCommand::Replay(args) => replay(settings, &dead_letters, &args, json).await,
+    match args.command {
+        DlqCommand::List(args) => list(&dead_letters, &settings.kafka.topic, &args).await,
+        DlqCommand::Show { dead_letter } => show(settings, &dead_letters, dead_letter).await,
+        DlqCommand::Replay(args) => replay(settings, &dead_letters, &args).await,
     }
 }
 
@@ -127,12 +137,7 @@ struct ListReport {
     dead_letters: Vec<Line>,
 }
 
-async fn list(
-    dead_letters: &DeadLetters,
-    events_topic: &str,
-    args: &ListArgs,
-    json: bool,
-) -> Result<()> {
+async fn list(dead_letters: &DeadLetters, events_topic: &str, args: &ListArgs) -> Result<Output> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let listing = dead_letters.list(&args.partitions, limit).await?;
     let report = ListReport {
@@ -148,12 +153,7 @@ async fn list(
         listed: listing.letters.len(),
         dead_letters: listing.letters.iter().map(Line::of).collect(),
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", list_text(&report));
-    }
-    Ok(())
+    Output::new(&report, list_text(&report))
 }
 
 fn list_text(report: &ListReport) -> String {
@@ -249,16 +249,17 @@ impl Envelope {
 /// and a little after it, enough to tell what wrote it.
 const PREFIX_BYTES: usize = 16;
 
-async fn show(
-    settings: &Settings,
-    dead_letters: &DeadLetters,
-    id: DeadLetterId,
-    json: bool,
-) -> Result<()> {
+async fn show(settings: &Settings, dead_letters: &DeadLetters, id: DeadLetterId) -> Result<Output> {
     let letter = match dead_letters.read(&[id]).await?.pop() {
         Some((_, Lookup::Found(letter))) => letter,
-        Some((_, Lookup::Missing(why))) => bail!("{why} (`sessionlog dlq list` lists them)"),
-        None => bail!("no dead letter at {id} (`sessionlog dlq list` lists them)"),
+        Some((_, Lookup::Missing(why))) => {
+            return Err(anyhow!("{why} (`sessionlog dlq list` lists them)"));
+        }
+        None => {
+            return Err(anyhow!(
+                "no dead letter at {id} (`sessionlog dlq list` lists them)"
+            ));
+        }
     };
     let decoder = EventDecoder::new(settings.registry.client()?);
     // A registry outage is reported after what could be shown without it.
@@ -293,15 +294,13 @@ async fn show(
             .then(|| hex_prefix(payload, PREFIX_BYTES)),
         undecodable,
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&shown)?);
-    } else {
-        println!("{}", show_text(&shown));
-    }
-    match outage {
-        Some(e) => Err(e).context("the value was not decoded: the registry did not answer"),
-        None => Ok(()),
-    }
+    let output = Output::new(&shown, show_text(&shown))?;
+    Ok(match outage {
+        Some(e) => output.fail(
+            anyhow::Error::new(e).context("the value was not decoded: the registry did not answer"),
+        ),
+        None => output,
+    })
 }
 
 fn show_text(shown: &Shown) -> String {
@@ -397,8 +396,7 @@ async fn replay(
     settings: &Settings,
     dead_letters: &DeadLetters,
     args: &ReplayArgs,
-    json: bool,
-) -> Result<()> {
+) -> Result<Output> {
     let lookups = if args.all {
         let listing = dead_letters.list(&args.partitions, usize::MAX).await?;
         listing
@@ -466,21 +464,17 @@ async fn replay(
         failed,
         records,
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", replay_text(&report));
-    }
+    let output = Output::new(&report, replay_text(&report))?;
     if let Some(e) = append_error {
-        return Err(e).context("appending to the events topic");
+        return Ok(output.fail(anyhow::Error::new(e).context("appending to the events topic")));
     }
     if failed > 0 {
-        bail!(
+        return Ok(output.fail(anyhow!(
             "{failed} of {} dead letter(s) not replayed; each is listed above with why",
             report.records.len()
-        );
+        )));
     }
-    Ok(())
+    Ok(output)
 }
 
 /// Checks one chosen dead letter: found, from this deployment's projector, decoding now.

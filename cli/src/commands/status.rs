@@ -4,8 +4,10 @@
 //! The facts come from the libraries (`log` for Kafka, `store` for CQL, `schemas list` for the
 //! registry); this module only judges them ([`problems`]) and prints them.
 
-use crate::schemas;
-use anyhow::{Result, bail};
+use super::schemas;
+use crate::args::{Globals, parse_session};
+use crate::output::Output;
+use anyhow::{Result, anyhow};
 use serde::Serialize;
 use sessionlog_log::{GroupStatus, Settings, TopicSpan, group_status, topic_span};
 use sessionlog_recovery::LeaseStatus;
@@ -62,22 +64,37 @@ pub struct Problem {
     pub fix: String,
 }
 
-/// Runs `sessionlog status`: prints the status and fails (exit 1) when something is unhealthy.
-/// A server that cannot be reached fails the command with its error (exit 3).
-pub async fn run(settings: &Settings, groups: Vec<String>, json: bool) -> Result<()> {
-    let status = gather(settings, groups).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
-    } else {
-        println!("{}", human(&status));
+/// The arguments of `sessionlog status`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A session to report on instead of the deployment.
+    session: Option<String>,
+    /// A projector consumer group to report on; repeat for several (default:
+    /// `[projector] group_id`, the group `sessionlog project` joins).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+}
+
+/// Runs `sessionlog status`, or `sessionlog status SESSION`.
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    match args.session {
+        Some(session) => run_session(&globals.settings, parse_session(&session)?).await,
+        None => run_deployment(&globals.settings, args.groups).await,
     }
+}
+
+/// The deployment's status; it fails (exit 1) when something is unhealthy. A server that
+/// cannot be reached fails the command with its error (exit 3).
+async fn run_deployment(settings: &Settings, groups: Vec<String>) -> Result<Output> {
+    let status = gather(settings, groups).await?;
+    let output = Output::new(&status, human(&status))?;
     if !status.healthy {
-        bail!(
+        return Ok(output.fail(anyhow!(
             "{} problem(s); each is listed with its fix above",
             status.problems.len()
-        );
+        )));
     }
-    Ok(())
+    Ok(output)
 }
 
 /// One session as `sessionlog status SESSION` reports it.
@@ -98,7 +115,7 @@ pub struct SessionStatus {
 }
 
 /// Runs `sessionlog status SESSION`: the session rebuilt from the log, and its writer lease.
-pub async fn run_session(settings: &Settings, session: SessionId, json: bool) -> Result<()> {
+async fn run_session(settings: &Settings, session: SessionId) -> Result<Output> {
     let recovery = sessionlog_recovery::Recovery::connect_reader(settings).await?;
     let rebuilt = recovery.rebuild(session).await?;
     let lease = recovery.lease(session).await?;
@@ -113,16 +130,11 @@ pub async fn run_session(settings: &Settings, session: SessionId, json: bool) ->
             .paused_until
             .map(|at| crate::when::timestamp(at, crate::when::Precision::Seconds, None)),
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
-    } else {
-        println!("{}", session_text(&status));
-    }
-    Ok(())
+    Output::new(&status, session_text(&status))
 }
 
 /// [`SessionStatus`] for a person.
-pub fn session_text(status: &SessionStatus) -> String {
+fn session_text(status: &SessionStatus) -> String {
     let lease = match &status.lease {
         None => "lease: none (no writer holds one: never taken, released, or leases are off)"
             .to_string(),

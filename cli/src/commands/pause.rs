@@ -1,22 +1,21 @@
-//! `sessionlog pause|unpause|steer SESSION`: an operator's hand on a running session.
+//! `sessionlog pause`: an operator's hand on a running session.
 //!
-//! Each takes the session over as a writer named `operator:<by>` (claiming the next epoch, as
-//! `approve` and `resolve` do), so the harness that was writing is fenced: its next append is
-//! refused and it must resume. A paused session cannot be resumed until it is unpaused. The
-//! events are signed with the recovery service's key, like a decision: the same act over HTTP
-//! is `POST /v1/sessions/{id}/pause|unpause|steering`, in the caller's verified name.
+//! Like `unpause` and `steer`, it takes the session over as a writer named `operator:<by>`
+//! (claiming the next epoch, as `approve` and `resolve` do), so the harness that was writing
+//! is fenced: its next append is refused and it must resume. A paused session cannot be
+//! resumed until it is unpaused. The events are signed with the recovery service's key, like
+//! a decision: the same act over HTTP is `POST /v1/sessions/{id}/pause|unpause|steering`, in
+//! the caller's verified name.
 
-use crate::args::parse_session;
-use crate::recovery::{Output, recorded};
-use anyhow::{Context, Result};
-use clap::Args;
-use sessionlog_log::Settings;
-use sessionlog_recovery::{OperatorAct, Recovery};
+use crate::args::Globals;
+use crate::output::Output;
+use anyhow::Result;
+use sessionlog_recovery::OperatorAct;
 use sessionlog_schemas::Micros;
 
-/// `sessionlog pause`.
-#[derive(Debug, Args)]
-pub struct PauseArgs {
+/// The arguments of `sessionlog pause`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
     /// The session.
     pub session: String,
     /// Why it is paused (kept in the log, sealed like any text).
@@ -32,36 +31,13 @@ pub struct PauseArgs {
     pub by: String,
 }
 
-/// `sessionlog unpause`.
-#[derive(Debug, Args)]
-pub struct UnpauseArgs {
-    /// The session.
-    pub session: String,
-    /// Who unpauses it.
-    #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
-}
-
-/// `sessionlog steer`.
-#[derive(Debug, Args)]
-pub struct SteerArgs {
-    /// The session.
-    pub session: String,
-    /// The message for the agent.
-    #[arg(long)]
-    pub text: String,
-    /// Who says it (the message's author).
-    #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
-}
-
 /// Pauses a session: appends `SessionPaused` with the reason, and when it lapses if given.
-pub async fn pause(settings: &Settings, args: &PauseArgs) -> Result<Output> {
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     let act = OperatorAct::Pause {
-        reason: args.reason.clone(),
+        reason: args.reason,
         until: args.until,
     };
-    operate(settings, &args.session, &args.by, act).await
+    crate::recovery::operate(&globals.settings, &args.session, &args.by, act).await
 }
 
 /// Reads `--until`: an RFC 3339 time to come, or `+` and a duration from now (`+30m`), as
@@ -87,38 +63,6 @@ fn parse_until_at(text: &str, now: Micros) -> std::result::Result<Micros, String
         .ok()
         .and_then(|ahead| now.checked_add(ahead))
         .ok_or_else(|| format!("{text:?} is too far ahead"))
-}
-
-/// Unpauses a session: appends `SessionResumed`.
-pub async fn unpause(settings: &Settings, args: &UnpauseArgs) -> Result<Output> {
-    operate(settings, &args.session, &args.by, OperatorAct::Unpause).await
-}
-
-/// Appends a `SteeringMessage` from `--by`.
-pub async fn steer(settings: &Settings, args: &SteerArgs) -> Result<Output> {
-    let act = OperatorAct::Steer {
-        text: args.text.clone(),
-    };
-    operate(settings, &args.session, &args.by, act).await
-}
-
-/// Takes the session over as `operator:<by>` and appends the act, signed with the recovery
-/// service's key (`[recovery] signing_key_file`): in a session started under schema v6 the
-/// fold refuses these kinds unsigned, so no harness can pause a session or speak as an
-/// operator. An act that does not apply is refused and nothing is appended (not even the
-/// claim).
-async fn operate(settings: &Settings, session: &str, by: &str, act: OperatorAct) -> Result<Output> {
-    let session = parse_session(session)?;
-    let recovery = Recovery::connect(settings)
-        .await
-        .context("connecting to the log, the registry and the store")?;
-    let what = act.name();
-    let appended = recovery.operate(session, by, act).await?;
-    let mut output = recorded(appended, what)?;
-    output
-        .human
-        .push_str("; the harness that was writing is fenced");
-    Ok(output)
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! Reads the registry's Confluent-compatible REST API directly (the `schemas` crate's client
 //! registers and fetches by id; listing a subject is only needed here). Read-only.
 
-use anyhow::{Context, Result, bail};
+use crate::args::Globals;
+use crate::output::Output;
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
 use sessionlog_log::Settings;
@@ -78,24 +80,28 @@ pub struct Report {
     pub drift: Vec<Drift>,
 }
 
-/// Runs `sessionlog schemas ...`: prints the report, and for `check` fails on drift.
-pub async fn run(settings: &Settings, command: SchemasCommand, json: bool) -> Result<()> {
-    let report = report(settings).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", human(&report));
-    }
-    if matches!(command, SchemasCommand::Check) && !report.drift.is_empty() {
-        bail!(
+/// The arguments of `sessionlog schemas`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    command: SchemasCommand,
+}
+
+/// Runs `sessionlog schemas ...`: the report, and for `check` a failure on drift.
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let report = report(&globals.settings).await?;
+    let output = Output::new(&report, human(&report))?;
+    if matches!(args.command, SchemasCommand::Check) && !report.drift.is_empty() {
+        return Ok(output.fail(anyhow!(
             "{} schema difference(s) between the registry and this build under {}; the fix \
              is under each (`sessionlog init` registers missing versions and sets \
              BACKWARD_TRANSITIVE)",
             report.drift.len(),
             report.subject
-        );
+        )));
     }
-    Ok(())
+    Ok(output)
 }
 
 /// Reads the subject's versions and level and compares them with the kept versions.

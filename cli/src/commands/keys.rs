@@ -1,16 +1,24 @@
-//! `sessionlog keys` (the key-encryption key) and `sessionlog erase`.
+//! `sessionlog keys`: the key-encryption key: make one, or rewrap every data key under a new
+//! one.
 
-use crate::args::parse_session;
-use crate::recovery::Output;
-use crate::when::{Precision, timestamp};
+use crate::args::Globals;
+use crate::output::Output;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use sessionlog_keys::{Kek, Keks};
 use sessionlog_log::Settings;
 use std::path::PathBuf;
 
 /// Where `keys init` writes unless `--out` says otherwise.
 const DEFAULT_KEK_FILE: &str = ".sessionlog/keys/kek.key";
+
+/// The arguments of `sessionlog keys`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    command: KeysCommand,
+}
 
 /// What `sessionlog keys` does.
 #[derive(Debug, Subcommand)]
@@ -29,28 +37,11 @@ pub enum KeysCommand {
     Rotate,
 }
 
-/// `sessionlog erase`.
-#[derive(Debug, Args)]
-pub struct EraseArgs {
-    /// The session.
-    pub session: String,
-    /// Why (kept readable in the log and the receipt: name the request or policy, not the
-    /// person). Required unless --status.
-    #[arg(long, required_unless_present = "status")]
-    pub reason: Option<String>,
-    /// Who asks.
-    #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
-    /// Print where the session's erasure stands instead of erasing it.
-    #[arg(long)]
-    pub status: bool,
-}
-
 /// Runs `sessionlog keys`.
-pub async fn run(settings: &Settings, command: KeysCommand) -> Result<Output> {
-    match command {
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    match args.command {
         KeysCommand::Init { out } => init(out),
-        KeysCommand::Rotate => rotate(settings).await,
+        KeysCommand::Rotate => rotate(&globals.settings).await,
     }
 }
 
@@ -67,17 +58,17 @@ fn init(out: Option<PathBuf>) -> Result<Output> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let kek = Kek::generate();
-    crate::token::write_private(&path, &format!("{}\n", kek.to_base64().as_str()))?;
+    super::token::write_private(&path, &format!("{}\n", kek.to_base64().as_str()))?;
     let absolute = std::fs::canonicalize(&path).unwrap_or(path);
-    Ok(Output {
-        json: serde_json::json!({"kek_file": absolute, "kek_id": kek.id()}),
-        human: format!(
+    Output::new(
+        &serde_json::json!({"kek_file": absolute, "kek_id": kek.id()}),
+        format!(
             "wrote key-encryption key {} to {}\nuse it with:\n  SESSIONLOG_PRIVACY__KEK_FILE={}",
             kek.id(),
             absolute.display(),
             absolute.display()
         ),
-    })
+    )
 }
 
 async fn rotate(settings: &Settings) -> Result<Output> {
@@ -140,8 +131,8 @@ async fn rotate(settings: &Settings) -> Result<Output> {
             ));
         }
     }
-    Ok(Output {
-        json: serde_json::json!({
+    Output::new(
+        &serde_json::json!({
             "current_kek_id": rotation.current_kek_id,
             "examined": rotation.examined,
             "already_current": rotation.already_current,
@@ -151,60 +142,5 @@ async fn rotate(settings: &Settings) -> Result<Output> {
             "retired": retired,
         }),
         human,
-    })
-}
-
-/// `sessionlog erase`.
-pub async fn erase(settings: &Settings, args: &EraseArgs) -> Result<Output> {
-    let session = parse_session(&args.session)?;
-    let recovery = sessionlog_recovery::Recovery::connect(settings)
-        .await
-        .context("connecting recovery to the log, the registry, the store and the key store")?;
-    if args.status {
-        let status = recovery.erasure_status(session).await?;
-        let mut human = format!(
-            "session {session}: {} in the log; projection: {}; data key: {}",
-            if status.erased_in_log {
-                "erased"
-            } else {
-                "not erased"
-            },
-            status
-                .projected_status
-                .as_deref()
-                .unwrap_or("not projected"),
-            status.data_key
-        );
-        if let Some(r) = &status.receipt {
-            human.push_str(&format!(
-                "\nreceipt: erased at {} by {} at seq {} (partition {}, offset {}); reason: {}; key wrapped by {}",
-                timestamp(r.erased_at, Precision::Seconds, Some(crate::when::now())),
-                r.requested_by,
-                r.erased_seq,
-                r.log_partition,
-                r.log_offset,
-                r.reason,
-                r.destroyed_kek_id.as_deref().unwrap_or("no key (written without encryption)")
-            ));
-        }
-        return Ok(Output {
-            json: serde_json::to_value(&status)?,
-            human,
-        });
-    }
-    let reason = args.reason.as_deref().unwrap_or_default();
-    let receipt = recovery.erase(session, &args.by, reason).await?;
-    Ok(Output {
-        human: format!(
-            "erased session {session}: SessionErased at seq {} (offset {}), data key destroyed{}",
-            receipt.erased_seq,
-            receipt.log_offset,
-            if receipt.destroyed_kek_id.is_none() {
-                " (it had none: its text was written without encryption and stays in the topic until retention removes it)"
-            } else {
-                ""
-            }
-        ),
-        json: serde_json::to_value(&receipt)?,
-    })
+    )
 }

@@ -1,102 +1,35 @@
-//! `sessionlog trace`, a session's span tree drawn as a terminal waterfall, and
-//! `sessionlog usage`, the usage rollups over days as a table.
+//! `sessionlog trace`: a session's span tree, as the projector wrote it, drawn as a terminal
+//! waterfall.
 
-use anyhow::Result;
-use sessionlog_log::Settings;
-use sessionlog_recovery::{SessionTrace, UsageBy, UsageReport};
-use sessionlog_store::ProjectionStore;
-use sessionlog_store::SpanRow;
-
-use crate::args::parse_session;
-use crate::recovery::Output;
+use crate::args::{Globals, parse_session};
+use crate::duration::show_micros;
+use crate::output::{Output, dollars};
 use crate::when::{Precision, timestamp};
+use anyhow::Result;
+use sessionlog_recovery::SessionTrace;
+use sessionlog_store::{ProjectionStore, SpanRow};
 
 /// Columns of the timeline.
 const TIMELINE: usize = 40;
 
-/// `sessionlog trace SESSION`: read from the projection (no Kafka needed).
-pub async fn trace(settings: &Settings, session: &str) -> Result<Output> {
-    let session = parse_session(session)?;
-    let store = ProjectionStore::open(&settings.cql).await?;
+/// The arguments of `sessionlog trace`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The session id.
+    session: String,
+}
+
+/// Reads the trace from the projection (no Kafka needed).
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let session = parse_session(&args.session)?;
+    let store = ProjectionStore::open(&globals.settings.cql).await?;
     let trace = sessionlog_recovery::trace::session_trace(&store, session).await?;
-    Ok(Output {
-        json: serde_json::to_value(&trace)?,
-        human: waterfall(&trace),
-    })
-}
-
-/// `sessionlog usage`: every tenant's usage, from the rollups in the projection.
-pub async fn usage(settings: &Settings, from: &str, to: Option<&str>, by: &str) -> Result<Output> {
-    let by = UsageBy::parse(by)
-        .ok_or_else(|| anyhow::anyhow!("--by takes model, agent, tool or day, not {by:?}"))?;
-    let store = ProjectionStore::open(&settings.cql).await?;
-    let report =
-        sessionlog_recovery::usage::usage(&store, None, from, to.unwrap_or(from), by).await?;
-    Ok(Output {
-        json: serde_json::to_value(&report)?,
-        human: usage_table(&report),
-    })
-}
-
-/// The report as a table, with a total line.
-pub fn usage_table(report: &UsageReport) -> String {
-    let by = serde_json::to_value(report.by)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_uppercase))
-        .unwrap_or_default();
-    let width = report
-        .lines
-        .iter()
-        .map(|l| l.key.chars().count())
-        .chain([by.len(), 5])
-        .max()
-        .unwrap_or(5);
-    let latency = |v: Option<i64>| v.map_or("-".into(), |us| duration(i128::from(us)));
-    let mut out = format!(
-        "usage from {} to {}\n{by:<width$}  {:>8}  {:>6}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}  {:>9}",
-        report.from,
-        report.to,
-        "CALLS",
-        "ERRORS",
-        "TOKENS IN",
-        "TOKENS OUT",
-        "COST $",
-        "P50",
-        "P90",
-        "P99",
-    );
-    let (mut calls, mut errors, mut tokens_in, mut tokens_out, mut cost) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
-    for l in &report.lines {
-        out.push_str(&format!(
-            "\n{:<width$}  {:>8}  {:>6}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}  {:>9}",
-            l.key,
-            l.calls,
-            l.errors,
-            l.tokens_in,
-            l.tokens_out,
-            dollars(i64::try_from(l.cost_micros).unwrap_or(i64::MAX)),
-            latency(l.latency_p50_us),
-            latency(l.latency_p90_us),
-            latency(l.latency_p99_us),
-        ));
-        calls = calls.saturating_add(l.calls);
-        errors = errors.saturating_add(l.errors);
-        tokens_in = tokens_in.saturating_add(l.tokens_in);
-        tokens_out = tokens_out.saturating_add(l.tokens_out);
-        cost = cost.saturating_add(l.cost_micros);
-    }
-    // Agents and days count every call once; models and tools are disjoint; so a total adds up.
-    out.push_str(&format!(
-        "\n{:<width$}  {calls:>8}  {errors:>6}  {tokens_in:>12}  {tokens_out:>12}  {:>12}",
-        "TOTAL",
-        dollars(i64::try_from(cost).unwrap_or(i64::MAX)),
-    ));
-    out
+    // As a JSON value: its keys sorted, as `trace --json` has always printed them.
+    Output::new(&serde_json::to_value(&trace)?, waterfall(&trace))
 }
 
 /// The trace as a table with a timeline: one line per span, indented under its parent.
-pub fn waterfall(trace: &SessionTrace) -> String {
+fn waterfall(trace: &SessionTrace) -> String {
     let spans: Vec<(usize, &SpanRow)> = trace
         .walk()
         .into_iter()
@@ -158,31 +91,16 @@ pub fn waterfall(trace: &SessionTrace) -> String {
             "{label:<label_width$}  {:>9}  {:>9}  {:>13}  {:>10}  {:<11}  |{bar}|",
             format!(
                 "+{}",
-                duration((i128::from(span.start_us) - i128::from(t0)).max(0))
+                show_micros((i128::from(span.start_us) - i128::from(t0)).max(0))
             ),
             span.duration_us
-                .map_or("running".into(), |d| duration(i128::from(d))),
+                .map_or("running".into(), |d| show_micros(i128::from(d))),
             tokens(span),
             span.cost_micros.map_or("-".into(), dollars),
             span.outcome,
         ));
     }
     out
-}
-
-/// A duration in microseconds as people read it: `850 µs`, `12.5 ms`, `3.20 s`, `4m05s`.
-fn duration(micros: i128) -> String {
-    let abs = micros.unsigned_abs();
-    let sign = if micros < 0 { "-" } else { "" };
-    match abs {
-        0..1_000 => format!("{sign}{abs} µs"),
-        1_000..1_000_000 => format!("{sign}{:.1} ms", abs as f64 / 1e3),
-        1_000_000..60_000_000 => format!("{sign}{:.2} s", abs as f64 / 1e6),
-        _ => {
-            let secs = abs / 1_000_000;
-            format!("{sign}{}m{:02}s", secs / 60, secs % 60)
-        }
-    }
 }
 
 fn tokens(span: &SpanRow) -> String {
@@ -194,11 +112,6 @@ fn tokens(span: &SpanRow) -> String {
             o.map_or("-".into(), |v| v.to_string())
         ),
     }
-}
-
-/// Millionths of a US dollar as dollars.
-fn dollars(micros: i64) -> String {
-    format!("{:.6}", micros as f64 / 1e6)
 }
 
 #[cfg(test)]
@@ -283,7 +196,5 @@ mod tests {
         );
         let text = waterfall(&trace);
         assert_eq!(text.lines().count(), 4, "{text}");
-        assert_eq!(duration(-1_500), "-1.5 ms");
-        assert_eq!(duration(245_000_000), "4m05s");
     }
 }

@@ -1,16 +1,17 @@
-//! `sessionlog export-otlp`.
+//! `sessionlog export-otlp`: the log as OpenTelemetry GenAI spans, to an OTLP/HTTP receiver.
 
-use crate::args::{parse_headers, start_at};
+use crate::args::{Globals, parse_headers, start_at};
+use crate::output::Output;
+use crate::signal::shutdown_signal;
 use anyhow::{Context, Result};
 use sessionlog_export::{ExportOptions, export};
 use sessionlog_http::{CHECK_TIMEOUT, Readiness};
-use sessionlog_log::Settings;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// The `export-otlp` command's arguments.
 #[derive(Debug, clap::Args)]
-pub struct ExportArgs {
+pub struct Args {
     /// The receiver's OTLP/HTTP traces endpoint, path included, e.g.
     /// http://127.0.0.1:6006/v1/traces (Phoenix) or http://127.0.0.1:4318/v1/traces.
     #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
@@ -57,7 +58,8 @@ pub struct ExportArgs {
 }
 
 /// Runs the export until interrupted or caught up, and prints what it did.
-pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()> {
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let settings = &globals.settings;
     let start = match start_at(args.from_offsets.as_deref(), args.from_time.as_deref())? {
         Some(start) => Some(start),
         None if args.from_beginning => Some(sessionlog_log::StartAt::Beginning),
@@ -92,34 +94,30 @@ pub async fn run(settings: &Settings, args: ExportArgs, json: bool) -> Result<()
         ..ExportOptions::default()
     };
     tracing::info!(endpoint = %args.endpoint, group = %options.group_id, "exporting the log as OTLP spans");
-    let summary = export(settings, options, crate::signal::shutdown_signal())
+    let summary = export(settings, options, shutdown_signal())
         .await
         .with_context(|| format!("exporting to {}", args.endpoint))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        let lag = match (summary.lag_p50_ms, summary.lag_p99_ms) {
-            (Some(p50), Some(p99)) => format!("; lag p50 {p50:.0} ms, p99 {p99:.0} ms"),
-            _ => String::new(),
-        };
-        let rejected = match summary.rejected_spans {
-            0 => String::new(),
-            n => format!(", {n} rejected by the receiver (its log says why)"),
-        };
-        let withheld = match summary.content_withheld {
-            0 => String::new(),
-            n => format!(", {n} without the texts of sessions erased meanwhile"),
-        };
-        println!(
-            "exported {} spans{rejected}{withheld} from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
-            summary.spans,
-            summary.records,
-            summary.seconds,
-            summary.rebuilt_sessions,
-            summary.undecodable
-        );
-    }
-    Ok(())
+    let lag = match (summary.lag_p50_ms, summary.lag_p99_ms) {
+        (Some(p50), Some(p99)) => format!("; lag p50 {p50:.0} ms, p99 {p99:.0} ms"),
+        _ => String::new(),
+    };
+    let rejected = match summary.rejected_spans {
+        0 => String::new(),
+        n => format!(", {n} rejected by the receiver (its log says why)"),
+    };
+    let withheld = match summary.content_withheld {
+        0 => String::new(),
+        n => format!(", {n} without the texts of sessions erased meanwhile"),
+    };
+    let text = format!(
+        "exported {} spans{rejected}{withheld} from {} records in {:.1}s ({} sessions rebuilt first, {} records undecodable){lag}",
+        summary.spans,
+        summary.records,
+        summary.seconds,
+        summary.rebuilt_sessions,
+        summary.undecodable
+    );
+    Output::new(&summary, text)
 }
 
 /// Whether the receiver takes an (empty) export: what the export needs to make progress.

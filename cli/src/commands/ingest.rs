@@ -1,18 +1,27 @@
-//! `sessionlog ingest`: the HTTP ingest service, as a command.
+//! `sessionlog ingest`: the HTTP ingest service, until interrupted.
 
+use crate::args::Globals;
+use crate::output::Output;
+use crate::signal::shutdown_signal;
 use anyhow::{Context, Result};
 use sessionlog_http::Access;
 use sessionlog_ingest::Ingest;
-use sessionlog_log::Settings;
 use std::sync::Arc;
 
-/// Connects to the log and serves until `shutdown` completes, then flushes what is in flight.
-pub async fn run(
-    settings: &Settings,
+/// The arguments of `sessionlog ingest`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (default: `[ingest] listen`).
+    #[arg(long)]
     listen: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let listen = listen.unwrap_or_else(|| settings.ingest.listen.clone());
+}
+
+/// Connects to the log and serves until Ctrl-C or SIGTERM, then flushes what is in flight.
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let settings = &globals.settings;
+    let listen = args
+        .listen
+        .unwrap_or_else(|| settings.ingest.listen.clone());
     // Bound first: the port is held while connecting takes seconds, and a taken port is said
     // at once.
     let listener = tokio::net::TcpListener::bind(&listen)
@@ -25,6 +34,6 @@ pub async fn run(
         .await
         .context("connecting to the log and the projection (did you run `sessionlog init`?)")?;
     tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
-    ingest.serve(listener, shutdown).await?;
-    Ok(())
+    ingest.serve(listener, shutdown_signal()).await?;
+    Ok(Output::none())
 }

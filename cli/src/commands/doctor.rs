@@ -9,20 +9,21 @@
 //! prints them. It changes nothing, except that the clock probe appends a few records to a
 //! topic of its own (created once, an hour's retention; `--no-clock` skips it).
 
+use crate::args::Globals;
 use crate::exit;
-use anyhow::{Result, bail};
+use crate::output::Output;
+use anyhow::{Result, anyhow};
 use serde::Serialize;
 use sessionlog_log::cluster::{self, ApiVersionRange, BrokerClock};
 use sessionlog_log::topic::{self, TopicCheck};
 use sessionlog_log::{Resolution, ResolvedSetting, SettingSource, Settings};
 use sessionlog_store::nodes::{self, KeyspaceReplication};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 /// The `doctor` command's arguments.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
+pub struct Args {
     /// How long each server may take to answer before it counts as unreachable: `10s`,
     /// `500ms` (a bare number is seconds).
     #[arg(long, default_value = "10s", value_parser = crate::duration::parse)]
@@ -154,27 +155,23 @@ pub struct Problem {
 
 /// Runs `sessionlog doctor`: prints the report; exits 3 when a server did not answer, 1 when
 /// anything else is wrong, 0 when nothing is.
-pub async fn run(config: Option<&Path>, args: DoctorArgs, json: bool) -> Result<()> {
-    let resolution = Settings::resolve(config)?;
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
+    let resolution = Settings::resolve(globals.config.as_deref())?;
     let report = gather(&resolution, &args).await;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", human(&report));
-    }
+    let output = Output::new(&report, human(&report))?;
     let unreachable = report.problems.iter().filter(|p| p.unreachable).count();
     if unreachable > 0 {
-        return Err(anyhow::Error::new(exit::Unreachable(format!(
+        return Ok(output.fail(anyhow::Error::new(exit::Unreachable(format!(
             "{unreachable} server(s) did not answer; each is listed with its fix above"
-        ))));
+        )))));
     }
     if !report.healthy {
-        bail!(
+        return Ok(output.fail(anyhow!(
             "{} problem(s); each is listed with its fix above",
             report.problems.len()
-        );
+        )));
     }
-    Ok(())
+    Ok(output)
 }
 
 /// What one group of checks found.
@@ -242,7 +239,7 @@ impl Found {
     }
 }
 
-async fn gather(resolution: &Resolution, args: &DoctorArgs) -> Report {
+async fn gather(resolution: &Resolution, args: &Args) -> Report {
     let (kafka, registry, cql, otlp) = tokio::join!(
         kafka_checks(resolution, args),
         registry_checks(resolution, args),
@@ -294,7 +291,7 @@ fn change(resolution: &Resolution, key: &str) -> String {
     }
 }
 
-async fn kafka_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
+async fn kafka_checks(resolution: &Resolution, args: &Args) -> Found {
     let settings = &resolution.settings;
     let kafka = &settings.kafka;
     let mut found = Found::default();
@@ -496,7 +493,7 @@ fn api_summary(apis: &[ApiVersionRange]) -> String {
     )
 }
 
-async fn registry_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
+async fn registry_checks(resolution: &Resolution, args: &Args) -> Found {
     let settings = &resolution.settings.registry;
     let mut found = Found::default();
     let line = found.server("registry", "registry", &settings.url);
@@ -572,7 +569,7 @@ async fn registry_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
     found
 }
 
-async fn cql_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
+async fn cql_checks(resolution: &Resolution, args: &Args) -> Found {
     let settings = &resolution.settings;
     let mut found = Found::default();
     let keyspaces = [
@@ -660,7 +657,7 @@ async fn cql_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
             .find(|k| k.keyspace == name)
             .and_then(|k: &KeyspaceReplication| k.replication.clone())
     };
-    match crate::status::store_health(settings).await {
+    match super::status::store_health(settings).await {
         Ok(health) => {
             if health.state != "migrated" {
                 found.problem(
@@ -719,7 +716,7 @@ async fn cql_checks(resolution: &Resolution, args: &DoctorArgs) -> Found {
     found
 }
 
-async fn otlp_checks(args: &DoctorArgs) -> Found {
+async fn otlp_checks(args: &Args) -> Found {
     let mut found = Found::default();
     let Some(endpoint) = &args.otlp_endpoint else {
         found
