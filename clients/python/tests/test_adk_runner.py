@@ -140,29 +140,36 @@ def harness(
     return Harness("test_adk_runner.py", corner, token, counter[1], tool, effect, "--session", session, *extra)
 
 
+def crash(corner: StackCorner, token: str, counter: tuple[Counter, str], tool: str, session: str, point: str) -> None:
+    """Runs the harness until ``point`` of its first turn, and kills it there with kill -9."""
+    first = harness(corner, token, counter, tool, "NonIdempotent", session, "--hang", point)
+    assert first.next() == {"at": point}
+    first.kill()
+
+
+def resume(corner: StackCorner, token: str, counter: tuple[Counter, str], tool: str, session: str) -> dict[str, Any]:
+    """Runs a new harness process on ``session`` to its end; its last line."""
+    again = harness(corner, token, counter, tool, "NonIdempotent", session, "--resume")
+    line = again.next()
+    again.process.wait(timeout=60)
+    return line
+
+
 def test_a_killed_adk_runner_resumes_without_a_second_side_effect(corner: StackCorner, token: str, counter: tuple[Counter, str]) -> None:
     session = f"crash-{uuid.uuid4().hex[:8]}"
-    first = harness(corner, token, counter, "adk_charge", "NonIdempotent", session, "--hang", "after-record")
-    assert first.next() == {"at": "after-record"}
-    first.kill()
+    crash(corner, token, counter, "adk_charge", session, "after-record")
     assert counter[0].total("adk_charge") == 1
-    second = harness(corner, token, counter, "adk_charge", "NonIdempotent", session, "--resume")
-    done = second.next()
-    second.process.wait(timeout=60)
+    done = resume(corner, token, counter, "adk_charge", session)
     assert done["result"] == "counted: adk_charge effect #1", done
     assert counter[0].total("adk_charge") == 1, "the side effect happened exactly once"
 
 
 def test_a_killed_adk_runner_whose_call_is_in_doubt_waits_for_an_operator(corner: StackCorner, token: str, counter: tuple[Counter, str]) -> None:
     session = f"doubt-{uuid.uuid4().hex[:8]}"
-    first = harness(corner, token, counter, "adk_refund", "NonIdempotent", session, "--hang", "after-effect")
-    assert first.next() == {"at": "after-effect"}
-    first.kill()
+    crash(corner, token, counter, "adk_refund", session, "after-effect")
     assert counter[0].total("adk_refund") == 1
-    stopped = harness(corner, token, counter, "adk_refund", "NonIdempotent", session, "--resume")
-    line = stopped.next()
-    stopped.process.wait(timeout=60)
-    assert line["error"] == "NeedsResolution", line
+    stopped = resume(corner, token, counter, "adk_refund", session)
+    assert stopped["error"] == "NeedsResolution", stopped
     assert counter[0].total("adk_refund") == 1
     with sessionlog.Client(corner.ingest_url, corner.recovery_url, token=token) as harness_client:
         sid = harness_client.find(session_name(APP, USER, session))
@@ -170,9 +177,7 @@ def test_a_killed_adk_runner_whose_call_is_in_doubt_waits_for_an_operator(corner
     with sessionlog.Client(corner.ingest_url, corner.recovery_url, token=corner.token("operator", "reader")) as c:
         [call_seq] = [int(seq) for seq in c.session(sid).state["pending_calls"]]
         c.resolve(sid, call_seq, succeeded=True, output='"adk_refund effect #1"', reason="the ledger shows one refund")
-    resumed = harness(corner, token, counter, "adk_refund", "NonIdempotent", session, "--resume")
-    done = resumed.next()
-    resumed.process.wait(timeout=60)
+    done = resume(corner, token, counter, "adk_refund", session)
     assert done["result"] == "counted: adk_refund effect #1", done
     assert counter[0].total("adk_refund") == 1, "the operator's record stood in for a second run"
 

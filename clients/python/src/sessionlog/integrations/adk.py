@@ -588,16 +588,8 @@ class SessionlogSessionService(BaseSessionService):
                 self._revisions[sid], self._updated[sid] = ack.seq, created_at
                 self._owed[sid] = Owed(app_name, user_id, marker_of(sid, ack.seq), scopes, listed=given)
                 await self._pay(sid)
-            catalogue = await self._catalogue(app_name)
-            session = AdkSession(
-                id=given,
-                app_name=app_name,
-                user_id=user_id,
-                state=catalogue.merged(user_id, scopes.session),
-                last_update_time=created_at,
-            )
-            session._storage_update_marker = marker_of(sid, ack.seq)
-            return session
+            stored = StoredSession(sid, ack.seq, created=True, state=scopes.session, last_update_time=created_at)
+            return self._session(app_name, user_id, given, stored, await self._catalogue(app_name), [])
         raise errors.SessionlogError(f"ADK session {given!r} is being created and deleted by other processes; try again")
 
     def _session(self, app_name: str, user_id: str, session_id: str, stored: StoredSession, catalogue: Catalogue, events: list[AdkEvent]) -> AdkSession:
