@@ -21,4 +21,4 @@ export type { Plan, Usage } from "./session.js";
 export { argumentDigest, currentCall, decodeOutput, durableTool, namedArguments } from "./tools.js";
 export type { CallInfo, DurableToolOptions, Writer } from "./tools.js";
 export { MAX_WAIT, Worker } from "./worker.js";
-export type { Handler, WorkerOptions } from "./worker.js";
+export type { AsyncHandler, Handler, SyncHandler, WorkerOptions } from "./worker.js";

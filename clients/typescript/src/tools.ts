@@ -78,6 +78,25 @@ export interface DurableToolOptions<A extends unknown[]> {
   definitive?: readonly (abstract new (...args: never[]) => unknown)[];
 }
 
+/**
+ * A durable tool's name: the one given first, or `options.name`, or the function's own name
+ * (all that agree); a `TypeError` when there is none, or two disagree.
+ */
+export function toolName(given: string | undefined, options: { name?: string | undefined }, fn: { name: string }): string {
+  const names = [given, options.name].filter((n): n is string => n !== undefined);
+  if (names.some((n) => !n)) throw new TypeError("durableTool: a tool's name is not empty");
+  if (names.length === 2 && names[0] !== names[1]) {
+    throw new TypeError(`durableTool: two names for one tool: ${JSON.stringify(names[0])} and options.name ${JSON.stringify(names[1])}`);
+  }
+  const tool = names[0] ?? fn.name;
+  if (!tool) {
+    throw new TypeError(
+      'durableTool: the tool has no name: give it first (durableTool("refund", session, options, fn)), or as options.name, or pass a named function',
+    );
+  }
+  return tool;
+}
+
 /** A call's arguments as the log records them (see the module's doc). */
 export function namedArguments(args: readonly unknown[]): Record<string, unknown> {
   const [only] = args;
@@ -118,14 +137,29 @@ function failure(error: unknown): string {
 /**
  * Makes `fn` a durable tool of `session` (or of the session a function answers, for tools defined
  * before their session exists). Arguments and results are recorded as JSON.
+ *
+ * The tool's name in the log comes from the first argument (`durableTool("refund", session, ...)`),
+ * else from `options.name`, else from the function's own name (`async function refund(...)`); an
+ * anonymous function with none of them is refused here, when the tool is defined.
  */
+export function durableTool<A extends unknown[], R>(
+  name: string,
+  session: Writer | (() => Writer),
+  options: DurableToolOptions<A>,
+  fn: (...args: A) => R | Promise<R>,
+): (...args: A) => Promise<Awaited<R>>;
 export function durableTool<A extends unknown[], R>(
   session: Writer | (() => Writer),
   options: DurableToolOptions<A>,
   fn: (...args: A) => R | Promise<R>,
+): (...args: A) => Promise<Awaited<R>>;
+export function durableTool<A extends unknown[], R>(
+  ...given: [string, Writer | (() => Writer), DurableToolOptions<A>, (...args: A) => R | Promise<R>] |
+    [Writer | (() => Writer), DurableToolOptions<A>, (...args: A) => R | Promise<R>]
 ): (...args: A) => Promise<Awaited<R>> {
-  const tool = options.name ?? fn.name;
-  if (!tool) throw new TypeError("durableTool: an anonymous function needs `name`");
+  type Full = [string | undefined, Writer | (() => Writer), DurableToolOptions<A>, (...args: A) => R | Promise<R>];
+  const [named, session, options, fn] = (typeof given[0] === "string" ? given : [undefined, ...given]) as Full;
+  const tool = toolName(named, options, fn);
   const decode = options.decode ?? decodeOutput;
   const definitive = [ToolFailedDefinitively, ...(options.definitive ?? [])];
   const endsTheCall = (error: unknown, call: ToolCall) =>

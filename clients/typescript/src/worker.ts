@@ -39,8 +39,16 @@ const TIMEOUT_MARGIN = 5;
 // The shortest poll a worker makes: shorter is a loop that only asks.
 const MIN_WAIT = 0.1;
 
-/** What a worker's handler does with a session: an outcome to close it with, or nothing. */
-export type Handler = (session: Session, wake: Wake) => Promise<TerminalOutcome | undefined | void> | TerminalOutcome | undefined | void;
+/** What a worker's handler does with a session, awaited: an outcome to close it with, or nothing (the lease is released). */
+export type AsyncHandler = (session: Session, wake: Wake) => Promise<TerminalOutcome | undefined | void>;
+/** A handler that does not wait: an outcome to close the session with, or nothing. */
+export type SyncHandler = (session: Session, wake: Wake) => TerminalOutcome | undefined | void;
+/**
+ * What a worker's handler does with a session: an outcome to close it with, or nothing. (Two
+ * kinds, not one function type answering either: TypeScript then reads `return "Completed"` in an
+ * async handler as a `string`, which no outcome is.)
+ */
+export type Handler = AsyncHandler | SyncHandler;
 
 /** A worker's settings. */
 export interface WorkerOptions {
@@ -140,6 +148,8 @@ export class Worker {
    * Takes one session (waiting up to `wait` for it) and runs `handler` on it; whether there was
    * one. Errors of the poll are thrown; the handler's are reported.
    */
+  runOne(handler: AsyncHandler): Promise<boolean>;
+  runOne(handler: SyncHandler): Promise<boolean>;
   async runOne(handler: Handler): Promise<boolean> {
     const taken = await this.take();
     if (taken === undefined) return false;
@@ -162,11 +172,13 @@ export class Worker {
    * a backoff (up to `maxBackoff` seconds, with jitter); one that no retry mends (a credential
    * without the harness role, a bad agent name) is thrown.
    */
+  run(handler: AsyncHandler, options?: { signal?: AbortSignal }): Promise<void>;
+  run(handler: SyncHandler, options?: { signal?: AbortSignal }): Promise<void>;
   async run(handler: Handler, options: { signal?: AbortSignal } = {}): Promise<void> {
     const signal = options.signal;
     while (!signal?.aborted) {
       try {
-        await this.runOne(handler);
+        await this.runOne(handler as AsyncHandler);
         this.failures = 0;
       } catch (e) {
         if (fatal(e) || !(e instanceof errors.SessionlogError)) throw e;

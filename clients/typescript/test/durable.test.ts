@@ -123,3 +123,25 @@ test("a call whose answer was lost is settled by resume: kill -9 between the cal
     assert.equal(await total(c.counterUrl, "charge"), 1, "the operator's record stood in for a second run");
   });
 });
+
+test("a tool's name comes first, or from options.name, or from the function; an anonymous tool is refused when it is defined", async () => {
+  const session = await Session.start(client, "ts-durable", { title: "names" });
+  const tools: string[] = [];
+  const recordTool = async () => {
+    tools.push(currentCall().tool);
+    return "ok";
+  };
+  await durableTool("first_given", session, { effect: "Pure" }, async (_n: number) => recordTool())(1);
+  await durableTool(session, { effect: "Pure", name: "in_options" }, async (_n: number) => recordTool())(1);
+  async function ownName(_n: number) {
+    return recordTool();
+  }
+  await durableTool(session, { effect: "Pure" }, ownName)(1);
+  assert.deepEqual(tools, ["first_given", "in_options", "ownName"]);
+  // Refused at definition, before anything is sent: no name, or two that disagree.
+  const before = session.ledger.nextSeq;
+  assert.throws(() => durableTool(session, { effect: "Pure" }, async (_n: number) => "anonymous"), /has no name/);
+  assert.throws(() => durableTool("a", session, { effect: "Pure", name: "b" }, async (_n: number) => "two names"), /two names/);
+  assert.equal(session.ledger.nextSeq, before, "nothing was written for the refused tools");
+  await session.close("Completed");
+});

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 import { after } from "node:test";
-import { Client, InvalidArgument, Session, Worker, currentCall, durableTool, type Wake } from "../src/index.js";
+import { Client, InvalidArgument, Session, Worker, currentCall, durableTool, type AsyncHandler, type Wake } from "../src/index.js";
 import { perform } from "./support/counter.js";
 import { Harness } from "./support/harness.js";
 import { faultyProxy } from "./support/proxy.js";
@@ -46,13 +46,13 @@ async function killedAfterEffect(agent: string, tool: string): Promise<{ session
 }
 
 /** The handler both tests run: the killed harness's call again (the same key), then done. */
-function finishing(tool: string, ran: { sessionId: string; epoch: number; wake: Wake; output: string; at: number }[]) {
+function finishing(tool: string, ran: { sessionId: string; epoch: number; wake: Wake; output: string; at: number }[]): AsyncHandler {
   return async (session: Session, wake: Wake) => {
     const count = durableTool(session, { effect: "Idempotent", name: tool, key: (n: number) => `${session.sessionId}-${n}` }, (_n: number) =>
       perform(c.counterUrl, tool, currentCall().idempotencyKey),
     );
     ran.push({ sessionId: session.sessionId, epoch: session.ledger.epoch, wake, output: await count(1), at: Date.now() });
-    return "Completed" as const;
+    return "Completed"; // an outcome as a plain literal: the handler types read it as one
   };
 }
 

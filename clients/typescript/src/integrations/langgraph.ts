@@ -46,7 +46,9 @@ import type { Client } from "../client.js";
 import { AlreadyStarted, Fenced, SessionlogError, UnknownSession } from "../errors.js";
 import { textOf, type HistoryEvent } from "../models.js";
 import { Session, awaitProjected, frameworkState } from "../session.js";
-import { durableTool, type DurableToolOptions } from "../tools.js";
+import { AsyncLocalStorageProviderSingleton } from "@langchain/core/singletons";
+
+import { durableTool, toolName, type DurableToolOptions } from "../tools.js";
 
 /** The framework name of the saver's `FrameworkStateSaved` events. */
 export const FRAMEWORK = "langgraph";
@@ -401,21 +403,28 @@ export class SessionlogSaver extends BaseCheckpointSaver {
   /**
    * `fn` as a durable tool of the running graph's thread (see the package's `durableTool`): when
    * LangGraph runs an interrupted node again (after a crash, in a new process), a call whose
-   * result the log holds answers it without running `fn` again. A node passes its `config`:
-   * `await refund({ order }, config)`. Give `key` (the call's identity): by default calls are
-   * counted per writer of the thread, not per task as the Python saver counts them.
+   * result the log holds answers it without running `fn` again. Call it from a node: the thread
+   * is the running graph's (LangGraph's current config), or the one of the `config` a node passes
+   * as the second argument (`await refund({ order }, config)`). The name is given first, or as
+   * `options.name`, or is the function's own. Give `key` (the call's identity): by default calls
+   * are counted per writer of the thread, not per task as the Python saver counts them.
    */
+  durableTool<A, R>(name: string, options: DurableToolOptions<[A]>, fn: (args: A) => R | Promise<R>): (args: A, config?: RunnableConfig) => Promise<Awaited<R>>;
+  durableTool<A, R>(options: DurableToolOptions<[A]>, fn: (args: A) => R | Promise<R>): (args: A, config?: RunnableConfig) => Promise<Awaited<R>>;
   durableTool<A, R>(
-    options: DurableToolOptions<[A]> & { name: string },
-    fn: (args: A) => R | Promise<R>,
-  ): (args: A, config: RunnableConfig) => Promise<Awaited<R>> {
+    ...given: [string, DurableToolOptions<[A]>, (args: A) => R | Promise<R>] | [DurableToolOptions<[A]>, (args: A) => R | Promise<R>]
+  ): (args: A, config?: RunnableConfig) => Promise<Awaited<R>> {
+    type Full = [string | undefined, DurableToolOptions<[A]>, (args: A) => R | Promise<R>];
+    const [named, options, fn] = (typeof given[0] === "string" ? given : [undefined, ...given]) as Full;
+    const tool = toolName(named, options, fn);
     const wrapped = new Map<Session, (args: A) => Promise<Awaited<R>>>();
-    return async (args: A, config: RunnableConfig): Promise<Awaited<R>> => {
-      const name = threadName(requiredThread(config, `durable tool ${options.name}`));
+    return async (args: A, config?: RunnableConfig): Promise<Awaited<R>> => {
+      const running = (config ?? AsyncLocalStorageProviderSingleton.getRunnableConfig()) as RunnableConfig | undefined;
+      const name = threadName(requiredThread(running ?? {}, `durable tool ${tool} (called outside a graph's node: pass the node's config)`));
       // Taken under the thread's turn: LangGraph saves the thread's writes while its nodes run.
       const writer = (await this.turn(name, () => this.writer(name)))!;
       let call = wrapped.get(writer);
-      if (call === undefined) wrapped.set(writer, (call = durableTool<[A], R>(writer, options, fn)));
+      if (call === undefined) wrapped.set(writer, (call = durableTool<[A], R>(tool, writer, options, fn)));
       return call(args);
     };
   }

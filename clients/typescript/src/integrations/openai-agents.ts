@@ -25,10 +25,15 @@
  * instead of a second side effect. The SDK's items of such a call are kept whole on their own (the
  * wrapper's records are the log's account of the call), and the wrapper's records are no items.
  *
+ * The SDK writes a run's input only with its results, at the end of a run that is not streamed:
+ * a process killed mid-run would lose what the user said. `addInput` records it first; then the
+ * run is given no new input, and a new process after a crash runs the very same call:
+ *
  *     const session = new SessionlogSession("user-42", new Client({ token }), { writer: "support-bot" });
  *     const refund = tool({ name: "refund", parameters, execute: session.durableTool(
- *       { name: "refund", effect: "Idempotent", key: ({ order }) => `refund-${order}` }, doRefund) });
- *     await run(agent, "Refund order 4711", { session });
+ *       "refund", { effect: "Idempotent", key: ({ order }) => `refund-${order}` }, doRefund) });
+ *     await session.addInput("Refund order 4711");
+ *     await run(agent, [], { session });
  */
 
 import { randomUUID } from "node:crypto";
@@ -40,7 +45,7 @@ import { SessionlogError } from "../errors.js";
 import type { Event, ToolCall } from "../ledger.js";
 import { textOf, type EffectClass, type HistoryEvent } from "../models.js";
 import { Session, awaitProjected, frameworkState, modelResponse, retraction, toolCall, toolResult, userRequest } from "../session.js";
-import { durableTool, type DurableToolOptions } from "../tools.js";
+import { durableTool, toolName, type DurableToolOptions } from "../tools.js";
 
 /** Who the retractions name. */
 export const RETRACTED_BY = "openai-agents:pop_item";
@@ -131,21 +136,38 @@ export class SessionlogSession implements AgentsSession {
   }
 
   /**
-   * `fn` as a durable tool of this session, for a function tool's `execute`: a call whose result
-   * the log holds answers it without running `fn` again (see the package's `durableTool`).
-   * `options.name` is the tool's name as the model calls it.
+   * Records what the user said (a text, or input items) in the session now, before the run: the
+   * SDK writes a non-streamed run's input only with its results, when the run ends, so a process
+   * killed mid-run would lose it. Then run with no new input, `run(agent, [], { session })`,
+   * which is also what a new process runs after a crash: the model reads the whole conversation
+   * from the session.
    */
+  addInput(input: string | AgentInputItem[]): Promise<void> {
+    const items = typeof input === "string" ? [{ type: "message", role: "user", content: input } as AgentInputItem] : input;
+    return this.addItems(items);
+  }
+
+  /**
+   * `fn` as a durable tool of this session, for a function tool's `execute`: a call whose result
+   * the log holds answers it without running `fn` again (see the package's `durableTool`). The
+   * name is the tool's name as the model calls it (the SDK tool's `name`): given first, or as
+   * `options.name`, or the function's own name.
+   */
+  durableTool<A, R>(name: string, options: DurableToolOptions<[A]>, fn: (args: A) => R | Promise<R>): (args: A) => Promise<Awaited<R>>;
+  durableTool<A, R>(options: DurableToolOptions<[A]>, fn: (args: A) => R | Promise<R>): (args: A) => Promise<Awaited<R>>;
   durableTool<A, R>(
-    options: DurableToolOptions<[A]> & { name: string },
-    fn: (args: A) => R | Promise<R>,
+    ...given: [string, DurableToolOptions<[A]>, (args: A) => R | Promise<R>] | [DurableToolOptions<[A]>, (args: A) => R | Promise<R>]
   ): (args: A) => Promise<Awaited<R>> {
-    this.durable.add(options.name);
-    this.toolEffects[options.name] = options.effect;
+    type Full = [string | undefined, DurableToolOptions<[A]>, (args: A) => R | Promise<R>];
+    const [named, options, fn] = (typeof given[0] === "string" ? given : [undefined, ...given]) as Full;
+    const name = toolName(named, options, fn);
+    this.durable.add(name);
+    this.toolEffects[name] = options.effect;
     let wrapped: { writer: Session; call: (args: A) => Promise<Awaited<R>> } | undefined;
     // Only the model's arguments: the SDK passes its run context and call details after them.
     return async (args: A): Promise<Awaited<R>> => {
       const writer = await this.open();
-      if (wrapped?.writer !== writer) wrapped = { writer, call: durableTool<[A], R>(writer, options, fn) };
+      if (wrapped?.writer !== writer) wrapped = { writer, call: durableTool<[A], R>(name, writer, options, fn) };
       return wrapped.call(args);
     };
   }

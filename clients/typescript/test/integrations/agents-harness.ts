@@ -7,7 +7,8 @@
  *   node --import tsx agents-harness.ts --ingest URL --recovery URL --token T --service URL --tool NAME
  *       --effect EFFECT --session ID [--hang after-intent|after-effect] [--resume]
  *
- * Prints JSON lines: {"at": POINT}, then {"result": FINAL_OUTPUT, "items": [...]} or {"error": CLASS}.
+ * Prints JSON lines: {"at": POINT}, then {"result": FINAL_OUTPUT, "items": [...], "modelInput": [...]} (what this
+ * process's first model call was given) or {"error": CLASS}.
  */
 import { randomUUID } from "node:crypto";
 import { Agent, run, setTracingDisabled, tool } from "@openai/agents-core";
@@ -33,7 +34,8 @@ const count = tool({
   description: "Counts once in the counter service.",
   parameters: z.object({ n: z.number() }),
   execute: session.durableTool(
-    { name, effect: a.effect, key: ({ n }: { n: number }) => `${sessionId}-${n}` },
+    name,
+    { effect: a.effect, key: ({ n }: { n: number }) => `${sessionId}-${n}` },
     async (_args: { n: number }) => {
       await hangIf("after-intent");
       const output = await perform(a.service, name, currentCall().idempotencyKey);
@@ -46,8 +48,10 @@ const count = tool({
 const model = new ScriptedModel([[functionCall(name, { n: 1 }, { callId: `call-${randomUUID().slice(0, 8)}` })], [assistantMessage("counted")]]);
 const agent = new Agent({ name: "counter", instructions: "Count once.", model, tools: [count] });
 try {
-  const result = await run(agent, a.resume ? [] : "count once", { session });
-  say({ result: result.finalOutput, items: await session.getItems() });
+  // What the user said goes into the log before the run; a resumed run is the same call.
+  if (!a.resume) await session.addInput("count once");
+  const result = await run(agent, [], { session });
+  say({ result: result.finalOutput, items: await session.getItems(), modelInput: model.firstCall?.request.input });
 } catch (e) {
   if (!(e instanceof SessionlogError)) throw e;
   say({ error: e.name, detail: e.message });

@@ -36,7 +36,13 @@ for (const [script, what] of [["agents-harness.ts", "an Agents SDK run"], ["grap
       assert.equal(await effects(tool, `${id}-1`), 1, "exactly one side effect");
       const said = JSON.stringify(line);
       assert.ok(said.includes(`${tool} effect #1`), `the resumed run answered the one effect: ${said}`);
-      if (script === "agents-harness.ts") assert.equal((line as { result: unknown }).result, "counted");
+      if (script === "agents-harness.ts") {
+        const { result, items, modelInput } = line as { result: unknown; items: { role?: string; content?: unknown }[]; modelInput: unknown };
+        assert.equal(result, "counted");
+        // What the user said before the crash is in the session, and the resumed run's model read it.
+        assert.deepEqual(items.filter((i) => i.role === "user").map((i) => i.content), ["count once"], JSON.stringify(items));
+        assert.ok(JSON.stringify(modelInput).includes("count once"), `the resumed model call's input: ${JSON.stringify(modelInput)}`);
+      }
     });
   }
 }

@@ -24,7 +24,8 @@ const threadId = a.session!;
 const name = a.tool;
 const saver = new SessionlogSaver(client, { writer: "graph-harness" });
 const count = saver.durableTool(
-  { name, effect: a.effect, key: ({ n }: { n: number }) => `${threadId}-${n}` },
+  name,
+  { effect: a.effect, key: ({ n }: { n: number }) => `${threadId}-${n}` },
   async (_args: { n: number }) => {
     await hangIf("after-intent");
     const output = await perform(a.service, name, currentCall().idempotencyKey);
@@ -34,7 +35,8 @@ const count = saver.durableTool(
 );
 const State = Annotation.Root({ n: Annotation<number>, output: Annotation<string> });
 const graph = new StateGraph(State)
-  .addNode("count", async (state, config) => ({ output: await count({ n: state.n }, config) }))
+  // No config passed: the saver finds the thread in LangGraph's current config.
+  .addNode("count", async (state) => ({ output: await count({ n: state.n }) }))
   .addEdge(START, "count")
   .addEdge("count", END)
   .compile({ checkpointer: saver });
