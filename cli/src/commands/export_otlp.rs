@@ -9,6 +9,10 @@ use sessionlog_http::{CHECK_TIMEOUT, Readiness};
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::export";
+
 /// The `export-otlp` command's arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -93,7 +97,7 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
         batch_wait: Duration::from_millis(50),
         ..ExportOptions::default()
     };
-    tracing::info!(endpoint = %args.endpoint, group = %options.group_id, "exporting the log as OTLP spans");
+    tracing::info!(target: LOG_TARGET, endpoint = %args.endpoint, group = %options.group_id, "exporting the log as OTLP spans");
     let summary = export(settings, options, shutdown_signal())
         .await
         .with_context(|| format!("exporting to {}", args.endpoint))?;

@@ -8,6 +8,10 @@ use sessionlog_http::Access;
 use sessionlog_ingest::Ingest;
 use std::sync::Arc;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::ingest";
+
 /// The arguments of `sessionlog ingest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -33,7 +37,7 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     let ingest = Ingest::connect(settings, access)
         .await
         .context("connecting to the log and the projection (did you run `sessionlog init`?)")?;
-    tracing::info!(%listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
+    tracing::info!(target: LOG_TARGET, %listen, topic = %settings.kafka.topic, "ingest serving; Ctrl-C or SIGTERM stops it");
     ingest.serve(listener, shutdown_signal()).await?;
     Ok(Output::none())
 }

@@ -12,6 +12,10 @@ use sessionlog_mcp::{Reader, Target};
 use sessionlog_recovery::{Recovery, Scope};
 use std::sync::Arc;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::mcp";
+
 /// Where the MCP endpoint listens when `--listen` is not given.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8097";
 
@@ -67,7 +71,7 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
         authorization_servers: args.authorization_servers,
     };
     let router = sessionlog_mcp::http::router(reader, access, options);
-    tracing::info!(address = %bound, "MCP server listening at /mcp");
+    tracing::info!(target: LOG_TARGET, address = %bound, "MCP server listening at /mcp");
     sessionlog_mcp::http::serve(listener, router, shutdown_signal()).await?;
     Ok(Output::none())
 }

@@ -7,6 +7,10 @@ use anyhow::{Context, Result};
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::commands";
+
 /// The arguments of `sessionlog project`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -36,7 +40,7 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
         let store = projector.store().context("the projector's store")?.clone();
         crate::serve::serve_metrics(&listen, settings, store, projector.health()).await?;
     }
-    tracing::info!(topic = %settings.kafka.topic, "projector running; Ctrl-C or SIGTERM stops it");
+    tracing::info!(target: LOG_TARGET, topic = %settings.kafka.topic, "projector running; Ctrl-C or SIGTERM stops it");
     projector.run(shutdown_signal()).await?;
     Ok(Output::none())
 }

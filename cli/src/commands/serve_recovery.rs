@@ -7,6 +7,10 @@ use anyhow::{Context, Result};
 use sessionlog_http::Access;
 use std::sync::Arc;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::recovery";
+
 /// The arguments of `sessionlog serve-recovery`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,10 +43,10 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     // Said once, by the service that would sign: the one-shot commands that sign fail naming
     // the setting instead, and the others never need the key.
     if !recovery.notary().can_sign() {
-        tracing::warn!("{}", sessionlog_recovery::notary::Notary::UNSIGNED_WARNING);
+        tracing::warn!(target: LOG_TARGET, "{}", sessionlog_recovery::notary::Notary::UNSIGNED_WARNING);
     }
     let app = sessionlog_recovery::http::router(recovery, metrics, access);
-    tracing::info!(%address, "recovery service listening");
+    tracing::info!(target: LOG_TARGET, %address, "recovery service listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;

@@ -8,6 +8,10 @@ use sessionlog_http::Readiness;
 use sessionlog_store::ProjectionStore;
 use sessionlog_wake::WakeService;
 
+/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
+/// collectors know them by, kept when the command's code moves.
+const LOG_TARGET: &str = "sessionlog_cli::wake";
+
 /// The arguments of `sessionlog wake`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -38,7 +42,7 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     let service = WakeService::new(settings)
         .await
         .context("starting the wake component (did you run `sessionlog init`?)")?;
-    tracing::info!(topic = %settings.kafka.topic, "wake component running; Ctrl-C or SIGTERM stops it");
+    tracing::info!(target: LOG_TARGET, topic = %settings.kafka.topic, "wake component running; Ctrl-C or SIGTERM stops it");
     service.run(shutdown_signal()).await?;
     Ok(Output::none())
 }
