@@ -1086,10 +1086,10 @@ async fn close(
         Ok(writer.close(request.outcome, request.reason).await?)
     })
     .await?;
-    // The end is the session's: its lease goes with it. Not releasing it leaves a lease that
-    // lapses after its TTL, so a failure here does not fail the close.
+    // The end is the session's: its lease records go with it. Not removing them leaves a lease
+    // that lapses after its TTL, so a failure here does not fail the close.
     if ingest.log.lease_ttl().is_some()
-        && let Err(e) = ingest.log.release_lease(session).await
+        && let Err(e) = ingest.log.end_leases(session, request.epoch).await
     {
         tracing::warn!(%session, error = %e, "the ended session's lease was not released");
     }
@@ -1227,9 +1227,10 @@ async fn renew_lease(
     ))
 }
 
-/// Releases the writer lease of the session's current epoch (a tombstone in the lease
-/// topic): for a harness that stops running the session without ending it (`/close` releases
-/// it too). A released or lapsed lease says no harness is running the session.
+/// Releases the writer lease of the session's current epoch (a release of that epoch in the
+/// lease topic, which hides no later epoch's lease): for a harness that stops running the
+/// session without ending it (`/close` releases it too). A released or lapsed lease says no
+/// harness is running the session.
 #[utoipa::path(
     delete,
     path = "/sessions/{session_id}/lease",
@@ -1257,9 +1258,15 @@ async fn release_lease(
     let token = writer_token(&headers)?;
     lease_ttl(&ingest)?;
     with_writer(&ingest, &caller, session, async |writer| {
-        // Only the current epoch's writer releases: a fenced one would release its successor's.
+        // Only the current epoch's writer releases. (A release is of its epoch alone: one that
+        // lands after a claim made meanwhile does not hide the claimant's lease.)
         check_epoch_now(writer, query.epoch, token).await?;
-        Ok(ingest.log.release_lease(session).await?)
+        let state = writer.state();
+        let holder = state.writer.as_ref().or(state.agent.as_ref());
+        Ok(ingest
+            .log
+            .release_lease(session, query.epoch, holder.map_or("", String::as_str))
+            .await?)
     })
     .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -5,6 +5,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
 use sessionlog_keys::Keyring;
+use sessionlog_log::lease::Release;
 use sessionlog_log::retry::{self, Retryable};
 use sessionlog_log::{
     KafkaSettings, Lease, LogTail, PartitionReader, Settings, Start, TailOptions, partitioner,
@@ -170,16 +171,35 @@ impl EventLog {
         self.lease_ttl
     }
 
-    /// Writes `lease` to the lease topic (keyed and partitioned as its session's events) and
-    /// waits for the ack. Liveness only: it changes nothing about who may write.
+    /// Writes `lease` to the lease topic (keyed by its session and epoch, partitioned as its
+    /// session's events) and waits for the ack. Liveness only: it changes nothing about who
+    /// may write.
     pub async fn put_lease(&self, lease: &Lease) -> Result<()> {
-        self.send_lease(lease.session_id, Some(&lease.encode()))
+        self.send_lease(lease.session_id, &lease.key(), Some(&lease.encode()))
             .await
     }
 
-    /// Writes the tombstone that releases `session`'s lease, and waits for the ack.
-    pub async fn release_lease(&self, session: SessionId) -> Result<()> {
-        self.send_lease(session, None).await
+    /// Writes the record that releases `writer`'s lease on `session` at `epoch`, and waits for
+    /// the ack. It releases that epoch's lease only: landing after a later epoch's lease (the
+    /// releasing writer was fenced meanwhile), it hides nothing.
+    pub async fn release_lease(
+        &self,
+        session: SessionId,
+        epoch: Epoch,
+        writer: &str,
+    ) -> Result<()> {
+        let release = Release::new(session, writer, epoch, sessionlog_schemas::now_micros());
+        self.send_lease(session, &release.key(), Some(&release.encode()))
+            .await
+    }
+
+    /// Removes the lease records of `session`, which ended at `epoch` (tombstones on
+    /// [`sessionlog_log::lease::end_keys`]), and waits for the acks: nothing runs an ended
+    /// session again, and the lease topic keeps no record of it.
+    pub async fn end_leases(&self, session: SessionId, epoch: Epoch) -> Result<()> {
+        let keys = sessionlog_log::lease::end_keys(session, epoch);
+        let sent = keys.iter().map(|key| self.send_lease(session, key, None));
+        futures::future::try_join_all(sent).await.map(drop)
     }
 
     /// Writes `wake` to the wake topic (keyed and partitioned as its session's events, so a
@@ -198,7 +218,7 @@ impl EventLog {
         Ok(writer.put(wake).await?)
     }
 
-    async fn send_lease(&self, session: SessionId, value: Option<&[u8]>) -> Result<()> {
+    async fn send_lease(&self, session: SessionId, key: &str, value: Option<&[u8]>) -> Result<()> {
         let topic = self.kafka.lease_topic();
         self.lease_topic_checked
             .get_or_try_init(|| async {
@@ -215,10 +235,9 @@ impl EventLog {
                 }
             })
             .await?;
-        let key = partitioner::session_key(session);
         let mut record = FutureRecord::<str, [u8]>::to(&topic)
             .partition(self.partition_of(session))
-            .key(&key);
+            .key(key);
         if let Some(value) = value {
             record = record.payload(value);
         }

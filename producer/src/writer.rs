@@ -122,13 +122,17 @@ pub struct SessionWriter {
     _seen: crate::event_log::WriterSeen,
 }
 
-/// A writer's lease renewal task: stopped when dropped (with its writer), without a tombstone,
+/// A writer's lease renewal task: stopped when dropped (with its writer), without a release,
 /// so a writer dropped without [`SessionWriter::close`] leaves a lease that lapses after its TTL.
-struct LeaseRenewal(tokio::task::JoinHandle<()>);
+struct LeaseRenewal {
+    task: tokio::task::JoinHandle<()>,
+    /// The name the lease is held in (its release names it too).
+    holder: String,
+}
 
 impl Drop for LeaseRenewal {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -486,15 +490,15 @@ impl SessionWriter {
             }
         };
         let log = Arc::clone(&self.log);
-        let holder = holder.to_string();
-        self.lease = Some(LeaseRenewal(tokio::spawn(async move {
+        let name = holder.to_string();
+        let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 // Fenced through this process: the lease is the new writer's to hold.
                 if log.highest_epoch_seen(session).is_some_and(|e| e > epoch) {
                     return;
                 }
-                let renewal = renewed_lease(session, &holder, epoch, ttl);
+                let renewal = renewed_lease(session, &name, epoch, ttl);
                 let written = match renewal {
                     Ok(lease) => log.put_lease(&lease).await,
                     Err(e) => Err(e),
@@ -504,7 +508,11 @@ impl SessionWriter {
                     tracing::warn!(%session, epoch, error = %e, "lease renewal failed");
                 }
             }
-        })));
+        });
+        self.lease = Some(LeaseRenewal {
+            task,
+            holder: holder.to_string(),
+        });
         Ok(Some(lease))
     }
 
@@ -513,21 +521,28 @@ impl SessionWriter {
         self.lease.is_some()
     }
 
-    /// Stops renewing this writer's lease and releases it (a tombstone in the lease topic),
-    /// unless the log shows a later epoch (the lease is then the new writer's, and is left
-    /// alone). For a harness that stops running a session without ending it.
+    /// Stops renewing this writer's lease and releases it (a release of its epoch in the lease
+    /// topic), unless the log shows a later epoch (the lease is then the new writer's, and is
+    /// left alone). For a harness that stops running a session without ending it. A release
+    /// that lands after a later epoch's lease all the same (a claim between the check and the
+    /// write) releases only this writer's epoch: readers keep the later one.
     pub async fn release_lease(&mut self) -> Result<()> {
-        if self.lease.take().is_none() {
+        let Some(mut renewal) = self.lease.take() else {
             return Ok(());
-        }
+        };
+        // Stopped first: a renewal after the release would hold the lease again.
+        let holder = std::mem::take(&mut renewal.holder);
+        drop(renewal);
         self.refresh().await?;
         if self.state.epoch > self.epoch {
             return Ok(());
         }
-        self.log.release_lease(self.session_id()).await
+        self.log
+            .release_lease(self.session_id(), self.epoch, &holder)
+            .await
     }
 
-    /// Stops the lease renewal, without a tombstone, once this writer's state shows a later
+    /// Stops the lease renewal, without a release, once this writer's state shows a later
     /// epoch than its own: it was fenced.
     fn drop_lease_if_fenced(&mut self) {
         if self.state.epoch > self.epoch {
@@ -940,9 +955,9 @@ impl SessionWriter {
             self.lease = None;
         }
         let ended = ended?;
-        // The end is the session's: its lease goes with it.
+        // The end is the session's: its lease records go with it.
         if self.lease.take().is_some() {
-            self.log.release_lease(self.session_id()).await?;
+            self.log.end_leases(self.session_id(), self.epoch).await?;
         }
         Ok(ended)
     }

@@ -322,9 +322,8 @@ impl WakeService {
     }
 
     fn on_lease(&mut self, partition: i32, key: Option<&[u8]>, value: Option<&[u8]>) {
-        let session = key
-            .and_then(|k| std::str::from_utf8(k).ok())
-            .and_then(|k| k.parse::<SessionId>().ok());
+        // Keyed by session and epoch (an older build's by session alone).
+        let session: Option<SessionId> = key.and_then(sessionlog_log::lease::session_of_key);
         match session {
             Some(session) => self.watches.on_lease(partition, session, value),
             None => tracing::warn!(partition, "a lease record without a session key; skipped"),

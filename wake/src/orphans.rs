@@ -3,11 +3,10 @@
 
 use crate::Result;
 use serde::Serialize;
-use sessionlog_log::lease::later;
-use sessionlog_log::{Lease, PartitionReader, Settings};
+use sessionlog_log::lease::LeaseTable;
+use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_schemas::{Micros, SessionId, now_micros};
 use sessionlog_store::ProjectionStore;
-use std::collections::HashMap;
 
 /// A session whose writer's lease lapsed.
 #[derive(Clone, Debug, Serialize)]
@@ -40,20 +39,18 @@ pub async fn orphaned(
     let topic = kafka.lease_topic();
     let partitions = sessionlog_log::topic::partition_count(kafka, &topic).await?;
     let reader = PartitionReader::for_compacted(kafka, &topic)?;
-    let mut leases: HashMap<Vec<u8>, Option<Lease>> = HashMap::new();
+    // A session's records are keyed by epoch: the table keeps its highest epoch's.
+    let mut leases = LeaseTable::default();
     for partition in 0..partitions {
         reader
             .read_to_end(partition, 0, |record| {
-                if let Some(key) = record.key.clone() {
-                    let held = leases.remove(&key).flatten();
-                    leases.insert(key, later(held, record.payload.as_deref()));
-                }
+                leases.apply(record.key.as_deref(), record.payload.as_deref());
             })
             .await?;
     }
     let now = now_micros();
     let mut orphans = Vec::new();
-    for lease in leases.into_values().flatten() {
+    for lease in leases.into_leases() {
         if lease.is_live(now) {
             continue;
         }

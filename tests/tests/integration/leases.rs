@@ -514,3 +514,41 @@ async fn a_harness_killed_with_sigkill_leaves_a_lease_that_stops_being_live_afte
     ensure!(lapsed.expires_at <= left.expires_at + 1_000 * TTL_MS as i64 / 3);
     Ok(())
 }
+
+/// The release race: a writer decides to release its lease (the log shows no later epoch
+/// yet), another process claims the session and holds its own lease, and the first writer's
+/// release reaches the lease topic only after that lease. The release names the epoch it
+/// releases: it does not hide the successor's lease, which readers still show as held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_landing_after_the_successors_lease_does_not_hide_it() -> Result<()> {
+    let stack = stack("lease_release_race").await?;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut old, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = old.session_id();
+    old.hold_lease("old").await?;
+    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut new, _) = SessionWriter::claim(other, session, "new").await?;
+    let held = new.hold_lease("new").await?.context("leases on")?;
+    ensure!(held.epoch == 2);
+    // The old writer's release, decided before the claim, lands now.
+    drop(old);
+    log.release_lease(session, 1, "old").await?;
+    let lease = lease_of(&stack, session)
+        .await?
+        .context("the successor's lease is hidden by the old writer's release")?;
+    ensure!(
+        (lease.writer.as_str(), lease.epoch) == ("new", 2),
+        "{lease:?}"
+    );
+    ensure!(lease.is_live(now_micros()), "{lease:?}");
+    // Released by its holder, it is gone; a renewal of the old epoch landing after that (a
+    // fenced writer that has not learnt it yet) does not take the session back.
+    new.release_lease().await?;
+    ensure!(lease_of(&stack, session).await?.is_none(), "released");
+    let late = Lease::renewed(session, "old", 1, now_micros(), Duration::from_secs(60))
+        .context("fits")?;
+    log.put_lease(&late).await?;
+    let shown = lease_of(&stack, session).await?;
+    ensure!(shown.is_none(), "a fenced writer's renewal shown: {shown:?}");
+    Ok(())
+}

@@ -195,9 +195,10 @@ export interface paths {
          */
         post: operations["renew_lease"];
         /**
-         * Releases the writer lease of the session's current epoch (a tombstone in the lease
-         *     topic): for a harness that stops running the session without ending it (`/close` releases
-         *     it too). A released or lapsed lease says no harness is running the session.
+         * Releases the writer lease of the session's current epoch (a release of that epoch in the
+         *     lease topic, which hides no later epoch's lease): for a harness that stops running the
+         *     session without ending it (`/close` releases it too). A released or lapsed lease says no
+         *     harness is running the session.
          */
         delete: operations["release_lease"];
         options?: never;
