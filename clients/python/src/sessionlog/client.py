@@ -13,6 +13,7 @@ waiting (the routes, decoding, the retry policy) is in ``_api`` and ``_Base``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -36,6 +37,10 @@ from .models import (
 )
 
 T = TypeVar("T")
+
+#: The backoff's base wait is `multiplier` from tenacity 9.2 (which deprecates `initial`), and
+#: `initial` before it: the package accepts any tenacity 9 (google-adk's google-genai holds it below 9.2).
+_JITTER_BASE = "multiplier" if "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters else "initial"
 
 #: A writer token (see ``Opened.writer_token``); ``None`` sends no header.
 Token = str | None
@@ -77,7 +82,7 @@ class _Base:
         # tenacity rather than a loop of our own: one policy, blocking and async alike.
         return {
             "retry": tenacity.retry_if_exception(_api.retryable),
-            "wait": tenacity.wait_exponential_jitter(multiplier=0.05, max=2.0),
+            "wait": tenacity.wait_exponential_jitter(max=2.0, **{_JITTER_BASE: 0.05}),
             "stop": tenacity.stop_after_delay(self._retry_for),
             "reraise": True,
         }
