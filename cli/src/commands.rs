@@ -5,6 +5,9 @@
 //! Each subcommand is a module of `commands/`: its arguments (`Args`) and
 //! `run(args, &Globals) -> Result<Output>`. Adding one is that module, its `mod` line, a
 //! variant and its line in [`run`].
+//!
+//! A command that logs names its log lines' target (`LOG_TARGET`), the name log filters
+//! (`SESSIONLOG_LOG`) and collectors know it by, so that moving its code does not rename it.
 
 use crate::args::Globals;
 use anyhow::Result;

@@ -9,8 +9,7 @@ use sessionlog_http::{CHECK_TIMEOUT, Readiness};
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
-/// collectors know them by, kept when the command's code moves.
+/// Where this command's log lines go (see `commands`).
 const LOG_TARGET: &str = "sessionlog_cli::export";
 
 /// The `export-otlp` command's arguments.

@@ -8,8 +8,7 @@ use sessionlog_http::Access;
 use sessionlog_ingest::Ingest;
 use std::sync::Arc;
 
-/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
-/// collectors know them by, kept when the command's code moves.
+/// Where this command's log lines go (see `commands`).
 const LOG_TARGET: &str = "sessionlog_cli::ingest";
 
 /// The arguments of `sessionlog ingest`.

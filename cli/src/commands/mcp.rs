@@ -12,8 +12,7 @@ use sessionlog_mcp::{Reader, Target};
 use sessionlog_recovery::{Recovery, Scope};
 use std::sync::Arc;
 
-/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
-/// collectors know them by, kept when the command's code moves.
+/// Where this command's log lines go (see `commands`).
 const LOG_TARGET: &str = "sessionlog_cli::mcp";
 
 /// Where the MCP endpoint listens when `--listen` is not given.

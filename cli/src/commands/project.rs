@@ -7,8 +7,7 @@ use anyhow::{Context, Result};
 use sessionlog_projector::Projector;
 use sessionlog_projector::worker::ProjectorOptions;
 
-/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
-/// collectors know them by, kept when the command's code moves.
+/// Where this command's log lines go (see `commands`).
 const LOG_TARGET: &str = "sessionlog_cli::commands";
 
 /// The arguments of `sessionlog project`.

@@ -8,8 +8,7 @@ use sessionlog_http::Readiness;
 use sessionlog_store::ProjectionStore;
 use sessionlog_wake::WakeService;
 
-/// The target of this command's log lines: the name log filters (`SESSIONLOG_LOG`) and
-/// collectors know them by, kept when the command's code moves.
+/// Where this command's log lines go (see `commands`).
 const LOG_TARGET: &str = "sessionlog_cli::wake";
 
 /// The arguments of `sessionlog wake`.
