@@ -8,19 +8,19 @@ use anyhow::Result;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// The approval's id.
     #[arg(long)]
-    pub approval: String,
+    approval: String,
     /// Deny instead of approve.
     #[arg(long)]
-    pub deny: bool,
+    deny: bool,
     /// Who decides.
     #[arg(long, env = "USER")]
-    pub by: String,
+    by: String,
     /// Why.
     #[arg(long)]
-    pub reason: Option<String>,
+    reason: Option<String>,
 }
 
 /// Records the decision.

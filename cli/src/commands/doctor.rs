@@ -35,21 +35,21 @@ pub struct Args {
     /// How long each server may take to answer before it counts as unreachable: `10s`,
     /// `500ms` (a bare number is seconds).
     #[arg(long, default_value = "10s", value_parser = crate::duration::parse)]
-    pub timeout: Duration,
+    timeout: Duration,
     /// The largest difference between this host's clock and a broker's that passes.
     #[arg(long, default_value = "1s", value_parser = crate::duration::parse)]
-    pub max_clock_skew: Duration,
+    max_clock_skew: Duration,
     /// The topic the clock probe appends to (created with LogAppendTime if missing; default:
     /// `<kafka.topic>-doctor`, under the events topic's name so its ACLs can cover it).
     #[arg(long)]
-    pub clock_topic: Option<String>,
+    clock_topic: Option<String>,
     /// Do not measure the brokers' clocks (the probe appends a few records).
     #[arg(long)]
-    pub no_clock: bool,
+    no_clock: bool,
     /// An OTLP/HTTP traces endpoint to check, `/v1/traces` included (what `export-otlp
     /// --endpoint` sends to).
     #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
+    otlp_endpoint: Option<String>,
     /// A header for the OTLP endpoint, `name=value`; repeatable; from the environment
     /// comma-separated. Never printed.
     #[arg(
@@ -58,7 +58,7 @@ pub struct Args {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    pub otlp_headers: Vec<String>,
+    otlp_headers: Vec<String>,
 }
 
 /// Runs `sessionlog doctor`: prints the report; exits 3 when a server did not answer, 1 when

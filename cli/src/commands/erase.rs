@@ -10,17 +10,17 @@ use anyhow::{Context, Result};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// Why (kept readable in the log and the receipt: name the request or policy, not the
     /// person). Required unless --status.
     #[arg(long, required_unless_present = "status")]
-    pub reason: Option<String>,
+    reason: Option<String>,
     /// Who asks.
     #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
+    by: String,
     /// Print where the session's erasure stands instead of erasing it.
     #[arg(long)]
-    pub status: bool,
+    status: bool,
 }
 
 /// Erases the session, or with `--status` says where its erasure stands.

@@ -12,23 +12,23 @@ use sessionlog_schemas::{Content, SessionEvent};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// The first seq of the session's own events (default 1).
     #[arg(long = "from")]
-    pub from_seq: Option<u64>,
+    from_seq: Option<u64>,
     /// The last seq of the session's own events (default: its last).
     #[arg(long = "to")]
-    pub to_seq: Option<u64>,
+    to_seq: Option<u64>,
     /// Only these kinds, comma-separated (UserRequest,ModelResponse,...).
     #[arg(long, value_delimiter = ',')]
-    pub kinds: Vec<String>,
+    kinds: Vec<String>,
     /// Events read per page, 1 to 1000 (default 100); every page is printed.
     #[arg(long)]
-    pub limit: Option<u64>,
+    limit: Option<u64>,
     /// A fork's inherited events first: each ancestor's through its fork point, oldest first.
     /// --from and --to apply to the session's own seqs only.
     #[arg(long)]
-    pub inherited: bool,
+    inherited: bool,
 }
 
 /// Prints the range page after page (following each page's cursor) until it is done, so a long

@@ -18,7 +18,7 @@ pub struct Args {
     /// The receiver's OTLP/HTTP traces endpoint, path included, e.g.
     /// http://127.0.0.1:6006/v1/traces (Phoenix) or http://127.0.0.1:4318/v1/traces.
     #[arg(long, env = "SESSIONLOG_OTLP_ENDPOINT")]
-    pub endpoint: String,
+    endpoint: String,
     /// A header for every request, `name=value` (a receiver's API key); repeatable. From the
     /// environment, comma-separated, to keep a key out of the process list.
     #[arg(
@@ -27,37 +27,37 @@ pub struct Args {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    pub headers: Vec<String>,
+    headers: Vec<String>,
     /// The consumer group; instances with one group share the partitions.
     #[arg(long, default_value = "sessionlog-otlp-export")]
-    pub group: String,
+    group: String,
     /// Re-export from these offsets, `partition:offset` comma-separated (others from the
     /// beginning). Moves the group first: stop its other instances.
     #[arg(long, conflicts_with_all = ["from_time", "from_beginning"])]
-    pub from_offsets: Option<String>,
+    from_offsets: Option<String>,
     /// Re-export from the first record at or after this time: milliseconds since the epoch,
     /// RFC 3339 in UTC, or how long ago (`2h`). Moves the group first: stop its other instances.
     #[arg(long, conflicts_with = "from_beginning")]
-    pub from_time: Option<String>,
+    from_time: Option<String>,
     /// Re-export the whole log. Moves the group first: stop its other instances.
     #[arg(long)]
-    pub from_beginning: bool,
+    from_beginning: bool,
     /// Put message content on the spans (model output, tool arguments and results). Never
     /// for an erased session, even one erased after its texts were read: the key store is
     /// asked before each request. Off by default because spans often leave the trust
     /// boundary.
     #[arg(long)]
-    pub with_content: bool,
+    with_content: bool,
     /// Stop once the log is read up to where it ended at the start (a one-off re-export).
     #[arg(long)]
-    pub until_caught_up: bool,
+    until_caught_up: bool,
     /// The spans' `service.name`, also their Phoenix project.
     #[arg(long, default_value = "sessionlog")]
-    pub service_name: String,
+    service_name: String,
     /// Serve `/metrics` (Prometheus) and `/health` on this address, e.g. 0.0.0.0:9101: ready
     /// while Kafka and the receiver answer. Not served without it.
     #[arg(long)]
-    pub listen: Option<String>,
+    listen: Option<String>,
 }
 
 /// Runs the export until interrupted or caught up, and prints what it did.

@@ -9,23 +9,23 @@ use sessionlog_recovery::ForkAt;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The parent session.
-    pub session: String,
+    session: String,
     /// Fork after this seq.
     #[arg(long, conflicts_with = "at_checkpoint")]
-    pub at_seq: Option<u64>,
+    at_seq: Option<u64>,
     /// Fork at the checkpoint with this seq.
     #[arg(long)]
-    pub at_checkpoint: Option<u64>,
+    at_checkpoint: Option<u64>,
     /// The agent that runs the branch.
     #[arg(long, default_value = "sessionlog-cli")]
-    pub agent: String,
+    agent: String,
     /// The new session's id (a UUID); a fresh one when absent. Refused if it is taken.
     #[arg(long = "child", value_name = "ID")]
-    pub child: Option<String>,
+    child: Option<String>,
     /// A granted approval of the parent the branch carries over (repeat for several); none is
     /// carried over unless named. Each may be acted on once in the branch.
     #[arg(long = "inherit-approval", value_name = "APPROVAL_ID")]
-    pub inherit_approval: Vec<String>,
+    inherit_approval: Vec<String>,
 }
 
 /// Appends the fork's first event, naming its parent.

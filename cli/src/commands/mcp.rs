@@ -24,22 +24,22 @@ pub struct Args {
     /// The session served. Required with --stdio; over HTTP, without it each credential reads
     /// the session it is narrowed to (`sessionlog token mint --role reader --session ID`).
     #[arg(long, required_if_eq("stdio", "true"))]
-    pub session: Option<String>,
+    session: Option<String>,
     /// Address of the Streamable HTTP endpoint (`/mcp`), default 127.0.0.1:8097.
     #[arg(long, conflicts_with = "stdio")]
-    pub listen: Option<String>,
+    listen: Option<String>,
     /// Serve over stdin and stdout instead, for a harness that runs this command itself (no
     /// credential is asked: the process already holds the deployment's settings).
     #[arg(long)]
-    pub stdio: bool,
+    stdio: bool,
     /// The URL clients reach the endpoint at, for the protected-resource metadata (default
     /// http://<listen>).
     #[arg(long, conflicts_with = "stdio")]
-    pub public_url: Option<String>,
+    public_url: Option<String>,
     /// An authorization server that issues tokens for this endpoint, listed in the metadata
     /// (repeatable).
     #[arg(long = "authorization-server", conflicts_with = "stdio")]
-    pub authorization_servers: Vec<String>,
+    authorization_servers: Vec<String>,
 }
 
 /// Runs the server until interrupted (HTTP) or until the client closes stdio.

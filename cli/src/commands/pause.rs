@@ -17,18 +17,18 @@ use sessionlog_schemas::Micros;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// Why it is paused (kept in the log, sealed like any text).
     #[arg(long)]
-    pub reason: String,
+    reason: String,
     /// When the pause lapses and the session wants its harness again: an RFC 3339 time
     /// (`2026-12-05T09:00:00Z`) or a time from now (`+45s`, `+30m`, `+2h`). Without it the
     /// session stays paused until someone unpauses it.
     #[arg(long, value_name = "TIME", value_parser = parse_until)]
-    pub until: Option<Micros>,
+    until: Option<Micros>,
     /// Who pauses it (the claim's writer is `operator:<by>`).
     #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
+    by: String,
 }
 
 /// Pauses a session: appends `SessionPaused` with the reason, and when it lapses if given.

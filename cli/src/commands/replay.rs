@@ -14,37 +14,34 @@ use std::time::Duration;
 pub struct Args {
     /// Target keyspace (default: `[cql] keyspace`). Use a fresh one to rebuild from scratch.
     #[arg(long)]
-    pub keyspace: Option<String>,
+    keyspace: Option<String>,
     /// Start offsets, `partition:offset` comma-separated (others start at the beginning).
     #[arg(long, conflicts_with = "from_time")]
-    pub from_offsets: Option<String>,
+    from_offsets: Option<String>,
     /// Start at the first record at or after this time: milliseconds since the epoch, RFC 3339
     /// in UTC (`2025-01-31T12:00:00Z`), or how long ago (`2h`, `30m`).
     #[arg(long)]
-    pub from_time: Option<String>,
+    from_time: Option<String>,
     /// Only these partitions, comma-separated.
     #[arg(long)]
-    pub partitions: Option<String>,
+    partitions: Option<String>,
     /// Fold and count without writing anything.
     #[arg(long)]
-    pub dry_run: bool,
+    dry_run: bool,
     /// Records per batch.
     #[arg(long, default_value_t = 2000)]
-    pub batch: usize,
+    batch: usize,
 }
 
 /// Plans and runs a replay with a progress bar (events/s, time remaining) on stderr.
-pub async fn run(request: Args, globals: &Globals) -> Result<Output> {
+pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     let mut settings = globals.settings.clone();
-    if let Some(keyspace) = request.keyspace {
+    if let Some(keyspace) = args.keyspace {
         settings.cql.keyspace = keyspace;
     }
-    let start = start_at(
-        request.from_offsets.as_deref(),
-        request.from_time.as_deref(),
-    )?
-    .unwrap_or(StartAt::Beginning);
-    let partitions = request
+    let start = start_at(args.from_offsets.as_deref(), args.from_time.as_deref())?
+        .unwrap_or(StartAt::Beginning);
+    let partitions = args
         .partitions
         .as_deref()
         .map(|list| {
@@ -57,8 +54,8 @@ pub async fn run(request: Args, globals: &Globals) -> Result<Output> {
     let options = ReplayOptions {
         start,
         partitions,
-        dry_run: request.dry_run,
-        batch: request.batch,
+        dry_run: args.dry_run,
+        batch: args.batch,
         ..ReplayOptions::default()
     };
     let plan = Replay::plan(&settings, options)
@@ -89,7 +86,7 @@ pub async fn run(request: Args, globals: &Globals) -> Result<Output> {
     let summary = summary?;
     let text = format!(
         "{} {} records into {} in {:.1}s: {} accepted, {} rejected, {} undecodable, {} already there",
-        if request.dry_run {
+        if args.dry_run {
             "folded (dry run)"
         } else {
             "replayed"

@@ -10,22 +10,22 @@ use sessionlog_schemas::CallOutcome;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// The seq of the tool call in doubt (`sessionlog recover` lists pending calls).
     #[arg(long)]
-    pub call_seq: u64,
+    call_seq: u64,
     /// The call had its effect (default) or failed.
     #[arg(long, value_parser = ["succeeded", "failed"], default_value = "succeeded")]
-    pub outcome: String,
+    outcome: String,
     /// What it returned, as far as you know.
     #[arg(long, default_value = "")]
-    pub output: String,
+    output: String,
     /// Who you are.
     #[arg(long, env = "USER")]
-    pub operator: String,
+    operator: String,
     /// Why you believe it.
     #[arg(long)]
-    pub reason: String,
+    reason: String,
 }
 
 /// Records the outcome.

@@ -10,13 +10,13 @@ use sessionlog_recovery::OperatorAct;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// The message for the agent.
     #[arg(long)]
-    pub text: String,
+    text: String,
     /// Who says it (the message's author).
     #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
+    by: String,
 }
 
 /// Appends a `SteeringMessage` from `--by`.

@@ -9,10 +9,10 @@ use sessionlog_recovery::OperatorAct;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The session.
-    pub session: String,
+    session: String,
     /// Who unpauses it.
     #[arg(long, env = "USER", default_value = "operator")]
-    pub by: String,
+    by: String,
 }
 
 /// Unpauses a session: appends `SessionResumed`.
