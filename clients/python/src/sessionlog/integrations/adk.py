@@ -80,10 +80,11 @@ from pydantic_core import to_jsonable_python
 
 from .. import errors
 from ..client import AsyncClient, Credential
-from ..ledger import Occurrences, SessionLedger, ToolCall
-from ..models import EffectClass, EventAck, HistoryEvent, SessionView, text_of
+from ..ledger import Occurrences, SessionLedger
+from ..models import EffectClass, HistoryEvent, SessionView, text_of
 from ..session import AsyncSession, Event, await_projected, framework_state
 from ..tools import durable_tool as _durable_tool
+from ._loop import LoopWriter
 
 T = TypeVar("T")
 
@@ -705,35 +706,6 @@ class SessionlogSessionService(BaseSessionService):
         return writer, self._occurrences.setdefault(sid, Occurrences())
 
 
-class _ToolWriter:
-    """A session's writer as a durable tool on the caller's loop uses it (see
-    ``sessionlog.tools.AsyncWriter``): each step runs on the service's loop."""
-
-    def __init__(self, service: SessionlogSessionService, writer: AsyncSession, occurrences: Occurrences) -> None:
-        self._service, self._writer, self._occurrences = service, writer, occurrences
-
-    @property
-    def ledger(self) -> SessionLedger:
-        return self._writer.ledger
-
-    @property
-    def occurrences(self) -> Occurrences:
-        return self._occurrences
-
-    async def send_unacknowledged(self) -> None:
-        await self._service._on_loop(self._writer.send_unacknowledged())
-
-    async def tool_call(
-        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
-    ) -> ToolCall:
-        return await self._service._on_loop(
-            self._writer.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key)
-        )
-
-    async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
-        return await self._service._on_loop(self._writer.tool_result(call, output, succeeded=succeeded))
-
-
 def _context_parameter(signature: inspect.Signature, fn: Callable[..., Any]) -> str | None:
     """The parameter ADK passes the tool context in, as ``FunctionTool`` finds it: annotated
     with a context type, or named ``tool_context``."""
@@ -781,9 +753,9 @@ class _DurableFunction:
                 return await asyncio.to_thread(durable.fn, **arguments)
 
             setattr(invoke, "__signature__", durable.arguments)  # noqa: B010 - what the call records
-            call = _durable_tool(
-                _ToolWriter(durable.service, writer, occurrences), effect=durable.effect, key=durable.key, name=durable.tool
-            )(invoke)
+            # Each step of the call runs on the service's loop, where the writer belongs.
+            on_loop = LoopWriter(writer, occurrences, lambda step: durable.service._on_loop(step()))
+            call = _durable_tool(on_loop, effect=durable.effect, key=durable.key, name=durable.tool)(invoke)
             return await call(**given)
 
         run.__name__ = self.tool

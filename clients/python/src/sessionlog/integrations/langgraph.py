@@ -58,10 +58,11 @@ from langgraph.config import get_config
 
 from .. import errors
 from ..client import AsyncClient, Credential
-from ..ledger import Occurrences, SessionLedger, ToolCall
-from ..models import EffectClass, EventAck, HistoryEvent, SessionView, text_of
+from ..ledger import Occurrences
+from ..models import EffectClass, HistoryEvent, SessionView, text_of
 from ..session import AsyncSession, await_projected, framework_state
 from ..tools import durable_tool
+from ._loop import BlockingLoopWriter
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -299,10 +300,11 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         instead of running again. Calls are named within their task: the same tool and
         arguments in another step of the graph are another call."""
 
-        def writer() -> _ThreadWriter:
+        def writer() -> BlockingLoopWriter:
             thread_id = str(get_config()["configurable"]["thread_id"])
             session = self._run(self._tool_writer(thread_id))
-            return _ThreadWriter(self, session, _task_occurrences())
+            # Each step of the call runs on the saver's loop, where the writer belongs.
+            return BlockingLoopWriter(session, _task_occurrences(), lambda step: self._run(step()))
 
         return durable_tool(writer, effect=effect, key=key, name=name)
 
@@ -696,29 +698,3 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         except errors.UnknownSession:
             return True
         return False
-
-
-class _ThreadWriter:
-    """A thread's writer, for blocking durable tools: each step runs on the saver's loop."""
-
-    def __init__(self, saver: SessionlogSaver, session: AsyncSession, occurrences: Occurrences) -> None:
-        self._saver, self._session, self._occurrences = saver, session, occurrences
-
-    @property
-    def ledger(self) -> SessionLedger:
-        return self._session.ledger
-
-    @property
-    def occurrences(self) -> Occurrences:
-        return self._occurrences
-
-    def send_unacknowledged(self) -> None:
-        self._saver._run(self._session.send_unacknowledged())
-
-    def tool_call(
-        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
-    ) -> ToolCall:
-        return self._saver._run(self._session.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key))
-
-    def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
-        return self._saver._run(self._session.tool_result(call, output, succeeded=succeeded))

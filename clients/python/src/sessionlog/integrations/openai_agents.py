@@ -62,8 +62,8 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 
 from .. import errors
 from ..client import AsyncClient
-from ..ledger import Occurrences, SessionLedger, ToolCall
-from ..models import EffectClass, EventAck, HistoryEvent, text_of
+from ..ledger import ToolCall
+from ..models import EffectClass, HistoryEvent, text_of
 from ..session import (
     AsyncSession,
     Event,
@@ -75,6 +75,7 @@ from ..session import (
     user_request,
 )
 from ..tools import durable_tool
+from ._loop import LoopWriter
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -200,9 +201,15 @@ class SessionlogSession:
             tool = name or fn.__name__
             self._durable.add(tool)
             self.tool_effects[tool] = effect
-            return durable_tool(lambda: _LoopWriter(self, self.writer), effect=effect, key=key, name=tool)(fn)
+            return durable_tool(self._tool_writer, effect=effect, key=key, name=tool)(fn)
 
         return wrap
+
+    def _tool_writer(self) -> LoopWriter:
+        """The writer a durable tool records its calls with: each step runs on the session's
+        loop, and the requests it records are this process's (see ``_unsaved``)."""
+        writer = self.writer
+        return LoopWriter(writer, writer.occurrences, self._on_loop, recorded=lambda call: self._own_calls.add(call.event_id))
 
     def close(self) -> None:
         """Closes the session's connections and stops its loop; the session is not used after.
@@ -671,37 +678,6 @@ def _stop(loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon_threadsafe(loop.stop)
     except RuntimeError:
         pass  # closed already
-
-
-class _LoopWriter:
-    """The session's writer as a durable tool on the caller's loop uses it: each step runs on
-    the session's loop (see ``sessionlog.tools.AsyncWriter``)."""
-
-    def __init__(self, session: SessionlogSession, writer: AsyncSession) -> None:
-        self._session, self._writer = session, writer
-
-    @property
-    def ledger(self) -> SessionLedger:
-        return self._writer.ledger
-
-    @property
-    def occurrences(self) -> Occurrences:
-        return self._writer.occurrences
-
-    async def send_unacknowledged(self) -> None:
-        await self._session._on_loop(self._writer.send_unacknowledged)
-
-    async def tool_call(
-        self, tool: str, arguments: str, *, effect: EffectClass, idempotency_key: str | None = None
-    ) -> ToolCall:
-        call = await self._session._on_loop(
-            lambda: self._writer.tool_call(tool, arguments, effect=effect, idempotency_key=idempotency_key)
-        )
-        self._session._own_calls.add(call.event_id)
-        return call
-
-    async def tool_result(self, call: ToolCall, output: str, *, succeeded: bool = True) -> EventAck:
-        return await self._session._on_loop(lambda: self._writer.tool_result(call, output, succeeded=succeeded))
 
 
 def _arguments(text: str) -> dict[str, Any]:
