@@ -81,10 +81,11 @@ from pydantic_core import to_jsonable_python
 from .. import errors
 from ..client import AsyncClient, Credential
 from ..ledger import Occurrences, SessionLedger
-from ..models import EffectClass, HistoryEvent, SessionView, text_of
+from ..models import EffectClass, HistoryEvent, SessionView
 from ..session import AsyncSession, Event, await_projected, framework_state
 from ..tools import durable_tool as _durable_tool
 from ._loop import LoopWriter
+from ._records import framework_records
 
 T = TypeVar("T")
 
@@ -161,23 +162,6 @@ class _Scopes:
         return scopes
 
 
-def _records(events: Sequence[HistoryEvent]) -> list[tuple[HistoryEvent, str, Any]]:
-    """The ADK records among ``events``: each with its key and its state, parsed."""
-    found: list[tuple[HistoryEvent, str, Any]] = []
-    for event in events:
-        data = event.data or {}
-        if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK:
-            continue
-        text = text_of(data.get("state"))
-        if text is None:
-            raise errors.SessionlogError(
-                f"ADK record at seq {event.seq} of {event.session_id} does not open "
-                f"({event.unopened or 'no text'}): was the session erased?"
-            )
-        found.append((event, str(data.get("key")), json.loads(text)))
-    return found
-
-
 @dataclass(frozen=True)
 class Owed:
     """What an ADK session's record owes its app's catalogue: the record's ``app:`` and ``user:``
@@ -224,7 +208,7 @@ class StoredSession:
     def fold(session_id: str, events: Sequence[HistoryEvent]) -> StoredSession:
         stored = StoredSession(session_id)
         app_name = user_id = ""
-        for event, key, value in _records(events):
+        for event, key, value in framework_records(events, FRAMEWORK, "ADK record"):
             stored.revision = event.seq
             source = marker_of(session_id, event.seq)
             stored.owed = None
@@ -272,7 +256,7 @@ class Catalogue:
     @staticmethod
     def fold(events: Sequence[HistoryEvent]) -> Catalogue:
         catalogue = Catalogue()
-        for _, key, value in _records(events):
+        for _, key, value in framework_records(events, FRAMEWORK, "ADK record"):
             if "source" in value:
                 catalogue.sources.add(str(value["source"]))
             if key == APP_STATE_KEY:

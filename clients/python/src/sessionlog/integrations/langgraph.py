@@ -63,6 +63,7 @@ from ..models import EffectClass, HistoryEvent, SessionView, text_of
 from ..session import AsyncSession, await_projected, framework_state
 from ..tools import durable_tool
 from ._loop import BlockingLoopWriter
+from ._records import framework_records
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -205,17 +206,8 @@ class ThreadState:
     @staticmethod
     def fold(events: Sequence[HistoryEvent]) -> ThreadState:
         thread = ThreadState()
-        for event in events:
-            data = event.data or {}
-            if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK:
-                continue
-            text = text_of(data.get("state"))
-            if text is None:
-                raise errors.SessionlogError(
-                    f"LangGraph state at seq {event.seq} of {event.session_id} does not open "
-                    f"({event.unopened or 'no text'}): was the session erased?"
-                )
-            thread.apply(json.loads(text))
+        for _, _, state in framework_records(events, FRAMEWORK, "LangGraph state"):
+            thread.apply(state)
         return thread
 
     def apply(self, state: dict[str, Any]) -> None:
