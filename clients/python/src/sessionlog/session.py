@@ -18,7 +18,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import tenacity
 
@@ -164,18 +164,17 @@ def framework_state(framework: str, key: str, state: str) -> Event:
     return "FrameworkStateSaved", {"framework": framework, "key": key, "state": _plain(state)}, {}
 
 
-class Session:
-    """One writer of one session, over a blocking ``Client``."""
+_ClientT = TypeVar("_ClientT", Client, AsyncClient)
 
-    def __init__(self, client: Client, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
-        self.client = client
+
+class _Writer(Generic[_ClientT]):
+    """What both writers share without waiting: the client, the ledger, the resume bundle."""
+
+    def __init__(self, client: _ClientT, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
+        self.client: _ClientT = client
         self.ledger = ledger
         #: The resume bundle, when this writer resumed the session.
         self.bundle = bundle
-        # Appends take turns: the ledger numbers events and matches answers in sending order.
-        self._turn = threading.RLock()
-        # Set to stop the lease renewal thread, while one runs (``hold_lease``).
-        self._lease_stop: threading.Event | None = None
 
     @property
     def session_id(self) -> str:
@@ -186,6 +185,17 @@ class Session:
     def occurrences(self) -> Occurrences:
         """How many calls of each durable tool and arguments this writer made (see ``sessionlog.tools``)."""
         return self.ledger.occurrences
+
+
+class Session(_Writer[Client]):
+    """One writer of one session, over a blocking ``Client``."""
+
+    def __init__(self, client: Client, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
+        super().__init__(client, ledger, bundle)
+        # Appends take turns: the ledger numbers events and matches answers in sending order.
+        self._turn = threading.RLock()
+        # Set to stop the lease renewal thread, while one runs (``hold_lease``).
+        self._lease_stop: threading.Event | None = None
 
     @classmethod
     def start(
@@ -384,28 +394,15 @@ class Session:
             self._lease_stop = None
 
 
-class AsyncSession:
+class AsyncSession(_Writer[AsyncClient]):
     """One writer of one session, over an ``AsyncClient``: ``Session``'s methods, awaited."""
 
     def __init__(self, client: AsyncClient, ledger: SessionLedger, bundle: ResumeBundle | None = None) -> None:
-        self.client = client
-        self.ledger = ledger
-        #: The resume bundle, when this writer resumed the session.
-        self.bundle = bundle
+        super().__init__(client, ledger, bundle)
         # Appends take turns: the ledger numbers events and matches answers in sending order.
         self._turn = asyncio.Lock()
         # The lease renewal task, while one runs (``hold_lease``).
         self._lease_task: asyncio.Task[None] | None = None
-
-    @property
-    def session_id(self) -> str:
-        """The session's id."""
-        return self.ledger.session_id
-
-    @property
-    def occurrences(self) -> Occurrences:
-        """How many calls of each durable tool and arguments this writer made (see ``sessionlog.tools``)."""
-        return self.ledger.occurrences
 
     @classmethod
     async def start(
