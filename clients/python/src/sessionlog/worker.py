@@ -30,13 +30,13 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 from . import _api, errors
 from .client import AsyncClient, Client
 from .ledger import SessionLedger
 from .models import ResumeBundle, TerminalOutcome
-from .session import AsyncSession, Session, _projected_first, _tool_kinds, await_projected, wait_projected
+from .session import AsyncSession, Session, _ClientT, _projected_first, _tool_kinds, await_projected, wait_projected
 
 log = logging.getLogger("sessionlog.worker")
 
@@ -130,10 +130,14 @@ def work(
     return _api.Operation("recovery", "GET", "/v1/work", decode, params=params)
 
 
-def _leases_off(error: errors.Conflict) -> bool:
-    """Whether ingest refused a lease because leases are off (``[lease] ttl_ms = 0``): the
-    worker runs the session without one."""
-    return error.code == "leases_off"
+def _taken_over(agent: str, session_id: str, refusal: errors.Conflict) -> bool:
+    """Whether ingest's refusal of a taken session's lease means another writer took the session
+    over at once (logged): the worker lets it go. A refusal because leases are off (``[lease]
+    ttl_ms = 0``) is not: the worker runs the session without one."""
+    if refusal.code == "leases_off":
+        return False
+    log.info("agent %s: session %s was taken over at once (%s)", agent, session_id, refusal)
+    return True
 
 
 def _fatal(error: BaseException) -> bool:
@@ -192,19 +196,12 @@ class _Polling:
         return delay
 
 
-class Worker:
-    """Runs the sessions of ``agent`` that need a harness, one at a time, over a blocking ``Client``.
-
-    ``writer`` names the writer the service records for each session it takes (with the
-    caller's subject; the agent's name by default). ``wait`` is how long one poll waits for a wake
-    (at most 60 s, and 5 s less than the client's timeout). ``context_tokens`` is the budget of
-    the bundle's context view. ``wait_projected_for`` bounds the wait for the projection to hold a
-    taken session's last event (the session learns its tool calls from it, as ``Session.resume``
-    does)."""
+class _Worker(Generic[_ClientT]):
+    """What both workers share without waiting: how they are made (the polling is ``_Polling``)."""
 
     def __init__(
         self,
-        client: Client,
+        client: _ClientT,
         *,
         agent: str,
         writer: str | None = None,
@@ -213,7 +210,7 @@ class Worker:
         wait_projected_for: float = 30.0,
         max_backoff: float = 30.0,
     ) -> None:
-        self.client = client
+        self.client: _ClientT = client
         self._polling = _Polling(
             agent,
             writer=writer,
@@ -229,6 +226,17 @@ class Worker:
         """The agent whose sessions this worker runs."""
         return self._polling.agent
 
+
+class Worker(_Worker[Client]):
+    """Runs the sessions of ``agent`` that need a harness, one at a time, over a blocking ``Client``.
+
+    ``writer`` names the writer the service records for each session it takes (with the
+    caller's subject; the agent's name by default). ``wait`` is how long one poll waits for a wake
+    (at most 60 s, and 5 s less than the client's timeout). ``context_tokens`` is the budget of
+    the bundle's context view. ``wait_projected_for`` bounds the wait for the projection to hold a
+    taken session's last event (the session learns its tool calls from it, as ``Session.resume``
+    does)."""
+
     def take(self) -> tuple[Session, Wake] | None:
         """Polls once: the next session taken for this worker, with its writer lease held and its
         tool calls learnt, and its wake; ``None`` when no wake came within the wait (or the
@@ -243,8 +251,7 @@ class Worker:
         try:
             session.hold_lease(self._polling.writer)
         except errors.Conflict as e:
-            if not _leases_off(e):
-                log.info("agent %s: session %s was taken over at once (%s)", self.agent, bundle.session_id, e)
+            if _taken_over(self.agent, bundle.session_id, e):
                 return None
         try:
             for sid, seq in _projected_first(bundle.session_id, bundle.state):
@@ -286,35 +293,8 @@ class Worker:
                 self._polling.succeeded()
 
 
-class AsyncWorker:
+class AsyncWorker(_Worker[AsyncClient]):
     """``Worker`` over an ``AsyncClient`` and ``AsyncSession``: the same loop, awaited."""
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        agent: str,
-        writer: str | None = None,
-        wait: float = 20.0,
-        context_tokens: int | None = None,
-        wait_projected_for: float = 30.0,
-        max_backoff: float = 30.0,
-    ) -> None:
-        self.client = client
-        self._polling = _Polling(
-            agent,
-            writer=writer,
-            wait=wait,
-            timeout=client._timeout,
-            context_tokens=context_tokens,
-            wait_projected_for=wait_projected_for,
-            max_backoff=max_backoff,
-        )
-
-    @property
-    def agent(self) -> str:
-        """The agent whose sessions this worker runs."""
-        return self._polling.agent
 
     async def take(self) -> tuple[AsyncSession, Wake] | None:
         """Polls once: see ``Worker.take``."""
@@ -326,8 +306,7 @@ class AsyncWorker:
         try:
             await session.hold_lease(self._polling.writer)
         except errors.Conflict as e:
-            if not _leases_off(e):
-                log.info("agent %s: session %s was taken over at once (%s)", self.agent, bundle.session_id, e)
+            if _taken_over(self.agent, bundle.session_id, e):
                 return None
         try:
             for sid, seq in _projected_first(bundle.session_id, bundle.state):
@@ -381,12 +360,8 @@ def _let_go(session: Session, outcome: TerminalOutcome | None) -> None:
             session.close(outcome)
         elif session._lease_stop is not None:
             session.release_lease()
-    except errors.Conflict as e:
-        # Closed by the handler already, or taken over since: not this worker's any more.
-        log.info("session %s: %s", session.session_id, e)
     except errors.SessionlogError as e:
-        session._stop_lease()
-        log.warning("session %s: letting go failed (%s); its lease lapses", session.session_id, e)
+        _letting_go_failed(session, e)
 
 
 async def _alet_go(session: AsyncSession, outcome: TerminalOutcome | None) -> None:
@@ -396,8 +371,15 @@ async def _alet_go(session: AsyncSession, outcome: TerminalOutcome | None) -> No
             await session.close(outcome)
         elif session._lease_task is not None:
             await session.release_lease()
-    except errors.Conflict as e:
-        log.info("session %s: %s", session.session_id, e)
     except errors.SessionlogError as e:
-        session._stop_lease()
-        log.warning("session %s: letting go failed (%s); its lease lapses", session.session_id, e)
+        _letting_go_failed(session, e)
+
+
+def _letting_go_failed(session: Session | AsyncSession, error: errors.SessionlogError) -> None:
+    """After a close or a lease release the service refused, or that did not reach it."""
+    if isinstance(error, errors.Conflict):
+        # Closed by the handler already, or taken over since: not this worker's any more.
+        log.info("session %s: %s", session.session_id, error)
+        return
+    session._stop_lease()
+    log.warning("session %s: letting go failed (%s); its lease lapses", session.session_id, error)
