@@ -20,7 +20,7 @@ from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import sessionlog
-from harness_io import arguments, hang_if, say
+from harness_io import arguments, failed, hang_if, say
 from sessionlog import current_call
 from sessionlog.integrations.openai_agents import SessionlogSession
 
@@ -52,8 +52,7 @@ async def main() -> int:
             agent, [] if args.resume else "count once", session=session, run_config=RunConfig(tracing_disabled=True)
         )
     except sessionlog.SessionlogError as e:
-        say(error=type(e).__name__, detail=str(e))
-        return 3
+        return failed(e)
     say(result=result.final_output, items=await session.get_items())
     return 0
 

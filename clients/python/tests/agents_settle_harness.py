@@ -30,7 +30,7 @@ from agents import Agent, RunConfig, Runner, RunState, StopAtTools, TResponseInp
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import sessionlog
-from harness_io import arguments, hang_if, say
+from harness_io import arguments, failed, hang_if, say
 from sessionlog.integrations.openai_agents import SessionlogSession
 
 PARKED = "call_PARKED"
@@ -118,8 +118,7 @@ async def main() -> int:
             session = SessionlogSession(args.session, client, writer="agents-harness")
         result = await Runner.run(writer, state, session=session, run_config=config)
     except Exception as e:  # noqa: BLE001 - the test reads what went wrong (the SDK's UserError too)
-        say(error=type(e).__name__, detail=str(e))
-        return 3
+        return failed(e)
     say(result=result.final_output, items=await session.get_items())
     return 0
 

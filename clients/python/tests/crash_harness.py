@@ -17,7 +17,7 @@ import sys
 import httpx
 
 import sessionlog
-from harness_io import arguments, hang_if, say
+from harness_io import arguments, failed, hang_if, say
 from sessionlog import current_call, durable_tool
 
 
@@ -32,8 +32,7 @@ def main() -> int:
             session = sessionlog.Session.start(client, "py-crash-harness", "count once")
             session.user_request("count once")
     except sessionlog.ProblemError as e:
-        say(error=type(e).__name__, detail=e.detail)
-        return 3
+        return failed(e, e.detail)
     say(session=session.session_id)
 
     @durable_tool(session, effect=args.effect, name=args.tool, key=lambda n: f"{session.session_id}-{n}")
@@ -47,8 +46,7 @@ def main() -> int:
     try:
         result = count(1)
     except sessionlog.SessionlogError as e:
-        say(error=type(e).__name__, detail=str(e))
-        return 3
+        return failed(e)
     hang_if("after-record", args.hang)
     say(result=result)
     return 0

@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 import sessionlog
-from harness_io import arguments, hang_if, say
+from harness_io import arguments, failed, hang_if, say
 from sessionlog import current_call
 from sessionlog.integrations.langgraph import SessionlogSaver
 
@@ -73,8 +73,7 @@ def main() -> int:
         else:
             result = graph.invoke(None if args.resume else {}, config, durability="sync")
     except sessionlog.SessionlogError as e:
-        say(error=type(e).__name__, detail=str(e))
-        return 3
+        return failed(e)
     if "__interrupt__" in result:
         say(waiting=result["__interrupt__"][0].value["question"])
         hang_if("waiting", args.hang)

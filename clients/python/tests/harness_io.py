@@ -24,6 +24,13 @@ def say(**what: Any) -> None:
     print(json.dumps(what), flush=True)
 
 
+def failed(error: BaseException, detail: str | None = None) -> int:
+    """Says the error that stopped the run (its class, and ``detail`` or its text): the line the
+    test reads; the harness's exit status then."""
+    say(error=type(error).__name__, detail=str(error) if detail is None else detail)
+    return 3
+
+
 def hang_if(point: str, hang: str | None) -> None:
     """At the point the test asked for: say so and wait to be killed."""
     if point == hang:

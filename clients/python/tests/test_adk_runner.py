@@ -32,7 +32,7 @@ from google.genai import types
 
 import sessionlog
 from counter_service import Counter
-from harness_io import arguments, hang_if, say
+from harness_io import arguments, failed, hang_if, say
 from processes import Harness
 from sessionlog import current_call
 from sessionlog.integrations.adk import SessionlogSessionService, session_name
@@ -196,8 +196,7 @@ async def main() -> int:
             await service.create_session(app_name=APP, user_id=USER, session_id=args.session)
         text, outputs = await run(runner, args.session, "go on" if args.resume else "count once")
     except sessionlog.SessionlogError as e:
-        say(error=type(e).__name__, detail=str(e))
-        return 3
+        return failed(e)
     finally:
         service.close()
     say(result=text, outputs=outputs)

@@ -142,33 +142,44 @@ def test_a_session_dropped_unclosed_stops_its_thread() -> None:
     assert not thread.is_alive(), "one session per request must not leave a thread per request"
 
 
-def test_closing_answers_a_caller_still_waiting() -> None:
-    # A read that never finishes: close() must end it, not leave its caller waiting for good.
-    session = Recorder()
-    entered = threading.Event()
+class StuckReader:
+    """A caller on a thread of its own whose ``get_items`` never finishes on the session's loop
+    (its read waits for good), started and in the read: what stops that read is the test's."""
 
-    async def forever() -> list[tuple[int, TResponseInputItem]]:
-        entered.set()
-        await asyncio.Event().wait()
-        return []
+    def __init__(self, session: Recorder) -> None:
+        entered = threading.Event()
 
-    session._live_items = forever  # type: ignore[method-assign]
-    outcome: list[BaseException] = []
+        async def forever() -> list[tuple[int, TResponseInputItem]]:
+            entered.set()
+            await asyncio.Event().wait()
+            return []
 
-    def read() -> None:
+        session._live_items = forever  # type: ignore[method-assign]
+        self.outcome: list[BaseException] = []
+        self.thread = threading.Thread(target=self._read, args=(session,), daemon=True)
+        self.thread.start()
+        assert entered.wait(timeout=DEADLINE)
+
+    def _read(self, session: Recorder) -> None:
         try:
             asyncio.run(session.get_items())
         except BaseException as e:  # noqa: BLE001 - the test looks at it
-            outcome.append(e)
+            self.outcome.append(e)
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    assert entered.wait(timeout=DEADLINE)
+    def error(self) -> sessionlog.SessionlogError:
+        """What the caller was told, once it is; fails if it still waits at the deadline."""
+        self.thread.join(timeout=DEADLINE)
+        assert not self.thread.is_alive(), "the caller hangs"
+        assert len(self.outcome) == 1 and isinstance(self.outcome[0], sessionlog.SessionlogError), self.outcome
+        return self.outcome[0]
+
+
+def test_closing_answers_a_caller_still_waiting() -> None:
+    # A read that never finishes: close() must end it, not leave its caller waiting for good.
+    session = Recorder()
+    reader = StuckReader(session)
     session.close()
-    reader.join(timeout=DEADLINE)
-    assert not reader.is_alive(), "the caller hangs"
-    assert len(outcome) == 1 and isinstance(outcome[0], sessionlog.SessionlogError), outcome
-    assert "closed" in str(outcome[0])
+    assert "closed" in str(reader.error())
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
@@ -202,31 +213,11 @@ def test_a_caller_waiting_on_a_loop_whose_thread_died_is_told() -> None:
     # The loop's thread ends without answering the work it holds (a callback raised SystemExit):
     # the caller hears so instead of waiting for good.
     session = Recorder()
-    entered = threading.Event()
-
-    async def forever() -> list[tuple[int, TResponseInputItem]]:
-        entered.set()
-        await asyncio.Event().wait()
-        return []
 
     def die() -> None:
         raise SystemExit
 
-    session._live_items = forever  # type: ignore[method-assign]
-    outcome: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            asyncio.run(session.get_items())
-        except BaseException as e:  # noqa: BLE001 - the test looks at it
-            outcome.append(e)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    assert entered.wait(timeout=DEADLINE)
+    reader = StuckReader(session)
     assert session._loop is not None
     session._loop.call_soon_threadsafe(die)
-    reader.join(timeout=DEADLINE)
-    assert not reader.is_alive(), "the caller hangs"
-    assert len(outcome) == 1 and isinstance(outcome[0], sessionlog.SessionlogError), outcome
-    assert "thread stopped" in str(outcome[0])
+    assert "thread stopped" in str(reader.error())
