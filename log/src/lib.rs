@@ -45,4 +45,4 @@ pub use settings::{
     RetentionSettings, Role, Secret, SerialConsistencyLevel, SettingSource, Settings, WakeSettings,
 };
 pub use tail::{LogTail, Start, TailOptions};
-pub use wake::{Wake, WakeFeed, WakeReason, WakeWriter};
+pub use wake::{Wake, WakeFeed, WakeReason, WakeStream, WakeWriter};

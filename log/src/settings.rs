@@ -389,6 +389,10 @@ pub struct RecoverySettings {
     /// turn (they do not fail). Each holds its session's state and context window, so this,
     /// not the number of harnesses restarting at once, bounds the memory resumes take.
     pub max_concurrent_resumes: usize,
+    /// Agents of one tenant (or of the credentials of every tenant, together) that
+    /// `GET /v1/work` waits for wakes for at once on an instance (default 100, at most
+    /// [`Self::MAX_WORK_AGENTS`]): one tenant's workers cannot take every agent's place.
+    pub work_agents_per_tenant: usize,
     /// The MCP endpoint a resume bundle names, with a reader token for the session
     /// (`[recovery.mcp]`): off unless `url` is set.
     pub mcp: McpAccessSettings,
@@ -409,6 +413,27 @@ pub struct McpAccessSettings {
     pub token_key_file: Option<String>,
     /// How long such a token is valid, in seconds (default 3,600; 60 to 86,400).
     pub token_ttl_secs: Option<u64>,
+}
+
+impl RecoverySettings {
+    /// Agents of all tenants together that `GET /v1/work` waits for wakes for at once on an
+    /// instance: the bound of `work_agents_per_tenant`.
+    pub const MAX_WORK_AGENTS: usize = 10_000;
+
+    /// Checks `work_agents_per_tenant` (1 to [`Self::MAX_WORK_AGENTS`]) and `[recovery.mcp]`.
+    pub fn validate(&self) -> crate::Result<()> {
+        if !(1..=Self::MAX_WORK_AGENTS).contains(&self.work_agents_per_tenant) {
+            return Err(crate::Error::BadSetting {
+                key: "recovery.work_agents_per_tenant".into(),
+                problem: format!(
+                    "{} is not between 1 and {} (the agents of every tenant together)",
+                    self.work_agents_per_tenant,
+                    Self::MAX_WORK_AGENTS
+                ),
+            });
+        }
+        self.mcp.validate()
+    }
 }
 
 impl McpAccessSettings {
@@ -455,6 +480,7 @@ impl Default for RecoverySettings {
             signing_key_file: None,
             previous_keys_file: None,
             max_concurrent_resumes: 256,
+            work_agents_per_tenant: 100,
             mcp: McpAccessSettings::default(),
         }
     }
@@ -995,7 +1021,7 @@ fn extract(figment: &Figment) -> crate::Result<Settings> {
     settings.projector.validate()?;
     settings.lease.validate()?;
     settings.wake.validate()?;
-    settings.recovery.mcp.validate()?;
+    settings.recovery.validate()?;
     settings
         .context
         .validate()
@@ -1193,6 +1219,23 @@ mod tests {
             assert_eq!(s.kafka.topic, "from-file");
             assert_eq!(s.kafka.partitions, 12);
             assert_eq!(s.cql.node_list(), vec!["a:9042", "b:9042"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+    fn a_tenants_share_of_work_agents_is_at_least_one_and_at_most_all() {
+        figment::Jail::expect_with(|jail| {
+            assert_eq!(Settings::default().recovery.work_agents_per_tenant, 100);
+            for bad in ["0", "10001"] {
+                jail.set_env("SESSIONLOG_RECOVERY__WORK_AGENTS_PER_TENANT", bad);
+                let error = chain(&Settings::load(None).expect_err(bad));
+                assert!(error.contains("recovery.work_agents_per_tenant"), "{error}");
+            }
+            jail.set_env("SESSIONLOG_RECOVERY__WORK_AGENTS_PER_TENANT", "10000");
+            let s = Settings::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(s.recovery.work_agents_per_tenant, 10_000);
             Ok(())
         });
     }

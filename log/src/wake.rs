@@ -230,6 +230,73 @@ impl WakeFeed {
     }
 }
 
+/// Every wake written to the wake topic from a point in time on, read by one consumer assigned
+/// every partition, in no group and committing nothing: what a service that hands wakes to the
+/// workers of many agents and tenants reads once for all of them (the recovery service's
+/// `GET /v1/work`), instead of a consumer (a client, its threads, a connection per broker)
+/// per agent. Each instance reading it sees every wake.
+pub struct WakeStream {
+    consumer: std::sync::Arc<StreamConsumer>,
+}
+
+impl WakeStream {
+    /// Reads `kafka`'s wake topic from the first record written at or after `since` (in
+    /// milliseconds since the Unix epoch) in each partition, or from its end.
+    pub async fn open(kafka: &KafkaSettings, since_ms: i64) -> Result<Self> {
+        use rdkafka::{Offset, TopicPartitionList};
+        let topic = kafka.wake_topic();
+        let partitions = crate::topic::partition_count(kafka, &topic).await?;
+        let consumer: StreamConsumer = kafka
+            .client_config()
+            // assign() needs a group id, though nothing is ever committed.
+            .set("group.id", format!("sessionlog-work-{}", kafka.topic))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "latest")
+            .create()
+            .map_err(Error::kafka("create the wake stream's consumer"))?;
+        let consumer = std::sync::Arc::new(consumer);
+        let mut wanted = TopicPartitionList::new();
+        for partition in 0..partitions {
+            wanted
+                .add_partition_offset(&topic, partition, Offset::Offset(since_ms))
+                .map_err(Error::kafka("build the wake stream's time query"))?;
+        }
+        // A round trip, which rdkafka offers only as a blocking call.
+        let asking = std::sync::Arc::clone(&consumer);
+        let starts = tokio::task::spawn_blocking(move || {
+            asking.offsets_for_times(wanted, std::time::Duration::from_secs(10))
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
+        .map_err(Error::kafka("find where the wake stream starts"))?;
+        consumer
+            .assign(&starts)
+            .map_err(Error::kafka("assign the wake topic's partitions"))?;
+        Ok(Self { consumer })
+    }
+
+    /// The next wake. Transient errors (a broker restarting, a leader moving) are waited out,
+    /// as the client reconnects by itself; a record this build does not read is skipped.
+    pub async fn next(&self) -> Result<Wake> {
+        loop {
+            let message = match self.consumer.recv().await {
+                Ok(message) => message,
+                Err(e) if crate::reader::is_transient(&e) => {
+                    tracing::debug!(error = %e, "wake stream: transient error");
+                    continue;
+                }
+                Err(e) => return Err(Error::kafka("read the wake topic")(e)),
+            };
+            match message.payload().map(Wake::decode) {
+                Some(Ok(wake)) => return Ok(wake),
+                Some(Err(why)) => tracing::warn!(%why, "wake record skipped"),
+                None => {}
+            }
+        }
+    }
+}
+
 /// The longest consumer group name [`worker_group`] makes, in bytes: what Kafka allows a
 /// topic's name, so every tool that lists groups shows it whole.
 pub const MAX_GROUP_BYTES: usize = 249;

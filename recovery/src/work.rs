@@ -1,20 +1,41 @@
 //! Work for workers: `GET /v1/work?agent=NAME&wait=30s` hands a live harness one session
 //! that needs one, taken for it (a claim at the next epoch, as a resume makes).
 //!
-//! A [`WorkDesk`] keeps one [`WakeFeed`] per agent and tenant (a consumer in that worker group
-//! on the wake topic; a credential of every tenant shares the agent's all-tenants group), made
-//! on the first such request and shared by the concurrent ones, which take turns reading it. A request waits up to its `wait` for the agent's
-//! next wake and [`Recovery::take`]s the session as the caller. A wake is a hint: the session
-//! may have been taken since (a duplicate or replayed wake), have ended, be paused, or wait
-//! for a person; those wakes are skipped (counted in [`WORK_SKIPPED`] by reason) and the
-//! request goes on waiting. A request whose wait runs out is answered "no work" (204).
+//! A [`WorkDesk`] reads the wake topic once for the whole process: one consumer, assigned every
+//! partition ([`WakeStream`]), started by the first request, from the wakes of the last two
+//! re-wake intervals (`[wake] rewake_after_ms`) on. It hands each wake to the *mailbox* of its
+//! agent and tenant (and to the agent's mailbox for credentials of every tenant), made by the
+//! first request for them and shared by the concurrent ones; a mailbox made later starts with
+//! the matching wakes of those intervals, so a worker that asks after a wake was written finds
+//! it (a wake no harness answers is written again within one). A mailbox holds at most
+//! [`MAILBOX_WAKES`] wakes no request took yet, the oldest pushed out first; one no request
+//! used for five minutes is dropped when room is needed. Each tenant has at most
+//! `[recovery] work_agents_per_tenant` mailboxes (the credentials of every tenant count as one
+//! tenant), the process at most [`MAX_AGENTS`]: a tenant over its share is answered 503
+//! `too_many_agents`, and the others still get their work.
 //!
-//! A wake handed out is committed (see [`WakeFeed`]). [`Recovery::take`] leases the session in
-//! the worker's name right after the claim, so a worker that dies before renewing it leaves a
-//! lease that lapses, and the wake component wakes the session again. A request that fails
-//! after reading a wake but before the claim (the registry or the store unavailable), or whose
-//! caller hangs up then, leaves the wake unanswered: it is written again after the component's
-//! re-wake interval.
+//! Why one consumer, and not one per agent in the agent's worker group as the Rust `Worker`
+//! has: a consumer costs a client, its threads and a connection per broker, so a process
+//! serving a thousand agents ran a thousand of them. A consumer group cannot be shared by
+//! agents: a group hands each partition to one member, so a group of several agents (or of a
+//! tenant's agents) gives an instance the wakes of agents whose workers ask another instance,
+//! where they wait for nobody. Every instance reading every wake does not: whichever instance
+//! a worker of the agent asks, it has the wake. When workers of one agent wait at several
+//! instances, each may take the same wake; the claim decides, as it does for any two workers
+//! woken for one session: one takes the session, the others are told "already taken" (a
+//! rebuild, and at most a refused claim) and wait on.
+//!
+//! A request waits up to its `wait` for the next wake of its mailbox and
+//! [`Recovery::take`]s the session as the caller. A wake is a hint: the session may have been
+//! taken since (a duplicate or replayed wake), have ended, be paused, or wait for a person;
+//! those wakes are skipped (counted in [`WORK_SKIPPED`] by reason) and the request goes on
+//! waiting. A request whose wait runs out is answered "no work" (204).
+//!
+//! [`Recovery::take`] leases the session in the worker's name right after the claim, so a
+//! worker that dies before renewing it leaves a lease that lapses, and the wake component
+//! wakes the session again. A request that fails after taking a wake from its mailbox but
+//! before the claim (the registry or the store unavailable) leaves the wake unanswered: it is
+//! written again after the component's re-wake interval.
 //!
 //! A worker that names its take (`take_id`, a UUID it chooses per take) can ask again when the
 //! answer did not reach it (its timeout, a dropped connection): [`WorkDesk::next_once`] runs the
@@ -26,10 +47,11 @@ use crate::{Error, Recovery, ResumeBundle};
 use axum::http::StatusCode;
 use serde::Serialize;
 use sessionlog_http::Problem;
-use sessionlog_log::{KafkaSettings, Wake, WakeFeed};
+use sessionlog_log::retry::{self, BackoffBuilder};
+use sessionlog_log::{KafkaSettings, RecoverySettings, Settings, Wake, WakeStream};
 use sessionlog_schemas::SessionId;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -44,19 +66,25 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How long a request without `wait` waits.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
-/// The agents a desk keeps a wake feed for (each is a Kafka consumer in a group of its own).
-pub const MAX_AGENTS: usize = 1_000;
+/// The agents of all tenants together a desk keeps a mailbox for.
+pub const MAX_AGENTS: usize = RecoverySettings::MAX_WORK_AGENTS;
 
-/// The longest agent name a request may give, in bytes (it names a consumer group).
+/// Wakes a mailbox holds that no request took yet; a newer one pushes out the oldest (the
+/// wake component writes one no harness answered again).
+pub const MAILBOX_WAKES: usize = 16;
+
+/// Wakes of the last two re-wake intervals a desk keeps at most, to start a new mailbox with.
+const RECENT_WAKES: usize = 10_000;
+
+/// The longest agent name a request may give, in bytes.
 pub const MAX_AGENT_BYTES: usize = 200;
 
 /// How long the answer of a take named by its `take_id` is kept for a repeat: past the longest
 /// wait and a client's retries after it (the clients retry for 30 s by default).
 pub const TAKE_KEPT: Duration = Duration::from_secs(180);
 
-/// A feed unused this long is dropped when room is needed for another agent's: by then its
-/// consumer has left its group anyway (librdkafka's `max.poll.interval.ms`, 5 minutes).
-const IDLE_FEED: Duration = Duration::from_secs(300);
+/// A mailbox no request used for this long is dropped when room is needed for another.
+const IDLE_MAILBOX: Duration = Duration::from_secs(300);
 
 /// Registers the help text of [`WORK_SKIPPED`] with the installed recorder.
 pub fn describe_metrics() {
@@ -173,11 +201,23 @@ pub struct Assignment {
 /// Why a worker got no session.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkError {
-    /// The desk keeps feeds for [`MAX_AGENTS`] agents already, all in use recently.
+    /// The desk keeps mailboxes for [`MAX_AGENTS`] agents already, all in use recently.
     #[error(
         "this recovery instance serves work to {0} agents already; try again later or another instance"
     )]
     TooManyAgents(usize),
+    /// The desk keeps mailboxes for the tenant's share of agents already
+    /// (`[recovery] work_agents_per_tenant`), all in use recently.
+    #[error(
+        "this recovery instance serves work to {agents} agents of {tenant} already, its share \
+         ([recovery] work_agents_per_tenant); try again later or another instance"
+    )]
+    TenantShareFull {
+        /// The tenant, or "the credentials of every tenant".
+        tenant: String,
+        /// Its agents with a mailbox.
+        agents: usize,
+    },
     /// Reading wakes or taking the session failed.
     #[error(transparent)]
     Recovery(#[from] Error),
@@ -190,7 +230,7 @@ pub enum WorkError {
 impl From<WorkError> for Problem {
     fn from(e: WorkError) -> Self {
         match e {
-            WorkError::TooManyAgents(_) => Problem::new(
+            WorkError::TooManyAgents(_) | WorkError::TenantShareFull { .. } => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_agents",
                 e.to_string(),
@@ -204,10 +244,95 @@ impl From<WorkError> for Problem {
     }
 }
 
-/// One agent's feed, and when a request last used it.
-struct Desk {
-    feed: Arc<tokio::sync::Mutex<WakeFeed>>,
+/// The wakes of one agent (of one tenant, or of every tenant) that no request took yet.
+#[derive(Default)]
+struct Mailbox {
+    wakes: Mutex<VecDeque<Wake>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl Mailbox {
+    /// Keeps `wake` for the next request, pushing out the oldest when full.
+    fn push(&self, wake: Wake) {
+        let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        wakes.push_back(wake);
+        if wakes.len() > MAILBOX_WAKES {
+            wakes.pop_front();
+        }
+        drop(wakes);
+        self.arrived.notify_one();
+    }
+
+    /// The oldest wake kept, waiting for one until `deadline`; `None` when none came by then.
+    /// Cancel-safe: a wake not handed out stays for the next request.
+    async fn next_until(&self, deadline: Instant) -> Option<Wake> {
+        loop {
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            // Registered before looking, so a wake pushed after the look wakes this request.
+            arrived.as_mut().enable();
+            let (wake, more) = {
+                let mut wakes = self.wakes.lock().unwrap_or_else(PoisonError::into_inner);
+                (wakes.pop_front(), !wakes.is_empty())
+            };
+            if let Some(wake) = wake {
+                if more {
+                    // One notification may stand for several wakes: pass it on.
+                    self.arrived.notify_one();
+                }
+                return Some(wake);
+            }
+            tokio::time::timeout_at(deadline, arrived).await.ok()?;
+        }
+    }
+}
+
+/// A mailbox, and when a request last used it.
+struct Kept {
+    mailbox: Arc<Mailbox>,
     used: Instant,
+}
+
+/// The mailboxes and the recent wakes, under one lock: a wake reaches a mailbox once, handed
+/// to it as it is read or given to it when the mailbox is made.
+#[derive(Default)]
+struct Boxes {
+    mailboxes: HashMap<DeskKey, Kept>,
+    /// Wakes read in the last two re-wake intervals, oldest first, at most [`RECENT_WAKES`].
+    recent: VecDeque<(Instant, Wake)>,
+}
+
+impl Boxes {
+    /// Hands `wake`, read now, to its agent's mailboxes and keeps it among the recent ones.
+    fn deliver(&mut self, wake: Wake, recent_for: Duration) {
+        let now = Instant::now();
+        while self.recent.len() >= RECENT_WAKES
+            || self
+                .recent
+                .front()
+                .is_some_and(|(at, _)| now.duration_since(*at) > recent_for)
+        {
+            self.recent.pop_front();
+        }
+        let keys = [
+            desk_key(&wake.agent, Some(&wake.tenant)),
+            desk_key(&wake.agent, None),
+        ];
+        for key in &keys {
+            if let Some(kept) = self.mailboxes.get(key) {
+                kept.mailbox.push(wake.clone());
+            }
+        }
+        self.recent.push_back((now, wake));
+    }
+
+    /// The mailboxes of `tenant` (of the credentials of every tenant: `None`).
+    fn of_tenant(&self, tenant: Option<&str>) -> usize {
+        self.mailboxes
+            .keys()
+            .filter(|(_, t)| t.as_deref() == tenant)
+            .count()
+    }
 }
 
 /// A take's tenant, writer (with the caller's subject) and id, apart.
@@ -216,29 +341,58 @@ type TakeKey = (Option<String>, String, uuid::Uuid);
 /// A take named by its id: the session and the assignment as answered, once one was taken.
 type TakeSlot = Arc<tokio::sync::Mutex<Option<(SessionId, Arc<serde_json::Value>)>>>;
 
-/// Hands out sessions to workers: one wake feed per agent (see the module's documentation).
+/// Hands out sessions to workers: one reader of the wake topic, and a mailbox per agent and
+/// tenant (see the module's documentation).
 pub struct WorkDesk {
     kafka: KafkaSettings,
     max_agents: usize,
-    desks: Mutex<HashMap<DeskKey, Desk>>,
+    per_tenant: usize,
+    /// How far back the wake topic is read from, and how long a wake read is kept for a
+    /// mailbox made later: two re-wake intervals.
+    recent_for: Duration,
+    boxes: Arc<Mutex<Boxes>>,
+    /// The task reading the wake topic, started by the first request.
+    reading: tokio::sync::OnceCell<tokio::task::JoinHandle<()>>,
     /// Takes named by their id, by tenant, writer (with the caller's subject) and id, with when
     /// each was first asked for.
     takes: Mutex<HashMap<TakeKey, (Instant, TakeSlot)>>,
 }
 
+impl Drop for WorkDesk {
+    fn drop(&mut self) {
+        if let Some(task) = self.reading.get() {
+            task.abort();
+        }
+    }
+}
+
 impl WorkDesk {
-    /// A desk reading the wake topic of `kafka`; no feed is made before a request.
-    pub fn new(kafka: KafkaSettings) -> Self {
-        Self::with_limit(kafka, MAX_AGENTS)
+    /// A desk reading the wake topic of `settings`, keeping mailboxes for
+    /// `[recovery] work_agents_per_tenant` agents per tenant; nothing is read before a request.
+    pub fn new(settings: &Settings) -> Self {
+        let mut desk = Self::with_limits(
+            settings.kafka.clone(),
+            MAX_AGENTS,
+            settings.recovery.work_agents_per_tenant,
+        );
+        desk.recent_for = Duration::from_millis(settings.wake.rewake_after_ms.saturating_mul(2));
+        desk
     }
 
-    /// [`Self::new`] keeping feeds for at most `max_agents` agents.
-    pub fn with_limit(kafka: KafkaSettings, max_agents: usize) -> Self {
+    /// A desk keeping mailboxes for at most `max_agents` agents, `per_tenant` of each tenant.
+    pub fn with_limits(kafka: KafkaSettings, max_agents: usize, per_tenant: usize) -> Self {
         describe_metrics();
         Self {
             kafka,
             max_agents,
-            desks: Mutex::new(HashMap::new()),
+            per_tenant,
+            recent_for: Duration::from_millis(
+                sessionlog_log::WakeSettings::default()
+                    .rewake_after_ms
+                    .saturating_mul(2),
+            ),
+            boxes: Arc::default(),
+            reading: tokio::sync::OnceCell::new(),
             takes: Mutex::new(HashMap::new()),
         }
     }
@@ -306,21 +460,16 @@ impl WorkDesk {
         writer: &str,
         tenant: Option<&str>,
     ) -> Result<Option<Assignment>, WorkError> {
-        let feed = self.feed(&request.agent, tenant)?;
+        let mailbox = self.mailbox(&request.agent, tenant)?;
+        self.read_wakes().await?;
         let deadline = Instant::now() + request.wait;
         loop {
-            // Concurrent requests of the agent take turns on its feed; a request whose wait ran
-            // out while it waited its turn or for a wake gets no work. Reading is cancel-safe:
-            // a wake not yet read stays for the next request.
-            let read = tokio::time::timeout_at(deadline, async {
-                let feed = feed.lock().await;
-                feed.next().await
-            })
-            .await;
+            // Concurrent requests of the agent share its mailbox; a request whose wait ran out
+            // gets no work.
+            let wake = mailbox.next_until(deadline).await;
             self.touch(&desk_key(&request.agent, tenant));
-            let wake = match read {
-                Err(_elapsed) => return Ok(None),
-                Ok(wake) => wake.map_err(Error::from)?,
+            let Some(wake) = wake else {
+                return Ok(None);
             };
             let reason = match take(recovery, &wake, writer, tenant, request.context_tokens).await {
                 Ok(Some(bundle)) => return Ok(Some(Assignment { bundle, wake })),
@@ -349,58 +498,109 @@ impl WorkDesk {
         }
     }
 
-    /// The agent's feed (of `tenant`'s sessions only, when given), made (joining its worker
-    /// group) on its first request.
-    fn feed(
-        &self,
-        agent: &str,
-        tenant: Option<&str>,
-    ) -> Result<Arc<tokio::sync::Mutex<WakeFeed>>, WorkError> {
+    /// The mailbox of `agent` (of `tenant`'s sessions only, when given), made on its first
+    /// request with the matching wakes read recently, within the tenant's share and the desk's
+    /// limit (mailboxes no request holds and none used for a while make room).
+    fn mailbox(&self, agent: &str, tenant: Option<&str>) -> Result<Arc<Mailbox>, WorkError> {
         let key = desk_key(agent, tenant);
-        let mut desks = self.desks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut boxes = self.lock();
         let now = Instant::now();
-        if let Some(desk) = desks.get_mut(&key) {
-            desk.used = now;
-            return Ok(Arc::clone(&desk.feed));
+        if let Some(kept) = boxes.mailboxes.get_mut(&key) {
+            kept.used = now;
+            return Ok(Arc::clone(&kept.mailbox));
         }
-        if desks.len() >= self.max_agents {
-            // Room from feeds no request holds and none used for a while.
-            desks.retain(|_, desk| {
-                Arc::strong_count(&desk.feed) > 1 || now.duration_since(desk.used) < IDLE_FEED
+        let full = |boxes: &Boxes| {
+            boxes.of_tenant(tenant) >= self.per_tenant || boxes.mailboxes.len() >= self.max_agents
+        };
+        if full(&boxes) {
+            boxes.mailboxes.retain(|_, kept| {
+                Arc::strong_count(&kept.mailbox) > 1 || now.duration_since(kept.used) < IDLE_MAILBOX
             });
-            if desks.len() >= self.max_agents {
-                return Err(WorkError::TooManyAgents(desks.len()));
+            let agents = boxes.of_tenant(tenant);
+            if agents >= self.per_tenant {
+                return Err(WorkError::TenantShareFull {
+                    tenant: tenant.map_or_else(
+                        || "the credentials of every tenant".into(),
+                        |t| format!("tenant {t:?}"),
+                    ),
+                    agents,
+                });
+            }
+            if boxes.mailboxes.len() >= self.max_agents {
+                return Err(WorkError::TooManyAgents(boxes.mailboxes.len()));
             }
         }
-        let feed = Arc::new(tokio::sync::Mutex::new(
-            WakeFeed::join(&self.kafka, agent, tenant).map_err(Error::from)?,
-        ));
-        desks.insert(
+        let mailbox = Arc::new(Mailbox::default());
+        let ours = |wake: &&Wake| wake.agent == agent && tenant.is_none_or(|t| t == wake.tenant);
+        for wake in boxes.recent.iter().map(|(_, wake)| wake).filter(ours) {
+            mailbox.push(wake.clone());
+        }
+        boxes.mailboxes.insert(
             key,
-            Desk {
-                feed: Arc::clone(&feed),
+            Kept {
+                mailbox: Arc::clone(&mailbox),
                 used: now,
             },
         );
-        Ok(feed)
+        Ok(mailbox)
     }
 
-    /// Marks a feed used now (a request that waited long used it until now).
+    /// Starts reading the wake topic, once: from the wakes of the last two re-wake intervals,
+    /// handing each to its mailboxes. A failure to start is the request's (503), and the next
+    /// request tries again; one once started is retried by the reader until the desk is gone.
+    async fn read_wakes(&self) -> Result<(), WorkError> {
+        self.reading
+            .get_or_try_init(|| async {
+                let recent_for = i64::try_from(self.recent_for.as_millis()).unwrap_or(i64::MAX);
+                let since = sessionlog_schemas::now_micros() / 1_000 - recent_for;
+                let stream = WakeStream::open(&self.kafka, since)
+                    .await
+                    .map_err(Error::from)?;
+                let (boxes, recent_for) = (Arc::clone(&self.boxes), self.recent_for);
+                Ok::<_, WorkError>(tokio::spawn(async move {
+                    let mut waits = retry::forever().build();
+                    loop {
+                        match stream.next().await {
+                            Ok(wake) => {
+                                waits = retry::forever().build();
+                                boxes
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .deliver(wake, recent_for);
+                            }
+                            Err(e) => {
+                                let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                                tracing::warn!(error = %e, ?wait, "reading wakes for GET /v1/work failed; trying again");
+                                tokio::time::sleep(wait).await;
+                            }
+                        }
+                    }
+                }))
+            })
+            .await
+            .map(drop)
+    }
+
+    /// Marks a mailbox used now (a request that waited long used it until now).
     fn touch(&self, key: &DeskKey) {
-        let mut desks = self.desks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(desk) = desks.get_mut(key) {
-            desk.used = Instant::now();
+        if let Some(kept) = self.lock().mailboxes.get_mut(key) {
+            kept.used = Instant::now();
         }
     }
 
-    /// The agents with a feed now.
+    /// The agents with a mailbox now.
     pub fn agents(&self) -> usize {
-        self.desks.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().mailboxes.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Boxes> {
+        // Each change leaves the maps whole: a panic elsewhere cannot leave them torn.
+        self.boxes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// The key of the feed of an agent's sessions of a tenant (of every tenant: `None`): the two
-/// names apart, so no spelling of one can stand for the other.
+/// The key of the mailbox of an agent's sessions of a tenant (of every tenant: `None`): the
+/// two names apart, so no spelling of one can stand for the other.
 type DeskKey = (String, Option<String>);
 
 fn desk_key(agent: &str, tenant: Option<&str>) -> DeskKey {
@@ -408,7 +608,7 @@ fn desk_key(agent: &str, tenant: Option<&str>) -> DeskKey {
 }
 
 /// Takes `wake`'s session for `writer`; `None` when `tenant` is given and the session is not
-/// its (the feed reads only the tenant's wakes; this is the check that does not trust them).
+/// its (a mailbox holds only the tenant's wakes; this is the check that does not trust them).
 async fn take(
     recovery: &Recovery,
     wake: &Wake,
@@ -535,7 +735,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_at_sign_in_a_name_does_not_share_another_agents_or_tenants_feed() {
-        let desk = WorkDesk::with_limit(KafkaSettings::default(), 10);
+        let desk = WorkDesk::with_limits(KafkaSettings::default(), 10, 10);
         let feeds = [
             ("a@b", None),
             ("a", Some("b")),
@@ -543,36 +743,103 @@ mod tests {
             ("a", Some("b@c")),
         ];
         for (agent, tenant) in feeds {
-            let _feed = desk.feed(agent, tenant).expect("room");
+            let _feed = desk.mailbox(agent, tenant).expect("room");
         }
         assert_eq!(desk.agents(), feeds.len());
     }
 
-    #[test]
-    fn a_take_id_names_one_take_of_one_writer_of_one_tenant() {
-        let desk = WorkDesk::new(KafkaSettings::default());
-        let id = uuid::Uuid::new_v4();
-        let key =
-            |tenant: Option<&str>, writer: &str, id| (tenant.map(Into::into), writer.into(), id);
-        let first = desk.take_slot(key(Some("t"), "alice/w", id));
-        assert!(Arc::ptr_eq(
-            &first,
-            &desk.take_slot(key(Some("t"), "alice/w", id))
-        ));
-        for other in [
-            key(Some("t"), "bob/w", id),
-            key(Some("u"), "alice/w", id),
-            key(None, "alice/w", id),
-            key(Some("t"), "alice/w", uuid::Uuid::new_v4()),
-        ] {
-            assert!(!Arc::ptr_eq(&first, &desk.take_slot(other)));
+    #[tokio::test]
+    async fn a_tenant_that_fills_its_share_leaves_room_for_another() {
+        let desk = WorkDesk::with_limits(KafkaSettings::default(), 10, 2);
+        let held: Vec<_> = ["a1", "a2"]
+            .into_iter()
+            .map(|agent| {
+                desk.mailbox(agent, Some("acme"))
+                    .expect("within acme's share")
+            })
+            .collect();
+        let Err(over) = desk.mailbox("a3", Some("acme")) else {
+            panic!("acme got a third agent's mailbox");
+        };
+        let problem = Problem::from(over);
+        assert_eq!(
+            (problem.status, problem.code),
+            (StatusCode::SERVICE_UNAVAILABLE, "too_many_agents")
+        );
+        assert!(
+            problem.detail.contains("work_agents_per_tenant"),
+            "{}",
+            problem.detail
+        );
+        let globex = desk.mailbox("b1", Some("globex"));
+        assert!(globex.is_ok(), "globex is shut out by acme");
+        // The credentials of every tenant have a share of their own.
+        assert!(desk.mailbox("a3", None).is_ok());
+        drop(held);
+    }
+
+    fn wake_of(agent: &str, tenant: &str) -> Wake {
+        Wake {
+            version: sessionlog_log::wake::WAKE_VERSION,
+            session_id: SessionId::new(),
+            agent: agent.into(),
+            tenant: tenant.into(),
+            reason: sessionlog_log::WakeReason::LeaseExpired,
+            epoch: 1,
+            cause_offset: None,
+            caused_at: 1,
+            woken_at: 2,
         }
+    }
+
+    #[tokio::test]
+    async fn a_wake_reaches_its_agents_mailboxes_and_one_made_later_finds_it() {
+        let desk = WorkDesk::with_limits(KafkaSettings::default(), 10, 10);
+        let acme = desk.mailbox("triage", Some("acme")).expect("room");
+        let other = desk.mailbox("billing", Some("acme")).expect("room");
+        let (mine, globex) = (wake_of("triage", "acme"), wake_of("triage", "globex"));
+        for wake in [&mine, &globex] {
+            desk.lock().deliver(wake.clone(), Duration::from_secs(120));
+        }
+        let soon = || Instant::now() + Duration::from_millis(50);
+        assert_eq!(acme.next_until(soon()).await, Some(mine.clone()));
+        assert_eq!(acme.next_until(soon()).await, None, "not globex's");
+        assert_eq!(other.next_until(soon()).await, None, "not another agent's");
+        // A worker of every tenant asking now finds both, read before it asked.
+        let every = desk.mailbox("triage", None).expect("room");
+        assert_eq!(every.next_until(soon()).await, Some(mine));
+        assert_eq!(every.next_until(soon()).await, Some(globex));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_request_gets_a_wake_as_it_arrives_and_a_full_mailbox_drops_the_oldest() {
+        let desk = Arc::new(WorkDesk::with_limits(KafkaSettings::default(), 10, 10));
+        let mailbox = desk.mailbox("triage", None).expect("room");
+        let wake = wake_of("triage", "acme");
+        let waiting = tokio::spawn({
+            let mailbox = Arc::clone(&mailbox);
+            async move {
+                mailbox
+                    .next_until(Instant::now() + Duration::from_secs(60))
+                    .await
+            }
+        });
+        desk.lock().deliver(wake.clone(), Duration::from_secs(120));
+        assert_eq!(waiting.await.expect("joined"), Some(wake));
+        let wakes: Vec<_> = (0..MAILBOX_WAKES + 3)
+            .map(|_| wake_of("triage", "acme"))
+            .collect();
+        for wake in &wakes {
+            mailbox.push(wake.clone());
+        }
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert_eq!(mailbox.next_until(soon).await.as_ref(), wakes.get(3));
     }
 
     #[test]
     fn a_full_desk_refuses_a_new_agent_with_a_clear_503() {
-        let desk = WorkDesk::with_limit(KafkaSettings::default(), 0);
-        let Err(e) = desk.feed("triage", None) else {
+        let desk = WorkDesk::with_limits(KafkaSettings::default(), 0, 1);
+        let Err(e) = desk.mailbox("triage", None) else {
             panic!("a desk for no agents made a feed");
         };
         let problem = Problem::from(e);

@@ -135,6 +135,10 @@ impl TestStack {
                 "SESSIONLOG_LEASE__TTL_MS".into(),
                 s.lease.ttl_ms.to_string(),
             ),
+            (
+                "SESSIONLOG_RECOVERY__WORK_AGENTS_PER_TENANT".into(),
+                s.recovery.work_agents_per_tenant.to_string(),
+            ),
         ]);
         let mcp = &s.recovery.mcp;
         let set = |name: &str, value: Option<String>| value.map(|v| (name.to_string(), v));

@@ -163,34 +163,40 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_tenants_worker_reads_only_its_tenants_wakes_and_never_consumes_anothers() -> Result<()> {
+/// A client whose credential is `tenant`'s worker's (roles harness and reader).
+fn as_tenant(tenant: &str) -> Result<Client> {
     use sessionlog_http::auth::Grant;
     use sessionlog_log::Role;
+    let token = sessionlog_tests::auth::mint(&Grant {
+        tenant: Some(tenant.into()),
+        ..Grant::new(
+            &format!("{tenant}-worker"),
+            &[Role::Harness, Role::Reader],
+            Duration::from_secs(600),
+        )
+    })?;
+    sessionlog_tests::auth::client_with(&token)
+}
+
+/// A session of `tenant` run by `agent`, woken for its agent's workers.
+async fn woken_session(log: &Arc<EventLog>, agent: &str, tenant: &str) -> Result<SessionId> {
+    let (writer, _) = SessionWriter::create_new_in(Arc::clone(log), agent, None, tenant).await?;
+    let mut woken = wake(writer.session_id(), agent, 1, now_micros());
+    woken.tenant = tenant.into();
+    log.put_wake(&woken).await?;
+    Ok(writer.session_id())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_worker_reads_only_its_tenants_wakes_and_never_consumes_anothers() -> Result<()> {
     let stack = TestStack::new("work_tenant", 3).await?;
     let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let as_tenant = |tenant: &str| -> Result<Client> {
-        let token = sessionlog_tests::auth::mint(&Grant {
-            tenant: Some(tenant.into()),
-            ..Grant::new(
-                &format!("{tenant}-worker"),
-                &[Role::Harness, Role::Reader],
-                Duration::from_secs(600),
-            )
-        })?;
-        sessionlog_tests::auth::client_with(&token)
-    };
     let (acme, globex) = (as_tenant("acme")?, as_tenant("globex")?);
     // One agent name, two tenants' sessions, each woken.
     let mut theirs = Vec::new();
     for tenant in ["globex", "acme"] {
-        let (writer, _) =
-            SessionWriter::create_new_in(Arc::clone(&log), "support", None, tenant).await?;
-        let mut woken = wake(writer.session_id(), "support", 1, now_micros());
-        woken.tenant = tenant.into();
-        log.put_wake(&woken).await?;
-        theirs.push(writer.session_id());
+        theirs.push(woken_session(&log, "support", tenant).await?);
     }
     // Acme's worker asks first: it gets acme's session, and globex's wake is left for globex.
     let (status, body) = work(&acme, &recovery.base, "agent=support&wait=10s").await?;
@@ -217,5 +223,47 @@ async fn a_tenants_worker_reads_only_its_tenants_wakes_and_never_consumes_anothe
     )
     .await?;
     ensure!(other_tenant == 0, "no wake was read by the wrong tenant");
+    Ok(())
+}
+
+/// One reader of the wake topic serves every agent's workers, so a tenant's share of agents
+/// (`[recovery] work_agents_per_tenant`) is what bounds it: a tenant whose workers wait for as
+/// many agents as its share is refused another (503 `too_many_agents`, naming the setting),
+/// and another tenant's workers still get their work, as do its own agents'.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_over_its_share_of_agents_is_refused_and_another_tenant_still_gets_work()
+-> Result<()> {
+    let mut stack = TestStack::new("work_share", 3).await?;
+    stack.settings.recovery.work_agents_per_tenant = 2;
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
+    let (acme, globex) = (as_tenant("acme")?, as_tenant("globex")?);
+
+    // Acme's workers wait for two agents: its share.
+    for agent in ["acme-1", "acme-2"] {
+        let (status, body) = work(&acme, &recovery.base, &format!("agent={agent}&wait=1s")).await?;
+        ensure!(status == StatusCode::NO_CONTENT, "{agent}: {status} {body}");
+    }
+    let (status, body) = work(&acme, &recovery.base, "agent=acme-3&wait=1s").await?;
+    ensure!(
+        status == StatusCode::SERVICE_UNAVAILABLE && body["code"] == "too_many_agents",
+        "a third agent of acme: {status} {body}"
+    );
+    ensure!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("work_agents_per_tenant")),
+        "the answer names the setting: {body}"
+    );
+
+    // Globex's worker still gets its work, and so does acme's for an agent within its share.
+    let theirs = woken_session(&log, "globex-1", "globex").await?;
+    let (status, body) = work(&globex, &recovery.base, "agent=globex-1&wait=10s").await?;
+    ensure!(status == StatusCode::OK, "globex: {status} {body}");
+    ensure!(body["state"]["session_id"] == theirs.to_string(), "{body}");
+    let ours = woken_session(&log, "acme-1", "acme").await?;
+    let (status, body) = work(&acme, &recovery.base, "agent=acme-1&wait=10s").await?;
+    ensure!(status == StatusCode::OK, "acme: {status} {body}");
+    ensure!(body["state"]["session_id"] == ours.to_string(), "{body}");
     Ok(())
 }

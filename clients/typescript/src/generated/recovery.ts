@@ -439,7 +439,8 @@ export interface paths {
          *     session per request: hold its lease (`POST /v1/sessions/{id}/lease` on ingest) at once.
          *     With `take_id` (a UUID the worker chooses per take), asking again after a lost answer is
          *     answered the session that take took, not another: the answer is kept for 180 s.
-         *     503 `too_many_agents` when the instance serves work to its limit of agents (1,000).
+         *     503 `too_many_agents` when the caller's tenant has its workers wait on its share of agents
+         *     at once (`[recovery] work_agents_per_tenant`), or the instance on 10,000.
          */
         get: operations["work"];
         put?: never;
