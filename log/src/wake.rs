@@ -204,14 +204,19 @@ impl WakeFeed {
     }
 
     /// The next wake for the agent; the offset of every record read on the way (other agents'
-    /// wakes, records this build does not read) is stored for the next commit.
+    /// wakes, records this build does not read) is stored for the next commit. A transient
+    /// error (a broker restarting, a leader moving) is waited out, as the client reconnects by
+    /// itself; another is returned, and the feed may be read again after it.
     pub async fn next(&self) -> Result<Wake> {
         loop {
-            let message = self
-                .consumer
-                .recv()
-                .await
-                .map_err(Error::kafka("read the wake topic"))?;
+            let message = match self.consumer.recv().await {
+                Ok(message) => message,
+                Err(e) if crate::reader::is_transient(&e) => {
+                    tracing::debug!(error = %e, "wake feed: transient error");
+                    continue;
+                }
+                Err(e) => return Err(Error::kafka("read the wake topic")(e)),
+            };
             let wake = message.payload().map(Wake::decode);
             if let Err(e) = self.consumer.store_offset_from_message(&message) {
                 tracing::warn!(error = %e, "storing a wake offset failed; it may be read again");

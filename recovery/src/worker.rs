@@ -22,7 +22,8 @@
 //! writer handed to the handler holds a lease (renewed while it lives): a worker that dies
 //! mid-run leaves a lease that lapses, and the session is woken for another worker.
 
-use crate::{Error, Recovery, Result, ResumeBundle};
+use crate::{Recovery, Result, ResumeBundle};
+use sessionlog_log::retry::{self, BackoffBuilder};
 use sessionlog_log::{Wake, WakeFeed};
 use sessionlog_schemas::now_micros;
 use std::future::Future;
@@ -82,7 +83,9 @@ impl Worker {
     }
 
     /// Takes wakes and runs `handler` on each session taken until `shutdown` completes, then
-    /// waits for the sessions running to finish.
+    /// waits for the sessions running to finish. Reading wakes is retried through any outage
+    /// (a broker restarting, the cluster unreachable): only joining the agent's worker group
+    /// at the start can fail.
     pub async fn run<H, F>(self, handler: H, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         H: Fn(Work) -> F + Send + Sync + 'static,
@@ -97,22 +100,38 @@ impl Worker {
         let (handler, me) = (Arc::new(handler), Arc::new(self));
         let slots = Arc::new(Semaphore::new(me.concurrency));
         let mut running = JoinSet::new();
+        let mut waits = retry::forever().build();
         tokio::pin!(shutdown);
-        let result = loop {
+        loop {
             // Finished runs are reaped as they end so the set does not grow.
             while running.try_join_next().is_some() {}
             let slot = tokio::select! {
-                _ = &mut shutdown => break Ok(()),
+                _ = &mut shutdown => break,
                 slot = Arc::clone(&slots).acquire_owned() => match slot {
                     Ok(slot) => slot,
-                    Err(_) => break Ok(()),
+                    Err(_) => break,
                 },
             };
             let wake = tokio::select! {
-                _ = &mut shutdown => break Ok(()),
+                _ = &mut shutdown => break,
                 wake = feed.next() => match wake {
-                    Ok(wake) => wake,
-                    Err(e) => break Err(Error::from(e)),
+                    Ok(wake) => {
+                        waits = retry::forever().build();
+                        wake
+                    }
+                    Err(e) => {
+                        // The feed waits out a broker's restart itself; anything else (the
+                        // cluster unreachable, an authorization refused) is retried, with the
+                        // house's backoff, until the worker is shut down: a worker that exits
+                        // leaves its agent's sessions to nobody.
+                        let wait = waits.next().unwrap_or(retry::MAX_DELAY);
+                        tracing::warn!(agent = %me.agent, error = %e, ?wait, "reading wakes failed; trying again");
+                        drop(slot);
+                        tokio::select! {
+                            _ = &mut shutdown => break,
+                            _ = tokio::time::sleep(wait) => continue,
+                        }
+                    }
                 },
             };
             let (me, handler) = (Arc::clone(&me), Arc::clone(&handler));
@@ -122,9 +141,9 @@ impl Worker {
                 }
                 drop(slot);
             });
-        };
+        }
         while running.join_next().await.is_some() {}
-        result
+        Ok(())
     }
 
     /// Takes the session `wake` names, or says why not (a skipped wake is no error).

@@ -24,7 +24,7 @@ const BATCH: usize = 25;
 const VICTIM: &str = "kafka-2";
 
 /// Runs `scripts/stack <verb> kafka-2`.
-fn stack(verb: &str) -> Result<()> {
+pub(crate) fn stack(verb: &str) -> Result<()> {
     let status = Command::new(repo_root().join("scripts/stack"))
         .args([verb, VICTIM])
         .status()
@@ -36,8 +36,8 @@ fn stack(verb: &str) -> Result<()> {
 }
 
 /// Starts the killed broker again however the test ends, so other tests find the cluster whole.
-struct Restart {
-    needed: bool,
+pub(crate) struct Restart {
+    pub(crate) needed: bool,
 }
 
 impl Drop for Restart {

@@ -8,6 +8,7 @@
 mod brokers;
 mod cassandra;
 mod registry;
+mod worker;
 
 use tokio::sync::{Mutex, MutexGuard};
 
