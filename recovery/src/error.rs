@@ -56,10 +56,11 @@ pub enum Error {
         /// The session.
         session: String,
     },
-    /// A worker woken for the session at `woken_at` found it at a later epoch, or lost the claim
-    /// to another: someone else runs it now. Not a failure: the worker moves on.
+    /// A worker woken for the session at `woken_at` found it at a later epoch, lost the claim
+    /// to another, or found a live lease at its current epoch (its harness is alive): someone
+    /// else runs it now. Not a failure: the worker moves on.
     #[error(
-        "session {session} was already taken: woken at epoch {woken_at}, it is at epoch {current} now"
+        "session {session} was already taken: woken at epoch {woken_at}, it is at epoch {current} now, claimed since or held by a live lease"
     )]
     AlreadyTaken {
         /// The session.

@@ -217,6 +217,9 @@ impl Recovery {
         not_taken(pending_claim.state(), woken_at)?;
         resumable(pending_claim.state())?;
         self.notary().check(pending_claim.state())?;
+        if let Some(woken_at) = woken_at {
+            self.not_held(pending_claim.state(), woken_at).await?;
+        }
         let (mut writer, _claim, late) = match pending_claim.commit_caught_up().await {
             // A rival worker's claim reached the partition first.
             Err(sessionlog_producer::Error::LostClaim { epoch, current }) if woken_at.is_some() => {
@@ -320,6 +323,26 @@ impl Recovery {
             mcp: self.mcp_access(session, writer_name, &writer.state().tenant),
             writer: Some(writer),
         })
+    }
+
+    /// For a worker, at the moment of its claim: refuses a session whose lease is live at its
+    /// current epoch. Its harness is alive (a wake read late, after the harness renewed, or one
+    /// whose cause no longer stands), and the claim would fence it; the wake component wakes the
+    /// session again if that lease lapses.
+    async fn not_held(&self, state: &SessionState, woken_at: u64) -> Result<()> {
+        match self.lease(state.session_id).await? {
+            Some(lease)
+                if lease.is_live(sessionlog_schemas::now_micros())
+                    && lease.epoch >= state.epoch =>
+            {
+                Err(Error::AlreadyTaken {
+                    session: state.session_id.to_string(),
+                    woken_at,
+                    current: state.epoch,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Decides what to do with one call that has no recorded result.

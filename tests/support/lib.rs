@@ -14,6 +14,7 @@ pub mod projector;
 
 pub mod recovery;
 pub mod traces;
+pub mod wake;
 
 use anyhow::{Context, Result, bail, ensure};
 use sessionlog_log::{Settings, topic};

@@ -15,13 +15,24 @@
 //!   restarted instance reads it again);
 //! - steering arrived while no live writer held the session.
 //!
+//! It folds the events of the sessions it watches with the fold every component uses, into a
+//! state loaded from the projection when a session first matters, and reacts only to events the
+//! fold accepted ([`watch`]).
+//!
 //! A wake is a hint: the worker's claim through the fold decides who runs the session, and a
-//! worker finding the session claimed since its wake is told "already taken". A wake no
-//! harness answered (no new lease) is written again after `[wake] rewake_after_ms`.
+//! worker finding the session claimed since its wake, or held by a live lease, is told
+//! "already taken". A wake no harness answered (no new lease) is written again after
+//! `[wake] rewake_after_ms`.
+//!
+//! Kafka, the registry and the store failing for a while (a broker restarting) stop nothing:
+//! the consumer goes on by itself once the cluster answers, an event that cannot be decoded
+//! for want of the registry is tried again with the house's backoff
+//! ([`sessionlog_log::retry`]), and checks and loads that failed are tried again later.
 
 pub mod error;
 pub mod observe;
 pub mod orphans;
+pub mod queue;
 pub mod watch;
 
 pub use error::{Error, Result};
@@ -33,46 +44,60 @@ use futures::stream::FuturesUnordered;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use sessionlog_log::lease::LeaseReader;
-use sessionlog_log::{Settings, Wake, WakeWriter, wake::WAKE_VERSION};
-use sessionlog_schemas::{EventDecoder, Micros, SessionId, now_micros};
+use sessionlog_log::retry::{self, BackoffBuilder};
+use sessionlog_log::{PartitionReader, Settings, Wake, WakeWriter, wake::WAKE_VERSION};
+use sessionlog_schemas::{EventDecoder, EventEnvelope, Micros, SessionId, now_micros};
+use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use watch::{Cause, Watches};
+use watch::{Cause, ENDED, Load, Watches, claimed_by_operator, needs_no_harness};
 
 /// How often due leases, pauses and repeats are looked at.
 const TICK: Duration = Duration::from_millis(100);
 /// How often the group's progress on the events topic is committed.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
-/// How soon a cause the projection has not reached yet is looked at again, in microseconds.
+/// How soon a cause the projection has not reached yet is looked at again, and a state it
+/// could not give yet is asked for again, in microseconds.
 const RETRY_MICROS: Micros = 200_000;
 /// Ticks between two updates of the orphaned-sessions gauges (a scan of every session).
 const ORPHANS_EVERY_TICKS: u64 = 50;
 /// Causes checked and written at once: a mass expiry is a thousand store reads and writes.
 const CONCURRENCY: usize = 64;
 
-/// What checking a cause needs, shared by the checks in flight.
+/// What checking a cause and loading a state need, shared by the checks and loads in flight.
 struct Checker {
     store: ProjectionStore,
     log: Arc<WakeWriter>,
-    /// The lease topic read afresh before a lapsed lease wakes anyone (see [`wake_one`]).
+    /// The lease topic read afresh before a cause wakes anyone (see [`wake_one`]).
     leases: LeaseReader,
+    /// The events topic, for its partitions' ends (see [`unprojected`]).
+    events: PartitionReader,
+    events_topic: String,
+    /// Writes the tombstones that remove ended sessions' lease records.
+    lease_producer: FutureProducer,
+    lease_topic: String,
+    delivery_timeout: Duration,
 }
 
 /// The causes being checked and those waiting for a turn. A check runs beside the loop that
 /// reads leases and events, so a cause found while others are checked starts as soon as one
 /// ends instead of after the whole batch (a mass expiry came due over a second or two, and
 /// each tick's batch waited for its slowest check). One check at a time per session keeps a
-/// session's outcomes in the order of its causes.
+/// session's outcomes in the order of its causes; the queue holds one cause per session.
 #[derive(Default)]
 struct Checks {
     running: FuturesUnordered<BoxFuture<'static, (Cause, Outcome)>>,
-    sessions: HashSet<SessionId>,
-    waiting: VecDeque<Cause>,
+    queue: queue::CheckQueue,
 }
+
+/// What a load of states from the projection answered for each: the state and the offset it
+/// was folded through (`None`: no row), or `None` when it is to be asked again later.
+type Loaded = Vec<(Load, Option<Option<(SessionState, i64)>>)>;
 
 /// The consumer group of the wake component on `settings`' topics.
 pub fn wake_group(settings: &Settings) -> String {
@@ -140,6 +165,12 @@ pub struct WakeService {
     decoder: EventDecoder,
     checker: Arc<Checker>,
     checks: Checks,
+    /// The batch of states being loaded from the projection (at most one).
+    loading: FuturesUnordered<BoxFuture<'static, Loaded>>,
+    /// The waits between tries to decode an event while the registry fails.
+    backoff: Option<backon::ExponentialBackoff>,
+    /// Consumer errors in a row (a broker restarting reports one per lost connection).
+    read_errors: u64,
     events_topic: String,
     lease_topic: String,
     rewake_after: Duration,
@@ -185,13 +216,26 @@ impl WakeService {
         consumer
             .subscribe(&[&events_topic, &lease_topic])
             .map_err(sessionlog_log::Error::kafka("subscribe"))?;
+        let lease_producer: FutureProducer = settings
+            .kafka
+            .producer_config()
+            .create()
+            .map_err(sessionlog_log::Error::kafka("create the lease cleaner"))?;
         Ok(Self {
             checker: Arc::new(Checker {
                 store,
                 log,
                 leases: LeaseReader::new(&settings.kafka, partitions),
+                events: PartitionReader::for_short_reads(&settings.kafka, &events_topic)?,
+                events_topic: events_topic.clone(),
+                lease_producer,
+                lease_topic: lease_topic.clone(),
+                delivery_timeout: Duration::from_millis(settings.producer.delivery_timeout_ms),
             }),
             checks: Checks::default(),
+            loading: FuturesUnordered::new(),
+            backoff: None,
+            read_errors: 0,
             consumer: Arc::new(consumer),
             assignment,
             watches: Watches::default(),
@@ -215,7 +259,16 @@ impl WakeService {
             tokio::select! {
                 _ = &mut shutdown => break,
                 message = self.consumer.recv() => {
-                    let message = message.map_err(sessionlog_log::Error::kafka("read"))?;
+                    let message = match message {
+                        Ok(message) => {
+                            self.read_errors = 0;
+                            message
+                        }
+                        Err(e) => {
+                            self.read_failed(&e).await;
+                            continue;
+                        }
+                    };
                     let (topic, partition, offset) =
                         (message.topic().to_string(), message.partition(), message.offset());
                     let key = message.key().map(<[u8]>::to_vec);
@@ -226,23 +279,30 @@ impl WakeService {
                         self.on_lease(partition, key.as_deref(), payload.as_deref());
                         self.lease_read(partition, offset);
                     } else if topic == self.events_topic {
-                        self.on_event(partition, offset, payload.as_deref()).await?;
+                        self.on_event(partition, offset, payload.as_deref()).await;
                     }
                 }
                 Some((cause, outcome)) = self.checks.running.next(),
                     if !self.checks.running.is_empty() =>
                 {
-                    self.checks.sessions.remove(&cause.session);
+                    self.checks.queue.finished(cause.session);
                     self.settle(&cause, outcome);
                     self.start_checks();
                 }
+                Some(loaded) = self.loading.next(), if !self.loading.is_empty() => {
+                    self.loaded(loaded);
+                }
                 _ = tick.tick() => {
                     self.rebalanced().await;
-                    let due = self.watches.due(now_micros());
+                    let now = now_micros();
+                    let due = self.watches.due(now);
                     self.check(due);
+                    self.load();
+                    self.clean_leases();
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(ORPHANS_EVERY_TICKS) {
-                        observe::orphaned(&self.watches.orphaned(), now_micros());
+                        observe::orphaned(&self.watches.orphaned(), now);
+                        observe::watched(self.watches.len());
                     }
                 }
                 _ = commit.tick() => self.commit(CommitMode::Async),
@@ -325,37 +385,74 @@ impl WakeService {
         // Keyed by session and epoch (an older build's by session alone).
         let session: Option<SessionId> = key.and_then(sessionlog_log::lease::session_of_key);
         match session {
-            Some(session) => self.watches.on_lease(partition, session, value),
+            Some(session) => self
+                .watches
+                .on_lease(partition, session, value, now_micros()),
             None => tracing::warn!(partition, "a lease record without a session key; skipped"),
         }
     }
 
-    async fn on_event(
+    async fn on_event(&mut self, partition: i32, offset: i64, payload: Option<&[u8]>) {
+        let Some(payload) = payload else {
+            self.mark(partition, offset + 1);
+            return;
+        };
+        let Some(envelope) = self.decode(partition, offset, payload).await else {
+            self.mark(partition, offset + 1);
+            return;
+        };
+        let causes = self
+            .watches
+            .on_event(partition, offset, &envelope, now_micros());
+        // Marked read only once folded: a commit meanwhile stays before it.
+        self.mark(partition, offset + 1);
+        self.check(causes);
+    }
+
+    /// The event `payload` holds, tried again while the registry cannot be reached (an event
+    /// cannot be skipped: it may be a cause, or end a session); `None` for a record that does
+    /// not decode, which is the projector's to dead-letter and wakes nobody.
+    async fn decode(
         &mut self,
         partition: i32,
         offset: i64,
-        payload: Option<&[u8]>,
-    ) -> Result<()> {
-        self.mark(partition, offset + 1);
-        let Some(payload) = payload else {
-            return Ok(());
-        };
-        // A record that does not decode is the projector's to dead-letter; it wakes nobody.
-        let envelope = match self.decoder.decode(payload).await {
-            Ok(envelope) => envelope,
-            Err(e) if e.is_retriable() => return Err(e.into()),
-            Err(e) => {
-                tracing::debug!(partition, offset, error = %e, "undecodable record skipped");
-                return Ok(());
+        payload: &[u8],
+    ) -> Option<EventEnvelope> {
+        loop {
+            match self.decoder.decode(payload).await {
+                Ok(envelope) => {
+                    self.backoff = None;
+                    return Some(envelope);
+                }
+                Err(e) if e.is_retriable() => {
+                    let wait = self
+                        .backoff
+                        .get_or_insert_with(|| retry::forever().build())
+                        .next()
+                        .unwrap_or(retry::MAX_DELAY);
+                    tracing::warn!(partition, offset, error = %e, ?wait, "decoding an event failed (is the registry up?); trying again");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => {
+                    tracing::debug!(partition, offset, error = %e, "undecodable record skipped");
+                    return None;
+                }
             }
-        };
-        if let Some(cause) = self
-            .watches
-            .on_event(partition, offset, &envelope, now_micros())
-        {
-            self.check(vec![cause]);
         }
-        Ok(())
+    }
+
+    /// A consumer error: a broker restarting, a leader moving. The consumer goes on by itself
+    /// once the cluster answers, as the log's tail does, so the loop only pauses briefly (the
+    /// house's first retry wait) rather than stop, or back off past due leases and pauses.
+    async fn read_failed(&mut self, error: &rdkafka::error::KafkaError) {
+        self.read_errors += 1;
+        // The first of a run, and every 50th after: librdkafka repeats its own lines anyway.
+        if self.read_errors % 50 == 1 {
+            tracing::warn!(%error, errors = self.read_errors, "reading the topics failed; reading on");
+        } else {
+            tracing::debug!(%error, "reading the topics failed; reading on");
+        }
+        tokio::time::sleep(retry::FIRST_DELAY).await;
     }
 
     fn mark(&self, partition: i32, next: i64) {
@@ -371,29 +468,80 @@ impl WakeService {
     /// Queues `causes` to be checked against the sessions' projected state (the wakes that
     /// stand are written) and starts as many checks as there is room for.
     fn check(&mut self, causes: Vec<Cause>) {
-        self.checks.waiting.extend(causes);
+        for cause in causes {
+            self.checks.queue.push(cause);
+        }
         self.start_checks();
     }
 
     fn start_checks(&mut self) {
-        let checks = &mut self.checks;
-        // A cause of a session being checked waits for that check's outcome.
-        let mut held = Vec::new();
-        while checks.running.len() < CONCURRENCY
-            && let Some(cause) = checks.waiting.pop_front()
-        {
-            if !checks.sessions.insert(cause.session) {
-                held.push(cause);
-                continue;
-            }
+        let room = CONCURRENCY.saturating_sub(self.checks.running.len());
+        for cause in self.checks.queue.start(room) {
             let checker = Arc::clone(&self.checker);
-            checks.running.push(Box::pin(async move {
+            self.checks.running.push(Box::pin(async move {
                 let outcome = wake_one(&checker, &cause).await;
                 (cause, outcome)
             }));
         }
-        for cause in held.into_iter().rev() {
-            checks.waiting.push_front(cause);
+    }
+
+    /// Starts loading the states the watches want from the projection, unless a batch is
+    /// being loaded (its sessions were handed out; the rest wait for the next tick).
+    fn load(&mut self) {
+        if !self.loading.is_empty() {
+            return;
+        }
+        let loads = self.watches.loads(now_micros());
+        if !loads.is_empty() {
+            let checker = Arc::clone(&self.checker);
+            self.loading
+                .push(Box::pin(async move { load_states(&checker, loads).await }));
+        }
+    }
+
+    /// Folds the events read meanwhile onto the states loaded; the causes among them are
+    /// checked, and a state not given yet is asked for again.
+    fn loaded(&mut self, loaded: Loaded) {
+        let now = now_micros();
+        let mut causes = Vec::new();
+        for (load, answer) in loaded {
+            match answer {
+                Some(projected) => causes.extend(self.watches.loaded(&load, projected, now)),
+                None => self
+                    .watches
+                    .load_later(&load, now.saturating_add(RETRY_MICROS)),
+            }
+        }
+        self.check(causes);
+        self.load();
+    }
+
+    /// Writes tombstones for the lease records an ended session's writer left behind (the keys
+    /// a session's end removes, [`sessionlog_log::lease::end_keys`]), so the lease topic (and
+    /// every reader of it) keeps only sessions that may run again. A failed write leaves the
+    /// records, found again at the partition's next assignment.
+    fn clean_leases(&mut self) {
+        for cleanup in self.watches.take_cleanups() {
+            let checker = Arc::clone(&self.checker);
+            tokio::spawn(async move {
+                let keys = sessionlog_log::lease::end_keys(cleanup.session, cleanup.epoch);
+                let sent = keys.iter().map(|key| {
+                    let record = FutureRecord::<str, [u8]>::to(&checker.lease_topic)
+                        .partition(cleanup.partition)
+                        .key(key);
+                    checker
+                        .lease_producer
+                        .send(record, checker.delivery_timeout)
+                });
+                match futures::future::try_join_all(sent).await {
+                    Ok(_) => observe::lease_cleaned(),
+                    Err((e, _)) => tracing::warn!(
+                        session = %cleanup.session,
+                        error = %e,
+                        "removing an ended session's lease records failed"
+                    ),
+                }
+            });
         }
     }
 
@@ -401,9 +549,9 @@ impl WakeService {
     fn settle(&mut self, cause: &Cause, outcome: Outcome) {
         match outcome {
             Outcome::Woken => self.watches.woke(cause, self.rewake_at()),
-            Outcome::NotNeeded(why @ ENDED) => {
+            Outcome::NotNeeded(why @ (ENDED | EXPIRED)) => {
                 tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
-                self.watches.ended(cause.session);
+                self.watches.ended(cause.session, now_micros());
             }
             Outcome::NotNeeded(why) => {
                 tracing::debug!(session = %cause.session, reason = cause.reason.as_str(), why, "no wake needed");
@@ -412,6 +560,8 @@ impl WakeService {
             Outcome::Later => self
                 .watches
                 .retry(cause, now_micros().saturating_add(RETRY_MICROS)),
+            // Looked at again after the re-wake interval: the projector may be down.
+            Outcome::Unprojected(end) => self.watches.unprojected(cause, end, self.rewake_at()),
             // Tried again after the re-wake interval, as a wake nobody answered is.
             Outcome::Failed => self.watches.woke(cause, self.rewake_at()),
         }
@@ -455,33 +605,36 @@ impl WakeService {
     }
 }
 
-/// Why an ended session needs no wake (and is forgotten).
-const ENDED: &str = "the session ended";
+/// Why a session whose rows are gone needs no wake (and is forgotten, as an ended one is).
+const EXPIRED: &str = "the projection holds no row of the session: its rows expired";
 
 enum Outcome {
     Woken,
     Later,
     NotNeeded(&'static str),
+    /// No projected row, while the session's events partition ended at this offset.
+    Unprojected(i64),
     Failed,
 }
 
 /// Writes `cause`'s wake if the session, as projected, still needs a harness.
 ///
-/// A lapsed lease is first read afresh from the lease topic: this instance's own reading may
-/// trail it (a burst of events to judge, a partition re-read), and waking a session whose
-/// harness renewed meanwhile would have a worker's claim fence a live harness.
+/// The session's lease is first read afresh from the lease topic: this instance's own reading
+/// may trail it (a burst of events to judge, a partition re-read), and waking a session whose
+/// harness renewed meanwhile (or paused its own session and waits) would have a worker's claim
+/// fence a live harness.
 async fn wake_one(checker: &Checker, cause: &Cause) -> Outcome {
-    let Checker { store, log, leases } = checker;
-    if cause.reason == sessionlog_log::WakeReason::LeaseExpired {
-        match leases.read(cause.session).await {
-            Ok(Some(lease)) if lease.is_live(now_micros()) && lease.epoch >= cause.epoch => {
-                return Outcome::NotNeeded("its lease was renewed");
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(session = %cause.session, error = %e, "reading the lease afresh failed");
-                return Outcome::Failed;
-            }
+    let Checker {
+        store, log, leases, ..
+    } = checker;
+    match leases.read(cause.session).await {
+        Ok(Some(lease)) if lease.is_live(now_micros()) && lease.epoch >= cause.epoch => {
+            return Outcome::NotNeeded("a live lease holds it");
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(session = %cause.session, error = %e, "reading the lease afresh failed");
+            return Outcome::Failed;
         }
     }
     let projected = match store.load_session(cause.session).await {
@@ -495,32 +648,21 @@ async fn wake_one(checker: &Checker, cause: &Cause) -> Outcome {
         }
         // Not projected that far yet: the projector lags by milliseconds; look again soon.
         Ok(Some(_)) => return Outcome::Later,
-        // Not projected at all (the projector is down, or the session's rows expired): not
-        // something a quick retry mends; looked at again after the re-wake interval.
-        Ok(None) => return Outcome::Failed,
+        // Not projected at all: the projector is behind or down, or the session's rows
+        // expired; not something a quick retry mends.
+        Ok(None) => return unprojected(checker, cause).await,
         Err(e) => {
             tracing::warn!(session = %cause.session, error = %e, "reading the session for a wake failed");
             return Outcome::Failed;
         }
     };
     let state = &projected.state;
-    if state.terminal.is_some() || state.erased {
-        return Outcome::NotNeeded(ENDED);
+    if let Some(why) = needs_no_harness(state, now_micros()) {
+        return Outcome::NotNeeded(why);
     }
-    if cause.reason != sessionlog_log::WakeReason::PauseElapsed && state.paused {
-        return Outcome::NotNeeded("the session is paused");
-    }
-    if !state.pending_approvals.is_empty() {
-        return Outcome::NotNeeded("the session waits for an approval");
-    }
-    if state
-        .pending_calls
-        .values()
-        .any(|c| c.resolution_required.is_some())
-    {
-        return Outcome::NotNeeded("the session waits for an operator");
-    }
-    if state.epoch > cause.epoch {
+    // Someone who runs the session claimed it since (an operator's act runs nothing: its own
+    // cause, or the pause it made, decides).
+    if state.epoch > cause.epoch && !claimed_by_operator(state) {
         return Outcome::NotNeeded("the session was claimed since");
     }
     let Some(agent) = state.agent.clone() else {
@@ -532,6 +674,7 @@ async fn wake_one(checker: &Checker, cause: &Cause) -> Outcome {
         agent,
         tenant: state.tenant.clone(),
         reason: cause.reason,
+        // The session's epoch now: a worker's take refuses a session claimed past it.
         epoch: cause.epoch.max(state.epoch),
         cause_offset: cause.cause_offset,
         caused_at: cause.caused_at,
@@ -547,6 +690,70 @@ async fn wake_one(checker: &Checker, cause: &Cause) -> Outcome {
             Outcome::Failed
         }
     }
+}
+
+/// A cause of a session the projection holds no row of. Once the projector applied its
+/// partition past where the partition ended when that was first seen, the row will never come:
+/// the session's rows expired (an ended session past `[cql] ended_session_ttl`), or it never
+/// started; it is forgotten and its lease record removed. Until then it is looked at again.
+async fn unprojected(checker: &Checker, cause: &Cause) -> Outcome {
+    let end = match cause.unprojected_end {
+        Some(end) => end,
+        None => match checker.events.watermarks(cause.partition).await {
+            Ok((_, high)) => high,
+            Err(e) => {
+                tracing::warn!(partition = cause.partition, error = %e, "reading the partition's end failed");
+                return Outcome::Failed;
+            }
+        },
+    };
+    match checker.store.load_progress(&checker.events_topic).await {
+        Ok(progress)
+            if progress
+                .get(&cause.partition)
+                .is_some_and(|next| *next >= end) =>
+        {
+            Outcome::NotNeeded(EXPIRED)
+        }
+        Ok(_) => Outcome::Unprojected(end),
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the projector's progress failed");
+            Outcome::Failed
+        }
+    }
+}
+
+/// Loads `loads`' states from the projection: each one whose partition the projector applied
+/// below its `before` (read first, so the row read after holds at least that much).
+async fn load_states(checker: &Checker, loads: Vec<Load>) -> Loaded {
+    let progress = match checker.store.load_progress(&checker.events_topic).await {
+        Ok(progress) => progress,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the projector's progress failed; loads wait");
+            return loads.into_iter().map(|load| (load, None)).collect();
+        }
+    };
+    futures::stream::iter(loads)
+        .map(|load| {
+            let reached = progress
+                .get(&load.partition)
+                .is_some_and(|next| *next >= load.before);
+            async move {
+                if !reached {
+                    return (load, None);
+                }
+                match checker.store.load_session(load.session).await {
+                    Ok(row) => (load, Some(row.map(|p| (p.state, p.applied_offset)))),
+                    Err(e) => {
+                        tracing::warn!(session = %load.session, error = %e, "loading a session's state failed");
+                        (load, None)
+                    }
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
 }
 
 /// A group with no progress on the events topic (new) is given the topic's end as its

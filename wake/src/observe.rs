@@ -33,6 +33,16 @@ pub fn describe_metrics() {
         "Sessions woken that no harness took since (no new lease), by reason."
     );
     describe_gauge!(
+        WATCHED,
+        Unit::Count,
+        "Sessions the wake component watches (a lease, a pause, a pending wake, a state loading)."
+    );
+    describe_counter!(
+        LEASES_CLEANED,
+        Unit::Count,
+        "Lease records of ended sessions the wake component removed."
+    );
+    describe_gauge!(
         ORPHANED_AGE,
         Unit::Seconds,
         "Age of the oldest cause among the sessions no harness took, by reason."
@@ -58,4 +68,20 @@ pub fn orphaned(by_reason: &HashMap<WakeReason, (u64, Micros)>, now: Micros) {
         metrics::gauge!(ORPHANED, "reason" => reason.as_str()).set(count as f64);
         metrics::gauge!(ORPHANED_AGE, "reason" => reason.as_str()).set(age);
     }
+}
+
+/// Sessions the component watches now (a lease, a pause, a pending wake or a state being
+/// loaded): its memory, bounded by live work.
+pub const WATCHED: &str = "sessionlog_wake_watched_sessions";
+/// Lease records of ended sessions the component removed (their writers left them).
+pub const LEASES_CLEANED: &str = "sessionlog_wake_leases_cleaned_total";
+
+/// `count` sessions are watched.
+pub fn watched(count: usize) {
+    metrics::gauge!(WATCHED).set(count as f64);
+}
+
+/// An ended session's lease record was removed.
+pub fn lease_cleaned() {
+    metrics::counter!(LEASES_CLEANED).increment(1);
 }

@@ -1,13 +1,14 @@
 //! Faults of the shared stack: a broker killed and restarted, Cassandra stopped, the registry
-//! stopped. A test binary of their own, because cargo runs the tests of one binary in parallel
-//! and no other test may see a stopped server; within it, [`one_fault_at_a_time`] keeps the
-//! faults themselves apart.
+//! stopped, the wake component through a broker's restart. A test binary of their own,
+//! because cargo runs the tests of one binary in parallel and no other test may see a stopped
+//! server; within it, [`one_fault_at_a_time`] keeps the faults themselves apart.
 //!
 //! Run one with a filter: `scripts/test -- --test faults cassandra::`.
 
 mod brokers;
 mod cassandra;
 mod registry;
+mod wake;
 mod worker;
 
 use tokio::sync::{Mutex, MutexGuard};

@@ -1,17 +1,21 @@
 //! The wake component and workers on the real stack: a harness killed with `kill -9` mid-call
 //! is picked up by a worker within the lease's TTL plus 5 s and its run finished with one
-//! effect per call; a decided approval, a pause that ran out and steering wake a worker; two workers
-//! woken for one session: one runs it, the other is told "already taken".
+//! effect per call; a decided approval, a pause that ran out and steering wake a worker; two
+//! workers woken for one session: one runs it, the other is told "already taken"; a timed
+//! pause ends whatever came first, and a fenced writer's rejected end changes nothing; a wake
+//! read late does not fence a live harness.
 
 use anyhow::{Context, Result, bail, ensure};
-use sessionlog_log::{Wake, WakeReason, wake::WAKE_VERSION};
+use serde_json::json;
+use sessionlog_log::WakeReason;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::worker::{Work, Worker};
 use sessionlog_recovery::{Error as RecoveryError, OperatorAct, Recovery};
-use sessionlog_schemas::{SessionEvent, TerminalOutcome, now_micros};
+use sessionlog_schemas::{SessionEvent, SessionId, TerminalOutcome, now_micros};
+use sessionlog_tests::ingest::IngestInstance;
 use sessionlog_tests::recovery::{Step, ToolService, accepted_events, run_harness_until};
-use sessionlog_tests::{ChildGuard, TestStack, sessionlog_bin};
-use std::process::Command;
+use sessionlog_tests::wake::{lease_wake, spawn_wake};
+use sessionlog_tests::{ChildGuard, TestStack, wait_for};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -26,19 +30,65 @@ async fn stack(name: &str) -> Result<TestStack> {
     Ok(stack)
 }
 
-/// `sessionlog wake` in the test's corner, re-waking after a second.
-fn spawn_wake(stack: &TestStack) -> Result<ChildGuard> {
-    Ok(ChildGuard(
-        Command::new(sessionlog_bin()?)
-            .arg("wake")
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
-            .env("SESSIONLOG_WAKE__REWAKE_AFTER_MS", "1000")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .context("spawning `sessionlog wake`")?,
-    ))
+/// A test's corner with the projector and the wake component running, and a recovery service
+/// and a log of its own in this process.
+struct Corner {
+    stack: TestStack,
+    recovery: Arc<Recovery>,
+    log: Arc<EventLog>,
+    _services: Vec<ChildGuard>,
+}
+
+impl Corner {
+    async fn start(name: &str) -> Result<Self> {
+        let stack = stack(name).await?;
+        let services = vec![stack.spawn_projector()?, spawn_wake(&stack)?];
+        Self::with(stack, services).await
+    }
+
+    /// A corner without the projector and the wake component: for wakes written by hand.
+    async fn bare(name: &str) -> Result<Self> {
+        Self::with(stack(name).await?, Vec::new()).await
+    }
+
+    async fn with(stack: TestStack, services: Vec<ChildGuard>) -> Result<Self> {
+        Ok(Self {
+            recovery: Arc::new(Recovery::connect(&stack.settings).await?),
+            log: Arc::new(EventLog::from_settings(&stack.settings).await?),
+            stack,
+            _services: services,
+        })
+    }
+
+    /// A session of `agent` asked `request`, its harness holding a lease when `leased`.
+    async fn harness(&self, agent: &str, request: &str, leased: bool) -> Result<SessionWriter> {
+        let (mut writer, _) = SessionWriter::create(Arc::clone(&self.log), agent, None).await?;
+        if leased {
+            writer.hold_lease("harness").await?;
+        }
+        writer.user_request(request).await?;
+        Ok(writer)
+    }
+
+    /// A worker of `agent` named `name` in this process ([`spawn_worker`]).
+    fn worker(&self, agent: &str, name: &str) -> (Taken, tokio::task::JoinHandle<()>) {
+        spawn_worker(Arc::clone(&self.recovery), agent, name)
+    }
+}
+
+/// What a worker took, with when.
+type Taken = mpsc::UnboundedReceiver<(Work, Instant)>;
+
+/// `writer`'s harness asks for the approval `deploy`.
+async fn request_approval(writer: &mut SessionWriter) -> Result<()> {
+    writer
+        .append(SessionEvent::ApprovalRequested {
+            approval_id: "deploy".into(),
+            action: "deploy to production".into(),
+            action_digest: None,
+        })
+        .await?;
+    Ok(())
 }
 
 /// A worker of `agent` in this process, sending each session it takes to the returned channel
@@ -47,10 +97,7 @@ fn spawn_worker(
     recovery: Arc<Recovery>,
     agent: &str,
     name: &str,
-) -> (
-    mpsc::UnboundedReceiver<(Work, Instant)>,
-    tokio::task::JoinHandle<()>,
-) {
+) -> (Taken, tokio::task::JoinHandle<()>) {
     let (taken, receive) = mpsc::unbounded_channel();
     let worker = Worker::new(recovery, agent, name).concurrency(4);
     let task = tokio::spawn(async move {
@@ -68,11 +115,7 @@ fn spawn_worker(
 }
 
 /// The next session the worker took, within `limit`.
-async fn next_taken(
-    taken: &mut mpsc::UnboundedReceiver<(Work, Instant)>,
-    limit: Duration,
-    what: &str,
-) -> Result<(Work, Instant)> {
+async fn next_taken(taken: &mut Taken, limit: Duration, what: &str) -> Result<(Work, Instant)> {
     match tokio::time::timeout(limit, taken.recv()).await {
         Ok(Some(work)) => Ok(work),
         Ok(None) => bail!("the worker stopped before {what}"),
@@ -155,27 +198,17 @@ async fn a_harness_killed_mid_call_is_finished_by_a_worker_within_its_ttl_plus_5
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approval_decided_while_no_harness_runs_wakes_a_worker() -> Result<()> {
-    let stack = stack("wake_approval").await?;
-    let _projector = stack.spawn_projector()?;
-    let _wake = spawn_wake(&stack)?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(log, "approvals-agent", None).await?;
+    let corner = Corner::start("wake_approval").await?;
+    let mut writer = corner.harness("approvals-agent", "deploy it", true).await?;
     let session = writer.session_id();
-    writer.hold_lease("harness").await?;
-    writer
-        .append(SessionEvent::ApprovalRequested {
-            approval_id: "deploy".into(),
-            action: "deploy to production".into(),
-            action_digest: None,
-        })
-        .await?;
+    request_approval(&mut writer).await?;
     // The harness stops while it waits: nobody runs the session now.
     writer.release_lease().await?;
-    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "approvals-agent", "worker-b");
+    let (mut taken, _worker) = corner.worker("approvals-agent", "worker-b");
     // The component may still be joining: a lapsed lease would not wake this session (it
     // waits for a person), so only the decision can.
-    let decided = recovery
+    let decided = corner
+        .recovery
         .decide_approval(session, "deploy", true, "alice", None)
         .await?;
     let (work, _) = next_taken(&mut taken, Duration::from_secs(30), "the decided session").await?;
@@ -192,73 +225,38 @@ async fn an_approval_decided_while_no_harness_runs_wakes_a_worker() -> Result<()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pause_with_until_wakes_a_worker_at_its_time_and_the_worker_lifts_it() -> Result<()> {
-    let stack = stack("wake_pause").await?;
-    let _projector = stack.spawn_projector()?;
-    let _wake = spawn_wake(&stack)?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(log, "pausing-agent", None).await?;
-    let session = writer.session_id();
-    writer.user_request("wait until later").await?;
-    writer.release_lease().await?;
-    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "pausing-agent", "worker-c");
-    let until = now_micros() + 3_000_000;
-    recovery
-        .operate(
-            session,
-            "alice",
-            OperatorAct::Pause {
-                reason: "until later".into(),
-                until: Some(until),
-            },
-        )
+    let corner = Corner::start("wake_pause").await?;
+    let writer = corner
+        .harness("pausing-agent", "wait until later", false)
         .await?;
-    let (work, _) = next_taken(&mut taken, Duration::from_secs(30), "the paused session").await?;
-    let claimed = now_micros();
-    ensure!(work.wake.session_id == session);
-    ensure!(work.wake.reason == WakeReason::PauseElapsed);
-    ensure!(work.wake.caused_at == until, "the cause is the pause's end");
-    ensure!(claimed >= until, "woken before its time");
+    let session = writer.session_id();
+    let (mut taken, _worker) = corner.worker("pausing-agent", "worker-c");
+    let until = pause_for(&corner.recovery, session, Duration::from_secs(3)).await?;
+    let work = taken_after_pause(&corner, &mut taken, session, until).await?;
     ensure!(
-        !work
-            .bundle
-            .writer
-            .as_ref()
-            .context("writer")?
-            .state()
-            .paused,
-        "the worker lifted the pause"
+        work.wake.reason == WakeReason::PauseElapsed,
+        "{:?}",
+        work.wake
     );
+    ensure!(work.wake.caused_at == until, "the cause is the pause's end");
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_woken_for_one_session_one_runs_it_and_the_other_is_told_already_taken()
 -> Result<()> {
-    let stack = stack("wake_twice").await?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "twin-agent", None).await?;
+    let corner = Corner::bare("wake_twice").await?;
+    let (recovery, log) = (&corner.recovery, &corner.log);
+    let writer = corner.harness("twin-agent", "run me once", false).await?;
     let session = writer.session_id();
-    writer.user_request("run me once").await?;
     let epoch = writer.state().epoch;
     drop(writer);
     // The same wake twice (a duplicate, or two instances' before a rebalance settled).
-    let wake = Wake {
-        version: WAKE_VERSION,
-        session_id: session,
-        agent: "twin-agent".into(),
-        tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
-        reason: WakeReason::LeaseExpired,
-        epoch,
-        cause_offset: None,
-        caused_at: now_micros(),
-        woken_at: now_micros(),
-    };
+    let wake = lease_wake(session, "twin-agent", epoch, now_micros());
     log.put_wake(&wake).await?;
     log.put_wake(&wake).await?;
     let take = |name: &'static str| {
-        let recovery = Arc::clone(&recovery);
+        let recovery = Arc::clone(recovery);
         async move { recovery.take(session, name, epoch, None).await }
     };
     let (a, b) = tokio::join!(take("worker-1"), take("worker-2"));
@@ -285,26 +283,14 @@ async fn two_workers_woken_for_one_session_one_runs_it_and_the_other_is_told_alr
 
 #[tokio::test(flavor = "multi_thread")]
 async fn steering_for_a_session_nobody_runs_wakes_a_worker() -> Result<()> {
-    let stack = stack("wake_steer").await?;
-    let _projector = stack.spawn_projector()?;
-    let _wake = spawn_wake(&stack)?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(log, "steered-agent", None).await?;
-    let session = writer.session_id();
-    writer.user_request("wait for directions").await?;
-    writer.release_lease().await?;
-    drop(writer);
-    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "steered-agent", "worker-d");
-    let steered = recovery
-        .operate(
-            session,
-            "alice",
-            OperatorAct::Steer {
-                text: "try the other route".into(),
-            },
-        )
+    let corner = Corner::start("wake_steer").await?;
+    let writer = corner
+        .harness("steered-agent", "wait for directions", false)
         .await?;
+    let session = writer.session_id();
+    drop(writer);
+    let (mut taken, _worker) = corner.worker("steered-agent", "worker-d");
+    let steered = steer(&corner.recovery, session, "try the other route").await?;
     let (work, _) = next_taken(&mut taken, Duration::from_secs(30), "the steered session").await?;
     ensure!(work.wake.session_id == session);
     ensure!(work.wake.reason == WakeReason::Steering);
@@ -316,22 +302,20 @@ async fn steering_for_a_session_nobody_runs_wakes_a_worker() -> Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_dead_between_its_claim_and_its_own_lease_leaves_a_session_woken_again()
 -> Result<()> {
-    let stack = stack("wake_claimed").await?;
-    let _projector = stack.spawn_projector()?;
-    let _wake = spawn_wake(&stack)?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(log, "claimed-agent", None).await?;
+    let corner = Corner::start("wake_claimed").await?;
+    let writer = corner.harness("claimed-agent", "keep going", false).await?;
     let session = writer.session_id();
-    writer.user_request("keep going").await?;
     let epoch = writer.state().epoch;
     drop(writer);
     // A worker takes the session (the claim is in the log) and dies before it holds the
     // lease itself: nothing of it renews anything.
-    let taken = recovery.take(session, "doomed-worker", epoch, None).await?;
+    let taken = corner
+        .recovery
+        .take(session, "doomed-worker", epoch, None)
+        .await?;
     ensure!(taken.epoch == epoch + 1);
     drop(taken);
-    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "claimed-agent", "worker-e");
+    let (mut taken, _worker) = corner.worker("claimed-agent", "worker-e");
     let (work, _) = next_taken(
         &mut taken,
         Duration::from_millis(TTL_MS) + Duration::from_secs(20),
@@ -351,16 +335,13 @@ async fn a_worker_dead_between_its_claim_and_its_own_lease_leaves_a_session_woke
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operators_unpause_wakes_a_worker_for_the_harness_the_pause_fenced() -> Result<()> {
-    let stack = stack("wake_unpause").await?;
-    let _projector = stack.spawn_projector()?;
-    let _wake = spawn_wake(&stack)?;
-    let recovery = Arc::new(Recovery::connect(&stack.settings).await?);
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut writer, _) = SessionWriter::create(log, "unpaused-agent", None).await?;
+    let corner = Corner::start("wake_unpause").await?;
+    let recovery = &corner.recovery;
+    let writer = corner
+        .harness("unpaused-agent", "work until told to stop", true)
+        .await?;
     let session = writer.session_id();
-    writer.hold_lease("harness").await?;
-    writer.user_request("work until told to stop").await?;
-    let (mut taken, _worker) = spawn_worker(Arc::clone(&recovery), "unpaused-agent", "worker-f");
+    let (mut taken, _worker) = corner.worker("unpaused-agent", "worker-f");
     // The pause fences the harness; it stops (its lease lapses while paused: no wake).
     let pause = OperatorAct::Pause {
         reason: "hold on".into(),
@@ -376,5 +357,217 @@ async fn an_operators_unpause_wakes_a_worker_for_the_harness_the_pause_fenced() 
     ensure!(work.wake.reason == WakeReason::Unpaused, "{:?}", work.wake);
     ensure!(work.wake.cause_offset == Some(unpaused.position.offset));
     ensure!(!work.bundle.state.paused);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_lease_expired_wake_read_late_is_refused_and_the_live_harness_goes_on() -> Result<()>
+{
+    let corner = Corner::bare("wake_stale").await?;
+    let mut writer = corner.harness("stale-agent", "keep going", true).await?;
+    let session = writer.session_id();
+    let held = sessionlog_log::lease::read_lease(
+        &corner.stack.settings.kafka,
+        session,
+        corner.stack.settings.kafka.partitions,
+    )
+    .await?
+    .context("the harness holds a lease")?;
+    let epoch = writer.state().epoch;
+    // A wake for a lapse of this epoch's lease, read late: the harness renewed since (it holds
+    // a live lease now), as a worker group new to the topic replays a day of wakes.
+    let stale = lease_wake(session, "stale-agent", epoch, held.renewed_at);
+    corner.log.put_wake(&stale).await?;
+    let taken = corner
+        .recovery
+        .take(session, "late-worker", stale.epoch, None)
+        .await;
+    ensure!(
+        matches!(taken, Err(RecoveryError::AlreadyTaken { .. })),
+        "a live harness's session is not taken for a stale wake: {taken:?}"
+    );
+    // Nothing fenced it: it goes on at its epoch.
+    writer.user_request("still mine").await?;
+    writer.checkpoint(None).await?;
+    ensure!(writer.state().epoch == epoch, "{}", writer.state().epoch);
+    Ok(())
+}
+
+/// A pause of `session` by an operator, lapsing `after` from now; answers its `until`.
+async fn pause_for(recovery: &Recovery, session: SessionId, after: Duration) -> Result<i64> {
+    let until = now_micros() + i64::try_from(after.as_micros())?;
+    recovery
+        .operate(
+            session,
+            "alice",
+            OperatorAct::Pause {
+                reason: "until later".into(),
+                until: Some(until),
+            },
+        )
+        .await?;
+    Ok(until)
+}
+
+/// An operator's steering message to `session`.
+async fn steer(
+    recovery: &Recovery,
+    session: SessionId,
+    text: &str,
+) -> Result<sessionlog_producer::Appended> {
+    let act = OperatorAct::Steer { text: text.into() };
+    Ok(recovery.operate(session, "bob", act).await?)
+}
+
+/// The session the worker took next, once its pause ran out at `until`: `session`, running
+/// under the worker, its pause lifted exactly once in the log.
+async fn taken_after_pause(
+    corner: &Corner,
+    taken: &mut Taken,
+    session: SessionId,
+    until: i64,
+) -> Result<Work> {
+    let (work, _) = next_taken(taken, Duration::from_secs(30), "the paused session").await?;
+    ensure!(work.wake.session_id == session, "{:?}", work.wake);
+    ensure!(now_micros() >= until, "woken before its time");
+    let state = work.bundle.writer.as_ref().context("writer")?.state();
+    ensure!(!state.paused, "the worker lifted the pause");
+    ensure!(state.pending_approvals.is_empty(), "nothing waits");
+    ensure!(state.terminal.is_none(), "still running");
+    let lifted = accepted_events(&corner.recovery, session)
+        .await?
+        .iter()
+        .filter(|e| matches!(e.envelope.event, SessionEvent::SessionResumed {}))
+        .count();
+    ensure!(lifted == 1, "the pause was lifted {lifted} times");
+    Ok(work)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timed_pause_an_operator_steered_during_is_lifted_and_its_session_runs_under_a_worker()
+-> Result<()> {
+    let corner = Corner::start("wake_pause_steer").await?;
+    let writer = corner
+        .harness("steered-pause-agent", "work until told to stop", true)
+        .await?;
+    let session = writer.session_id();
+    let (mut taken, _worker) = corner.worker("steered-pause-agent", "worker-g");
+    // The pause fences the harness, which stops; an operator steers while it lasts (a later
+    // signed claim than the pause's).
+    let until = pause_for(&corner.recovery, session, Duration::from_secs(3)).await?;
+    drop(writer);
+    let steered = steer(&corner.recovery, session, "when you are back, go on").await?;
+    let work = taken_after_pause(&corner, &mut taken, session, until).await?;
+    ensure!(
+        work.bundle.epoch > steered.envelope.writer_epoch,
+        "taken after the steering's claim"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timed_pause_that_ran_out_while_an_approval_waited_is_lifted_once_it_is_decided()
+-> Result<()> {
+    let corner = Corner::start("wake_pause_approval").await?;
+    let mut writer = corner
+        .harness("paused-approval-agent", "deploy it", true)
+        .await?;
+    let session = writer.session_id();
+    request_approval(&mut writer).await?;
+    writer.release_lease().await?;
+    drop(writer);
+    let (mut taken, _worker) = corner.worker("paused-approval-agent", "worker-h");
+    let until = pause_for(&corner.recovery, session, Duration::from_secs(2)).await?;
+    // The pause runs out while the approval still waits; the decision comes after.
+    wait_for("the pause's end", Duration::from_secs(10), || async {
+        Ok((now_micros() > until).then_some(()))
+    })
+    .await?;
+    let decided = corner
+        .recovery
+        .decide_approval(session, "deploy", true, "alice", None)
+        .await?;
+    let work = taken_after_pause(&corner, &mut taken, session, until).await?;
+    ensure!(work.bundle.epoch > decided.envelope.writer_epoch);
+    Ok(())
+}
+
+/// Whether the projection holds a rejected `SessionEnded` of `session`.
+async fn a_rejected_end(stack: &TestStack, session: SessionId) -> Result<Option<()>> {
+    let store = sessionlog_store::ProjectionStore::open(&stack.settings.cql).await?;
+    Ok(store
+        .rejected_events(session)
+        .await?
+        .iter()
+        .any(|r| r.kind == "SessionEnded")
+        .then_some(()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_fenced_by_a_timed_pause_closes_and_the_pause_still_ends_and_wakes_a_worker()
+-> Result<()> {
+    let corner = Corner::start("wake_fenced_close").await?;
+    let mut writer = corner
+        .harness("fenced-close-agent", "work until told to stop", true)
+        .await?;
+    let session = writer.session_id();
+    let (mut taken, _worker) = corner.worker("fenced-close-agent", "worker-i");
+    let until = pause_for(&corner.recovery, session, Duration::from_secs(4)).await?;
+    // The harness does not know it was fenced: its end lands in the log, and the fold
+    // rejects it.
+    let closed = writer.close(TerminalOutcome::Completed, None).await;
+    ensure!(
+        matches!(closed, Err(sessionlog_producer::Error::Fenced { .. })),
+        "{closed:?}"
+    );
+    wait_for(
+        "the rejected end in the projection",
+        Duration::from_secs(30),
+        || a_rejected_end(&corner.stack, session),
+    )
+    .await?;
+    let work = taken_after_pause(&corner, &mut taken, session, until).await?;
+    ensure!(
+        work.wake.reason == WakeReason::PauseElapsed,
+        "{:?}",
+        work.wake
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_writer_fenced_by_a_timed_pause_closes_and_the_pause_still_ends_and_wakes_a_worker()
+-> Result<()> {
+    let corner = Corner::start("wake_fenced_http").await?;
+    let ingest = IngestInstance::start(&corner.stack).await?;
+    let (status, created) = ingest
+        .post("/v1/sessions", json!({"agent": "fenced-http-agent"}))
+        .await?;
+    ensure!(status == reqwest::StatusCode::CREATED, "{status} {created}");
+    let id = created["session_id"].as_str().context("id")?.to_string();
+    let session: SessionId = id.parse()?;
+    let (status, lease) = ingest
+        .post(&format!("/v1/sessions/{id}/lease"), json!({"epoch": 1}))
+        .await?;
+    ensure!(status == reqwest::StatusCode::OK, "{status} {lease}");
+    let (mut taken, _worker) = corner.worker("fenced-http-agent", "worker-j");
+    let until = pause_for(&corner.recovery, session, Duration::from_secs(4)).await?;
+    let (status, refused) = ingest
+        .post(
+            &format!("/v1/sessions/{id}/close"),
+            json!({"epoch": 1, "outcome": "Completed"}),
+        )
+        .await?;
+    ensure!(
+        status == reqwest::StatusCode::CONFLICT,
+        "{status} {refused}"
+    );
+    ensure!(refused["code"] == "fenced", "{refused}");
+    let work = taken_after_pause(&corner, &mut taken, session, until).await?;
+    ensure!(
+        work.wake.reason == WakeReason::PauseElapsed,
+        "{:?}",
+        work.wake
+    );
     Ok(())
 }
