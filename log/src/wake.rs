@@ -209,14 +209,7 @@ impl WakeFeed {
     /// itself; another is returned, and the feed may be read again after it.
     pub async fn next(&self) -> Result<Wake> {
         loop {
-            let message = match self.consumer.recv().await {
-                Ok(message) => message,
-                Err(e) if crate::reader::is_transient(&e) => {
-                    tracing::debug!(error = %e, "wake feed: transient error");
-                    continue;
-                }
-                Err(e) => return Err(Error::kafka("read the wake topic")(e)),
-            };
+            let message = receive(&self.consumer).await?;
             let wake = message.payload().map(Wake::decode);
             if let Err(e) = self.consumer.store_offset_from_message(&message) {
                 tracing::warn!(error = %e, "storing a wake offset failed; it may be read again");
@@ -285,19 +278,27 @@ impl WakeStream {
     /// as the client reconnects by itself; a record this build does not read is skipped.
     pub async fn next(&self) -> Result<Wake> {
         loop {
-            let message = match self.consumer.recv().await {
-                Ok(message) => message,
-                Err(e) if crate::reader::is_transient(&e) => {
-                    tracing::debug!(error = %e, "wake stream: transient error");
-                    continue;
-                }
-                Err(e) => return Err(Error::kafka("read the wake topic")(e)),
-            };
+            let message = receive(&self.consumer).await?;
             match message.payload().map(Wake::decode) {
                 Some(Ok(wake)) => return Ok(wake),
                 Some(Err(why)) => tracing::warn!(%why, "wake record skipped"),
                 None => {}
             }
+        }
+    }
+}
+
+/// The next record `consumer` reads from the wake topic. A transient error (a broker
+/// restarting, a leader moving) is waited out, as the client reconnects by itself; another is
+/// returned, and the consumer may be read again after it.
+async fn receive(consumer: &StreamConsumer) -> Result<rdkafka::message::BorrowedMessage<'_>> {
+    loop {
+        match consumer.recv().await {
+            Ok(message) => return Ok(message),
+            Err(e) if crate::reader::is_transient(&e) => {
+                tracing::debug!(error = %e, "reading wakes: transient error");
+            }
+            Err(e) => return Err(Error::kafka("read the wake topic")(e)),
         }
     }
 }

@@ -165,17 +165,25 @@ async fn a_writer_gone_without_closing_leaves_a_lease_that_lapses_after_its_ttl(
     Ok(())
 }
 
+/// A session whose writer (named "old", through the returned log) holds a lease, taken over
+/// by another process's writer ("new", epoch 2) that holds its own.
+async fn taken_over(stack: &TestStack) -> Result<(Arc<EventLog>, SessionWriter, SessionWriter)> {
+    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut old, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    old.hold_lease("old").await?;
+    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
+    let (mut new, _) = SessionWriter::claim(other, old.session_id(), "new").await?;
+    let held = new.hold_lease("new").await?.context("leases on")?;
+    ensure!(held.epoch == 2, "{held:?}");
+    Ok((log, old, new))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fenced_writer_stops_renewing_and_the_new_writers_lease_stands() -> Result<()> {
     let stack = stack("lease_fenced").await?;
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut old, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    // Another process takes over and holds its own lease (kept renewing to the end).
+    let (_log, mut old, _new) = taken_over(&stack).await?;
     let session = old.session_id();
-    old.hold_lease("old").await?;
-    // Another process takes over and holds its own lease.
-    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut new, _) = SessionWriter::claim(other, session, "new").await?;
-    new.hold_lease("new").await?;
     // The old writer learns it was fenced at its next confirmed append.
     let fenced = old.checkpoint(None).await;
     ensure!(
@@ -522,14 +530,8 @@ async fn a_harness_killed_with_sigkill_leaves_a_lease_that_stops_being_live_afte
 #[tokio::test(flavor = "multi_thread")]
 async fn a_release_landing_after_the_successors_lease_does_not_hide_it() -> Result<()> {
     let stack = stack("lease_release_race").await?;
-    let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut old, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let (log, old, mut new) = taken_over(&stack).await?;
     let session = old.session_id();
-    old.hold_lease("old").await?;
-    let other = Arc::new(EventLog::from_settings(&stack.settings).await?);
-    let (mut new, _) = SessionWriter::claim(other, session, "new").await?;
-    let held = new.hold_lease("new").await?.context("leases on")?;
-    ensure!(held.epoch == 2);
     // The old writer's release, decided before the claim, lands now.
     drop(old);
     log.release_lease(session, 1, "old").await?;
@@ -545,10 +547,13 @@ async fn a_release_landing_after_the_successors_lease_does_not_hide_it() -> Resu
     // fenced writer that has not learnt it yet) does not take the session back.
     new.release_lease().await?;
     ensure!(lease_of(&stack, session).await?.is_none(), "released");
-    let late = Lease::renewed(session, "old", 1, now_micros(), Duration::from_secs(60))
-        .context("fits")?;
+    let late =
+        Lease::renewed(session, "old", 1, now_micros(), Duration::from_secs(60)).context("fits")?;
     log.put_lease(&late).await?;
     let shown = lease_of(&stack, session).await?;
-    ensure!(shown.is_none(), "a fenced writer's renewal shown: {shown:?}");
+    ensure!(
+        shown.is_none(),
+        "a fenced writer's renewal shown: {shown:?}"
+    );
     Ok(())
 }
