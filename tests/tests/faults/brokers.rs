@@ -11,7 +11,7 @@ use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{Appended, Error, EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_tests::producer::fold_topic;
-use sessionlog_tests::{repo_root, wait_for};
+use sessionlog_tests::{TestStack, repo_root, wait_for};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -48,6 +48,25 @@ impl Drop for Restart {
             eprintln!("could not restart {VICTIM}: {e:#}");
         }
     }
+}
+
+/// Starts the killed broker and waits until the cluster lists it again. A broker that recovers
+/// many partitions after a kill on a loaded machine may take longer than `scripts/stack start`
+/// waits for it: the cluster's answer is what counts.
+pub(crate) async fn back_again(stack: &TestStack) -> Result<()> {
+    if let Err(e) = tokio::task::spawn_blocking(|| self::stack("start")).await? {
+        eprintln!("{e:#}; waiting for the cluster to list it");
+    }
+    let kafka = stack.settings.kafka.clone();
+    wait_for(
+        "the restarted broker to rejoin the cluster",
+        Duration::from_secs(600),
+        || {
+            let kafka = kafka.clone();
+            async move { Ok((topic::live_brokers(&kafka).await?.len() >= 3).then_some(())) }
+        },
+    )
+    .await
 }
 
 /// Appends `EVENTS_PER_SESSION` small events to each of `SESSIONS` new sessions, retrying the

@@ -6,15 +6,15 @@
 //! binary may see (the faults binary runs them one at a time). The test's topics are
 //! replicated three times (two in sync), so the cluster keeps serving them meanwhile.
 
-use crate::brokers::{Restart, stack as broker};
+use crate::brokers::{Restart, back_again, stack as broker};
 use anyhow::{Context, Result, bail, ensure};
 use sessionlog_log::{WakeReason, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
 use sessionlog_recovery::worker::{Work, Worker};
-use sessionlog_schemas::{TerminalOutcome, value_subject};
+use sessionlog_schemas::{SessionId, TerminalOutcome, value_subject};
+use sessionlog_tests::TestStack;
 use sessionlog_tests::wake::spawn_wake;
-use sessionlog_tests::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -79,12 +79,39 @@ pub(crate) async fn harness(log: &Arc<EventLog>, agent: &str) -> Result<SessionW
     Ok(writer)
 }
 
-async fn next_taken(taken: &mut mpsc::UnboundedReceiver<Work>, what: &str) -> Result<Work> {
+/// The session a worker took within two minutes (a wake after a lease's TTL, once the broker
+/// is back), or why not.
+pub(crate) async fn taken_within(
+    taken: &mut mpsc::UnboundedReceiver<Work>,
+    what: &str,
+) -> Result<Work> {
     match tokio::time::timeout(Duration::from_secs(120), taken.recv()).await {
         Ok(Some(work)) => Ok(work),
-        Ok(None) => bail!("the worker stopped before {what}"),
-        Err(_) => bail!("no worker took {what} within 120 s"),
+        Ok(None) => bail!("the worker stopped before it took {what}"),
+        Err(_) => bail!("the worker took no session within 120 s: {what}"),
     }
+}
+
+/// Takes the session the worker took next, checks it is `session`, and ends it (so it is not
+/// woken again).
+pub(crate) async fn finish(
+    taken: &mut mpsc::UnboundedReceiver<Work>,
+    session: SessionId,
+    what: &str,
+) -> Result<()> {
+    let work = taken_within(taken, what).await?;
+    ensure!(work.wake.session_id == session, "{what}: {:?}", work.wake);
+    ensure!(
+        work.wake.reason == WakeReason::LeaseExpired,
+        "{:?}",
+        work.wake
+    );
+    let mut writer = work
+        .bundle
+        .writer
+        .context("a Rust worker gets the writer")?;
+    writer.close(TerminalOutcome::Completed, None).await?;
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -100,14 +127,7 @@ async fn a_harness_dead_during_a_broker_restart_is_still_woken_and_the_wake_comp
     // Before the fault: the component is up, and wakes a harness that dies.
     let (mut taken, stop) = spawn_worker(Arc::clone(&recovery), "worker-before");
     let warm_up = harness(&log, AGENT).await?.session_id();
-    let work = next_taken(&mut taken, "the warm-up session").await?;
-    ensure!(work.wake.session_id == warm_up, "{:?}", work.wake);
-    // Finished, so it is not woken again.
-    let mut writer = work
-        .bundle
-        .writer
-        .context("a Rust worker gets the writer")?;
-    writer.close(TerminalOutcome::Completed, None).await?;
+    finish(&mut taken, warm_up, "the warm-up session").await?;
     let _ = stop.send(());
 
     let doomed = harness(&log, AGENT).await?;
@@ -116,31 +136,19 @@ async fn a_harness_dead_during_a_broker_restart_is_still_woken_and_the_wake_comp
     tokio::task::spawn_blocking(|| broker("kill")).await??;
     // The harness dies while the broker is down: its lease lapses unrenewed.
     drop(doomed);
-    let started = tokio::task::spawn_blocking(|| broker("start")).await?;
+    back_again(&stack).await?;
     restart.needed = false;
-    if let Err(e) = started {
-        // The script waits 180 s for the broker to be unfenced; on a busy machine with many
-        // test topics it may take longer. Running, it comes back by itself.
-        eprintln!("{e:#}; waiting for it to rejoin");
-        let kafka = stack.settings.kafka.clone();
-        wait_for("three live brokers", Duration::from_secs(300), || {
-            let kafka = kafka.clone();
-            async move { Ok((topic::live_brokers(&kafka).await?.len() >= 3).then_some(())) }
-        })
-        .await?;
-    }
     wake.assert_running()
         .context("the wake component exited during the broker's restart")?;
 
     // A worker that starts now finds the wake the component wrote.
     let (mut taken, _stop) = spawn_worker(Arc::clone(&recovery), "worker-after");
-    let work = next_taken(&mut taken, "the session whose harness died meanwhile").await?;
-    ensure!(work.wake.session_id == session, "{:?}", work.wake);
-    ensure!(
-        work.wake.reason == WakeReason::LeaseExpired,
-        "{:?}",
-        work.wake
-    );
+    finish(
+        &mut taken,
+        session,
+        "the session whose harness died meanwhile",
+    )
+    .await?;
     wake.assert_running()
         .context("the wake component exited after the broker's restart")?;
     Ok(())
