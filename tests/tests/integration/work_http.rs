@@ -6,28 +6,12 @@
 use anyhow::{Context, Result, ensure};
 use reqwest::{Client, StatusCode};
 use serde_json::Value;
-use sessionlog_log::wake::WAKE_VERSION;
-use sessionlog_log::{Wake, WakeReason};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, now_micros};
+use sessionlog_tests::wake::lease_wake;
 use sessionlog_tests::{ServedProcess, TestStack, metric_value, metrics_page, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A wake of `session` run by `agent`, caused at its epoch `epoch`.
-fn wake(session: SessionId, agent: &str, epoch: u64, caused_at: i64) -> Wake {
-    Wake {
-        version: WAKE_VERSION,
-        session_id: session,
-        agent: agent.into(),
-        tenant: sessionlog_schemas::DEFAULT_TENANT.into(),
-        reason: WakeReason::LeaseExpired,
-        epoch,
-        cause_offset: None,
-        caused_at,
-        woken_at: now_micros(),
-    }
-}
 
 /// `GET /v1/work` with `query`: the status and the body (JSON, or null when empty).
 async fn work(http: &Client, base: &str, query: &str) -> Result<(StatusCode, Value)> {
@@ -80,7 +64,8 @@ async fn a_wake_hands_its_session_to_the_worker_of_its_agent_and_an_empty_wait_a
     let session = writer.session_id();
     ensure!(writer.state().epoch == 1);
     let caused_at = now_micros();
-    log.put_wake(&wake(session, "triage", 1, caused_at)).await?;
+    log.put_wake(&lease_wake(session, "triage", 1, caused_at))
+        .await?;
 
     let (status, body) = work(&http, &recovery.base, "agent=triage&wait=10s&writer=w1").await?;
     ensure!(status == StatusCode::OK, "{status} {body}");
@@ -110,7 +95,7 @@ async fn a_wake_hands_its_session_to_the_worker_of_its_agent_and_an_empty_wait_a
     ensure!(body.is_null(), "{body}");
     // Another agent's wakes are not this agent's work.
     let (other, _) = SessionWriter::create(Arc::clone(&log), "billing", None).await?;
-    log.put_wake(&wake(other.session_id(), "billing", 1, now_micros()))
+    log.put_wake(&lease_wake(other.session_id(), "billing", 1, now_micros()))
         .await?;
     let (status, body) = work(&http, &recovery.base, "agent=triage&wait=2s").await?;
     ensure!(status == StatusCode::NO_CONTENT, "{status} {body}");
@@ -126,7 +111,7 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
 
     let (writer, _) = SessionWriter::create(Arc::clone(&log), "dup", None).await?;
     let session = writer.session_id();
-    let duplicate = wake(session, "dup", 1, now_micros());
+    let duplicate = lease_wake(session, "dup", 1, now_micros());
     log.put_wake(&duplicate).await?;
     log.put_wake(&duplicate).await?;
 
@@ -181,7 +166,7 @@ fn as_tenant(tenant: &str) -> Result<Client> {
 /// A session of `tenant` run by `agent`, woken for its agent's workers.
 async fn woken_session(log: &Arc<EventLog>, agent: &str, tenant: &str) -> Result<SessionId> {
     let (writer, _) = SessionWriter::create_new_in(Arc::clone(log), agent, None, tenant).await?;
-    let mut woken = wake(writer.session_id(), agent, 1, now_micros());
+    let mut woken = lease_wake(writer.session_id(), agent, 1, now_micros());
     woken.tenant = tenant.into();
     log.put_wake(&woken).await?;
     Ok(writer.session_id())
