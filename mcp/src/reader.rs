@@ -1,17 +1,21 @@
 //! What the MCP tools and resources answer, over [`Recovery`]'s reads: ranges by the event
 //! index ([`Recovery::events`]), the context view ([`Recovery::context_view`]) and lineage
 //! ([`Recovery::lineage_in`]). Nothing here reads CQL or the log itself, and nothing checks
-//! credentials: the server decides which session (and [`Scope`]) a caller gets, and this module
-//! keeps every read inside that session and the inherited prefixes of its ancestors.
+//! credentials: the server decides which session (and [`Scope`]) a caller gets, and
+//! [`Readable`] keeps every read inside that session and the inherited prefixes of its
+//! ancestors.
 
+use crate::reach::{Readable, Span, search_cursor};
 use crate::{Error, Result};
 use serde::Serialize;
 use sessionlog_recovery::context::ResumeContext;
 use sessionlog_recovery::history::MAX_LIMIT;
-use sessionlog_recovery::{EventRange, HistoryEvent, Lineage, Recovery, Scope};
+use sessionlog_recovery::{EventPage, EventRange, HistoryEvent, Lineage, Recovery, Scope};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use crate::reach::Reach;
 
 /// The default time a search (or a lookup that scans) may take.
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
@@ -60,16 +64,6 @@ pub struct Target {
     /// [`Scope::Session`] for a credential narrowed to it: its relatives appear as ids only
     /// (their inherited prefix still reads through the fork).
     pub scope: Scope,
-}
-
-/// One session a read may cover: the served session (every seq) or an ancestor (its seqs up to
-/// the point the next session down forked at).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Reach {
-    /// The session.
-    pub session_id: SessionId,
-    /// The last seq readable through the served session (`None`: every seq, the session's own).
-    pub through_seq: Option<u64>,
 }
 
 /// A page of events, with the seqs they came from.
@@ -251,96 +245,91 @@ impl Reader {
         &self.recovery
     }
 
-    /// The served session and its ancestors, each with the last seq readable through the
-    /// served session. An unknown (or not yet projected) session is [`Error::UnknownSession`].
-    pub async fn reach(&self, session: SessionId) -> Result<Vec<Reach>> {
+    /// What reads through the served session reach: itself, and each ancestor through the
+    /// seq the next session down forked at. An unknown (or not yet projected) session is
+    /// [`Error::UnknownSession`].
+    pub async fn readable(&self, target: Target) -> Result<Readable> {
         let store = self.recovery.store();
+        let session = target.session;
         // The states alone, without the duplicate window a fold would need (two queries each).
         let state = store
             .session_state(session)
             .await
             .map_err(sessionlog_recovery::Error::from)?
             .ok_or(Error::UnknownSession(session))?;
-        let mut reach = vec![Reach {
-            session_id: session,
-            through_seq: None,
-        }];
+        let mut ancestors = Vec::new();
         let mut parent = state.parent;
         while let Some(point) = parent {
-            if reach.len() > MAX_ANCESTORS {
+            if ancestors.len() >= MAX_ANCESTORS {
                 break;
             }
-            reach.push(Reach {
-                session_id: point.parent_session_id,
-                through_seq: Some(point.parent_seq),
-            });
+            ancestors.push((point.parent_session_id, point.parent_seq));
             parent = store
                 .session_state(point.parent_session_id)
                 .await
                 .map_err(sessionlog_recovery::Error::from)?
                 .and_then(|state| state.parent);
         }
-        Ok(reach)
-    }
-
-    /// The reach entry of `asked` (default: the served session), or
-    /// [`Error::UnknownSession`] for a session outside the served one's family line.
-    async fn reach_of(&self, target: Target, asked: Option<SessionId>) -> Result<Reach> {
-        let asked = asked.unwrap_or(target.session);
-        self.reach(target.session)
-            .await?
-            .into_iter()
-            .find(|r| r.session_id == asked)
-            .ok_or(Error::UnknownSession(asked))
+        Ok(Readable::new(session, state.last_seq, ancestors))
     }
 
     /// A page of a range of the served session's (or an ancestor's inherited) history.
     pub async fn read(&self, target: Target, request: ReadRequest) -> Result<EventsAnswer> {
-        let reach = self.reach_of(target, request.session_id).await?;
-        let from = request.from_seq.unwrap_or(1);
-        let mut to = request.to_seq.unwrap_or(u64::MAX);
-        if let Some(through) = reach.through_seq {
-            if from > through {
-                return Err(invalid(format!(
-                    "session {} is readable here through seq {through} only (where the next \
-                     session forked from it)",
-                    reach.session_id
-                )));
-            }
-            to = to.min(through);
-        }
+        let readable = self.readable(target).await?;
+        let span = readable.range(
+            request.session_id,
+            request.from_seq,
+            request.to_seq,
+            request.cursor.as_deref(),
+        )?;
+        self.page(target, span, request.kinds, request.limit).await
+    }
+
+    /// A page of `span` (events of `kinds`, at most `limit`).
+    async fn page(
+        &self,
+        target: Target,
+        span: Span,
+        kinds: Vec<String>,
+        limit: Option<u64>,
+    ) -> Result<EventsAnswer> {
         let range = EventRange {
-            from_seq: Some(from),
-            to_seq: Some(to),
-            kinds: request.kinds,
-            limit: request.limit,
-            cursor: request.cursor,
+            from_seq: Some(span.first()),
+            to_seq: Some(span.last()),
+            kinds,
+            limit,
+            cursor: None,
             inherited: false,
         };
-        let page = self.recovery.events(reach.session_id, range).await?;
+        // Checked even when there is nothing to read: bad input is refused either way.
+        range.validate()?;
+        let page = if span.is_empty() {
+            EventPage {
+                session_id: span.session(),
+                events: Vec::new(),
+                next_cursor: None,
+            }
+        } else {
+            self.recovery.events(span.session(), range).await?
+        };
         Ok(EventsAnswer {
             session_id: target.session,
-            read_session_id: reach.session_id,
+            read_session_id: span.session(),
             seqs: page.events.iter().map(|e| e.seq).collect(),
             events: page.events,
             next_cursor: page.next_cursor,
         })
     }
 
-    /// One event, or `None` when the index has no event at that seq.
-    async fn event_at(&self, session: SessionId, seq: u64) -> Result<Option<HistoryEvent>> {
-        let page = self
-            .recovery
-            .events(
-                session,
-                EventRange {
-                    from_seq: Some(seq),
-                    to_seq: Some(seq),
-                    limit: Some(1),
-                    ..EventRange::default()
-                },
-            )
-            .await?;
+    /// The event of a one-seq `span`, or `None` when the index has no event there.
+    async fn event_at(&self, span: Span) -> Result<Option<HistoryEvent>> {
+        let range = EventRange {
+            from_seq: Some(span.first()),
+            to_seq: Some(span.first()),
+            limit: Some(1),
+            ..EventRange::default()
+        };
+        let page = self.recovery.events(span.session(), range).await?;
         Ok(page.events.into_iter().next())
     }
 
@@ -353,10 +342,10 @@ impl Reader {
         limit: Option<u64>,
         cursor: Option<String>,
     ) -> Result<ExpandAnswer> {
-        let reach = self.reach_of(target, session).await?;
-        check_seq(seq, reach)?;
+        let readable = self.readable(target).await?;
+        let at = readable.seq(session, seq)?;
         let event = self
-            .event_at(reach.session_id, seq)
+            .event_at(at)
             .await?
             .ok_or_else(|| invalid(format!("no event at seq {seq}")))?;
         let Some(SessionEvent::ContextSummarized {
@@ -372,21 +361,15 @@ impl Reader {
             )));
         };
         let (first_seq, last_seq) = (*first_seq, *last_seq);
-        let covered = self
-            .read(
-                target,
-                ReadRequest {
-                    session_id: Some(reach.session_id),
-                    from_seq: Some(first_seq),
-                    to_seq: Some(last_seq),
-                    limit,
-                    cursor,
-                    ..ReadRequest::default()
-                },
-            )
-            .await?;
+        let covered = readable.range(
+            Some(at.session()),
+            Some(first_seq),
+            Some(last_seq),
+            cursor.as_deref(),
+        )?;
+        let covered = self.page(target, covered, Vec::new(), limit).await?;
         Ok(ExpandAnswer {
-            session_id: reach.session_id,
+            session_id: at.session(),
             summary_seq: seq,
             first_seq,
             last_seq,
@@ -407,20 +390,21 @@ impl Reader {
         budget: Duration,
     ) -> Result<Option<CallAnswer>> {
         let mut deadline = Deadline::new(budget);
-        let reach = self.reach_of(target, session).await?;
-        let session = reach.session_id;
-        let last = self.last_seq(reach).await?;
+        let readable = self.readable(target).await?;
+        let whole = readable.range(session, None, None, None)?;
+        let session = whole.session();
+        let last = whole.last();
         let request = match (seq, idempotency_key) {
             (Some(seq), None) => {
-                check_seq(seq, reach)?;
-                let Some(event) = self.event_at(session, seq).await? else {
+                let Some(event) = self.event_at(readable.seq(Some(session), seq)?).await? else {
                     return Ok(None);
                 };
                 match &event.event {
                     Some(SessionEvent::ToolCallRequested { .. }) => event,
                     Some(SessionEvent::ToolCallResult { call_seq, .. }) => {
                         let call_seq = *call_seq;
-                        let Some(request) = self.event_at(session, call_seq).await? else {
+                        let at = readable.seq(Some(session), call_seq)?;
+                        let Some(request) = self.event_at(at).await? else {
                             return Ok(None);
                         };
                         return Ok(Some(CallAnswer {
@@ -542,21 +526,9 @@ impl Reader {
             ..EventRange::default()
         }
         .validate()?;
-        let mut reach = self.reach(target.session).await?;
-        if !request.inherited.unwrap_or(true) {
-            reach.truncate(1);
-        }
-        let (mut segment, mut below) = match request.cursor.as_deref() {
-            Some(text) => {
-                let (session, seq) = decode_cursor(text)?;
-                let i = reach
-                    .iter()
-                    .position(|r| r.session_id == session)
-                    .ok_or_else(|| invalid("the cursor is not one of this search's"))?;
-                (i, Some(seq))
-            }
-            None => (0, None),
-        };
+        let readable = self.readable(target).await?;
+        let spans =
+            readable.searched(request.inherited.unwrap_or(true), request.cursor.as_deref())?;
         let needle = query.to_lowercase();
         let mut answer = SearchAnswer {
             session_id: target.session,
@@ -571,53 +543,35 @@ impl Reader {
             erased_sessions: Vec::new(),
         };
         let page = usize::try_from(limit).unwrap_or(usize::MAX);
-        'segments: while let Some(r) = reach.get(segment).copied() {
-            let projected = self
-                .recovery
-                .store()
-                .load_session(r.session_id)
-                .await
-                .map_err(sessionlog_recovery::Error::from)?
-                .is_some_and(|row| row.state.erased);
-            if self
-                .recovery
-                .erased_for_reading(r.session_id, projected)
-                .await?
-            {
-                answer.erased_sessions.push(r.session_id);
-                segment += 1;
-                below = None;
+        'segments: for span in spans {
+            let r = span.session();
+            if self.erased(r).await? {
+                answer.erased_sessions.push(r);
                 continue;
             }
-            let mut hi = match below {
-                Some(seq) => seq,
-                None => self.last_seq(r).await?,
-            };
+            let mut hi = span.last();
             // The next window down is read while this one is searched: a read waits mostly on
             // the store and the log, so two in flight keep both busy.
             let mut prefetched: Option<(u64, Window)> = None;
             while hi >= 1 {
                 let Some(left) = deadline.left() else {
                     answer.stopped = Some("budget");
-                    answer.next_cursor = Some(encode_cursor(r.session_id, hi));
+                    answer.next_cursor = Some(search_cursor(r, hi));
                     break 'segments;
                 };
                 let lo = hi.saturating_sub(WINDOW - 1).max(1);
                 let read = match prefetched.take() {
                     Some((at, read)) if at == hi => read,
-                    _ => self.spawn_window(r.session_id, lo, hi, &kinds),
+                    _ => self.spawn_window(r, lo, hi, &kinds),
                 };
                 if lo > 1 {
                     let below = lo - 1;
                     let below_lo = below.saturating_sub(WINDOW - 1).max(1);
-                    prefetched = Some((
-                        below,
-                        self.spawn_window(r.session_id, below_lo, below, &kinds),
-                    ));
+                    prefetched = Some((below, self.spawn_window(r, below_lo, below, &kinds)));
                 }
                 let Some(events) = arrived(read, left).await? else {
                     answer.stopped = Some("budget");
-                    answer.next_cursor = Some(encode_cursor(r.session_id, hi));
+                    answer.next_cursor = Some(search_cursor(r, hi));
                     break 'segments;
                 };
                 let arrived = Instant::now();
@@ -628,7 +582,7 @@ impl Reader {
                     // starts with that event, so no hit is skipped.
                     if answer.hits.len() == page || (over && !answer.hits.is_empty()) {
                         answer.stopped = Some("page_full");
-                        answer.next_cursor = Some(encode_cursor(r.session_id, event.seq));
+                        answer.next_cursor = Some(search_cursor(r, event.seq));
                         break 'segments;
                     }
                     answer.events_scanned += 1;
@@ -638,8 +592,6 @@ impl Reader {
                 deadline.worked_since(arrived);
                 hi = lo - 1;
             }
-            segment += 1;
-            below = None;
         }
         answer.complete = answer.next_cursor.is_none();
         answer.elapsed_ms = deadline.elapsed_ms();
@@ -716,21 +668,16 @@ impl Reader {
         tokio::spawn(async move { recovery.events(session, range).await })
     }
 
-    /// The last seq of `reach` readable here: the projection's last seq of the session, or the
-    /// fork point for an ancestor.
-    async fn last_seq(&self, reach: Reach) -> Result<u64> {
-        if let Some(through) = reach.through_seq {
-            return Ok(through);
-        }
-        Ok(self
+    /// Whether `session`'s texts read as erased (nothing in them can match).
+    async fn erased(&self, session: SessionId) -> Result<bool> {
+        let projected = self
             .recovery
             .store()
-            .load_session(reach.session_id)
+            .session_state(session)
             .await
             .map_err(sessionlog_recovery::Error::from)?
-            .ok_or(Error::UnknownSession(reach.session_id))?
-            .state
-            .last_seq)
+            .is_some_and(|state| state.erased);
+        Ok(self.recovery.erased_for_reading(session, projected).await?)
     }
 
     /// The served session's lineage, as its scope allows, with what reads reach.
@@ -741,7 +688,7 @@ impl Reader {
             .await?;
         Ok(LineageAnswer {
             lineage,
-            readable: self.reach(target.session).await?,
+            readable: self.readable(target).await?.reach().to_vec(),
         })
     }
 
@@ -811,20 +758,6 @@ struct ScanOutcome {
     next: Option<u64>,
 }
 
-/// Refuses a seq outside what `reach` may read.
-fn check_seq(seq: u64, reach: Reach) -> Result<()> {
-    if seq == 0 {
-        return Err(invalid("seqs start at 1"));
-    }
-    match reach.through_seq {
-        Some(through) if seq > through => Err(invalid(format!(
-            "session {} is readable here through seq {through} only",
-            reach.session_id
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// The time budget asked for, checked.
 pub fn budget_of(ms: Option<u64>) -> Result<Duration> {
     let max = u64::try_from(MAX_BUDGET.as_millis()).unwrap_or(u64::MAX);
@@ -835,25 +768,6 @@ pub fn budget_of(ms: Option<u64>) -> Result<Duration> {
             "budget_ms must be 1 to {max} (default 1000), not {ms}"
         ))),
     }
-}
-
-/// A search cursor: the session and the seq to continue below (inclusive).
-fn encode_cursor(session: SessionId, seq: u64) -> String {
-    format!("{session}:{seq}")
-}
-
-fn decode_cursor(text: &str) -> Result<(SessionId, u64)> {
-    let bad = || invalid("the cursor is not one this server gave out: pass next_cursor as it came");
-    if text.len() > 64 {
-        return Err(bad());
-    }
-    let (session, seq) = text.split_once(':').ok_or_else(bad)?;
-    let session = session.parse().map_err(|_| bad())?;
-    let seq: u64 = seq.parse().map_err(|_| bad())?;
-    if seq == 0 {
-        return Err(bad());
-    }
-    Ok((session, seq))
 }
 
 /// The hits of one event: each opened text field that contains `needle` (lowercase).
@@ -949,23 +863,6 @@ mod tests {
         // A text whose lowercase is longer than itself does not panic.
         assert!(snippet("İİİİ x", "x").is_some());
         assert_eq!(snippet("", "x"), None);
-    }
-
-    #[test]
-    fn a_cursor_round_trips_and_a_made_up_one_is_refused() {
-        let session = SessionId::new();
-        let text = encode_cursor(session, 42);
-        assert_eq!(decode_cursor(&text).ok(), Some((session, 42)));
-        for bad in [
-            "",
-            "x:1",
-            &format!("{session}:0"),
-            &format!("{session}:-1"),
-            &format!("{session}"),
-            &"9".repeat(100),
-        ] {
-            assert!(decode_cursor(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -741,6 +741,240 @@ async fn a_fork_reads_its_inherited_history_and_an_erased_parent_reads_as_erased
     Ok(())
 }
 
+/// What the parent of a fork holds past the fork point, in every text field a tool can show.
+const PAST_THE_FORK: &str = "written to the parent after the fork";
+/// What a search asks for: part of [`PAST_THE_FORK`], so that an answer quoting its query does
+/// not count as carrying it.
+const PART_OF_IT: &str = "parent after the";
+
+/// A reader narrowed to a fork reads its parent through the fork point and no further, whatever
+/// a tool is handed: cursors and ranges into the parent past the fork point, huge seqs, seq 0,
+/// another session's id. The parent holds [`PAST_THE_FORK`] in a call's result, a request, a
+/// summary, a call's arguments and turns after the fork; no answer (nor error) carries it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_reader_gets_nothing_of_its_parent_past_the_fork_point_whatever_it_asks()
+-> Result<()> {
+    let stack = TestStack::new("mcp_fork_reach", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let store = store(&stack).await?;
+    let (mut parent, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
+    parent.user_request("asked before the fork").await?;
+    // The fork point is an idempotent call's request; its result comes after the fork.
+    let at_fork = parent
+        .append_with(
+            SessionEvent::ToolCallRequested {
+                tool: "weather".into(),
+                arguments: Content::plain("{\"city\": \"Bergen\"}"),
+                effect: EffectClass::Idempotent,
+                approval_id: None,
+            },
+            None,
+            Some("call-at-the-fork".into()),
+        )
+        .await?;
+    let fork_point = at_fork.envelope.seq;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let child = recovery
+        .fork(parent.session_id(), ForkAt::Seq(fork_point), "coder")
+        .await?
+        .envelope
+        .session_id;
+
+    parent
+        .append_with(
+            SessionEvent::ToolCallResult {
+                call_seq: fork_point,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain(PAST_THE_FORK),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            },
+            Some(at_fork.envelope.event_id),
+            Some("call-at-the-fork".into()),
+        )
+        .await?;
+    parent.user_request(PAST_THE_FORK).await?;
+    let summary_seq = parent
+        .summarize(fork_point + 1, fork_point + 2, "m", PAST_THE_FORK)
+        .await?
+        .envelope
+        .seq;
+    let later_call = parent
+        .append_with(
+            SessionEvent::ToolCallRequested {
+                tool: "weather".into(),
+                arguments: Content::plain(PAST_THE_FORK),
+                effect: EffectClass::Idempotent,
+                approval_id: None,
+            },
+            None,
+            Some("call-after-the-fork".into()),
+        )
+        .await?;
+    parent
+        .append_with(
+            SessionEvent::ToolCallResult {
+                call_seq: later_call.envelope.seq,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain(PAST_THE_FORK),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            },
+            Some(later_call.envelope.event_id),
+            Some("call-after-the-fork".into()),
+        )
+        .await?;
+    append_turns(&mut parent, 4, |_| PAST_THE_FORK.to_string()).await?;
+    let (mut stranger, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
+    append_turns(&mut stranger, 4, |_| PAST_THE_FORK.to_string()).await?;
+    wait_caught_up(&stack, &store, CATCH_UP).await?;
+    let (p, s, c) = (parent.session_id(), stranger.session_id(), child);
+    let last = parent.state().last_seq;
+
+    let mcp = ServedProcess::start(&stack, "mcp").await?;
+    // The parent's own reader finds the text: it is there to be found.
+    let mut own = Client::connect(&mcp.base, &reader_token(p)?).await?;
+    let found = own
+        .call("history_search", json!({"query": PART_OF_IT, "limit": 100}))
+        .await?;
+    ensure!(
+        found["hits"].as_array().is_some_and(|h| h.len() >= 8),
+        "the parent's own reader does not find it: {found}"
+    );
+    let mut client = Client::connect(&mcp.base, &reader_token(c)?).await?;
+    // And the fork reads its inherited history through the fork point.
+    let inherited = client
+        .call("history_read", json!({"session_id": p.to_string()}))
+        .await?;
+    assert_eq!(seqs(&inherited), (1..=fork_point).collect::<Vec<u64>>());
+    let before = client
+        .call("history_search", json!({"query": "asked before the fork"}))
+        .await?;
+    assert_eq!(before["hits"][0]["session_id"], p.to_string(), "{before}");
+
+    let huge = u64::MAX;
+    let page_cursor = |session: SessionId, next_seq: u64| {
+        sessionlog_recovery::Cursor { session, next_seq }.encode()
+    };
+    let mut asked: Vec<(&str, Value)> = Vec::new();
+    for (session, seq) in [
+        (p, fork_point + 1),
+        (p, last),
+        (p, 100_000),
+        (p, huge),
+        (p, 0),
+        (s, last),
+        (s, 100_000),
+        (c, 100_000),
+        (c, huge),
+    ] {
+        for inherited in [true, false] {
+            asked.push((
+                "history_search",
+                json!({"query": PART_OF_IT, "cursor": format!("{session}:{seq}"),
+                       "inherited": inherited, "budget_ms": 10_000, "limit": 100}),
+            ));
+        }
+        asked.push((
+            "history_search",
+            json!({"query": "the", "cursor": format!("{session}:{seq}"), "budget_ms": 10_000,
+                   "kinds": ["ToolCallResult", "ContextSummarized", "ToolCallRequested"]}),
+        ));
+    }
+    let (p_id, s_id) = (p.to_string(), s.to_string());
+    for read in [
+        json!({"session_id": p_id, "from_seq": fork_point + 1}),
+        json!({"session_id": p_id, "from_seq": 1, "to_seq": 100_000}),
+        json!({"session_id": p_id, "to_seq": huge}),
+        json!({"session_id": p_id, "from_seq": huge}),
+        json!({"session_id": p_id, "from_seq": 0, "to_seq": last}),
+        json!({"session_id": p_id, "cursor": page_cursor(p, fork_point + 1)}),
+        json!({"session_id": p_id, "cursor": page_cursor(p, huge)}),
+        json!({"session_id": p_id, "to_seq": 1, "cursor": page_cursor(p, fork_point + 1)}),
+        json!({"cursor": page_cursor(p, fork_point + 1)}),
+        json!({"cursor": format!("{p}:{}", fork_point + 1)}),
+        json!({"session_id": s_id}),
+        json!({"session_id": s_id, "from_seq": 1, "to_seq": 3}),
+        json!({"session_id": s_id, "cursor": page_cursor(s, 2)}),
+        json!({"cursor": page_cursor(s, 2)}),
+        json!({"from_seq": 1, "to_seq": huge}),
+    ] {
+        asked.push(("history_read", read));
+    }
+    for expand in [
+        json!({"seq": summary_seq, "session_id": p_id}),
+        json!({"seq": summary_seq}),
+        json!({"seq": huge, "session_id": p_id}),
+        json!({"seq": 0, "session_id": p_id}),
+        json!({"seq": summary_seq, "session_id": s_id}),
+        json!({"seq": fork_point, "session_id": p_id,
+               "cursor": page_cursor(p, fork_point + 1)}),
+    ] {
+        asked.push(("summary_expand", expand));
+    }
+    for lookup in [
+        json!({"seq": fork_point, "session_id": p_id}),
+        json!({"seq": fork_point + 1, "session_id": p_id}),
+        json!({"seq": later_call.envelope.seq, "session_id": p_id}),
+        json!({"seq": huge, "session_id": p_id}),
+        json!({"seq": 0, "session_id": p_id}),
+        json!({"idempotency_key": "call-at-the-fork", "session_id": p_id}),
+        json!({"idempotency_key": "call-after-the-fork", "session_id": p_id}),
+        json!({"idempotency_key": "call-after-the-fork"}),
+        json!({"seq": 3, "session_id": s_id}),
+    ] {
+        asked.push(("call_lookup", lookup));
+    }
+    asked.push(("lineage", json!({})));
+
+    let mut answers = Vec::new();
+    for (tool, arguments) in &asked {
+        let answer = client
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        answers.push((format!("{tool} {arguments}"), answer));
+    }
+    for uri in [
+        format!("sessionlog://sessions/{c}/context"),
+        format!("sessionlog://sessions/{p}/context"),
+        format!("sessionlog://sessions/{p}/events/{}", fork_point + 1),
+        format!("sessionlog://sessions/{p}/events/1-100000"),
+        format!("sessionlog://sessions/{p}/events/1-{huge}"),
+        format!("sessionlog://sessions/{s}/events/1-10"),
+    ] {
+        let answer = client.request("resources/read", json!({"uri": uri})).await;
+        answers.push((format!("resources/read {uri}"), answer));
+    }
+    answers.push((
+        "resources/list".into(),
+        client.request("resources/list", json!({})).await,
+    ));
+    let leaked: Vec<String> = answers
+        .iter()
+        .map(|(what, answer)| {
+            let text = match answer {
+                Ok(value) => value.to_string(),
+                Err(e) => format!("{e:#}"),
+            };
+            (what, text)
+        })
+        .filter(|(_, text)| text.contains(PAST_THE_FORK))
+        .map(|(what, text)| format!("{what} => {text}"))
+        .collect();
+    ensure!(
+        leaked.is_empty(),
+        "{} of {} answers carry the parent's history past the fork point:\n{}",
+        leaked.len(),
+        answers.len(),
+        leaked.join("\n")
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_search_over_a_long_session_answers_within_its_budget() -> Result<()> {
     let events: u64 = std::env::var("SESSIONLOG_MCP_SEARCH_EVENTS")
