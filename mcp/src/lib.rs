@@ -11,6 +11,7 @@
 
 mod error;
 pub mod http;
+pub mod matcher;
 pub mod reach;
 pub mod reader;
 pub mod server;

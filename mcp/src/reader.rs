@@ -5,6 +5,7 @@
 //! [`Readable`] keeps every read inside that session and the inherited prefixes of its
 //! ancestors.
 
+use crate::matcher::Matcher;
 use crate::reach::{Readable, Span, search_cursor};
 use crate::{Error, Result};
 use serde::Serialize;
@@ -14,6 +15,7 @@ use sessionlog_recovery::{EventPage, EventRange, HistoryEvent, Lineage, Recovery
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::task::AbortOnDropHandle;
 
 pub use crate::reach::Reach;
 
@@ -27,10 +29,14 @@ pub const DEFAULT_HITS: u64 = 20;
 pub const MAX_HITS: u64 = 100;
 /// The longest search text, in characters.
 pub const MAX_QUERY_CHARS: usize = 200;
-/// Characters of context on each side of a match in a snippet.
-const SNIPPET_SIDE: usize = 80;
-/// Seqs one scan step covers: one index page, so one step is one bounded read.
+/// The most seqs one scan step covers: one index page, so one step is one bounded read.
 const WINDOW: u64 = MAX_LIMIT;
+/// The text a scan step aims to read: a window covers as many seqs as hold this much if each
+/// event is as large as the largest of the window before. A count alone let one step of a
+/// search read 1,000 events of 1 MB (and the next step, read ahead, as much again).
+pub const WINDOW_BYTES: usize = 4 << 20;
+/// What an event weighs beside its texts, for sizing windows: ids, seqs, kinds, times.
+const EVENT_OVERHEAD_BYTES: usize = 256;
 /// The most ancestors followed (a fork is a new session, so a cycle cannot be written; this
 /// only bounds a corrupt projection).
 const MAX_ANCESTORS: usize = 64;
@@ -194,6 +200,9 @@ pub struct ContextAnswer {
 #[derive(Clone)]
 pub struct Reader {
     recovery: Arc<Recovery>,
+    /// Seqs of a scan's first window: as many as hold [`WINDOW_BYTES`] of events as large as a
+    /// writer may append (`[producer] max_event_bytes`).
+    first_window: u64,
 }
 
 /// A range of seqs asked for, before it is checked.
@@ -237,7 +246,11 @@ fn invalid(reason: impl Into<String>) -> Error {
 impl Reader {
     /// Reads through `recovery`.
     pub fn new(recovery: Arc<Recovery>) -> Self {
-        Self { recovery }
+        let first_window = window_seqs(recovery.settings().producer.max_event_bytes);
+        Self {
+            recovery,
+            first_window,
+        }
     }
 
     /// The recovery this reader reads through.
@@ -393,7 +406,6 @@ impl Reader {
         let readable = self.readable(target).await?;
         let whole = readable.range(session, None, None, None)?;
         let session = whole.session();
-        let last = whole.last();
         let request = match (seq, idempotency_key) {
             (Some(seq), None) => {
                 let Some(event) = self.event_at(readable.seq(Some(session), seq)?).await? else {
@@ -429,26 +441,24 @@ impl Reader {
                 }
             }
             (None, Some(key)) => {
-                let kinds = vec!["ToolCallRequested".to_string()];
-                let mut found = None;
-                let outcome = self
-                    .scan_down(session, last, &kinds, &mut deadline, |event| {
-                        if event.idempotency_key.as_deref() == Some(key) {
-                            found = Some(event.clone());
-                            return true;
-                        }
-                        false
-                    })
-                    .await?;
-                match found {
-                    Some(event) => event,
-                    None if outcome.done => return Ok(None),
-                    None => {
+                let requests =
+                    self.windows(whole, vec!["ToolCallRequested".into()], Direction::Down);
+                let walked = walk(requests, &mut deadline, |events| {
+                    events
+                        .into_iter()
+                        .rev()
+                        .find(|e| e.idempotency_key.as_deref() == Some(key))
+                })
+                .await?;
+                match (walked.found, walked.stopped_at) {
+                    (Some(event), _) => event,
+                    (None, None) => return Ok(None),
+                    (None, Some(at)) => {
                         return Err(Error::OverBudget(format!(
-                            "no request with that idempotency key in seqs {}..={last}; the \
-                             budget ran out before seq {} (name the request's seq instead)",
-                            outcome.next.unwrap_or(1).saturating_add(1),
-                            outcome.next.unwrap_or(1)
+                            "no request with that idempotency key in seqs {}..={}; the \
+                             budget ran out before seq {at} (name the request's seq instead)",
+                            at.saturating_add(1),
+                            whole.last(),
                         )));
                     }
                 }
@@ -460,47 +470,36 @@ impl Reader {
             }
         };
         let request_seq = request.seq;
-        let kinds = vec!["ToolCallResult".to_string()];
-        let mut result = None;
-        let mut from = request_seq.saturating_add(1);
-        let mut searched = request_seq;
-        let mut done = from > last;
-        while !done {
-            let Some(left) = deadline.left() else {
-                break;
-            };
-            let to = from.saturating_add(WINDOW - 1).min(last);
-            let Some(page) = self.window(session, from, to, &kinds, left).await? else {
-                break;
-            };
-            let arrived = Instant::now();
-            searched = to;
-            result = page.into_iter().find(|e| {
+        let after = whole.starting_at(request_seq.saturating_add(1));
+        let results = self.windows(after, vec!["ToolCallResult".into()], Direction::Up);
+        let walked = walk(results, &mut deadline, |events| {
+            events.into_iter().find(|e| {
                 matches!(&e.event, Some(SessionEvent::ToolCallResult { call_seq, .. })
                     if *call_seq == request_seq)
-            });
-            deadline.worked_since(arrived);
-            done = result.is_some() || to >= last;
-            from = to.saturating_add(1);
-        }
-        let result_search = match (&result, done) {
+            })
+        })
+        .await?;
+        let result_search = match (&walked.found, walked.stopped_at) {
             (Some(_), _) => "found",
-            (None, true) => "none",
-            (None, false) => "not_searched_to_end",
+            (None, None) => "none",
+            (None, Some(_)) => "not_searched_to_end",
         };
+        let searched = walked.through.unwrap_or(request_seq);
         Ok(Some(CallAnswer {
             session_id: session,
             request_seq,
             request,
-            result_seq: result.as_ref().map(|r| r.seq),
-            searched_through_seq: result.as_ref().map_or(searched, |r| r.seq),
-            result,
+            result_seq: walked.found.as_ref().map(|r| r.seq),
+            searched_through_seq: walked.found.as_ref().map_or(searched, |r| r.seq),
+            result: walked.found,
             result_search,
         }))
     }
 
     /// Text search over the session's opened texts (and its inherited history), newest first,
-    /// within a page of hits and a time budget.
+    /// within a page of hits and a time budget. The reads wait on the store and the log; the
+    /// matching runs on a blocking thread, a window at a time, so a long text holds no thread
+    /// that serves requests.
     pub async fn search(&self, target: Target, request: SearchRequest) -> Result<SearchAnswer> {
         let query = request.query.trim().to_string();
         let chars = query.chars().count();
@@ -529,7 +528,7 @@ impl Reader {
         let readable = self.readable(target).await?;
         let spans =
             readable.searched(request.inherited.unwrap_or(true), request.cursor.as_deref())?;
-        let needle = query.to_lowercase();
+        let mut matcher = Matcher::new(&query);
         let mut answer = SearchAnswer {
             session_id: target.session,
             query,
@@ -543,129 +542,50 @@ impl Reader {
             erased_sessions: Vec::new(),
         };
         let page = usize::try_from(limit).unwrap_or(usize::MAX);
-        'segments: for span in spans {
-            let r = span.session();
-            if self.erased(r).await? {
-                answer.erased_sessions.push(r);
+        'spans: for span in spans {
+            if self.erased(span.session()).await? {
+                answer.erased_sessions.push(span.session());
                 continue;
             }
-            let mut hi = span.last();
-            // The next window down is read while this one is searched: a read waits mostly on
-            // the store and the log, so two in flight keep both busy.
-            let mut prefetched: Option<(u64, Window)> = None;
-            while hi >= 1 {
+            let mut windows = self.windows(span, kinds.clone(), Direction::Down);
+            while let Some(edge) = windows.edge {
+                let stop = |answer: &mut SearchAnswer| {
+                    answer.stopped = Some("budget");
+                    answer.next_cursor = Some(search_cursor(span.session(), edge));
+                };
                 let Some(left) = deadline.left() else {
-                    answer.stopped = Some("budget");
-                    answer.next_cursor = Some(search_cursor(r, hi));
-                    break 'segments;
+                    stop(&mut answer);
+                    break 'spans;
                 };
-                let lo = hi.saturating_sub(WINDOW - 1).max(1);
-                let read = match prefetched.take() {
-                    Some((at, read)) if at == hi => read,
-                    _ => self.spawn_window(r, lo, hi, &kinds),
-                };
-                if lo > 1 {
-                    let below = lo - 1;
-                    let below_lo = below.saturating_sub(WINDOW - 1).max(1);
-                    prefetched = Some((below, self.spawn_window(r, below_lo, below, &kinds)));
-                }
-                let Some(events) = arrived(read, left).await? else {
-                    answer.stopped = Some("budget");
-                    answer.next_cursor = Some(search_cursor(r, hi));
-                    break 'segments;
+                let events = match windows.next(left).await? {
+                    Window::Arrived(_, events) => events,
+                    Window::Late => {
+                        stop(&mut answer);
+                        break 'spans;
+                    }
                 };
                 let arrived = Instant::now();
-                for event in events.iter().rev() {
-                    let found = matches(event, &needle);
-                    let over = answer.hits.len().saturating_add(found.len()) > page;
-                    // A page ends before an event whose hits do not all fit; the next page
-                    // starts with that event, so no hit is skipped.
-                    if answer.hits.len() == page || (over && !answer.hits.is_empty()) {
-                        answer.stopped = Some("page_full");
-                        answer.next_cursor = Some(search_cursor(r, event.seq));
-                        break 'segments;
-                    }
-                    answer.events_scanned += 1;
-                    answer.hits.extend(found);
-                    answer.hits.truncate(page);
-                }
+                let (held, cut_off) = (answer.hits.len(), deadline.cut_off());
+                let (back, found) = tokio::task::spawn_blocking(move || {
+                    let found = search_window(&mut matcher, events, held, page, cut_off);
+                    (matcher, found)
+                })
+                .await
+                .map_err(|e| Error::Task(e.to_string()))?;
+                matcher = back;
                 deadline.worked_since(arrived);
-                hi = lo - 1;
+                answer.events_scanned += found.scanned;
+                answer.hits.extend(found.hits);
+                if let Some((why, seq)) = found.stopped {
+                    answer.stopped = Some(why);
+                    answer.next_cursor = Some(search_cursor(span.session(), seq));
+                    break 'spans;
+                }
             }
         }
         answer.complete = answer.next_cursor.is_none();
         answer.elapsed_ms = deadline.elapsed_ms();
         Ok(answer)
-    }
-
-    /// Walks `session`'s events of `kinds` from `last` down to seq 1 a window at a time until
-    /// `stop` says so or `deadline` passes.
-    async fn scan_down(
-        &self,
-        session: SessionId,
-        last: u64,
-        kinds: &[String],
-        deadline: &mut Deadline,
-        mut stop: impl FnMut(&HistoryEvent) -> bool,
-    ) -> Result<ScanOutcome> {
-        let mut hi = last;
-        while hi >= 1 {
-            let Some(left) = deadline.left() else {
-                return Ok(ScanOutcome {
-                    done: false,
-                    next: Some(hi),
-                });
-            };
-            let lo = hi.saturating_sub(WINDOW - 1).max(1);
-            let Some(events) = self.window(session, lo, hi, kinds, left).await? else {
-                return Ok(ScanOutcome {
-                    done: false,
-                    next: Some(hi),
-                });
-            };
-            let arrived = Instant::now();
-            let found = events.iter().rev().any(&mut stop);
-            deadline.worked_since(arrived);
-            if found {
-                return Ok(ScanOutcome {
-                    done: true,
-                    next: None,
-                });
-            }
-            hi = lo - 1;
-        }
-        Ok(ScanOutcome {
-            done: true,
-            next: None,
-        })
-    }
-
-    /// The events of `kinds` in `from..=to` (at most [`WINDOW`] seqs, so one page), or `None`
-    /// when they do not arrive within `left`. The read runs as its own task: one cut off by
-    /// the budget finishes in the background instead of being dropped half-way through a read.
-    async fn window(
-        &self,
-        session: SessionId,
-        from: u64,
-        to: u64,
-        kinds: &[String],
-        left: Duration,
-    ) -> Result<Option<Vec<HistoryEvent>>> {
-        arrived(self.spawn_window(session, from, to, kinds), left).await
-    }
-
-    /// Starts reading the events of `kinds` in `from..=to` as a task of its own (dropping the
-    /// handle leaves it to finish in the background).
-    fn spawn_window(&self, session: SessionId, from: u64, to: u64, kinds: &[String]) -> Window {
-        let recovery = Arc::clone(&self.recovery);
-        let range = EventRange {
-            from_seq: Some(from),
-            to_seq: Some(to),
-            kinds: kinds.to_vec(),
-            limit: Some(WINDOW),
-            ..EventRange::default()
-        };
-        tokio::spawn(async move { recovery.events(session, range).await })
     }
 
     /// Whether `session`'s texts read as erased (nothing in them can match).
@@ -678,6 +598,22 @@ impl Reader {
             .map_err(sessionlog_recovery::Error::from)?
             .is_some_and(|state| state.erased);
         Ok(self.recovery.erased_for_reading(session, projected).await?)
+    }
+
+    /// `span`'s events of `kinds` (checked) a window at a time, in `direction`.
+    fn windows(&self, span: Span, kinds: Vec<String>, direction: Direction) -> Windows {
+        Windows {
+            recovery: Arc::clone(&self.recovery),
+            kinds,
+            direction,
+            edge: (!span.is_empty()).then_some(match direction {
+                Direction::Down => span.last(),
+                Direction::Up => span.first(),
+            }),
+            span,
+            seqs: self.first_window,
+            ahead: None,
+        }
     }
 
     /// The served session's lineage, as its scope allows, with what reads reach.
@@ -701,16 +637,255 @@ impl Reader {
     }
 }
 
-/// A window's read in flight.
-type Window = tokio::task::JoinHandle<sessionlog_recovery::Result<sessionlog_recovery::EventPage>>;
+/// Which way a scan goes through its span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    /// Newest first.
+    Down,
+    /// Oldest first.
+    Up,
+}
 
-/// The events of a window's read, or `None` when they do not arrive within `left`.
-async fn arrived(read: Window, left: Duration) -> Result<Option<Vec<HistoryEvent>>> {
-    match tokio::time::timeout(left, read).await {
-        Err(_) => Ok(None),
-        Ok(Err(joined)) => Err(Error::Task(joined.to_string())),
-        Ok(Ok(page)) => Ok(Some(page?.events)),
+/// A span's events read a window at a time, the next window's read started while one is worked
+/// through (a read waits mostly on the store and the log, so two in flight keep both busy).
+/// A window covers as many seqs as hold about [`WINDOW_BYTES`] if each event weighs what the
+/// largest of the window before did (the first: what the largest event a writer may append
+/// does). Reads in flight are aborted when they do not arrive in time or when this is dropped:
+/// a read the budget cut off stops there, instead of finishing in the background with its
+/// reader and its events.
+struct Windows {
+    recovery: Arc<Recovery>,
+    span: Span,
+    kinds: Vec<String>,
+    direction: Direction,
+    /// The next seq not yet delivered (`None`: the span is done).
+    edge: Option<u64>,
+    /// Seqs of the next window.
+    seqs: u64,
+    /// The next window's read, started early.
+    ahead: Option<WindowRead>,
+}
+
+/// A window's read in flight, aborted when dropped.
+struct WindowRead {
+    span: Span,
+    task: AbortOnDropHandle<sessionlog_recovery::Result<EventPage>>,
+}
+
+/// What [`Windows::next`] brings.
+enum Window {
+    /// The next window and its events, in seq order.
+    Arrived(Span, Vec<HistoryEvent>),
+    /// They did not arrive in the time given (the read is aborted; the edge stays).
+    Late,
+}
+
+impl Windows {
+    /// The window of the next `self.seqs` seqs from `edge` on, in the scan's direction.
+    fn window_at(&self, edge: u64) -> Option<Span> {
+        match self.direction {
+            Direction::Down => self.span.window_below(edge, self.seqs),
+            Direction::Up => self.span.window_above(edge, self.seqs),
+        }
     }
+
+    /// Where a scan continues after `window`.
+    fn beyond(&self, window: Span) -> Option<u64> {
+        match self.direction {
+            Direction::Down => window
+                .first()
+                .checked_sub(1)
+                .filter(|&e| e >= self.span.first()),
+            Direction::Up => window
+                .last()
+                .checked_add(1)
+                .filter(|&e| e <= self.span.last()),
+        }
+    }
+
+    fn starts_at(&self, window: Span) -> u64 {
+        match self.direction {
+            Direction::Down => window.last(),
+            Direction::Up => window.first(),
+        }
+    }
+
+    fn start(&self, window: Span) -> WindowRead {
+        let recovery = Arc::clone(&self.recovery);
+        let range = EventRange {
+            from_seq: Some(window.first()),
+            to_seq: Some(window.last()),
+            kinds: self.kinds.clone(),
+            limit: Some(WINDOW),
+            ..EventRange::default()
+        };
+        let session = window.session();
+        WindowRead {
+            span: window,
+            task: AbortOnDropHandle::new(tokio::spawn(async move {
+                recovery.events(session, range).await
+            })),
+        }
+    }
+
+    /// The next window's events, waiting at most `left` for them. Only called while
+    /// [`Self::edge`] is `Some`.
+    async fn next(&mut self, left: Duration) -> Result<Window> {
+        let Some(window) = self.edge.and_then(|edge| self.window_at(edge)) else {
+            self.edge = None;
+            return Ok(Window::Arrived(self.span, Vec::new()));
+        };
+        let mut read = match self.ahead.take() {
+            Some(ahead) if Some(self.starts_at(ahead.span)) == self.edge => ahead,
+            _ => self.start(window),
+        };
+        let beyond = self.beyond(read.span);
+        if let Some(next) = beyond.and_then(|edge| self.window_at(edge)) {
+            self.ahead = Some(self.start(next));
+        }
+        match tokio::time::timeout(left, &mut read.task).await {
+            Err(_) => Ok(Window::Late),
+            Ok(Err(joined)) => Err(Error::Task(joined.to_string())),
+            Ok(Ok(page)) => {
+                let mut events = page?.events;
+                let largest = events.iter_mut().map(event_bytes).max().unwrap_or(0);
+                self.seqs = window_seqs(largest);
+                self.edge = beyond;
+                Ok(Window::Arrived(read.span, events))
+            }
+        }
+    }
+}
+
+/// What [`walk`] found, and where it stopped.
+struct Walked<T> {
+    found: Option<T>,
+    /// The next seq not read when the budget ran out (`None`: the span was read, or `found`).
+    stopped_at: Option<u64>,
+    /// The last seq of the last window read.
+    through: Option<u64>,
+}
+
+/// Reads `windows` until `find` finds something in one, the span is done, or `deadline` passes.
+async fn walk<T>(
+    mut windows: Windows,
+    deadline: &mut Deadline,
+    mut find: impl FnMut(Vec<HistoryEvent>) -> Option<T>,
+) -> Result<Walked<T>> {
+    let mut walked = Walked {
+        found: None,
+        stopped_at: None,
+        through: None,
+    };
+    while let Some(edge) = windows.edge {
+        let Some(left) = deadline.left() else {
+            walked.stopped_at = Some(edge);
+            break;
+        };
+        let Window::Arrived(window, events) = windows.next(left).await? else {
+            walked.stopped_at = Some(edge);
+            break;
+        };
+        let arrived = Instant::now();
+        walked.through = Some(window.last());
+        walked.found = find(events);
+        deadline.worked_since(arrived);
+        if walked.found.is_some() {
+            break;
+        }
+    }
+    Ok(walked)
+}
+
+/// Seqs of a window whose events may each weigh `largest_event` bytes: as many as fit in
+/// [`WINDOW_BYTES`], at least one and at most [`WINDOW`].
+fn window_seqs(largest_event: usize) -> u64 {
+    let fit = WINDOW_BYTES / largest_event.max(EVENT_OVERHEAD_BYTES);
+    u64::try_from(fit).unwrap_or(WINDOW).clamp(1, WINDOW)
+}
+
+/// What `event` weighs, for sizing windows: its texts (opened or sealed) and the rest of it.
+fn event_bytes(event: &mut HistoryEvent) -> usize {
+    let mut bytes =
+        EVENT_OVERHEAD_BYTES.saturating_add(event.idempotency_key.as_ref().map_or(0, String::len));
+    if let Some(body) = event.event.as_mut() {
+        sessionlog_keys::sensitive_fields(body, |_, content| {
+            bytes = bytes.saturating_add(match content {
+                Content::Plain(text) => text.len(),
+                Content::Sealed { ciphertext, .. } => ciphertext.len(),
+            });
+        });
+    }
+    bytes
+}
+
+/// What searching one window found.
+struct WindowHits {
+    hits: Vec<Hit>,
+    /// Events searched.
+    scanned: u64,
+    /// Why and at which seq the search stopped before the window's oldest event (that seq is
+    /// not searched yet): `page_full` or `budget`.
+    stopped: Option<(&'static str, u64)>,
+}
+
+/// Searches one window's `events` (in seq order) newest first for `matcher`'s query, for a page
+/// already holding `held` of at most `page` hits. A page ends before an event whose hits do not
+/// all fit (the next page starts with that event, so no hit is skipped); the search ends before
+/// the first event it reaches at `cut_off`.
+fn search_window(
+    matcher: &mut Matcher,
+    events: Vec<HistoryEvent>,
+    held: usize,
+    page: usize,
+    cut_off: Instant,
+) -> WindowHits {
+    let mut found = WindowHits {
+        hits: Vec::new(),
+        scanned: 0,
+        stopped: None,
+    };
+    for event in events.into_iter().rev() {
+        if Instant::now() >= cut_off {
+            found.stopped = Some(("budget", event.seq));
+            break;
+        }
+        let seq = event.seq;
+        let hits = matches(event, matcher);
+        let had = held.saturating_add(found.hits.len());
+        let over = had.saturating_add(hits.len()) > page;
+        if had >= page || (over && had > 0) {
+            found.stopped = Some(("page_full", seq));
+            break;
+        }
+        found.scanned += 1;
+        found.hits.extend(hits);
+        found.hits.truncate(page.saturating_sub(held));
+    }
+    found
+}
+
+/// The hits of one event: each opened text field that holds the matcher's query.
+fn matches(event: HistoryEvent, matcher: &mut Matcher) -> Vec<Hit> {
+    let Some(mut body) = event.event else {
+        return Vec::new();
+    };
+    let mut hits = Vec::new();
+    sessionlog_keys::sensitive_fields(&mut body, |field, content| {
+        if let Content::Plain(text) = content
+            && let Some(snippet) = matcher.snippet(text)
+        {
+            hits.push(Hit {
+                session_id: event.session_id,
+                seq: event.seq,
+                kind: event.kind.clone(),
+                field,
+                occurred_at: event.occurred_at,
+                snippet,
+            });
+        }
+    });
+    hits
 }
 
 /// A request's time budget, counted from when it began. The wait for each window is what is
@@ -741,6 +916,11 @@ impl Deadline {
             .filter(|left| !left.is_zero())
     }
 
+    /// When work on a window stops: the budget's end less the twentieth kept for the answer.
+    fn cut_off(&self) -> Instant {
+        self.started + self.budget.saturating_sub(self.budget / 20)
+    }
+
     /// Keeps back, from every later wait, at least as long as the work on a window that
     /// arrived at `arrived` took.
     fn worked_since(&mut self, arrived: Instant) {
@@ -753,11 +933,6 @@ impl Deadline {
     }
 }
 
-struct ScanOutcome {
-    done: bool,
-    next: Option<u64>,
-}
-
 /// The time budget asked for, checked.
 pub fn budget_of(ms: Option<u64>) -> Result<Duration> {
     let max = u64::try_from(MAX_BUDGET.as_millis()).unwrap_or(u64::MAX);
@@ -768,58 +943,6 @@ pub fn budget_of(ms: Option<u64>) -> Result<Duration> {
             "budget_ms must be 1 to {max} (default 1000), not {ms}"
         ))),
     }
-}
-
-/// The hits of one event: each opened text field that contains `needle` (lowercase).
-fn matches(event: &HistoryEvent, needle: &str) -> Vec<Hit> {
-    let Some(mut body) = event.event.clone() else {
-        return Vec::new();
-    };
-    let mut hits = Vec::new();
-    sessionlog_keys::sensitive_fields(&mut body, |field, content| {
-        if let Content::Plain(text) = content
-            && let Some(snippet) = snippet(text, needle)
-        {
-            hits.push(Hit {
-                session_id: event.session_id,
-                seq: event.seq,
-                kind: event.kind.clone(),
-                field,
-                occurred_at: event.occurred_at,
-                snippet,
-            });
-        }
-    });
-    hits
-}
-
-/// The first match of `needle` (lowercase) in `text`, case-insensitively, with up to
-/// [`SNIPPET_SIDE`] characters on each side. Works on characters, never byte offsets, so no
-/// text can make it slice inside a character.
-pub fn snippet(text: &str, needle: &str) -> Option<String> {
-    let lowered: Vec<char> = text.chars().flat_map(char::to_lowercase).collect();
-    let wanted: Vec<char> = needle.chars().collect();
-    if wanted.is_empty() || wanted.len() > lowered.len() {
-        return None;
-    }
-    let at = lowered.windows(wanted.len()).position(|w| w == wanted)?;
-    // Lowercasing can change the number of characters (rarely); positions are then approximate,
-    // and the snippet is cut from the lowered text's neighbourhood in the original.
-    let original: Vec<char> = text.chars().collect();
-    let start = at.saturating_sub(SNIPPET_SIDE).min(original.len());
-    let end = at
-        .saturating_add(wanted.len())
-        .saturating_add(SNIPPET_SIDE)
-        .min(original.len());
-    let mut out = String::new();
-    if start > 0 {
-        out.push('…');
-    }
-    out.extend(&original[start..end]);
-    if end < original.len() {
-        out.push('…');
-    }
-    Some(out)
 }
 
 #[cfg(test)]
@@ -850,28 +973,16 @@ mod tests {
     }
 
     #[test]
-    fn a_snippet_finds_any_case_and_keeps_characters_whole() {
-        assert_eq!(
-            snippet("Rain in Oslo", "oslo").as_deref(),
-            Some("Rain in Oslo")
-        );
-        assert_eq!(snippet("Rain in Oslo", "bergen"), None);
-        let long = format!("{}needle{}", "é".repeat(200), "ß".repeat(200));
-        let found = snippet(&long, "needle").unwrap_or_default();
-        assert!(found.starts_with('…') && found.ends_with('…'), "{found}");
-        assert_eq!(found.chars().count(), 2 + 80 + 6 + 80);
-        // A text whose lowercase is longer than itself does not panic.
-        assert!(snippet("İİİİ x", "x").is_some());
-        assert_eq!(snippet("", "x"), None);
-    }
-
-    #[test]
     fn a_deadline_keeps_back_the_work_on_a_window() {
         let mut deadline = Deadline::new(Duration::from_secs(10));
         let fresh = deadline.left().expect("time is left");
         // A twentieth is kept back from the start.
         assert!(fresh <= Duration::from_millis(9_500), "{fresh:?}");
         assert!(fresh > Duration::from_millis(9_000), "{fresh:?}");
+        assert_eq!(
+            deadline.cut_off(),
+            deadline.started + Duration::from_millis(9_500)
+        );
         // Work on a window that took 3 s is kept back from every later wait.
         deadline.worked_since(Instant::now() - Duration::from_secs(3));
         let after = deadline.left().expect("time is left");
@@ -891,5 +1002,87 @@ mod tests {
         assert!(budget_of(Some(0)).is_err());
         assert!(budget_of(Some(10_001)).is_err());
         assert!(budget_of(Some(u64::MAX)).is_err());
+    }
+
+    fn event(seq: u64, text: &str) -> HistoryEvent {
+        HistoryEvent {
+            session_id: SessionId(uuid::Uuid::nil()),
+            seq,
+            kind: "UserRequest".into(),
+            occurred_at: 0,
+            writer_epoch: 1,
+            event_id: uuid::Uuid::nil(),
+            log_partition: 0,
+            log_offset: 0,
+            causation_id: None,
+            idempotency_key: None,
+            event: Some(SessionEvent::UserRequest {
+                content: Content::plain(text),
+            }),
+            unopened: Default::default(),
+            missing: None,
+        }
+    }
+
+    #[test]
+    fn a_window_holds_about_its_bytes_whatever_the_events_weigh() {
+        // The first window of a scan, before any event is seen: events of 1 MB.
+        assert_eq!(window_seqs(1_000_000), 4);
+        assert_eq!(window_seqs(WINDOW_BYTES), 1);
+        assert_eq!(window_seqs(usize::MAX), 1);
+        // Small events: a whole index page.
+        assert_eq!(window_seqs(0), WINDOW);
+        assert_eq!(window_seqs(100), WINDOW);
+        for largest in [1, 300, 9_000, 70_000, 1_000_000, 5_000_000] {
+            let seqs = usize::try_from(window_seqs(largest)).unwrap_or(usize::MAX);
+            assert!(
+                seqs == 1 || seqs * largest.max(EVENT_OVERHEAD_BYTES) <= WINDOW_BYTES,
+                "{largest}: {seqs}"
+            );
+        }
+        // An event weighs its texts and a little more.
+        let big = "x".repeat(1_000_000);
+        assert_eq!(
+            event_bytes(&mut event(1, &big)),
+            1_000_000 + EVENT_OVERHEAD_BYTES
+        );
+        let mut gone = event(1, "");
+        gone.event = None;
+        assert_eq!(event_bytes(&mut gone), EVENT_OVERHEAD_BYTES);
+    }
+
+    fn seqs_of(hits: &[Hit]) -> Vec<u64> {
+        hits.iter().map(|h| h.seq).collect()
+    }
+
+    #[test]
+    fn a_window_is_searched_newest_first_and_a_page_ends_before_an_event_that_does_not_fit() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let window = || {
+            (1..=6)
+                .map(|seq| event(seq, &format!("turn {seq} about the Harbour")))
+                .collect::<Vec<_>>()
+        };
+        let mut matcher = Matcher::new("harbour");
+        let all = search_window(&mut matcher, window(), 0, 100, far);
+        assert_eq!(seqs_of(&all.hits), [6, 5, 4, 3, 2, 1]);
+        assert_eq!((all.scanned, all.stopped), (6, None));
+        assert!(all.hits[0].snippet.contains("turn 6 about the Harbour"));
+        // A page with room for two more: it stops at the third, which the next page starts at.
+        let two = search_window(&mut matcher, window(), 3, 5, far);
+        assert_eq!(seqs_of(&two.hits), [6, 5]);
+        assert_eq!((two.scanned, two.stopped), (2, Some(("page_full", 4))));
+        // A full page searches nothing.
+        let none = search_window(&mut matcher, window(), 5, 5, far);
+        assert_eq!((none.scanned, none.stopped), (0, Some(("page_full", 6))));
+        // Events without a match are searched and pass.
+        let mut other = Matcher::new("bergen");
+        let missed = search_window(&mut other, window(), 0, 1, far);
+        assert!(missed.hits.is_empty());
+        assert_eq!((missed.scanned, missed.stopped), (6, None));
+        // At the cut-off it stops before the next event, which is not searched.
+        let late = search_window(&mut matcher, window(), 0, 100, Instant::now());
+        assert!(late.hits.is_empty());
+        assert_eq!((late.scanned, late.stopped), (0, Some(("budget", 6))));
     }
 }
