@@ -255,6 +255,15 @@ impl Watched {
         self.peak_kib.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
     }
 
+    /// The resident memory now and its high-water mark since the start or the last
+    /// [`Self::reset_peak`] (`VmRSS`, `VmHWM`), MiB, read at the call rather than sampled;
+    /// `None` once the process is gone.
+    pub fn resident_mib(&self) -> Option<(f64, f64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let mib = |field| Some(status_kib(&status, field)? as f64 / 1024.0);
+        Some((mib("VmRSS:")?, mib("VmHWM:")?))
+    }
+
     /// Starts a new high-water mark from the process's current resident memory (Linux: through
     /// `/proc/PID/clear_refs`), so the next [`Self::peak_mib`] covers one phase alone.
     pub fn reset_peak(&self) {
@@ -272,9 +281,14 @@ impl Drop for Watched {
 
 /// `VmHWM` (peak resident set, KiB) from a `/proc/*/status` text.
 fn vm_hwm_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmHWM:")
+}
+
+/// A field in KiB (`VmHWM:`, `VmRSS:`) from a `/proc/*/status` text.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
+        .find(|l| l.starts_with(field))?
         .split_whitespace()
         .nth(1)?
         .parse()
