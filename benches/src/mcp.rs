@@ -337,29 +337,8 @@ async fn read_and_search(
         let budget_rate = scanned as f64 / started.elapsed().as_secs_f64();
 
         let started = Instant::now();
-        let mut hits: Vec<u64> = Vec::new();
-        let mut scanned_all = 0;
-        let mut cursor = Value::Null;
-        loop {
-            let page = client
-                .call(
-                    "history_search",
-                    json!({"query": "needle-2 of", "cursor": cursor, "budget_ms": 10_000}),
-                )
-                .await?;
-            scanned_all += page["events_scanned"].as_u64().unwrap_or_default();
-            hits.extend(
-                page["hits"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|h| h["seq"].as_u64()),
-            );
-            cursor = page["next_cursor"].clone();
-            if cursor.is_null() {
-                break;
-            }
-        }
+        let (hits, scanned_all) =
+            search_to_start(&mut client, json!({"query": "needle-2 of"})).await?;
         ensure!(hits == [2], "the needle was found at {hits:?}");
         let whole_rate = scanned_all as f64 / started.elapsed().as_secs_f64();
         scan_rates.push(whole_rate);
@@ -451,29 +430,10 @@ async fn large_search(
 
         let (full_idle, _) = reset_resident(&service)?;
         let started = Instant::now();
-        let (mut hits, mut full_scanned, mut cursor) = (Vec::new(), 0, Value::Null);
-        loop {
-            let page = client
-                .call(
-                    "history_search",
-                    json!({"query": query, "kinds": LARGE_KINDS, "cursor": cursor,
-                           "budget_ms": 10_000}),
-                )
+        let (hits, full_scanned) =
+            search_to_start(&mut client, json!({"query": query, "kinds": LARGE_KINDS}))
                 .await
                 .with_context(|| format!("history_search; see {server_log}"))?;
-            full_scanned += page["events_scanned"].as_u64().unwrap_or_default();
-            hits.extend(
-                page["hits"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|h| h["seq"].as_u64()),
-            );
-            cursor = page["next_cursor"].clone();
-            if cursor.is_null() {
-                break;
-            }
-        }
         let full_s = started.elapsed().as_secs_f64();
         let (_, full_peak) = service.resident_mib().context("the MCP server exited")?;
         ensure!(hits == [2], "the needle was found at {hits:?}");
@@ -545,6 +505,30 @@ async fn large_search(
         full_above.max,
     );
     Ok(())
+}
+
+/// Follows the `history_search` of `arguments` by its cursor to the session's start, with 10 s
+/// budgets: the seqs of its hits and the events it searched.
+async fn search_to_start(client: &mut Client, arguments: Value) -> Result<(Vec<u64>, u64)> {
+    let (mut hits, mut scanned, mut cursor) = (Vec::new(), 0, Value::Null);
+    loop {
+        let mut page_arguments = arguments.clone();
+        page_arguments["cursor"] = cursor;
+        page_arguments["budget_ms"] = json!(10_000);
+        let page = client.call("history_search", page_arguments).await?;
+        scanned += page["events_scanned"].as_u64().unwrap_or_default();
+        hits.extend(
+            page["hits"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h["seq"].as_u64()),
+        );
+        cursor = page["next_cursor"].clone();
+        if cursor.is_null() {
+            return Ok((hits, scanned));
+        }
+    }
 }
 
 /// Starts a new high-water mark of the server's resident memory; what it holds now (MiB).

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_http::auth::Grant;
 use sessionlog_log::{McpAccessSettings, Role};
-use sessionlog_producer::SessionWriter;
+use sessionlog_producer::{Appended, SessionWriter};
 use sessionlog_recovery::{ForkAt, Recovery};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId,
@@ -135,35 +135,43 @@ async fn conversation(stack: &TestStack) -> Result<(SessionWriter, u64)> {
     let log = event_log(stack).await?;
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
     append_turns(&mut writer, 20, text).await?;
-    let request = writer
-        .append_with(
-            SessionEvent::ToolCallRequested {
-                tool: "weather".into(),
-                arguments: Content::plain("{\"city\": \"Oslo\"}"),
-                effect: EffectClass::Idempotent,
-                approval_id: None,
-            },
-            None,
-            Some("weather-oslo-1".into()),
-        )
-        .await?;
-    writer
-        .append_with(
-            SessionEvent::ToolCallResult {
-                call_seq: request.envelope.seq,
-                outcome: CallOutcome::Succeeded,
-                output: Content::plain("rain in Oslo"),
-                source: ResultSource::Executed,
-                recorded_by: None,
-                note: None,
-            },
-            Some(request.envelope.event_id),
-            Some("weather-oslo-1".into()),
-        )
-        .await?;
+    let request = request_call(&mut writer, "{\"city\": \"Oslo\"}", "weather-oslo-1").await?;
+    answer_call(&mut writer, &request, "rain in Oslo", "weather-oslo-1").await?;
     let summary = writer.summarize(2, 7, "m", "the first turns").await?;
     wait_caught_up(stack, &store(stack).await?, CATCH_UP).await?;
     Ok((writer, summary.envelope.seq))
+}
+
+/// Appends an idempotent `weather` call's request with `arguments` and the idempotency `key`.
+async fn request_call(writer: &mut SessionWriter, arguments: &str, key: &str) -> Result<Appended> {
+    let request = SessionEvent::ToolCallRequested {
+        tool: "weather".into(),
+        arguments: Content::plain(arguments),
+        effect: EffectClass::Idempotent,
+        approval_id: None,
+    };
+    Ok(writer.append_with(request, None, Some(key.into())).await?)
+}
+
+/// Appends the result of `request` (made with the idempotency `key`): `output`, executed.
+async fn answer_call(
+    writer: &mut SessionWriter,
+    request: &Appended,
+    output: &str,
+    key: &str,
+) -> Result<Appended> {
+    let result = SessionEvent::ToolCallResult {
+        call_seq: request.envelope.seq,
+        outcome: CallOutcome::Succeeded,
+        output: Content::plain(output),
+        source: ResultSource::Executed,
+        recorded_by: None,
+        note: None,
+    };
+    let caused_by = Some(request.envelope.event_id);
+    Ok(writer
+        .append_with(result, caused_by, Some(key.into()))
+        .await?)
 }
 
 fn reader_token(session: SessionId) -> Result<String> {
@@ -761,18 +769,7 @@ async fn a_fork_reader_gets_nothing_of_its_parent_past_the_fork_point_whatever_i
     let (mut parent, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
     parent.user_request("asked before the fork").await?;
     // The fork point is an idempotent call's request; its result comes after the fork.
-    let at_fork = parent
-        .append_with(
-            SessionEvent::ToolCallRequested {
-                tool: "weather".into(),
-                arguments: Content::plain("{\"city\": \"Bergen\"}"),
-                effect: EffectClass::Idempotent,
-                approval_id: None,
-            },
-            None,
-            Some("call-at-the-fork".into()),
-        )
-        .await?;
+    let at_fork = request_call(&mut parent, "{\"city\": \"Bergen\"}", "call-at-the-fork").await?;
     let fork_point = at_fork.envelope.seq;
     wait_caught_up(&stack, &store, CATCH_UP).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
@@ -782,52 +779,21 @@ async fn a_fork_reader_gets_nothing_of_its_parent_past_the_fork_point_whatever_i
         .envelope
         .session_id;
 
-    parent
-        .append_with(
-            SessionEvent::ToolCallResult {
-                call_seq: fork_point,
-                outcome: CallOutcome::Succeeded,
-                output: Content::plain(PAST_THE_FORK),
-                source: ResultSource::Executed,
-                recorded_by: None,
-                note: None,
-            },
-            Some(at_fork.envelope.event_id),
-            Some("call-at-the-fork".into()),
-        )
-        .await?;
+    answer_call(&mut parent, &at_fork, PAST_THE_FORK, "call-at-the-fork").await?;
     parent.user_request(PAST_THE_FORK).await?;
     let summary_seq = parent
         .summarize(fork_point + 1, fork_point + 2, "m", PAST_THE_FORK)
         .await?
         .envelope
         .seq;
-    let later_call = parent
-        .append_with(
-            SessionEvent::ToolCallRequested {
-                tool: "weather".into(),
-                arguments: Content::plain(PAST_THE_FORK),
-                effect: EffectClass::Idempotent,
-                approval_id: None,
-            },
-            None,
-            Some("call-after-the-fork".into()),
-        )
-        .await?;
-    parent
-        .append_with(
-            SessionEvent::ToolCallResult {
-                call_seq: later_call.envelope.seq,
-                outcome: CallOutcome::Succeeded,
-                output: Content::plain(PAST_THE_FORK),
-                source: ResultSource::Executed,
-                recorded_by: None,
-                note: None,
-            },
-            Some(later_call.envelope.event_id),
-            Some("call-after-the-fork".into()),
-        )
-        .await?;
+    let later_call = request_call(&mut parent, PAST_THE_FORK, "call-after-the-fork").await?;
+    answer_call(
+        &mut parent,
+        &later_call,
+        PAST_THE_FORK,
+        "call-after-the-fork",
+    )
+    .await?;
     append_turns(&mut parent, 4, |_| PAST_THE_FORK.to_string()).await?;
     let (mut stranger, _) = SessionWriter::create(Arc::clone(&log), "coder", None).await?;
     append_turns(&mut stranger, 4, |_| PAST_THE_FORK.to_string()).await?;
