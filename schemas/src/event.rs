@@ -89,6 +89,38 @@ pub struct EventEnvelope {
     pub attestation: Option<Attestation>,
 }
 
+impl EventEnvelope {
+    /// A new event of `session_id` at `seq`, written at `writer_epoch`: a fresh UUIDv7 id, the
+    /// time now, the schema version this build writes, and no cause, key or attestation (set
+    /// those with [`Self::caused_by`], [`Self::with_idempotency_key`] or the fields).
+    pub fn new(session_id: SessionId, seq: Seq, writer_epoch: Epoch, event: SessionEvent) -> Self {
+        Self {
+            event_id: Uuid::now_v7(),
+            session_id,
+            seq,
+            writer_epoch,
+            occurred_at: now_micros(),
+            causation_id: None,
+            idempotency_key: None,
+            schema_version: crate::avro::CURRENT_SCHEMA_VERSION,
+            event,
+            attestation: None,
+        }
+    }
+
+    /// The same event, answering or following from the event `cause`.
+    pub fn caused_by(mut self, cause: Uuid) -> Self {
+        self.causation_id = Some(cause);
+        self
+    }
+
+    /// The same event, naming itself to a tool's service by `key`.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+}
+
 /// A service's signature over a privileged event's attested statement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

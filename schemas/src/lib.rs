@@ -14,6 +14,8 @@
 //!   into the bytes of a Kafka record value.
 //! - `golden/vN/`: bodies written by version N, which every later build must still decode.
 //! - [`error`]: the crate's one error type.
+//! - `testing` (feature `testing`): fixtures for tests and benchmarks, [`EventEnvelope::new`]
+//!   and a `testing::Script` of a session's envelopes.
 
 #![warn(missing_docs)]
 
@@ -21,6 +23,9 @@ pub mod avro;
 pub mod error;
 pub mod event;
 pub mod registry;
+/// Fixtures for tests and benchmarks: build with the `testing` feature.
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod wire;
 
 pub use avro::{
