@@ -10,8 +10,8 @@ use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{Appended, Error, EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
-use sessionlog_tests::producer::fold_topic;
-use sessionlog_tests::{TestStack, repo_root, wait_for};
+use sessionlog_testkit::producer::fold_topic;
+use sessionlog_testkit::{TestStack, repo_root, wait_for};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -164,7 +164,7 @@ async fn acknowledged_events_survive_a_killed_and_a_restarted_broker_exactly_onc
     }
     topic::ensure_topics(&settings.kafka).await?;
     // Sealed, as every test writes (the key store is not what this test breaks).
-    settings.privacy.kek_file = Some(sessionlog_tests::auth::kek_file()?);
+    settings.privacy.kek_file = Some(sessionlog_testkit::auth::kek_file()?);
     sessionlog_store::KeyTable::create(&settings).await?;
     let log = Arc::new(EventLog::from_settings(&settings).await?);
 

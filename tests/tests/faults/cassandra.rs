@@ -5,11 +5,11 @@
 //! this binary may see (the faults binary runs them one at a time).
 
 use anyhow::{Context, Result};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     assert_projected, assert_same_tables, event_log, replay_into, run_load, spawn_projector_with,
     store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, repo_root, wait_for};
+use sessionlog_testkit::{TestStack, repo_root, wait_for};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use serde_json::Value;
 use sessionlog_recovery::Recovery;
-use sessionlog_tests::ingest::IngestInstance;
-use sessionlog_tests::projector::spawn_projector_with;
-use sessionlog_tests::{TestStack, repo_root, wait_for};
+use sessionlog_testkit::ingest::IngestInstance;
+use sessionlog_testkit::projector::spawn_projector_with;
+use sessionlog_testkit::{TestStack, repo_root, wait_for};
 use std::time::Duration;
 
 /// Starts the registry again however the test ends.
@@ -44,7 +44,7 @@ async fn readiness_names_a_stopped_registry_and_liveness_does_not_change() -> Re
     let mut projector = spawn_projector_with(&stack, &["--listen", &format!("127.0.0.1:{port}")])?;
     let http = reqwest::Client::new();
     // Each check's outcome is an operator's to see; anyone else learns ready or not.
-    let operator = sessionlog_tests::auth::client()?;
+    let operator = sessionlog_testkit::auth::client()?;
     let ready = format!("{}/health/ready", ingest.base);
 
     let (_, report) = wait_for("the services to be ready", Duration::from_secs(60), || {

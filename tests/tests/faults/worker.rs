@@ -13,7 +13,7 @@ use anyhow::{Result, bail};
 use sessionlog_producer::EventLog;
 use sessionlog_recovery::Recovery;
 use sessionlog_recovery::worker::{Work, Worker};
-use sessionlog_tests::wake::spawn_wake;
+use sessionlog_testkit::wake::spawn_wake;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 

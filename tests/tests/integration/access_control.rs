@@ -11,10 +11,10 @@ use sessionlog_log::Role;
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{SessionEvent, SessionId};
-use sessionlog_tests::auth::{client, client_with, mint, token, token_with};
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::{accepted_events, end_offset};
-use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use sessionlog_testkit::auth::{client, client_with, mint, token, token_with};
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::recovery::{accepted_events, end_offset};
+use sessionlog_testkit::{ServedProcess, TestStack, wait_for};
 use std::time::{Duration, SystemTime};
 use uuid::Uuid;
 
@@ -436,9 +436,10 @@ async fn a_decision_records_the_verified_subject_not_a_typed_name() -> Result<()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ingest_with_default_settings_answers_401_without_a_token() -> Result<()> {
-    let stack = TestStack::new("access_default", 1).await?;
-    let ingest =
-        ServedProcess::start_without(&stack, "ingest", &["SESSIONLOG_AUTH__JWKS_FILE"]).await?;
+    let mut stack = TestStack::new("access_default", 1).await?;
+    // The `[auth]` a deployment gets when it names nothing: no JWKS.
+    stack.settings.auth = sessionlog_log::AuthSettings::default();
+    let ingest = ServedProcess::start(&stack, "ingest").await?;
     let response = reqwest::Client::new()
         .post(format!("{}/v1/sessions", ingest.base))
         .json(&json!({ "agent": "a" }))
@@ -718,7 +719,7 @@ async fn names_belong_to_a_tenant() -> Result<()> {
     );
 
     // A create that took a name and died before its start is finished by the next create.
-    let store = sessionlog_tests::projector::store(&stack).await?;
+    let store = sessionlog_testkit::projector::store(&stack).await?;
     let orphan = SessionId::new();
     let digest = sessionlog_schemas::session_name_sha256("acme", "thread:orphan");
     let names = store.names().await?;
@@ -768,7 +769,7 @@ async fn names_belong_to_a_tenant() -> Result<()> {
 
     // The log keeps each start's name digest: a replay into a fresh keyspace finds them.
     let fresh = format!("{}_names", stack.settings.cql.keyspace);
-    sessionlog_tests::projector::replay_into(&stack, &fresh).await?;
+    sessionlog_testkit::projector::replay_into(&stack, &fresh).await?;
     let mut cql = stack.settings.cql.clone();
     cql.keyspace = fresh;
     let replayed = sessionlog_store::ProjectionStore::open(&cql).await?;

@@ -16,10 +16,10 @@ use rdkafka::message::Message;
 use serde_json::Value;
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Content, SessionEvent, SessionId, TerminalOutcome};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     dead_letters, event_log, every_record, send_raw, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::collections::BTreeSet;
 use std::time::Duration;
 

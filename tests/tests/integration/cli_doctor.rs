@@ -8,16 +8,14 @@
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 use sessionlog_log::topic;
-use sessionlog_tests::{TestStack, free_address, sessionlog_bin};
+use sessionlog_testkit::{TestStack, free_address, sessionlog_bin};
 use std::process::Output;
 
 /// Runs `sessionlog doctor ARGS` in `stack`'s corner with `env` added.
 fn doctor(stack: &TestStack, env: &[(&str, &str)], args: &[&str]) -> Result<Output> {
-    std::process::Command::new(sessionlog_bin()?)
-        .arg("doctor")
+    stack
+        .command(&["doctor"])?
         .args(args)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .envs(env.iter().copied())
         .output()
         .context("running sessionlog doctor")
@@ -63,11 +61,17 @@ fn setting<'a>(report: &'a Value, key: &str) -> Result<&'a Value> {
 async fn a_healthy_deployment_exits_0_with_every_server_its_version_and_each_settings_source()
 -> Result<()> {
     let stack = TestStack::new("cli_doctor_ok", 2).await?;
-    let file =
-        std::env::temp_dir().join(format!("sessionlog-doctor-{}.toml", uuid::Uuid::now_v7()));
-    std::fs::write(&file, "[projector]\nbatch_max = 1234\n")?;
+    // A settings file of the test's corner that also sets `[projector] batch_max`, and the
+    // topic named by a variable, so each source has a setting to show.
+    let mut with_batch = stack.clone();
+    with_batch.settings.projector.batch_max = 1234;
+    let file = sessionlog_testkit::served::write_settings_file(&with_batch.settings)?;
     let file_arg = file.to_string_lossy().to_string();
-    let (code, report) = doctor_json(&stack, &[], &["--config", &file_arg])?;
+    let topic_env = [(
+        "SESSIONLOG_KAFKA__TOPIC",
+        stack.settings.kafka.topic.as_str(),
+    )];
+    let (code, report) = doctor_json(&stack, &topic_env, &["--config", &file_arg])?;
     ensure!(code == Some(0), "doctor exited {code:?}: {report:#}");
     ensure!(report["healthy"] == true && report["problems"] == serde_json::json!([]));
 
@@ -184,7 +188,11 @@ async fn a_healthy_deployment_exits_0_with_every_server_its_version_and_each_set
     }
 
     // The same as a table.
-    let text = doctor(&stack, &[], &["--config", &file_arg, "--timeout", "5s"])?;
+    let text = doctor(
+        &stack,
+        &topic_env,
+        &["--config", &file_arg, "--timeout", "5s"],
+    )?;
     let stdout = String::from_utf8_lossy(&text.stdout);
     ensure!(
         text.status.code() == Some(0),

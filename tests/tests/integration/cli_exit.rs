@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
-use sessionlog_tests::sessionlog_bin;
+use sessionlog_testkit::sessionlog_bin;
 use std::process::Output;
 use std::time::{Duration, Instant};
 

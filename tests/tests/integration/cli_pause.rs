@@ -9,17 +9,16 @@ use serde_json::Value;
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Error, Recovery};
 use sessionlog_schemas::{SessionEvent, SessionId};
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::accepted_events;
-use sessionlog_tests::{TestStack, sessionlog_bin};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::recovery::accepted_events;
 use std::process::Output;
 
 fn sessionlog(stack: &TestStack, args: &[&str]) -> Result<Output> {
-    std::process::Command::new(sessionlog_bin()?)
+    stack
+        .command(&[])?
         .args(args)
         .arg("--json")
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .output()
         .with_context(|| format!("running sessionlog {args:?}"))
 }

@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use sessionlog_schemas::{schema_versions, value_subject};
-use sessionlog_tests::TestStack;
+use sessionlog_testkit::TestStack;
 use std::process::Output;
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";

@@ -6,17 +6,14 @@
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::{TestStack, wait_for};
 use std::process::Output;
 use std::time::Duration;
 
 fn status(stack: &TestStack, json: bool) -> Result<Output> {
-    let mut command = std::process::Command::new(sessionlog_bin()?);
-    command
-        .args(["status", "--group", &stack.group])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null");
+    let mut command = stack.command(&[])?;
+    command.args(["status", "--group", &stack.group]);
     if json {
         command.arg("--json");
     }

@@ -14,11 +14,11 @@ use sessionlog_recovery::context::ResumeContext;
 use sessionlog_recovery::{EventRange, ForkAt, Recovery};
 use sessionlog_schemas::{Content, Seq, SessionEvent, SessionId};
 use sessionlog_session::context::{ContextPolicies, ContextPolicy};
-use sessionlog_tests::ingest::{IngestInstance, user_request};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::ingest::{IngestInstance, user_request};
+use sessionlog_testkit::projector::{
     assert_same_tables, event_log, replay_into, store, wait_caught_up,
 };
-use sessionlog_tests::{ServedProcess, TestStack, all_pages, sessionlog_bin};
+use sessionlog_testkit::{ServedProcess, TestStack, all_pages};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,7 +327,7 @@ async fn a_retraction_over_http_withdraws_the_turn_and_the_log_keeps_both() -> R
     let _projector = stack.spawn_projector()?;
     let ingest = IngestInstance::start(&stack).await?;
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
 
     let (status, created) = ingest
         .post("/v1/sessions", json!({"agent": "narrow"}))
@@ -454,10 +454,9 @@ async fn a_retraction_over_http_withdraws_the_turn_and_the_log_keeps_both() -> R
     );
 
     // `sessionlog events` names what the retraction withdrew.
-    let output = std::process::Command::new(sessionlog_bin()?)
+    let output = stack
+        .command(&[])?
         .args(["events", &session, "--from", "5", "--to", "5"])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .output()?;
     let printed = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() || !printed.contains("retracts seq 4") {

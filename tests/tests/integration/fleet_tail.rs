@@ -9,9 +9,9 @@ use sessionlog_log::{LogTail, ProducerSettings, Start, TailOptions};
 use sessionlog_producer::{Error, EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
-use sessionlog_tests::ingest::{IngestInstance, user_request};
-use sessionlog_tests::projector::{store, wait_caught_up};
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::ingest::{IngestInstance, user_request};
+use sessionlog_testkit::projector::{store, wait_caught_up};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -151,10 +151,10 @@ async fn reqwest_post(
     path: &str,
     body: &serde_json::Value,
 ) -> Result<(StatusCode, serde_json::Value, Option<String>)> {
-    let request = sessionlog_tests::auth::client()?
+    let request = sessionlog_testkit::auth::client()?
         .post(format!("{}{path}", instance.base))
         .json(body);
-    let request = sessionlog_tests::ingest::presenting_writer_token(request, path);
+    let request = sessionlog_testkit::ingest::presenting_writer_token(request, path);
     let response = request.send().await?;
     let status = response.status();
     let retry_after = response

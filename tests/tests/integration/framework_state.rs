@@ -8,9 +8,9 @@ use anyhow::{Context, Result, ensure};
 use rdkafka::message::Message;
 use reqwest::Client;
 use serde_json::{Value, json};
-use sessionlog_tests::ingest::{IngestInstance, user_request};
-use sessionlog_tests::projector::{every_record, store, wait_caught_up};
-use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin};
+use sessionlog_testkit::ingest::{IngestInstance, user_request};
+use sessionlog_testkit::projector::{every_record, store, wait_caught_up};
+use sessionlog_testkit::{ServedProcess, TestStack};
 use std::time::Duration;
 
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -73,7 +73,7 @@ async fn langgraph_state_is_sealed_read_back_retracted_and_inherited_by_a_chosen
     let _projector = stack.spawn_projector()?;
     let ingest = IngestInstance::start(&stack).await?;
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
 
     let (status, created) = ingest
         .post("/v1/sessions", json!({"agent": "langgraph"}))
@@ -252,12 +252,11 @@ async fn langgraph_state_is_sealed_read_back_retracted_and_inherited_by_a_chosen
     // `sessionlog fork --child ID` does the same from the command line.
     let cli_child = uuid::Uuid::now_v7().to_string();
     for attempt in ["fresh", "taken"] {
-        let output = std::process::Command::new(sessionlog_bin()?)
+        let output = stack
+            .command(&[])?
             .args([
                 "--json", "fork", &parent, "--at-seq", "2", "--child", &cli_child,
             ])
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
             .output()?;
         let (stdout, stderr) = (
             String::from_utf8_lossy(&output.stdout),

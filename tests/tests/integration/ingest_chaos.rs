@@ -12,9 +12,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::SessionId;
-use sessionlog_tests::ingest::{presenting_writer_token, remember_writer_token, user_request};
-use sessionlog_tests::producer::fold_topic;
-use sessionlog_tests::{ServedProcess, TestStack, free_address};
+use sessionlog_testkit::ingest::{presenting_writer_token, remember_writer_token, user_request};
+use sessionlog_testkit::producer::fold_topic;
+use sessionlog_testkit::{ServedProcess, TestStack, free_address};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -60,7 +60,7 @@ impl Fleet {
         for _ in 0..INSTANCES {
             let address = free_address()?;
             processes.push(Some(
-                ServedProcess::start_at(stack, "ingest", &address, &[]).await?,
+                ServedProcess::start_at(stack, "ingest", &address).await?,
             ));
             addresses.push(address);
         }
@@ -68,7 +68,7 @@ impl Fleet {
             addresses,
             processes: Mutex::new(processes),
             next: AtomicUsize::new(0),
-            http: sessionlog_tests::auth::client()?,
+            http: sessionlog_testkit::auth::client()?,
             unavailable: AtomicUsize::new(0),
         }))
     }
@@ -109,7 +109,7 @@ impl Fleet {
     async fn kill_and_restart(&self, stack: &TestStack, i: usize) -> Result<()> {
         let killed = self.processes.lock().await[i].take();
         drop(killed); // ChildGuard: kill (SIGKILL) and reap.
-        let restarted = ServedProcess::start_at(stack, "ingest", &self.addresses[i], &[]).await?;
+        let restarted = ServedProcess::start_at(stack, "ingest", &self.addresses[i]).await?;
         self.processes.lock().await[i] = Some(restarted);
         Ok(())
     }

@@ -6,9 +6,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sessionlog_producer::EventLog;
 use sessionlog_schemas::{CURRENT_SCHEMA_VERSION, Content, EventEnvelope, SessionEvent, SessionId};
-use sessionlog_tests::TestStack;
-use sessionlog_tests::ingest::{IngestInstance, user_request};
-use sessionlog_tests::producer::fold_topic;
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::ingest::{IngestInstance, user_request};
+use sessionlog_testkit::producer::fold_topic;
 use std::collections::HashSet;
 use uuid::Uuid;
 

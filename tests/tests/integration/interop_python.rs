@@ -5,7 +5,7 @@
 use anyhow::{Context, Result, bail};
 use sessionlog_cli::example;
 use sessionlog_producer::{EventLog, ProducerOptions};
-use sessionlog_tests::{TestStack, python_env, repo_root};
+use sessionlog_testkit::{TestStack, python_env, repo_root};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@ use sessionlog_log::Lease;
 use sessionlog_log::lease::read_lease;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, TerminalOutcome, now_micros};
-use sessionlog_tests::ingest::IngestInstance;
-use sessionlog_tests::recovery::{Step, ToolService, run_harness_until};
-use sessionlog_tests::{ServedProcess, TestStack, metric_value, metrics_page};
+use sessionlog_testkit::ingest::IngestInstance;
+use sessionlog_testkit::recovery::{Step, ToolService, run_harness_until};
+use sessionlog_testkit::{ServedProcess, TestStack, metric_value, metrics_page};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -86,7 +86,7 @@ async fn a_writers_lease_is_renewed_while_it_runs_and_released_at_close() -> Res
 
     // Readers show it: the recovery service's session view, and `sessionlog status SESSION`.
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let view: Value = sessionlog_tests::auth::client()?
+    let view: Value = sessionlog_testkit::auth::client()?
         .get(format!("{}/v1/sessions/{session}", recovery.base))
         .send()
         .await?
@@ -264,7 +264,7 @@ async fn over_http_a_lease_is_renewed_for_the_current_epoch_only_and_released() 
     ensure!(lease["epoch"] == 2, "{lease}");
 
     // Released by the current writer: gone.
-    let token = sessionlog_tests::ingest::writer_token(&id).context("the claim's token")?;
+    let token = sessionlog_testkit::ingest::writer_token(&id).context("the claim's token")?;
     let response = reqwest_client()?
         .delete(format!("{}{path}?epoch=2", ingest.base))
         .header(sessionlog_ingest::WRITER_TOKEN_HEADER, token)
@@ -296,7 +296,7 @@ async fn over_http_a_lease_is_renewed_for_the_current_epoch_only_and_released() 
 }
 
 fn reqwest_client() -> Result<reqwest::Client> {
-    sessionlog_tests::auth::client()
+    sessionlog_testkit::auth::client()
 }
 
 /// The value of the metric `name` (no labels) on a service's `/metrics` page.

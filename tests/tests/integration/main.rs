@@ -1,7 +1,7 @@
 //! The integration tests against the real stack (`scripts/stack up`), one module per subject,
 //! in one test binary: a binary per file linked the whole dependency tree 45 times (about
 //! 20 GB of debug binaries and most of a cold CI build). Each test gets its own topic,
-//! keyspace and consumer group (`sessionlog_tests::TestStack`), so they run in parallel.
+//! keyspace and consumer group (`sessionlog_testkit::TestStack`), so they run in parallel.
 //!
 //! The tests that stop a shared server are in `tests/faults/`, a binary of their own, because
 //! cargo runs the tests of one binary in parallel.

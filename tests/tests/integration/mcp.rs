@@ -15,10 +15,10 @@ use sessionlog_recovery::{ForkAt, Recovery};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId,
 };
-use sessionlog_tests::auth::{client_with, mint, signing_key_file, token, token_with};
-use sessionlog_tests::producer::append_turns;
-use sessionlog_tests::projector::{envelope, event_log, store, wait_caught_up};
-use sessionlog_tests::{ServedProcess, TestStack};
+use sessionlog_testkit::auth::{client_with, mint, signing_key_file, token, token_with};
+use sessionlog_testkit::producer::append_turns;
+use sessionlog_testkit::projector::{envelope, event_log, store, wait_caught_up};
+use sessionlog_testkit::{ServedProcess, TestStack};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -408,14 +408,16 @@ async fn over_stdio(
     messages: &[Value],
 ) -> Result<Vec<Value>> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let mut child = tokio::process::Command::new(sessionlog_tests::sessionlog_bin()?)
-        .args(["mcp", "--stdio", "--session", &session.to_string()])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = tokio::process::Command::from(stack.command(&[
+        "mcp",
+        "--stdio",
+        "--session",
+        &session.to_string(),
+    ])?)
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .kill_on_drop(true)
+    .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
     let mut answers = Vec::new();
@@ -636,8 +638,8 @@ async fn a_tenant_seen_before_the_start_does_not_let_another_tenant_in() -> Resu
 
 /// `sessionlog mcp --session ID` on a free port.
 async fn served_for(stack: &TestStack, session: SessionId) -> Result<ServedProcess> {
-    let listen = sessionlog_tests::free_address()?;
-    let mut spawn = std::process::Command::new(sessionlog_tests::sessionlog_bin()?);
+    let listen = sessionlog_testkit::free_address()?;
+    let mut spawn = stack.command(&[])?;
     spawn
         .args([
             "mcp",
@@ -646,14 +648,12 @@ async fn served_for(stack: &TestStack, session: SessionId) -> Result<ServedProce
             "--listen",
             &listen,
         ])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
-    let process = sessionlog_tests::ChildGuard(spawn.spawn()?);
+    let process = sessionlog_testkit::ChildGuard(spawn.spawn()?);
     let base = format!("http://{listen}");
     let http = reqwest::Client::new();
-    sessionlog_tests::wait_for(
+    sessionlog_testkit::wait_for(
         "the MCP server to answer /health",
         Duration::from_secs(60),
         || {
@@ -1038,7 +1038,7 @@ const CONFORMANCE_SCENARIOS: [&str; 7] = [
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "run by scripts/test's MCP conformance step (needs tests/mcp-conformance's npm packages)"]
 async fn the_official_conformance_suite_passes() -> Result<()> {
-    let modules = sessionlog_tests::repo_root().join("tests/mcp-conformance/node_modules/.bin");
+    let modules = sessionlog_testkit::repo_root().join("tests/mcp-conformance/node_modules/.bin");
     ensure!(
         modules.join("conformance").exists(),
         "{} is missing: run `npm ci` in tests/mcp-conformance (scripts/test does)",
@@ -1049,8 +1049,8 @@ async fn the_official_conformance_suite_passes() -> Result<()> {
     let (writer, _) = conversation(&stack).await?;
     // The suite's client sends no credential: this server runs with authentication explicitly
     // disabled, for the one session it serves.
-    let listen = sessionlog_tests::free_address()?;
-    let mut spawn = std::process::Command::new(sessionlog_tests::sessionlog_bin()?);
+    let listen = sessionlog_testkit::free_address()?;
+    let mut spawn = stack.command(&[])?;
     spawn
         .args([
             "mcp",
@@ -1059,15 +1059,13 @@ async fn the_official_conformance_suite_passes() -> Result<()> {
             "--listen",
             &listen,
         ])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .env("SESSIONLOG_AUTH__MODE", "disabled")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
-    let _process = sessionlog_tests::ChildGuard(spawn.spawn()?);
+    let _process = sessionlog_testkit::ChildGuard(spawn.spawn()?);
     let base = format!("http://{listen}");
     let http = reqwest::Client::new();
-    sessionlog_tests::wait_for(
+    sessionlog_testkit::wait_for(
         "the MCP server to answer /health",
         Duration::from_secs(60),
         || {

@@ -12,7 +12,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use reqwest::{Client, Method};
 use serde_json::Value;
-use sessionlog_tests::{ServedProcess, TestStack, python_env, sessionlog_bin};
+use sessionlog_testkit::{ServedProcess, TestStack, python_env, sessionlog_bin};
 use std::collections::BTreeSet;
 
 /// `sessionlog openapi --service <service>`, parsed.
@@ -97,7 +97,7 @@ async fn check_service(stack: &TestStack, service: &str, command: &str) -> Resul
     validate(service, &document)?;
 
     let served = ServedProcess::start(stack, command).await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
     let answered: Value = http
         .get(format!("{}/v1/openapi.json", served.base))
         .send()

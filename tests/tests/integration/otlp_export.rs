@@ -13,11 +13,9 @@ use sessionlog_cli::example::run_example_session;
 use sessionlog_export::{ExportOptions, span_id, trace_id};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Seq, SessionId, TerminalOutcome};
-use sessionlog_tests::projector::{event_log, store};
-use sessionlog_tests::traces::{started_at, tool_session};
-use sessionlog_tests::{
-    ChildGuard, TestStack, free_address, metric_value, sessionlog_bin, wait_for,
-};
+use sessionlog_testkit::projector::{event_log, store};
+use sessionlog_testkit::traces::{started_at, tool_session};
+use sessionlog_testkit::{ChildGuard, TestStack, free_address, metric_value, wait_for};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +43,8 @@ fn export(
     group: &str,
     extra: &[&str],
 ) -> Result<Value> {
-    let output = std::process::Command::new(sessionlog_bin()?)
+    let output = stack
+        .command(&[])?
         .args([
             "--json",
             "export-otlp",
@@ -56,8 +55,6 @@ fn export(
         .args(["--group", &format!("{}-otlp-{group}", stack.group)])
         .args(["--service-name", project])
         .args(extra)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .env(
             "SESSIONLOG_PRIVACY__ENCRYPT",
             stack.settings.privacy.encrypt.to_string(),
@@ -409,10 +406,9 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
         .kafka
         .topic
         .replace("session-events-t-", "otlp-");
-    let erased = std::process::Command::new(sessionlog_bin()?)
+    let erased = stack
+        .command(&[])?
         .args(["erase", &example.to_string(), "--reason", "otlp test"])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .env("SESSIONLOG_PRIVACY__ENCRYPT", "false")
         .output()?;
     ensure!(
@@ -469,11 +465,10 @@ async fn content_goes_out_only_when_asked_and_never_for_an_erased_session() -> R
 /// its process and the address it serves `/metrics` and `/health` on.
 fn running_export(stack: &TestStack, endpoint: &str, group: &str) -> Result<(ChildGuard, String)> {
     let listen = free_address()?;
-    let child = std::process::Command::new(sessionlog_bin()?)
+    let child = stack
+        .command(&[])?
         .args(["export-otlp", "--endpoint", endpoint, "--listen", &listen])
         .args(["--group", &format!("{}-otlp-{group}", stack.group)])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()

@@ -12,7 +12,7 @@ use rdkafka::client::DefaultClientContext;
 use sessionlog_log::{partitioner, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::Recovery;
 use sessionlog_schemas::{Micros, SessionEvent, SessionId};
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::accepted_events;
-use sessionlog_tests::{ServedProcess, TestStack, sessionlog_bin};
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::recovery::accepted_events;
+use sessionlog_testkit::{ServedProcess, TestStack};
 use std::process::Output;
 
 /// The end every pause here takes: far enough ahead that no run reaches it.
@@ -20,11 +20,10 @@ const UNTIL: &str = "2099-01-02T03:04:05Z";
 const UNTIL_MICROS: Micros = 4_071_006_245_000_000;
 
 fn sessionlog(stack: &TestStack, args: &[&str]) -> Result<Output> {
-    std::process::Command::new(sessionlog_bin()?)
+    stack
+        .command(&[])?
         .args(args)
         .arg("--json")
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .output()
         .with_context(|| format!("running sessionlog {args:?}"))
 }
@@ -90,11 +89,7 @@ async fn the_cli_pauses_until_a_time_and_status_shows_it() -> Result<()> {
     let status = succeeds(&stack, &["status", &id])?;
     ensure!(status["status"] == "paused", "{status}");
     ensure!(status["paused_until"] == UNTIL, "{status}");
-    let output = std::process::Command::new(sessionlog_bin()?)
-        .args(["status", &id])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .output()?;
+    let output = stack.command(&[])?.args(["status", &id]).output()?;
     let text = String::from_utf8_lossy(&output.stdout);
     ensure!(
         text.contains(&format!(": paused until {UNTIL}, ")),
@@ -139,7 +134,7 @@ async fn http_pauses_until_a_time_and_the_session_view_shows_it() -> Result<()> 
     let session = session(&stack).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
     let service = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http: Client = sessionlog_tests::auth::client()?;
+    let http: Client = sessionlog_testkit::auth::client()?;
     let call = |method: Method, path: String, body: Option<Value>| {
         let mut request = http.request(method, format!("{}{path}", service.base));
         if let Some(body) = body {

@@ -19,10 +19,10 @@ use sessionlog_schemas::{
     CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
     SessionEvent, SessionId, TerminalOutcome, frame, unframe,
 };
-use sessionlog_tests::auth::client;
-use sessionlog_tests::projector::{dead_letters, event_log, send_raw, store, wait_caught_up};
-use sessionlog_tests::recovery::accepted_events;
-use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use sessionlog_testkit::auth::client;
+use sessionlog_testkit::projector::{dead_letters, event_log, send_raw, store, wait_caught_up};
+use sessionlog_testkit::recovery::accepted_events;
+use sessionlog_testkit::{ServedProcess, TestStack, wait_for};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -164,7 +164,7 @@ async fn http_session(ingest: &ServedProcess, tag: &str) -> Result<SessionId> {
 
 /// Every record of `topic` as its bytes: key, value and header values.
 async fn every_record(stack: &TestStack, topic: &str) -> Result<Vec<Vec<u8>>> {
-    sessionlog_tests::projector::every_record(stack, topic, |message| {
+    sessionlog_testkit::projector::every_record(stack, topic, |message| {
         let mut bytes = message.key().unwrap_or_default().to_vec();
         bytes.extend_from_slice(message.payload().unwrap_or_default());
         if let Some(headers) = message.headers() {

@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use sessionlog_producer::{Appended, Error, EventLog, SessionWriter};
 use sessionlog_schemas::{Content, ForkPoint, SessionEvent, SessionId};
 use sessionlog_session::{Rejection, Verdict};
-use sessionlog_tests::TestStack;
-use sessionlog_tests::producer::fold_topic;
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::producer::fold_topic;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

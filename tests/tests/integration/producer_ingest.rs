@@ -4,9 +4,9 @@
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sessionlog_tests::TestStack;
-use sessionlog_tests::ingest::{IngestInstance as Service, user_request};
-use sessionlog_tests::producer::fold_topic;
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::ingest::{IngestInstance as Service, user_request};
+use sessionlog_testkit::producer::fold_topic;
 
 /// Limits small enough for the size tests to reach.
 fn limit_sizes(stack: &mut TestStack) {

@@ -6,8 +6,8 @@ use sessionlog_log::Settings;
 use sessionlog_producer::{Appended, Error, EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEnvelope, SessionEvent, SessionId};
 use sessionlog_session::{DUPLICATE_WINDOW, Verdict};
-use sessionlog_tests::TestStack;
-use sessionlog_tests::producer::fold_topic;
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::producer::fold_topic;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -9,8 +9,10 @@
 use anyhow::{Context, Result};
 use reqwest::StatusCode;
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_projected_through};
-use sessionlog_tests::{TestStack, free_address, wait_for};
+use sessionlog_testkit::projector::{
+    event_log, spawn_projector_with, store, wait_projected_through,
+};
+use sessionlog_testkit::{TestStack, free_address, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 

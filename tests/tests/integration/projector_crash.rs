@@ -2,10 +2,10 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     assert_projected, assert_same_tables, event_log, replay_into, run_load, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::Arc;

@@ -9,8 +9,8 @@ use anyhow::{Result, ensure};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use sessionlog_schemas::SessionId;
-use sessionlog_tests::projector::{dead_letters, spawn_projector_with};
-use sessionlog_tests::{ChildGuard, TestStack, free_address, wait_for};
+use sessionlog_testkit::projector::{dead_letters, spawn_projector_with};
+use sessionlog_testkit::{ChildGuard, TestStack, free_address, wait_for};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

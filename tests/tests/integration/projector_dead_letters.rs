@@ -5,10 +5,10 @@
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{SessionEvent, SessionId, frame};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     dead_letters, envelope, event_log, send_raw, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,8 +5,10 @@
 
 use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
-use sessionlog_tests::TestStack;
-use sessionlog_tests::projector::{event_log, spawn_projector_with, store, wait_projected_through};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::{
+    event_log, spawn_projector_with, store, wait_projected_through,
+};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,10 +7,10 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Error, ForkAt, Recovery, Resolution, StuckSession};
 use sessionlog_schemas::{CallOutcome, Content, EffectClass, SessionEvent, SessionId};
 use sessionlog_store::verify;
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     assert_same_tables, event_log, replay_into, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::future::Future;
 use std::time::Duration;
 

@@ -4,11 +4,11 @@
 use anyhow::{Context, Result};
 use sessionlog_projector::replay::{Replay, ReplayOptions, StartAt};
 use sessionlog_store::{ProjectionStore, verify};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::{
     assert_projected, assert_same_tables, event_log, replay_into, run_load, send_raw, store,
     wait_caught_up,
 };
-use sessionlog_tests::{TestStack, sessionlog_bin};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,10 +62,9 @@ async fn dropping_everything_and_replaying_gives_the_same_tables() -> Result<()>
 
     // The CLI's verify agrees, then notices a single changed cell.
     let verify_cli = |left: &str, right: &str| {
-        std::process::Command::new(sessionlog_bin()?)
+        stack
+            .command(&[])?
             .args(["verify", "--left", left, "--right", right])
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
             .output()
             .context("running sessionlog verify")
     };

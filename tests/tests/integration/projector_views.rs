@@ -5,10 +5,10 @@ use anyhow::{Context, Result};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{CallOutcome, Content, EffectClass, ResultSource, SessionEvent};
 use sessionlog_session::context::RECENT_TURNS;
-use sessionlog_tests::projector::{
+use sessionlog_testkit::projector::{
     assert_same_tables, event_log, replay_into, spawn_projector_with, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -64,7 +64,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
             tokens_in: 1200,
             tokens_out: 300,
             cost_micros: 4_500,
-            started_at: sessionlog_tests::projector::now_micros() - 250_000,
+            started_at: sessionlog_testkit::projector::now_micros() - 250_000,
             content: Content::plain("let me look"),
             cache_read_tokens: 0,
             cache_creation_tokens: 0,
@@ -264,7 +264,7 @@ async fn spans_context_view_progress_and_metrics() -> Result<()> {
         window.recent.iter().all(|t| t.text.is_none() && t.sealed),
         "the projection holds no plain text: {window:?}"
     );
-    let texts = sessionlog_tests::opened_texts(&log, session, &window).await?;
+    let texts = sessionlog_testkit::opened_texts(&log, session, &window).await?;
     assert_eq!(
         texts,
         ["find the bug", "let me look", "bug", "no match", "prod"]
@@ -339,7 +339,7 @@ async fn the_context_window_slides_and_erasure_removes_every_text() -> Result<()
     }
     wait_caught_up(&stack, &store, Duration::from_secs(60)).await?;
     let window = store.load_context(session).await?.context("context view")?;
-    let texts = sessionlog_tests::opened_texts(&log, session, &window).await?;
+    let texts = sessionlog_testkit::opened_texts(&log, session, &window).await?;
     let expected: Vec<String> = (turns - RECENT_TURNS..turns)
         .map(|n| format!("turn {n}"))
         .collect();

@@ -18,12 +18,12 @@ use sessionlog_schemas::{
     TerminalOutcome, call_digest,
 };
 use sessionlog_session::{Gate, Rejection};
-use sessionlog_tests::ingest::{IngestInstance, user_request, writer_token};
-use sessionlog_tests::projector::{
+use sessionlog_testkit::ingest::{IngestInstance, user_request, writer_token};
+use sessionlog_testkit::projector::{
     dead_letters, event_log, spawn_projector_expiring, store, wait_caught_up,
 };
-use sessionlog_tests::recovery::{ToolService, accepted_events, raw_next};
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::recovery::{ToolService, accepted_events, raw_next};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
@@ -677,7 +677,7 @@ async fn an_expired_session_id_is_never_started_again() -> Result<()> {
     // empty) refuses the second start as the writers do.
     drop(projector);
     let _projector = project()?;
-    log.append(&sessionlog_tests::projector::envelope(
+    log.append(&sessionlog_testkit::projector::envelope(
         session,
         1,
         1,

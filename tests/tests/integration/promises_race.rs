@@ -30,10 +30,10 @@ use sessionlog_schemas::{
     SessionEvent, SessionId, call_digest, now_micros,
 };
 use sessionlog_session::PendingCall;
-use sessionlog_tests::TestStack;
-use sessionlog_tests::ingest::IngestInstance;
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::{Rng, ToolService, accepted_events};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::ingest::IngestInstance;
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::recovery::{Rng, ToolService, accepted_events};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@ use anyhow::Result;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use sessionlog_log::PartitionReader;
-use sessionlog_tests::TestStack;
+use sessionlog_testkit::TestStack;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,9 +14,9 @@ use sessionlog_log::Role;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::{Error, EventRange, ForkAt, HistoryEvent, Recovery};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
-use sessionlog_tests::producer::append_turns;
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::{ServedProcess, TestStack, all_pages, sessionlog_bin};
+use sessionlog_testkit::producer::append_turns;
+use sessionlog_testkit::projector::{event_log, store, wait_caught_up};
+use sessionlog_testkit::{ServedProcess, TestStack, all_pages};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -456,7 +456,7 @@ async fn range_reads_over_http_need_the_reader_role_and_bad_input_is_a_400() -> 
     let (session, recovery) = long_session(&stack, 12).await?;
     let service = Service {
         process: ServedProcess::start(&stack, "serve-recovery").await?,
-        http: sessionlog_tests::auth::client()?,
+        http: sessionlog_testkit::auth::client()?,
     };
     let events = format!("/v1/sessions/{session}/events");
 
@@ -570,20 +570,23 @@ async fn range_reads_over_http_need_the_reader_role_and_bad_input_is_a_400() -> 
 
     // The reader role suffices; a caller without it is refused; another tenant sees nothing.
     let url = format!("{}{events}?to_seq=2", service.process.base);
-    let reader =
-        sessionlog_tests::auth::client_with(&sessionlog_tests::auth::token("r", &[Role::Reader])?)?;
+    let reader = sessionlog_testkit::auth::client_with(&sessionlog_testkit::auth::token(
+        "r",
+        &[Role::Reader],
+    )?)?;
     let (status, body) = get(&reader, &url).await?;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let harness = sessionlog_tests::auth::client_with(&sessionlog_tests::auth::token(
+    let harness = sessionlog_testkit::auth::client_with(&sessionlog_testkit::auth::token(
         "h",
         &[Role::Harness],
     )?)?;
     let (status, body) = get(&harness, &url).await?;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    let stranger = sessionlog_tests::auth::client_with(&sessionlog_tests::auth::mint(&Grant {
-        tenant: Some("another-tenant".into()),
-        ..Grant::new("s", &[Role::Reader], Duration::from_secs(600))
-    })?)?;
+    let stranger =
+        sessionlog_testkit::auth::client_with(&sessionlog_testkit::auth::mint(&Grant {
+            tenant: Some("another-tenant".into()),
+            ..Grant::new("s", &[Role::Reader], Duration::from_secs(600))
+        })?)?;
     let (status, body) = get(&stranger, &url).await?;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
@@ -605,12 +608,7 @@ async fn range_reads_over_http_need_the_reader_role_and_bad_input_is_a_400() -> 
 
 /// Runs `sessionlog events` in `stack`'s corner.
 fn cli(stack: &TestStack, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(sessionlog_bin()?)
-        .arg("events")
-        .args(args)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .output()?)
+    Ok(stack.command(&[])?.arg("events").args(args).output()?)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -8,9 +8,9 @@ use sessionlog_recovery::{Error, ForkAt, Recovery, Resolution};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, SessionEvent, SessionId, TerminalOutcome,
 };
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::recovery::{accepted_events, end_offset};
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::projector::{event_log, store, wait_caught_up};
+use sessionlog_testkit::recovery::{accepted_events, end_offset};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;

@@ -7,9 +7,9 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Error, ForkAt, Recovery};
 use sessionlog_schemas::{Content, EffectClass, EventEnvelope, SessionEvent, TerminalOutcome};
 use sessionlog_session::{Gate, Rejection};
-use sessionlog_tests::TestStack;
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::recovery::{end_offset, raw_next};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::recovery::{end_offset, raw_next};
 
 /// Tokens of context a resumed harness asks for.
 const CONTEXT_BUDGET: Option<usize> = Some(4_000);

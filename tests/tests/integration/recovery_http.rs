@@ -6,8 +6,8 @@ use reqwest::{Client, Method};
 use serde_json::{Value, json};
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Content, EffectClass, SessionEvent, SessionId};
-use sessionlog_tests::projector::event_log;
-use sessionlog_tests::{ServedProcess, TestStack};
+use sessionlog_testkit::projector::event_log;
+use sessionlog_testkit::{ServedProcess, TestStack};
 
 /// A running `serve-recovery` and a client for it.
 struct Service {
@@ -21,7 +21,7 @@ impl Service {
         let process = ServedProcess::start(stack, "serve-recovery").await?;
         Ok(Self {
             base: process.base.clone(),
-            http: sessionlog_tests::auth::client()?,
+            http: sessionlog_testkit::auth::client()?,
             _process: process,
         })
     }

@@ -10,9 +10,9 @@ use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::SessionState;
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::recovery::random_session;
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::projector::{event_log, store, wait_caught_up};
+use sessionlog_testkit::recovery::random_session;
+use sessionlog_testkit::{TestStack, wait_for};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -9,8 +9,8 @@ use sessionlog_recovery::{
 };
 use sessionlog_schemas::{CallOutcome, Content, ResultSource, SessionEvent};
 use sessionlog_session::SessionStatus;
-use sessionlog_tests::TestStack;
-use sessionlog_tests::recovery::{
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::recovery::{
     KilledHarness, Step, ToolService, accepted_events, assert_all_acked_accepted, end_offset,
     run_harness_until,
 };

@@ -11,8 +11,8 @@ use sessionlog_log::settings::UNLIMITED;
 use sessionlog_log::{PartitionReader, RetentionSettings, topic};
 use sessionlog_producer::SessionWriter;
 use sessionlog_recovery::{Recovery, StartPoint};
-use sessionlog_tests::projector::{event_log, spawn_projector_expiring, store, wait_caught_up};
-use sessionlog_tests::{TestStack, sessionlog_bin};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::{event_log, spawn_projector_expiring, store, wait_caught_up};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -202,10 +202,9 @@ async fn init_reports_retention_that_differs_on_existing_topics_and_apply_change
     );
 
     // The binary says the same, with the command that fixes each difference.
-    let output = std::process::Command::new(sessionlog_bin()?)
+    let output = stack
+        .command(&[])?
         .arg("init")
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .env("SESSIONLOG_RETENTION__RETENTION_MS", "86400000")
         .output()
         .context("running `sessionlog init`")?;
@@ -348,7 +347,7 @@ async fn an_ended_sessions_rows_expire_and_a_running_sessions_do_not() -> Result
     }
 
     // And they do expire; the running session stays.
-    sessionlog_tests::wait_for(
+    sessionlog_testkit::wait_for(
         "the ended session's rows to expire",
         Duration::from_secs(TEST_TTL_SECS as u64 + 60),
         || {

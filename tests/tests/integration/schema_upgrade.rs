@@ -17,11 +17,11 @@ use sessionlog_schemas::{
 };
 use sessionlog_session::SessionState;
 use sessionlog_store::ProjectionStore;
-use sessionlog_tests::producer::read_topic;
-use sessionlog_tests::projector::{
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::producer::read_topic;
+use sessionlog_testkit::projector::{
     assert_same_tables, dead_letters, envelope, event_log, now_micros, store, wait_caught_up,
 };
-use sessionlog_tests::{TestStack, sessionlog_bin};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -491,10 +491,9 @@ async fn v1_and_v2_records_interleaved_project_recover_and_replay_identically() 
     drop(projector);
     let live_ks = live.keyspace().to_string();
     let fresh = format!("{live_ks}_replayed");
-    let replay = std::process::Command::new(sessionlog_bin()?)
+    let replay = stack
+        .command(&[])?
         .args(["replay", "--keyspace", &fresh])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .output()
         .context("running sessionlog replay")?;
     assert!(

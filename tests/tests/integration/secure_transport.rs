@@ -6,15 +6,14 @@
 //! `scripts/test-secure` runs them with `--ignored`.
 
 use anyhow::{Context, Result, ensure};
-use sessionlog_tests::{TestStack, sessionlog_bin};
-use std::process::{Command, Output};
+use sessionlog_testkit::TestStack;
+use std::process::Output;
 use std::time::Duration;
 
 /// Runs `sessionlog init` for the test's corner of the stack with `overrides` on top of the
 /// secure environment, bounded by a deadline.
 fn init_with(stack: &TestStack, overrides: &[(&str, &str)]) -> Result<Output> {
-    let mut command = Command::new(sessionlog_bin()?);
-    command.arg("init").envs(stack.env());
+    let mut command = stack.command(&["init"])?;
     for (key, value) in overrides {
         command.env(key, value);
     }

@@ -7,7 +7,7 @@
 //! binary the tests use (`SESSIONLOG_BIN`), so it builds nothing and meets no other test.
 
 use anyhow::{Context, Result, bail, ensure};
-use sessionlog_tests::{free_address, python_env, repo_root, sessionlog_bin};
+use sessionlog_testkit::{free_address, python_env, repo_root, sessionlog_bin};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

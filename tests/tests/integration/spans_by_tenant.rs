@@ -12,8 +12,8 @@ use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::SpanQuery;
 use sessionlog_schemas::{Content, SessionEvent, SessionId, TerminalOutcome};
 use sessionlog_store::{DaySpanRow, ProjectionStore, SpanListing, SpanPartition, SpanSearch};
-use sessionlog_tests::projector::{event_log, now_micros, store};
-use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use sessionlog_testkit::projector::{event_log, now_micros, store};
+use sessionlog_testkit::{ServedProcess, TestStack, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -257,11 +257,11 @@ async fn a_tenant_lists_its_own_spans_from_its_own_partitions_and_an_operator_li
     // Over HTTP, each tenant's credential lists its own spans, paging included.
     let service = ServedProcess::start(&stack, "serve-recovery").await?;
     for tenant in ["acme", "globex", "default"] {
-        let token = sessionlog_tests::auth::mint(&Grant {
+        let token = sessionlog_testkit::auth::mint(&Grant {
             tenant: Some(tenant.into()),
             ..Grant::new("lister", &[Role::Reader], Duration::from_secs(600))
         })?;
-        let http = sessionlog_tests::auth::client_with(&token)?;
+        let http = sessionlog_testkit::auth::client_with(&token)?;
         let mut listed: Vec<OrderKey> = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..100 {

@@ -5,7 +5,7 @@
 
 use anyhow::{Result, ensure};
 use sessionlog_store::ProjectionStore;
-use sessionlog_tests::TestStack;
+use sessionlog_testkit::TestStack;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_keeps_schema_metadata_of_its_own_keyspace_only() -> Result<()> {

@@ -5,17 +5,16 @@
 
 use anyhow::{Context, Result, bail};
 use sessionlog_store::{Error, ProjectionStore, Wait, migrations, nodes};
-use sessionlog_tests::projector::store;
-use sessionlog_tests::{TestStack, sessionlog_bin};
-use std::process::{Command, Output};
+use sessionlog_testkit::TestStack;
+use sessionlog_testkit::projector::store;
+use std::process::Output;
 
 /// Runs `sessionlog` with `args` against `stack`, with `extra` environment.
 fn sessionlog(stack: &TestStack, args: &[&str], extra: &[(&str, &str)]) -> Result<Output> {
-    Command::new(sessionlog_bin()?)
+    stack
+        .command(&[])?
         .args(args)
-        .envs(stack.env())
         .envs(extra.iter().copied())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .output()
         .context("running sessionlog")
 }

@@ -7,9 +7,9 @@ use sessionlog_log::topic;
 use sessionlog_producer::SessionWriter;
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_store::{Error as StoreError, ProjectionStore};
-use sessionlog_tests::projector::{event_log, store, wait_caught_up};
-use sessionlog_tests::{TestStack, sessionlog_bin, wait_for};
-use std::process::{Command, Stdio};
+use sessionlog_testkit::projector::{event_log, store, wait_caught_up};
+use sessionlog_testkit::{TestStack, wait_for};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// Starts a session and appends `events` requests to it; returns its id.
@@ -81,10 +81,9 @@ async fn a_recreated_topic_is_refused_and_a_fresh_keyspace_projects_it_from_its_
     );
 
     // The projector refuses to start, saying what to do, and applies nothing.
-    let mut projector = Command::new(sessionlog_bin()?)
+    let mut projector = stack
+        .command(&[])?
         .args(["project", "--group", &stack.group])
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -7,9 +7,9 @@ use serde_json::Value;
 use sessionlog_http::auth::Grant;
 use sessionlog_log::Role;
 use sessionlog_schemas::SessionId;
-use sessionlog_tests::projector::{now_micros, store};
-use sessionlog_tests::traces::{started_at, tool_session};
-use sessionlog_tests::{ServedProcess, TestStack, wait_for};
+use sessionlog_testkit::projector::{now_micros, store};
+use sessionlog_testkit::traces::{started_at, tool_session};
+use sessionlog_testkit::{ServedProcess, TestStack, wait_for};
 use std::time::Duration;
 
 /// Runs `sessionlog` with `args` in `stack`'s corner.
@@ -52,7 +52,7 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
     };
 
     let service = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
     let get = |path: String| {
         let (http, base) = (http.clone(), service.base.clone());
         async move {
@@ -335,11 +335,11 @@ async fn a_tool_calling_session_reads_back_as_a_span_tree_and_usage_over_http_an
 
     // Another tenant's credential sees none of it; the session's own tenant sees it all.
     for (tenant, calls) in [("globex", None), ("default", Some(3))] {
-        let token = sessionlog_tests::auth::mint(&Grant {
+        let token = sessionlog_testkit::auth::mint(&Grant {
             tenant: Some(tenant.into()),
             ..Grant::new("someone", &Role::ALL, Duration::from_secs(600))
         })?;
-        let report: Value = sessionlog_tests::auth::client_with(&token)?
+        let report: Value = sessionlog_testkit::auth::client_with(&token)?
             .get(format!("{}/v1/usage?from={day}&by=agent", service.base))
             .send()
             .await?

@@ -9,7 +9,7 @@ use sessionlog_producer::{EventLog, ProducerOptions};
 use sessionlog_recovery::{Recovery, StartPoint};
 use sessionlog_session::{SessionStatus, fold};
 use sessionlog_store::ProjectionStore;
-use sessionlog_tests::{TestStack, wait_for};
+use sessionlog_testkit::{TestStack, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -8,8 +8,8 @@ use reqwest::{Client, StatusCode};
 use serde_json::Value;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{SessionId, now_micros};
-use sessionlog_tests::wake::lease_wake;
-use sessionlog_tests::{ServedProcess, TestStack, metric_value, metrics_page, wait_for};
+use sessionlog_testkit::wake::lease_wake;
+use sessionlog_testkit::{ServedProcess, TestStack, metric_value, metrics_page, wait_for};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ async fn a_wake_hands_its_session_to_the_worker_of_its_agent_and_an_empty_wait_a
     let stack = TestStack::new("work_take", 3).await?;
     let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
 
     // Bad requests first: nothing is read for them.
     for query in [
@@ -107,7 +107,7 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
     let stack = TestStack::new("work_dup", 3).await?;
     let log = Arc::new(EventLog::from_settings(&stack.settings).await?);
     let recovery = ServedProcess::start(&stack, "serve-recovery").await?;
-    let http = sessionlog_tests::auth::client()?;
+    let http = sessionlog_testkit::auth::client()?;
 
     let (writer, _) = SessionWriter::create(Arc::clone(&log), "dup", None).await?;
     let session = writer.session_id();
@@ -152,7 +152,7 @@ async fn a_duplicate_wake_of_a_session_taken_since_is_skipped_not_taken_twice() 
 fn as_tenant(tenant: &str) -> Result<Client> {
     use sessionlog_http::auth::Grant;
     use sessionlog_log::Role;
-    let token = sessionlog_tests::auth::mint(&Grant {
+    let token = sessionlog_testkit::auth::mint(&Grant {
         tenant: Some(tenant.into()),
         ..Grant::new(
             &format!("{tenant}-worker"),
@@ -160,7 +160,7 @@ fn as_tenant(tenant: &str) -> Result<Client> {
             Duration::from_secs(600),
         )
     })?;
-    sessionlog_tests::auth::client_with(&token)
+    sessionlog_testkit::auth::client_with(&token)
 }
 
 /// A session of `tenant` run by `agent`, woken for its agent's workers.
@@ -202,7 +202,7 @@ async fn a_tenants_worker_reads_only_its_tenants_wakes_and_never_consumes_anothe
         "{body}"
     );
     let (other_tenant, _) = skipped(
-        &sessionlog_tests::auth::client()?,
+        &sessionlog_testkit::auth::client()?,
         &recovery.base,
         "other_tenant",
     )

@@ -1,22 +1,19 @@
 //! The wake component as tests run it: `sessionlog wake` in a test's corner, re-waking after a
 //! second, so a test waits seconds, not the default minute, for a wake no harness answered.
 
-use crate::{ChildGuard, TestStack, sessionlog_bin};
+use crate::{ChildGuard, TestStack};
 use anyhow::{Context, Result};
 use sessionlog_log::wake::WAKE_VERSION;
 use sessionlog_log::{Wake, WakeReason};
 use sessionlog_schemas::{Micros, SessionId};
-use std::process::Command;
 
 /// Starts `sessionlog wake` in `stack`'s corner (killed when the guard is dropped).
 pub fn spawn_wake(stack: &TestStack) -> Result<ChildGuard> {
+    let mut quick = stack.clone();
+    quick.settings.wake.rewake_after_ms = 1_000;
     Ok(ChildGuard(
-        Command::new(sessionlog_bin()?)
-            .arg("wake")
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
-            .env("SESSIONLOG_WAKE__REWAKE_AFTER_MS", "1000")
-            .stdin(std::process::Stdio::null())
+        quick
+            .command(&["wake"])?
             .stdout(std::process::Stdio::null())
             .spawn()
             .context("spawning `sessionlog wake`")?,

@@ -1,7 +1,7 @@
 //! Helpers for the projector's tests: a load of realistic sessions, raw records, waiting for
 //! the projection to catch up with the log, replaying and comparing keyspaces.
 
-use crate::{ChildGuard, TestStack, sessionlog_bin, wait_for};
+use crate::{ChildGuard, TestStack, wait_for};
 use anyhow::{Context, Result, bail};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -18,7 +18,7 @@ use sessionlog_schemas::{
 use sessionlog_session::SessionState;
 use sessionlog_store::{ProjectionStore, verify};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,34 +37,19 @@ pub async fn store(stack: &TestStack) -> Result<ProjectionStore> {
     Ok(ProjectionStore::open(&stack.settings.cql).await?)
 }
 
-/// Starts `sessionlog project` with extra arguments (e.g. `--listen`).
-pub fn spawn_projector_with(stack: &TestStack, extra: &[&str]) -> Result<ChildGuard> {
-    spawn_projector_env(stack, extra, &[])
-}
-
 /// Starts `sessionlog project` whose ended sessions' rows expire after `ttl_secs`
 /// (`[retention] ended_session_ttl_secs`).
 pub fn spawn_projector_expiring(stack: &TestStack, ttl_secs: u64) -> Result<ChildGuard> {
-    let ttl = ttl_secs.to_string();
-    spawn_projector_env(
-        stack,
-        &[],
-        &[("SESSIONLOG_RETENTION__ENDED_SESSION_TTL_SECS", &ttl)],
-    )
+    let mut expiring = stack.clone();
+    expiring.settings.retention.ended_session_ttl_secs = Some(u32::try_from(ttl_secs)?);
+    spawn_projector_with(&expiring, &[])
 }
 
-fn spawn_projector_env(
-    stack: &TestStack,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Result<ChildGuard> {
-    let child = Command::new(sessionlog_bin()?)
-        .args(["project", "--group", &stack.group])
+/// Starts `sessionlog project` with extra arguments (e.g. `--listen`).
+pub fn spawn_projector_with(stack: &TestStack, extra: &[&str]) -> Result<ChildGuard> {
+    let child = stack
+        .command(&["project", "--group", &stack.group])?
         .args(extra)
-        .envs(stack.env())
-        .env("SESSIONLOG_CONFIG", "/dev/null")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
         .context("spawning `sessionlog project`")?;

@@ -1,6 +1,6 @@
-//! Authentication for the tests: one development signing key per test process, trusted by
-//! every service a test starts (its JWKS is in [`crate::TestStack`]'s settings and
-//! environment), and tokens minted with it. The tests run with authentication on.
+//! Authentication for tests and benchmarks: one development signing key per process, trusted
+//! by every service it starts (its JWKS is in [`crate::TestStack`]'s settings, so in each
+//! served process's settings file), and tokens minted with it. They run with authentication on.
 
 use anyhow::{Context, Result};
 use sessionlog_http::auth::{Grant, SigningKey};
@@ -23,8 +23,7 @@ fn test_key() -> Result<&'static TestKey> {
         return Ok(key);
     }
     let key = SigningKey::generate()?;
-    let dir = std::env::temp_dir().join(format!("sessionlog-tests-auth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = crate::served::scratch_dir()?;
     let jwks_file = dir.join(format!("jwks-{}.json", key.kid()));
     std::fs::write(&jwks_file, key.jwks().to_string())
         .with_context(|| format!("writing {}", jwks_file.display()))?;
@@ -46,8 +45,7 @@ pub fn kek_file() -> Result<String> {
     if let Some(file) = FILE.get() {
         return Ok(file.display().to_string());
     }
-    let dir = std::env::temp_dir().join(format!("sessionlog-tests-auth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = crate::served::scratch_dir()?;
     let kek = sessionlog_keys::Kek::generate();
     let file = dir.join(format!("{}.key", kek.id()));
     std::fs::write(&file, kek.to_base64().as_str())
@@ -98,9 +96,13 @@ pub fn full_token() -> Result<String> {
 
 /// An HTTP client that sends `token` with every request.
 pub fn client_with(token: &str) -> Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .default_headers(sessionlog_http::auth::bearer_headers(token)?)
-        .build()?)
+    Ok(client_builder(token)?.build()?)
+}
+
+/// A client builder that sends `token` with every request, for a client with its own pool or
+/// timeouts (a benchmark's).
+pub fn client_builder(token: &str) -> Result<reqwest::ClientBuilder> {
+    Ok(reqwest::Client::builder().default_headers(sessionlog_http::auth::bearer_headers(token)?))
 }
 
 /// An HTTP client with every role.

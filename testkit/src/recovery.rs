@@ -19,7 +19,7 @@ use sessionlog_session::SessionState;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
@@ -208,10 +208,8 @@ pub async fn run_harness_until(
     step: Step,
 ) -> Result<KilledHarness> {
     let mut child = ChildGuard(
-        Command::new(bin)
+        crate::served::command_with(std::path::Path::new(bin), &stack.settings)?
             .args([&service.url(), tool, effect, step.marker()])
-            .envs(stack.env())
-            .env("SESSIONLOG_CONFIG", "/dev/null")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
