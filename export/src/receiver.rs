@@ -571,7 +571,7 @@ mod tests {
         fn rewrap(
             &self,
             _: SessionId,
-            _: String,
+            _: sessionlog_keys::WrappedKey,
             _: sessionlog_keys::WrappedKey,
         ) -> futures::future::BoxFuture<'_, sessionlog_keys::Result<bool>> {
             Box::pin(async { Err(not_here()) })

@@ -91,11 +91,11 @@ impl Kek {
             .encrypt(
                 &nonce,
                 Payload {
-                    msg: key.bytes(),
+                    msg: key.to_bytes().as_slice(),
                     aad: &aad,
                 },
             )
-            // Encryption fails only for inputs over the AEAD's length limit; 32 bytes is not.
+            // Encryption fails only for inputs over the AEAD's length limit; a key is far below.
             .unwrap_or_default();
         let mut wrapped = nonce.to_vec();
         wrapped.extend_from_slice(&sealed);
@@ -191,7 +191,10 @@ mod tests {
         let session = SessionId::new();
         let key = DataKey::generate();
         let wrapped = kek.wrap(session, &key);
-        assert_eq!(kek.unwrap(session, &wrapped).unwrap().bytes(), key.bytes());
+        assert_eq!(
+            kek.unwrap(session, &wrapped).unwrap().to_bytes(),
+            key.to_bytes()
+        );
         assert!(matches!(
             kek.unwrap(SessionId::new(), &wrapped),
             Err(Error::Unwrap { .. })

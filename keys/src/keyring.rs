@@ -1,7 +1,9 @@
 //! A process's access to data keys: creating, fetching (cached), destroying and rewrapping
 //! them, and opening sealed fields for readers.
 
-use crate::data_key::{DataKey, KEY_VERSION, seal_envelope, sealed_as, sensitive_fields};
+use crate::data_key::{
+    DataKey, KEY_VERSION, seal_envelope, sealed_as, sealed_place, sensitive_fields,
+};
 use crate::kek::Keks;
 use crate::store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};
 use crate::{Error, Result};
@@ -17,6 +19,24 @@ use std::time::{Duration, Instant};
 /// Cached keys beyond this are dropped (oldest fetch first) so a long-lived reader of many
 /// sessions stays bounded.
 const CACHE_LIMIT: usize = 100_000;
+
+/// How often a redaction whose conditional write lost to another change is tried again.
+const REDACT_ATTEMPTS: usize = 5;
+
+/// What a redaction did to the key store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordKeyDestroyed {
+    /// The event's seq.
+    pub seq: sessionlog_schemas::Seq,
+    /// The field.
+    pub field: String,
+    /// The KEK that wraps the session's key now.
+    pub kek_id: String,
+    /// Whether the field had a key of its own, now destroyed (`false` for a field sealed under
+    /// the session's key, before schema v8: it reads as redacted, but only erasing the session
+    /// destroys its key).
+    pub key_destroyed: bool,
+}
 
 /// A session's key as a process knows it.
 #[derive(Clone)]
@@ -393,6 +413,7 @@ impl Keyring {
         Ok(Opener {
             lease: self.lease(session).await?,
             erased: false,
+            redacted: Vec::new(),
         })
     }
 
@@ -417,6 +438,78 @@ impl Keyring {
             },
         );
         Ok(())
+    }
+
+    /// Redacts field `field` of event `seq` of `session` (sealed under its own key when
+    /// `per_record`: see [`crate::sealed_per_record`]): destroys that field's own key, if it has
+    /// one, and records why with the session's key, in one conditional write of the key store
+    /// (a redaction racing another, or a rotation, is tried again on what the store holds
+    /// then). Every reader that opens through an [`Opener`] then reads the field as
+    /// [`Text::Redacted`]: this process at once, others once their answer about the key is
+    /// `key_cache_secs` old. Redacting again changes nothing and answers the same. `None`
+    /// when the session has no data key (written without encryption: nothing to destroy).
+    pub async fn redact(
+        &self,
+        session: SessionId,
+        seq: sessionlog_schemas::Seq,
+        field: &str,
+        per_record: bool,
+        reason: &str,
+    ) -> Result<Option<RecordKeyDestroyed>> {
+        for _ in 0..REDACT_ATTEMPTS {
+            let asked = Instant::now();
+            let old = match self.store.get(session).await? {
+                Some(StoredKey::Live(old)) => old,
+                Some(StoredKey::Destroyed { .. }) => return Err(Error::Erased(session)),
+                None => return Ok(None),
+            };
+            let KeyState::Live(key) =
+                self.unwrap_stored(session, Some(StoredKey::Live(old.clone())))?
+            else {
+                return Err(Error::Erased(session));
+            };
+            if key.redaction(seq, field).is_some() {
+                return Ok(Some(RecordKeyDestroyed {
+                    seq,
+                    field: field.to_string(),
+                    kek_id: old.kek_id,
+                    key_destroyed: per_record,
+                }));
+            }
+            let mut redacted = key.duplicate();
+            redacted.redact(seq, field, reason, per_record);
+            let current = self.keks.current();
+            let new = WrappedKey {
+                version: redacted.version(),
+                kek_id: current.id().to_string(),
+                wrapped: current.wrap(session, &redacted),
+                created_at: old.created_at,
+            };
+            let kek_id = new.kek_id.clone();
+            if self.store.rewrap(session, old, new).await? {
+                self.remember(
+                    session,
+                    Answer {
+                        state: KeyState::Live(Arc::new(redacted)),
+                        asked,
+                    },
+                );
+                // Every lease taken before holds the key that still opens the field.
+                self.forgotten.fetch_add(1, Ordering::AcqRel);
+                return Ok(Some(RecordKeyDestroyed {
+                    seq,
+                    field: field.to_string(),
+                    kek_id,
+                    key_destroyed: per_record,
+                }));
+            }
+        }
+        Err(Error::Store(
+            format!(
+                "the data key of session {session} kept changing while a redaction was written"
+            )
+            .into(),
+        ))
     }
 
     /// The KEK that wraps the session's live key, if it has one.
@@ -460,12 +553,9 @@ impl Keyring {
                 kek_id: current.id().to_string(),
                 ..key.clone()
             };
-            if self
-                .store
-                .rewrap(session, key.kek_id.clone(), rewrapped)
-                .await?
-            {
-                *rotation.rewrapped.entry(key.kek_id).or_default() += 1;
+            let old_kek_id = key.kek_id.clone();
+            if self.store.rewrap(session, key, rewrapped).await? {
+                *rotation.rewrapped.entry(old_kek_id).or_default() += 1;
             } else {
                 rotation.destroyed_meanwhile += 1;
             }
@@ -505,7 +595,8 @@ pub struct Rotation {
     pub rewrapped: BTreeMap<String, u64>,
     /// Keys wrapped by a KEK this process was not given, by its id: those KEKs are still needed.
     pub missing_kek: BTreeMap<String, u64>,
-    /// Keys destroyed (their sessions erased) while the rotation ran.
+    /// Keys destroyed (their sessions erased) or changed (a redaction) while the rotation ran:
+    /// rotate again for the changed ones.
     pub destroyed_meanwhile: u64,
 }
 
@@ -520,6 +611,8 @@ pub enum Text {
     Erased,
     /// Sealed, but it does not open: sealed as another event or field, or tampered with.
     Unreadable,
+    /// Redacted: the field's key is destroyed (or its text withdrawn), for this reason.
+    Redacted(String),
 }
 
 impl Text {
@@ -531,13 +624,15 @@ impl Text {
         }
     }
 
-    /// The text, or a marker that says why there is none (`[erased]`, `[sealed]`, `[unreadable]`).
+    /// The text, or a marker that says why there is none (`[erased]`, `[sealed]`,
+    /// `[unreadable]`, `[redacted: WHY]`).
     pub fn shown(self) -> String {
         match self {
             Self::Plain(text) => text,
             Self::Sealed => "[sealed]".into(),
             Self::Erased => "[erased]".into(),
             Self::Unreadable => "[unreadable]".into(),
+            Self::Redacted(reason) => format!("[redacted: {reason}]"),
         }
     }
 }
@@ -548,6 +643,10 @@ impl Text {
 pub struct Opener {
     lease: KeyLease,
     erased: bool,
+    /// Redactions the session's state records (its `PayloadRedacted` events), by seq and
+    /// field, with their reasons: a process whose answer about the key predates a redaction
+    /// made elsewhere still reads the field as redacted.
+    redacted: Vec<(sessionlog_schemas::Seq, String, String)>,
 }
 
 impl Opener {
@@ -562,6 +661,7 @@ impl Opener {
                 generation: 0,
             },
             erased: false,
+            redacted: Vec::new(),
         }
     }
 
@@ -572,6 +672,31 @@ impl Opener {
         self
     }
 
+    /// Adds the redactions the session's state records (seq, field, reason): those fields read
+    /// as [`Text::Redacted`] whatever the key this process holds, plain text included.
+    pub fn redacted(
+        mut self,
+        redactions: impl IntoIterator<Item = (sessionlog_schemas::Seq, String, String)>,
+    ) -> Self {
+        self.redacted.extend(redactions);
+        self
+    }
+
+    /// Why field `field` of event `seq` was redacted, if it was (by the state or the key).
+    fn redaction(&self, seq: sessionlog_schemas::Seq, field: &str) -> Option<String> {
+        if let Some((_, _, reason)) = self
+            .redacted
+            .iter()
+            .find(|(s, f, _)| *s == seq && f == field)
+        {
+            return Some(reason.clone());
+        }
+        match &self.lease.state {
+            KeyState::Live(key) => key.redaction(seq, field).map(|r| r.reason.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the session's key is destroyed or the session is marked erased.
     pub fn is_erased(&self) -> bool {
         self.erased || matches!(self.lease.state, KeyState::Destroyed)
@@ -580,8 +705,23 @@ impl Opener {
     /// A field's text, where it is not known which event and field it came from (a title in
     /// a state, a turn of a context view).
     pub fn text(&self, content: &Content) -> Text {
+        self.text_at(content, None)
+    }
+
+    /// A field's text; `place` is the event seq and field it came from, when the reader knows
+    /// (a sealed field names its own).
+    fn text_at(&self, content: &Content, place: Option<(sessionlog_schemas::Seq, &str)>) -> Text {
         if self.erased {
             return Text::Erased;
+        }
+        let place = match content {
+            Content::Sealed { key_id, .. } => sealed_place(key_id).or(place),
+            Content::Plain(_) => place,
+        };
+        if let Some(reason) = place.and_then(|(seq, field)| self.redaction(seq, field))
+            && !matches!(self.lease.state, KeyState::Destroyed)
+        {
+            return Text::Redacted(reason);
         }
         match content {
             Content::Plain(text) => Text::Plain(text.clone()),
@@ -647,7 +787,7 @@ impl Opener {
                 Content::Sealed { key_id, .. } if !sealed_as(key_id, seq, field) => {
                     Text::Unreadable
                 }
-                other => self.text(other),
+                other => self.text_at(other, Some((seq, field))),
             };
             match Self::replace(content, text) {
                 Text::Plain(_) => {}
@@ -699,6 +839,7 @@ pub struct HeldKey(Option<KeyLease>);
 mod tests {
     use super::*;
     use crate::Kek;
+    use crate::data_key::sealed_per_record;
     use futures::FutureExt;
     use std::sync::Mutex;
 
@@ -773,12 +914,12 @@ mod tests {
         fn rewrap(
             &self,
             session: SessionId,
-            old: String,
+            old: WrappedKey,
             key: WrappedKey,
         ) -> futures::future::BoxFuture<'_, Result<bool>> {
             let mut map = self.0.lock().unwrap();
             let done = match map.get(&session) {
-                Some(StoredKey::Live(k)) if k.kek_id == old => {
+                Some(StoredKey::Live(k)) if *k == old => {
                     map.insert(session, StoredKey::Live(key));
                     true
                 }
@@ -1118,5 +1259,160 @@ mod tests {
             assert_eq!(opener.open_event(e).1, vec![]);
         }
         assert_eq!(after.rotate(|_| {}).await.unwrap().already_current, 3);
+    }
+
+    fn tool_result(session: SessionId, seq: u64, output: &str) -> EventEnvelope {
+        EventEnvelope {
+            event: sessionlog_schemas::SessionEvent::ToolCallResult {
+                call_seq: seq - 1,
+                outcome: sessionlog_schemas::CallOutcome::Succeeded,
+                output: Content::plain(output),
+                source: sessionlog_schemas::ResultSource::Executed,
+                recorded_by: None,
+                note: Some(Content::plain("note")),
+            },
+            ..envelope(session, seq, "")
+        }
+    }
+
+    fn key_id_of(envelope: &EventEnvelope, field: &str) -> String {
+        let mut event = envelope.event.clone();
+        let mut found = None;
+        sensitive_fields(&mut event, |f, content| {
+            if let (true, Content::Sealed { key_id, .. }) = (f == field, content) {
+                found = Some(key_id.clone());
+            }
+        });
+        found.expect("a sealed field")
+    }
+
+    #[tokio::test]
+    async fn a_redaction_destroys_one_fields_key_for_every_process_and_survives_rotation() {
+        let store = Arc::new(MapStore::default());
+        let kek = Kek::generate();
+        let kek_copy = Kek::from_base64(&kek.to_base64(), "copy").unwrap();
+        let ring = keyring(&store, Keks::new(kek, vec![]));
+        let session = SessionId::new();
+        let mut events: Vec<_> = (2..=5)
+            .map(|seq| tool_result(session, seq, &format!("canary-{seq}")))
+            .collect();
+        ring.seal(&mut events).await.unwrap();
+        let target = key_id_of(&events[1], "output");
+        assert_eq!(target, "dk2g:3:output");
+
+        let (seq, field) = sealed_place(&target).unwrap();
+        let redact = |reason| ring.redact(session, seq, field, sealed_per_record(&target), reason);
+        let done = redact("a secret printed").await.unwrap().expect("a key");
+        assert!(done.key_destroyed);
+        assert_eq!((done.seq, done.field.as_str()), (3, "output"));
+        assert_eq!(redact("again").await.unwrap(), Some(done));
+
+        // This process, and another one reading the store after a KEK rotation.
+        let before_rotation = ring.opener(session).await.unwrap();
+        let new = Kek::generate();
+        let rotated = keyring(&store, Keks::new(new, vec![kek_copy]));
+        assert_eq!(
+            rotated
+                .rotate(|_| {})
+                .await
+                .unwrap()
+                .rewrapped
+                .values()
+                .sum::<u64>(),
+            1
+        );
+        for opener in [before_rotation, rotated.opener(session).await.unwrap()] {
+            for (i, event) in events.iter().enumerate() {
+                let (opened, unopened) = opener.open_event(event);
+                if i == 1 {
+                    assert_eq!(
+                        unopened,
+                        vec![("output", Text::Redacted("a secret printed".into()))]
+                    );
+                    let sessionlog_schemas::SessionEvent::ToolCallResult { output, note, .. } =
+                        &opened.event
+                    else {
+                        panic!("a result");
+                    };
+                    assert!(
+                        matches!(output, Content::Sealed { ciphertext, .. } if ciphertext.is_empty())
+                    );
+                    assert_eq!(
+                        note.as_ref(),
+                        Some(&Content::plain("note")),
+                        "its other field"
+                    );
+                } else {
+                    assert!(unopened.is_empty(), "{unopened:?}");
+                }
+            }
+        }
+        // Nothing kept derives the destroyed key: with the redaction's record removed from the
+        // opener's view, the field still does not open.
+        let KeyState::Live(key) = rotated.key(session).await.unwrap() else {
+            panic!("live");
+        };
+        let sessionlog_schemas::SessionEvent::ToolCallResult {
+            output:
+                Content::Sealed {
+                    key_id,
+                    nonce,
+                    ciphertext,
+                },
+            ..
+        } = &events[1].event
+        else {
+            panic!("a sealed result");
+        };
+        assert_eq!(key.open(session, key_id, nonce, ciphertext), None);
+        // New events of the session are still sealed and opened.
+        let mut later = vec![tool_result(session, 6, "after")];
+        rotated.seal(&mut later).await.unwrap();
+        assert!(
+            rotated
+                .opener(session)
+                .await
+                .unwrap()
+                .open_event(&later[0])
+                .1
+                .is_empty()
+        );
+        // Erasing the session still destroys every key with the one row.
+        ring.destroy(receipt(session)).await.unwrap();
+        assert!(matches!(
+            ring.redact(session, 4, "output", true, "x").await,
+            Err(Error::Erased(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_opener_reads_a_redaction_its_state_records_whatever_key_it_holds() {
+        let store = Arc::new(MapStore::default());
+        let ring = keyring(&store, Keks::new(Kek::generate(), vec![]));
+        let session = SessionId::new();
+        let mut events = vec![envelope(session, 1, "withdrawn")];
+        ring.seal(&mut events).await.unwrap();
+        let opener = ring.opener(session).await.unwrap().redacted([(
+            1,
+            "content".to_string(),
+            "user withdrew it".to_string(),
+        )]);
+        assert_eq!(
+            opener.open_event(&events[0]).1,
+            vec![("content", Text::Redacted("user withdrew it".into()))]
+        );
+        assert_eq!(
+            Text::Redacted("user withdrew it".into()).shown(),
+            "[redacted: user withdrew it]"
+        );
+        // Plain text written without encryption reads as redacted too, where its place is known.
+        let plain = envelope(session, 1, "plain");
+        assert_eq!(
+            Opener::without_keys(session)
+                .redacted([(1, "content".to_string(), "why".to_string())])
+                .open_event(&plain)
+                .1,
+            vec![("content", Text::Redacted("why".into()))]
+        );
     }
 }

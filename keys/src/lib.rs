@@ -1,7 +1,8 @@
 //! Envelope encryption of session content.
 //!
-//! Every session gets a random 256-bit *data key* when its first sealed event is written. The
-//! key seals the session's sensitive fields (XChaCha20-Poly1305) before they reach Kafka, with
+//! Every session gets a random 256-bit *data key* when its first sealed event is written. Each
+//! sensitive field is sealed (AES-256-GCM) under its own key, derived from the data key by a
+//! tree so that one field's key can be destroyed (a redaction), before it reaches Kafka, with
 //! associated data naming the session, the event seq and the field, so a ciphertext cannot be
 //! moved; the key itself is stored only wrapped by a *key-encryption key* (KEK) in a keyspace
 //! of its own. Destroying a session's data key erases its content everywhere it was copied
@@ -15,12 +16,16 @@ mod data_key;
 mod error;
 mod kek;
 mod keyring;
+mod record_tree;
 mod store;
 
 pub use data_key::{
-    DataKey, KEY_BYTES, KEY_VERSION, seal_envelope, sealed_as, sealed_key_id, sensitive_fields,
+    DataKey, KEY_BYTES, KEY_VERSION, KEY_VERSION_REDACTED, RecordRedaction, seal_envelope,
+    sealed_as, sealed_key_id, sealed_per_record, sealed_place, sensitive_fields,
 };
 pub use error::{Error, Result};
 pub use kek::{Kek, Keks};
-pub use keyring::{HeldKey, KeyState, Keyring, Opener, Rotation, Text, refuse_sealed};
+pub use keyring::{
+    HeldKey, KeyState, Keyring, Opener, RecordKeyDestroyed, Rotation, Text, refuse_sealed,
+};
 pub use store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};

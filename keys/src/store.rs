@@ -78,12 +78,13 @@ pub trait DataKeyStore: Send + Sync {
     /// Every live key, for rotation.
     fn live_keys(&self) -> BoxStream<'_, Result<(SessionId, WrappedKey)>>;
 
-    /// Replaces the session's wrapped key, only if it is still wrapped by `old_kek_id` (a key
-    /// destroyed meanwhile must stay destroyed); whether it was replaced.
+    /// Replaces the session's wrapped key by `key`, only if the store still holds `old` (a key
+    /// destroyed meanwhile must stay destroyed, and of a rotation and a redaction racing on
+    /// one key, neither may undo the other); whether it was replaced.
     fn rewrap(
         &self,
         session: SessionId,
-        old_kek_id: String,
+        old: WrappedKey,
         key: WrappedKey,
     ) -> BoxFuture<'_, Result<bool>>;
 }

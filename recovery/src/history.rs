@@ -463,7 +463,7 @@ fn history_event(
     };
     let unopened = unopened
         .into_iter()
-        .map(|(field, text)| (field.to_string(), unopened_reason(&text).to_string()))
+        .map(|(field, text)| (field.to_string(), unopened_reason(text)))
         .collect();
     Ok(HistoryEvent {
         session_id: session,
@@ -482,13 +482,15 @@ fn history_event(
     })
 }
 
-/// Why a field did not open, as the answer names it.
-fn unopened_reason(text: &Text) -> &'static str {
+/// Why a field did not open, as the answer names it (a redaction with its reason:
+/// `redacted: WHY`).
+fn unopened_reason(text: Text) -> String {
     match text {
-        Text::Plain(_) => "opened",
-        Text::Sealed => "sealed",
-        Text::Erased => "erased",
-        Text::Unreadable => "unreadable",
+        Text::Plain(_) => "opened".into(),
+        Text::Sealed => "sealed".into(),
+        Text::Erased => "erased".into(),
+        Text::Unreadable => "unreadable".into(),
+        Text::Redacted(reason) => format!("redacted: {reason}"),
     }
 }
 

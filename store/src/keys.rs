@@ -173,8 +173,8 @@ impl KeyTable {
             .await?,
             rewrap: prepare(
                 format!(
-                    "UPDATE {ks}.data_keys SET kek_id = ?, wrapped = ? WHERE session_id = ? \
-                     IF kek_id = ?"
+                    "UPDATE {ks}.data_keys SET key_version = ?, kek_id = ?, wrapped = ? \
+                     WHERE session_id = ? IF kek_id = ? AND wrapped = ?"
                 ),
                 true,
             )
@@ -451,17 +451,19 @@ impl DataKeyStore for KeyTable {
     fn rewrap(
         &self,
         session: SessionId,
-        old_kek_id: String,
+        old: WrappedKey,
         key: WrappedKey,
     ) -> BoxFuture<'_, sessionlog_keys::Result<bool>> {
         async move {
             self.applied(
                 &self.rewrap,
                 (
+                    i32::try_from(key.version).unwrap_or(i32::MAX),
                     key.kek_id.as_str(),
                     key.wrapped.as_slice(),
                     session.0,
-                    old_kek_id.as_str(),
+                    old.kek_id.as_str(),
+                    old.wrapped.as_slice(),
                 ),
                 "rewrap data key",
             )

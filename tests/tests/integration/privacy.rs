@@ -595,11 +595,11 @@ impl DataKeyStore for CutOff {
     fn rewrap(
         &self,
         session: SessionId,
-        old_kek_id: String,
+        old: WrappedKey,
         key: WrappedKey,
     ) -> BoxFuture<'_, sessionlog_keys::Result<bool>> {
         self.down()
-            .unwrap_or_else(|| self.table.rewrap(session, old_kek_id, key))
+            .unwrap_or_else(|| self.table.rewrap(session, old, key))
     }
 }
 
