@@ -56,8 +56,23 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Polls `probe` until it yields a value or `limit` passes; the error names `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> Result<T>
+/// Polls `probe` (every 100 ms) until it yields a value or `limit` passes; the error names
+/// `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    wait_for_every(what, limit, Duration::from_millis(100), probe).await
+}
+
+/// [`wait_for`] polling every `every`: finer for a benchmark that times what it waits for.
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut probe: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
@@ -79,7 +94,7 @@ where
                     .unwrap_or_default()
             );
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(every).await;
     }
 }
 

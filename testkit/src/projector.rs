@@ -1,19 +1,19 @@
 //! Helpers for the projector's tests: a load of realistic sessions, raw records, waiting for
 //! the projection to catch up with the log, replaying and comparing keyspaces.
 
-use crate::{ChildGuard, TestStack, wait_for};
+use crate::{ChildGuard, TestStack, wait_for, wait_for_every};
 use anyhow::{Context, Result, bail};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use sessionlog_log::PartitionReader;
+use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_projector::replay::{Replay, ReplayOptions, ReplaySummary};
 use sessionlog_schemas::{
-    CURRENT_SCHEMA_VERSION, CallOutcome, Content, EffectClass, EventEnvelope, ResultSource,
-    SessionEvent, SessionId, TerminalOutcome,
+    CallOutcome, Content, EffectClass, EventEnvelope, ResultSource, SessionEvent, SessionId,
+    TerminalOutcome,
 };
 use sessionlog_session::SessionState;
 use sessionlog_store::{ProjectionStore, verify};
@@ -21,8 +21,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-use uuid::Uuid;
+use std::time::{Duration, Instant};
 
 /// Connects to the log of `stack`.
 pub async fn event_log(stack: &TestStack) -> Result<Arc<EventLog>> {
@@ -61,18 +60,7 @@ pub use sessionlog_schemas::now_micros;
 
 /// A hand-built envelope, for events a well-behaved writer would refuse to send.
 pub fn envelope(session: SessionId, seq: u64, epoch: u64, event: SessionEvent) -> EventEnvelope {
-    EventEnvelope {
-        event_id: Uuid::now_v7(),
-        session_id: session,
-        seq,
-        writer_epoch: epoch,
-        occurred_at: now_micros(),
-        causation_id: None,
-        idempotency_key: None,
-        schema_version: CURRENT_SCHEMA_VERSION,
-        event,
-        attestation: None,
-    }
+    EventEnvelope::new(session, seq, epoch, event)
 }
 
 /// Sends raw bytes to `stack`'s topic under `key`; returns `(partition, offset)`.
@@ -164,24 +152,60 @@ pub async fn wait_caught_up(
     store: &ProjectionStore,
     limit: Duration,
 ) -> Result<()> {
-    let reader = PartitionReader::new(&stack.settings.kafka, &stack.settings.kafka.topic)?;
+    wait_projected(&stack.settings, store, limit, Duration::from_millis(100)).await?;
+    Ok(())
+}
+
+/// Waits, checking every `every`, until `store`'s progress reaches what `settings`' topic holds
+/// now on every partition; returns how long it took.
+pub async fn wait_projected(
+    settings: &Settings,
+    store: &ProjectionStore,
+    limit: Duration,
+    every: Duration,
+) -> Result<Duration> {
+    let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
+    let ends = partition_ends(&reader, settings.kafka.partitions).await?;
+    wait_applied_through(store, &settings.kafka.topic, &ends, limit, every).await
+}
+
+/// The end (the next offset to be written) of each of `partitions` partitions of `reader`'s
+/// topic.
+pub async fn partition_ends(
+    reader: &PartitionReader,
+    partitions: i32,
+) -> Result<BTreeMap<i32, i64>> {
     let mut ends = BTreeMap::new();
-    for p in 0..stack.settings.kafka.partitions {
-        let (_, high) = reader.watermarks(p).await?;
-        ends.insert(p, high);
+    for p in 0..partitions {
+        ends.insert(p, reader.watermarks(p).await?.1);
     }
-    let topic = stack.settings.kafka.topic.clone();
-    wait_for("the projection to reach the end of the log", limit, || {
-        let (store, ends, topic) = (store.clone(), ends.clone(), topic.clone());
-        async move {
-            let progress = store.load_progress(&topic).await?;
+    Ok(ends)
+}
+
+/// Waits, checking every `every`, until the projector's stored progress on `topic` reaches
+/// `ends` on every partition; returns how long it took.
+pub async fn wait_applied_through(
+    store: &ProjectionStore,
+    topic: &str,
+    ends: &BTreeMap<i32, i64>,
+    limit: Duration,
+    every: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    wait_for_every(
+        &format!("the projection of {topic} to reach {ends:?}"),
+        limit,
+        every,
+        || async {
+            let progress = store.load_progress(topic).await?;
             let done = ends
                 .iter()
-                .all(|(p, end)| *end == 0 || progress.get(p).copied().unwrap_or(0) >= *end);
+                .all(|(p, end)| progress.get(p).copied().unwrap_or(0) >= *end);
             Ok(done.then_some(()))
-        }
-    })
-    .await
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
 }
 
 /// Replays `stack`'s topic from the beginning into `keyspace`.

@@ -470,16 +470,10 @@ pub async fn raw_next(
     event: SessionEvent,
 ) -> Result<sessionlog_schemas::EventEnvelope> {
     let state = recovery.rebuild(session).await?.state;
-    Ok(sessionlog_schemas::EventEnvelope {
-        event_id: uuid::Uuid::now_v7(),
-        session_id: session,
-        seq: state.next_seq(),
-        writer_epoch: state.epoch,
-        occurred_at: sessionlog_schemas::now_micros(),
-        causation_id: None,
-        idempotency_key: None,
-        schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
+    Ok(sessionlog_schemas::EventEnvelope::new(
+        session,
+        state.next_seq(),
+        state.epoch,
         event,
-        attestation: None,
-    })
+    ))
 }

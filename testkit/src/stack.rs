@@ -22,6 +22,12 @@ pub fn isolate(settings: &mut Settings, kind: &str, name: &str, partitions: i32)
     tag
 }
 
+/// The consumer group of a run of `kind` that [`isolate`] tagged `tag`: under the prefix the
+/// secure stack's ACLs grant the services (`sessionlog-*`).
+pub fn group(kind: &str, tag: &str) -> String {
+    format!("sessionlog-{kind}-{tag}")
+}
+
 /// Creates the topics of `settings.kafka` and registers every event schema version for its
 /// topic: what `sessionlog init` does for Kafka and the registry.
 pub async fn create_topics(settings: &Settings) -> Result<()> {
@@ -79,7 +85,7 @@ impl TestStack {
             .with_context(|| format!("creating keyspace {}", settings.privacy.keyspace))?;
         Ok(Self {
             settings,
-            group: format!("sessionlog-{kind}-{tag}"),
+            group: group(kind, &tag),
         })
     }
 
