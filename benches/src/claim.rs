@@ -24,6 +24,7 @@ use sessionlog_projector::worker::ProjectorOptions;
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::DUPLICATE_WINDOW;
 use sessionlog_store::ProjectionStore;
+use sessionlog_testkit::stack;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -65,12 +66,10 @@ struct Side {
 /// Runs the benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let mut base = Settings::load(None).context("loading settings")?;
-    let _kek = crate::prepare_privacy(&mut base).await?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
+    crate::prepare_privacy(&mut base).await?;
 
-    let empty = Side::start("empty", &base, &format!("{tag}_e"), 0, &args).await?;
-    let full = Side::start("full", &base, &format!("{tag}_f"), args.others, &args).await?;
+    let empty = Side::start("empty", &base, 0, &args).await?;
+    let full = Side::start("full", &base, args.others, &args).await?;
     for side in [&empty, &full] {
         side.wait_for_projector(&args).await?;
         // Warm the connections and prepared statements outside the timings.
@@ -152,21 +151,12 @@ pub async fn run(args: Args) -> Result<()> {
 impl Side {
     /// Creates the side's topic and keyspace, starts its projector, writes `others` records of
     /// other sessions, then the measured session.
-    async fn start(
-        name: &'static str,
-        base: &Settings,
-        tag: &str,
-        others: u64,
-        args: &Args,
-    ) -> Result<Self> {
+    async fn start(name: &'static str, base: &Settings, others: u64, args: &Args) -> Result<Self> {
         let mut settings = base.clone();
-        settings.kafka.topic = format!("bench-claim-{tag}");
-        settings.kafka.dead_letter_topic = format!("bench-claim-{tag}-dlq");
-        settings.kafka.partitions = 1;
-        settings.cql.keyspace = format!("bench_claim_{tag}");
-        crate::prepare_topics(&settings).await?;
+        let tag = stack::isolate(&mut settings, "bench", &format!("claim_{name}"), 1);
+        stack::create_topics(&settings).await?;
         let options = ProjectorOptions {
-            group_id: format!("bench-claim-{tag}"),
+            group_id: stack::group("bench", &tag),
             ..ProjectorOptions::from(&settings.projector)
         };
         let projector = Projector::new(&settings, options).await?;

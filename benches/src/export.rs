@@ -20,7 +20,7 @@
 //!
 //! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- export --sink --rounds 5 --duration 30`
 
-use crate::{Spread, drop_run, isolate_run, partition_ends, prepare_topics, print_table};
+use crate::{Spread, drop_run, print_table};
 use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -35,6 +35,8 @@ use sessionlog_schemas::{
 };
 use sessionlog_session::usage::LatencySketch;
 use sessionlog_store::{KeyTable, ProjectionStore};
+use sessionlog_testkit::projector::partition_ends;
+use sessionlog_testkit::stack;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,8 +109,8 @@ pub async fn run(args: Args) -> Result<()> {
     // Sealing is the producer's cost, measured by `sessionlog-bench projector`; here the texts
     // stay plain.
     settings.privacy.encrypt = false;
-    isolate_run(&mut settings, "export", args.partitions);
-    prepare_topics(&settings).await?;
+    stack::isolate(&mut settings, "bench", "export", args.partitions);
+    stack::create_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     KeyTable::create(&settings).await?;
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);
@@ -343,18 +345,7 @@ struct Scripted {
 impl Scripted {
     /// The session's next event, with the next seq.
     fn next_event(&mut self, event: SessionEvent) -> EventEnvelope {
-        let envelope = EventEnvelope {
-            event_id: uuid::Uuid::now_v7(),
-            session_id: self.session,
-            seq: self.next,
-            writer_epoch: self.epoch,
-            occurred_at: sessionlog_schemas::now_micros(),
-            causation_id: None,
-            idempotency_key: None,
-            schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
-            event,
-            attestation: None,
-        };
+        let envelope = EventEnvelope::new(self.session, self.next, self.epoch, event);
         self.next += 1;
         envelope
     }

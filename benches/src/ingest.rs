@@ -29,11 +29,12 @@
 //! length instead of a fixed count of events.
 
 use crate::cpu::{Meter, Used};
-use crate::{Latencies, ServiceRun, Spread, Watched, free_address, print_table};
+use crate::{Latencies, ServiceRun, Spread, Watched, print_table};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
+use sessionlog_testkit::free_address;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -159,19 +160,19 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let run = ServiceRun::prepare("ingest", args.partitions).await?;
     let _projector = match args.with_projector {
-        true => Some(Watched::spawn(run.command(&["project"]))?),
+        true => Some(Watched::spawn(run.command(&["project"])?)?),
         false => None,
     };
     let mut instances = Vec::new();
     let mut bases = Vec::new();
-    let http = run.auth.client(args.sessions, Duration::from_secs(60))?;
+    let http = run.client(args.sessions, Duration::from_secs(60))?;
     for _ in 0..args.instances {
         let listen = free_address()?;
         instances.push(Watched::spawn(
-            run.command(&["ingest", "--listen", &listen]),
+            run.command(&["ingest", "--listen", &listen])?,
         )?);
         let base = format!("http://{listen}");
-        crate::wait_ready(&http, &base).await?;
+        sessionlog_testkit::wait_ready(&http, &base).await?;
         bases.push(base);
     }
     let log = Arc::new(EventLog::from_settings(&run.settings).await?);
@@ -287,7 +288,7 @@ async fn run_external(args: Args) -> Result<()> {
         .map(|u| u.trim_end_matches('/').to_string())
         .collect();
     for base in &bases {
-        crate::wait_ready(&http, base).await?;
+        sessionlog_testkit::wait_ready(&http, base).await?;
     }
     let text = "x".repeat(args.text_bytes);
     let groups = vec![("bench", vec![std::process::id()])];

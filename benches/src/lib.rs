@@ -1,8 +1,10 @@
 //! The benchmark programs of `sessionlog-bench`, one module each (its subcommand:
 //! `sessionlog-bench producer`, `sessionlog-bench claim`, ...), and the pieces they share:
 //! latency percentiles, the process's peak resident memory, the result table, and dropping what
-//! a run created. Absolute numbers on a shared 2-core machine are noise; every benchmark prints a
-//! ratio against a reference measured in the same run.
+//! a run created. A run's corner of the stack, the processes it serves (each reading one
+//! settings file written from the run's settings) and its tokens come from `sessionlog-testkit`,
+//! the harness the integration tests use. Absolute numbers on a shared 2-core machine are noise;
+//! every benchmark prints a ratio against a reference measured in the same run.
 //!
 //! One binary rather than one per benchmark, so a release build links the dependency tree once.
 
@@ -21,7 +23,8 @@ pub mod wake;
 
 use sessionlog_log::{Settings, topic};
 use sessionlog_store::ProjectionStore;
-use std::time::{Duration, Instant};
+use sessionlog_testkit::TestStack;
+use std::time::Duration;
 
 /// Latency samples and their percentiles.
 #[derive(Clone, Debug, Default)]
@@ -327,55 +330,9 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// Gives `settings` a topic, dead-letter topic and keyspace of this run's own
-/// (`bench-{name}-{tag}`, `bench_{name}_{tag}`) with `partitions`, so runs never read each
-/// other's data and [`drop_run`] removes what this one made. Returns the run's tag.
-pub fn isolate_run(settings: &mut Settings, name: &str, partitions: i32) -> String {
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = run[run.len() - 8..].to_string();
-    settings.kafka.topic = format!("bench-{name}-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-{name}-{tag}-dlq");
-    settings.kafka.partitions = partitions;
-    settings.cql.keyspace = format!("bench_{name}_{tag}");
-    tag
-}
-
-/// The end (next offset to be written) of each of `partitions` partitions of `reader`'s topic.
-pub async fn partition_ends(
-    reader: &sessionlog_log::PartitionReader,
-    partitions: i32,
-) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
-    let mut ends = std::collections::BTreeMap::new();
-    for p in 0..partitions {
-        ends.insert(p, reader.watermarks(p).await?.1);
-    }
-    Ok(ends)
-}
-
-/// Waits until the projector's stored progress on `topic` reaches `ends` on every partition,
-/// failing after `limit`; returns how long it took.
-pub async fn wait_applied_through(
-    store: &ProjectionStore,
-    topic: &str,
-    ends: &std::collections::BTreeMap<i32, i64>,
-    limit: Duration,
-) -> anyhow::Result<Duration> {
-    let started = std::time::Instant::now();
-    loop {
-        let progress = store.load_progress(topic).await?;
-        let behind: i64 = ends
-            .iter()
-            .map(|(p, end)| (end - progress.get(p).copied().unwrap_or(0)).max(0))
-            .sum();
-        if behind == 0 {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > limit {
-            anyhow::bail!("the projector is {behind} records behind after {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How often a benchmark checks what it waits for: finer than the tests' 100 ms, as the wait
+/// is often what it measures.
+pub const POLL: Duration = Duration::from_millis(20);
 
 /// Waits (up to 10 minutes) until the projector has applied everything `settings`' topic
 /// holds now; returns how long it took.
@@ -383,31 +340,8 @@ pub async fn wait_projected(
     settings: &Settings,
     store: &ProjectionStore,
 ) -> anyhow::Result<Duration> {
-    let reader = sessionlog_log::PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let ends = partition_ends(&reader, settings.kafka.partitions).await?;
-    wait_applied_through(
-        store,
-        &settings.kafka.topic,
-        &ends,
-        Duration::from_secs(600),
-    )
-    .await
-}
-
-/// Creates the run's topics (those of `settings.kafka`) and registers the event schemas for
-/// its topic: what `sessionlog init` does for Kafka and the registry.
-pub async fn prepare_topics(settings: &Settings) -> anyhow::Result<()> {
-    use anyhow::Context;
-    topic::ensure_topics(&settings.kafka)
+    sessionlog_testkit::projector::wait_projected(settings, store, Duration::from_secs(600), POLL)
         .await
-        .with_context(|| format!("creating topics on {}", settings.kafka.bootstrap))?;
-    settings
-        .registry
-        .client()?
-        .register_all_versions(&sessionlog_schemas::value_subject(&settings.kafka.topic))
-        .await
-        .with_context(|| format!("registering schemas at {}", settings.registry.url))?;
-    Ok(())
 }
 
 /// Drops a run's keyspaces and its topics (those of `settings.kafka`), so that runs do not
@@ -491,167 +425,74 @@ impl std::fmt::Display for Spread {
     }
 }
 
-/// A key-encryption key for a benchmark run that compares sealed with plain: the one the
-/// settings name, else a fresh one in a temporary directory (dropped with the returned guard).
-pub fn bench_kek(settings: &Settings) -> anyhow::Result<(String, Option<TempKek>)> {
-    if let Some(file) = &settings.privacy.kek_file {
-        return Ok((file.clone(), None));
-    }
-    let dir = std::env::temp_dir().join(format!("sessionlog-bench-kek-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("kek.key");
-    std::fs::write(&file, sessionlog_keys::Kek::generate().to_base64().as_str())?;
-    Ok((file.display().to_string(), Some(TempKek(dir))))
-}
-
-/// Removes a benchmark's temporary KEK when dropped.
-pub struct TempKek(std::path::PathBuf);
-
-impl Drop for TempKek {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Makes `settings` usable by a benchmark's writers: with encryption on and no KEK configured,
-/// a temporary one (kept while the returned guard lives), and the key store created.
-pub async fn prepare_privacy(settings: &mut Settings) -> anyhow::Result<Option<TempKek>> {
+/// this process's test KEK ([`sessionlog_testkit::auth::kek_file`], removed with the scratch
+/// directory at the run's end), and the key store created.
+pub async fn prepare_privacy(settings: &mut Settings) -> anyhow::Result<()> {
     if !settings.privacy.encrypt {
-        return Ok(None);
+        return Ok(());
     }
-    let mut guard = None;
     if settings.privacy.kek_file.is_none() && settings.privacy.kek.is_empty() {
-        let (file, temp) = bench_kek(settings)?;
-        settings.privacy.kek_file = Some(file);
-        guard = temp;
+        settings.privacy.kek_file = Some(sessionlog_testkit::auth::kek_file()?);
     }
     sessionlog_store::KeyTable::create(settings).await?;
-    Ok(guard)
+    Ok(())
 }
 
-/// The same settings with encryption off and on (with a temporary KEK when none is configured,
-/// kept while the guard lives, and the key store created): the two sides of an encryption
-/// comparison.
-pub async fn plain_and_sealed(
-    settings: &Settings,
-) -> anyhow::Result<(Settings, Settings, Option<TempKek>)> {
+/// The same settings with encryption off and on (with a KEK as [`prepare_privacy`] gives one,
+/// and the key store created): the two sides of an encryption comparison.
+pub async fn plain_and_sealed(settings: &Settings) -> anyhow::Result<(Settings, Settings)> {
     let mut plain = settings.clone();
     plain.privacy.encrypt = false;
     let mut sealed = settings.clone();
     sealed.privacy.encrypt = true;
-    let guard = prepare_privacy(&mut sealed).await?;
-    Ok((plain, sealed, guard))
+    prepare_privacy(&mut sealed).await?;
+    Ok((plain, sealed))
 }
 
-/// `sessionlog <args>` with `env`, its stderr discarded: a service or projector a benchmark
-/// spawns (with [`Watched::spawn`]) beside its measurements.
-pub fn sessionlog_command(
-    bin: &std::path::Path,
-    args: &[&str],
-    env: &[(&'static str, String)],
-) -> std::process::Command {
-    let mut command = std::process::Command::new(bin);
-    command
-        .args(args)
-        .envs(env.iter().cloned())
-        .stderr(std::process::Stdio::null());
-    command
-}
-
-/// The `sessionlog` binary next to the running benchmark (`$SESSIONLOG_BIN` overrides it).
-pub fn sessionlog_bin() -> anyhow::Result<std::path::PathBuf> {
-    if let Some(path) = std::env::var_os("SESSIONLOG_BIN") {
-        return Ok(std::path::PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()?;
-    let bin = exe
-        .parent()
-        .map(|dir| dir.join("sessionlog"))
-        .ok_or_else(|| anyhow::anyhow!("locating the target directory"))?;
-    if !bin.exists() {
-        anyhow::bail!(
-            "{} not found: cargo build --release -p sessionlog-cli",
-            bin.display()
-        );
-    }
-    Ok(bin)
-}
-
-/// The environment that points a `sessionlog` process at `settings`' topic, keyspace and
-/// servers (and nothing from a config file).
-pub fn sessionlog_env(settings: &Settings) -> Vec<(&'static str, String)> {
-    vec![
-        (
-            "SESSIONLOG_KAFKA__BOOTSTRAP",
-            settings.kafka.bootstrap.clone(),
-        ),
-        ("SESSIONLOG_KAFKA__TOPIC", settings.kafka.topic.clone()),
-        (
-            "SESSIONLOG_KAFKA__PARTITIONS",
-            settings.kafka.partitions.to_string(),
-        ),
-        (
-            "SESSIONLOG_KAFKA__DEAD_LETTER_TOPIC",
-            settings.kafka.dead_letter_topic.clone(),
-        ),
-        ("SESSIONLOG_REGISTRY__URL", settings.registry.url.clone()),
-        ("SESSIONLOG_CQL__NODES", settings.cql.nodes.clone()),
-        ("SESSIONLOG_CQL__KEYSPACE", settings.cql.keyspace.clone()),
-        ("SESSIONLOG_CONFIG", "/dev/null".into()),
-        (
-            "SESSIONLOG_PRIVACY__ENCRYPT",
-            settings.privacy.encrypt.to_string(),
-        ),
-        (
-            "SESSIONLOG_PRIVACY__KEK_FILE",
-            settings.privacy.kek_file.clone().unwrap_or_default(),
-        ),
-    ]
-}
-
-/// A run whose `sessionlog` services the bench spawns: its own topic and keyspace (made, with
-/// the schemas registered), a KEK when encryption is on, a signing key the services trust, and
-/// the environment that points them at all of it.
+/// A run whose `sessionlog` services the bench spawns: a corner of the stack of its own
+/// ([`TestStack::corner`]: topic and keyspace made, schemas registered, a KEK and a signing key
+/// the services trust), each service reading its settings from a file written from
+/// [`Self::settings`] as they are when it starts.
 pub struct ServiceRun {
-    /// The `sessionlog` binary the services run.
-    pub bin: std::path::PathBuf,
     /// The run's settings.
     pub settings: Settings,
     /// The run's keyspace, migrated.
     pub store: ProjectionStore,
-    /// The key the services trust; mints the bench's tokens.
-    pub auth: BenchAuth,
-    /// The services' environment.
-    pub env: Vec<(&'static str, String)>,
-    _kek: Option<TempKek>,
 }
 
 impl ServiceRun {
     /// Prepares a run named `name` on a topic of `partitions` partitions.
     pub async fn prepare(name: &str, partitions: i32) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        let bin = sessionlog_bin()?;
-        let mut settings = Settings::load(None).context("loading settings")?;
-        isolate_run(&mut settings, name, partitions);
-        let kek = prepare_privacy(&mut settings).await?;
-        prepare_topics(&settings).await?;
-        let store = ProjectionStore::migrate(&settings.cql).await?;
-        let auth = BenchAuth::new()?;
-        let mut env = sessionlog_env(&settings);
-        env.extend(auth.env());
+        let corner = TestStack::corner("bench", name, partitions).await?;
+        let store = ProjectionStore::migrate(&corner.settings.cql).await?;
         Ok(Self {
-            bin,
-            settings,
+            settings: corner.settings,
             store,
-            auth,
-            env,
-            _kek: kek,
         })
     }
 
-    /// `sessionlog <args>` with the run's environment.
-    pub fn command(&self, args: &[&str]) -> std::process::Command {
-        sessionlog_command(&self.bin, args, &self.env)
+    /// `sessionlog <args>` in the run's corner, its stderr discarded (a service or projector a
+    /// benchmark spawns with [`Watched::spawn`] beside its measurements).
+    pub fn command(&self, args: &[&str]) -> anyhow::Result<std::process::Command> {
+        let mut command = sessionlog_testkit::served::sessionlog(&self.settings, args)?;
+        command.stderr(std::process::Stdio::null());
+        Ok(command)
+    }
+
+    /// A client holding a harness's and a reader's token (subject `bench`), with room for
+    /// `connections` requests at once.
+    pub fn client(&self, connections: usize, timeout: Duration) -> anyhow::Result<reqwest::Client> {
+        let token = sessionlog_testkit::auth::token_with(
+            "bench",
+            &[sessionlog_log::Role::Harness, sessionlog_log::Role::Reader],
+            None,
+            Duration::from_secs(3600),
+        )?;
+        Ok(sessionlog_testkit::auth::client_builder(&token)?
+            .pool_max_idle_per_host(connections)
+            .timeout(timeout)
+            .build()?)
     }
 
     /// Drops the run's keyspace and topics.
@@ -663,92 +504,4 @@ impl ServiceRun {
         )
         .await
     }
-}
-
-/// A signing key the run's services trust, and tokens minted with it.
-pub struct BenchAuth {
-    key: sessionlog_http::auth::SigningKey,
-    dir: std::path::PathBuf,
-}
-
-impl BenchAuth {
-    /// A fresh key, written where the services' settings will point.
-    pub fn new() -> anyhow::Result<Self> {
-        let key = sessionlog_http::auth::SigningKey::generate()?;
-        let dir =
-            std::env::temp_dir().join(format!("sessionlog-bench-auth-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("jwks.json"), key.jwks().to_string())?;
-        std::fs::write(dir.join("key.pem"), key.pem())?;
-        Ok(Self { key, dir })
-    }
-
-    /// The services' settings that trust the key (and sign recovery's events with it).
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            (
-                "SESSIONLOG_AUTH__JWKS_FILE",
-                self.dir.join("jwks.json").display().to_string(),
-            ),
-            (
-                "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE",
-                self.dir.join("key.pem").display().to_string(),
-            ),
-        ]
-    }
-
-    /// A client holding a harness token, with room for `connections` requests at once.
-    pub fn client(&self, connections: usize, timeout: Duration) -> anyhow::Result<reqwest::Client> {
-        let token = self.key.mint(&sessionlog_http::auth::Grant::new(
-            "bench",
-            &[sessionlog_log::Role::Harness, sessionlog_log::Role::Reader],
-            Duration::from_secs(3600),
-        ))?;
-        Ok(reqwest::Client::builder()
-            .default_headers(sessionlog_http::auth::bearer_headers(&token)?)
-            .pool_max_idle_per_host(connections)
-            .timeout(timeout)
-            .build()?)
-    }
-}
-
-impl Drop for BenchAuth {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A service's `/metrics` page (Prometheus text).
-pub async fn metrics_page(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
-    Ok(http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?)
-}
-
-/// Waits (up to a minute) until the service answers `/health/ready` with 200.
-pub async fn wait_ready(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        if let Ok(answer) = http.get(format!("{base}/health/ready")).send().await
-            && answer.status().is_success()
-        {
-            return Ok(());
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            anyhow::bail!("serve-recovery was not ready within a minute at {base}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// `127.0.0.1:<port>` with a port free now: bind :0, read it, release it for the service.
-pub fn free_address() -> anyhow::Result<String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    Ok(format!("127.0.0.1:{port}"))
 }

@@ -24,12 +24,13 @@
 //! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- mcp --rounds 3`
 //! (`--large-only` for the second part alone, `--large-events 0` for the first alone)
 
-use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
+use crate::{Latencies, Spread, Watched, print_table};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::{EventRange, Recovery};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
+use sessionlog_testkit::{free_address, wait_ready};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -155,7 +156,7 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let run = crate::ServiceRun::prepare("mcp", args.partitions).await?;
     let (settings, store) = (&run.settings, &run.store);
-    let projector = Watched::spawn(crate::sessionlog_command(&run.bin, &["project"], &run.env))?;
+    let projector = Watched::spawn(run.command(&["project"])?)?;
     let log = Arc::new(EventLog::from_settings(settings).await?);
     let long = if args.large_only {
         None
@@ -244,17 +245,13 @@ fn large_text(seq: u64, bytes: usize) -> String {
 /// process and a client connected to it.
 async fn serve(run: &crate::ServiceRun, session: SessionId) -> Result<(Watched, Client, String)> {
     let listen = free_address()?;
-    let mut serve = crate::sessionlog_command(
-        &run.bin,
-        &[
-            "mcp",
-            "--session",
-            &session.to_string(),
-            "--listen",
-            &listen,
-        ],
-        &run.env,
-    );
+    let mut serve = run.command(&[
+        "mcp",
+        "--session",
+        &session.to_string(),
+        "--listen",
+        &listen,
+    ])?;
     // The server's log, kept so that a failed request (a JSON-RPC error) can be explained.
     let server_log = std::env::temp_dir().join(format!("sessionlog-bench-mcp-{session}.log"));
     serve.stderr(
@@ -264,7 +261,7 @@ async fn serve(run: &crate::ServiceRun, session: SessionId) -> Result<(Watched, 
     eprintln!("the MCP server logs to {}", server_log.display());
     let service = Watched::spawn(serve)?;
     let base = format!("http://{listen}");
-    let http = run.auth.client(4, Duration::from_secs(60))?;
+    let http = run.client(4, Duration::from_secs(60))?;
     wait_ready(&http, &base).await?;
     let client = Client::connect(http, &base).await?;
     Ok((service, client, server_log.display().to_string()))

@@ -26,6 +26,7 @@ use anyhow::{Context, Result, bail};
 use sessionlog_log::{Settings, topic};
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, EventEncoder, SessionEvent};
+use sessionlog_testkit::stack;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -92,14 +93,10 @@ impl Figures {
 /// Runs the benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None).context("loading settings")?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
-    settings.kafka.topic = format!("bench-producer-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-producer-{tag}-dlq");
-    settings.kafka.partitions = args.partitions;
+    stack::isolate(&mut settings, "bench", "producer", args.partitions);
     topic::ensure_topics(&settings.kafka).await?;
     if args.encryption_rounds > 0 {
-        let (plain, sealed, _kek) = crate::plain_and_sealed(&settings).await?;
+        let (plain, sealed) = crate::plain_and_sealed(&settings).await?;
         let sides = [
             Side {
                 name: "plain",
@@ -116,7 +113,7 @@ pub async fn run(args: Args) -> Result<()> {
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
-    let _kek = crate::prepare_privacy(&mut settings).await?;
+    crate::prepare_privacy(&mut settings).await?;
     if args.confirm_rounds > 0 {
         let sides = [
             Side {
@@ -134,9 +131,9 @@ pub async fn run(args: Args) -> Result<()> {
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
-    let mut reference = settings.kafka.clone();
-    reference.topic = format!("bench-kafka-{tag}");
-    reference.dead_letter_topic = format!("bench-kafka-{tag}-dlq");
+    let mut reference_run = settings.clone();
+    stack::isolate(&mut reference_run, "bench", "kafka", args.partitions);
+    let reference = reference_run.kafka;
     topic::ensure_topics(&reference).await?;
     let result = against_kafka(&settings, &reference.topic, &args).await;
     // The run's topics go: runs must not pile data up on the stack.
@@ -484,20 +481,15 @@ fn payload(log: &EventLog, record_size: usize, seed: u64) -> Result<String> {
     };
     let encoder = EventEncoder::with_schema_id(log.schema_id());
     let probe = |text: String| -> Result<usize> {
-        let envelope = sessionlog_schemas::EventEnvelope {
-            event_id: uuid::Uuid::now_v7(),
-            session_id: sessionlog_schemas::SessionId::new(),
-            seq: 2,
-            writer_epoch: 1,
-            occurred_at: 0,
-            causation_id: None,
-            idempotency_key: None,
-            schema_version: sessionlog_schemas::CURRENT_SCHEMA_VERSION,
-            event: SessionEvent::UserRequest {
+        // Stamped now, as the writer stamps what it sends (the time's varint is part of the size).
+        let envelope = sessionlog_schemas::EventEnvelope::new(
+            sessionlog_schemas::SessionId::new(),
+            2,
+            1,
+            SessionEvent::UserRequest {
                 content: Content::plain(text),
             },
-            attestation: None,
-        };
+        );
         Ok(encoder.encode(&envelope)?.len())
     };
     let overhead = probe(String::new())?;

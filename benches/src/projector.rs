@@ -39,9 +39,11 @@ use sessionlog_projector::observe;
 use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
 use sessionlog_store::verify::TABLES;
+use sessionlog_testkit::projector::{partition_ends, wait_applied_through};
+use sessionlog_testkit::stack;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,16 +101,14 @@ struct Projector {
 /// Starts `sessionlog project` and returns it with a log to load it through, once it has
 /// projected a first session: its start (process, group join, first fetch) is not lag.
 async fn start_projector(
-    bin: &PathBuf,
+    bin: &Path,
     settings: &Settings,
     store: &ProjectionStore,
 ) -> Result<(Projector, Arc<EventLog>)> {
-    let listen = crate::free_address()?;
+    let listen = sessionlog_testkit::free_address()?;
     let started = Instant::now();
-    let mut project = Command::new(bin);
-    project
-        .args(["project", "--listen", &listen])
-        .envs(crate::sessionlog_env(settings));
+    let mut project = sessionlog_testkit::served::command_with(bin, settings)?;
+    project.args(["project", "--listen", &listen]);
     let process = Watched::spawn(project)?;
     let log = Arc::new(EventLog::connect(settings, ProducerOptions::default()).await?);
     SessionWriter::create(Arc::clone(&log), "bench-probe", None).await?;
@@ -335,10 +335,10 @@ fn report_written(written: &Written, stored: Option<&BTreeMap<String, u64>>) {
 }
 
 /// The lag run (1.) on a topic and keyspace of its own, dropped afterwards.
-async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> {
+async fn lag_run(args: &Args, base: &Settings, bin: &Path) -> Result<LagRun> {
     let mut settings = base.clone();
-    crate::isolate_run(&mut settings, "projector", args.partitions);
-    crate::prepare_topics(&settings).await?;
+    stack::isolate(&mut settings, "bench", "projector", args.partitions);
+    stack::create_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
     let (projector, log) = start_projector(bin, &settings, &store).await?;
     let (appended, Lag { mut all, .. }) =
@@ -354,8 +354,8 @@ async fn lag_run(args: &Args, base: &Settings, bin: &PathBuf) -> Result<LagRun> 
 }
 
 /// Rounds of the lag run with encryption off and on, alternating which runs first.
-async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> Result<()> {
-    let (plain, sealed, _kek) = crate::plain_and_sealed(settings).await?;
+async fn compare_encryption(args: &Args, settings: &Settings, bin: &Path) -> Result<()> {
+    let (plain, sealed) = crate::plain_and_sealed(settings).await?;
     let (mut rows, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=args.encryption_rounds {
         let plain_first = round % 2 == 1;
@@ -413,25 +413,26 @@ async fn compare_encryption(args: &Args, settings: &Settings, bin: &PathBuf) -> 
 pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
     if args.encryption_rounds > 0 {
-        let bin = crate::sessionlog_bin()?;
+        let bin = sessionlog_testkit::sessionlog_bin()?;
         return compare_encryption(&args, &settings, &bin).await;
     }
-    crate::isolate_run(&mut settings, "projector", args.partitions);
-    crate::prepare_topics(&settings).await?;
+    stack::isolate(&mut settings, "bench", "projector", args.partitions);
+    stack::create_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let bin = crate::sessionlog_bin()?;
-    let _kek = crate::prepare_privacy(&mut settings).await?;
+    let bin = sessionlog_testkit::sessionlog_bin()?;
+    crate::prepare_privacy(&mut settings).await?;
 
     // Run 1: live projection under load.
     let (projector, log) = start_projector(&bin, &settings, &store).await?;
     let (appended, mut lag) = load(&args, args.rounds, &log, &store, &settings.kafka.topic).await?;
     let reader = PartitionReader::new(&settings.kafka, &settings.kafka.topic)?;
-    let ends = crate::partition_ends(&reader, args.partitions).await?;
-    crate::wait_applied_through(
+    let ends = partition_ends(&reader, args.partitions).await?;
+    wait_applied_through(
         &store,
         &settings.kafka.topic,
         &ends,
         Duration::from_secs(600),
+        crate::POLL,
     )
     .await?;
     let live_rss = projector.process.peak_mib();
@@ -531,11 +532,10 @@ pub async fn run(args: Args) -> Result<()> {
 
 /// Replays the run's topic into `keyspace` with `sessionlog replay`; its seconds and the
 /// process's peak RSS in MiB.
-fn replay(bin: &PathBuf, settings: &Settings, keyspace: &str) -> Result<(f64, f64)> {
-    let mut replay = Command::new(bin);
+fn replay(bin: &Path, settings: &Settings, keyspace: &str) -> Result<(f64, f64)> {
+    let mut replay = sessionlog_testkit::served::command_with(bin, settings)?;
     replay
         .args(["replay", "--keyspace", keyspace])
-        .envs(crate::sessionlog_env(settings))
         .stderr(Stdio::null());
     let started = Instant::now();
     let mut replayer = Watched::spawn(replay)?;

@@ -31,6 +31,7 @@ use sessionlog_recovery::{RebuiltSession, Recovery, StartPoint};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
 use sessionlog_session::DUPLICATE_WINDOW;
 use sessionlog_store::ProjectionStore;
+use sessionlog_testkit::stack;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,13 +93,11 @@ pub async fn run(args: Args) -> Result<()> {
         lengths.push(args.max_events);
     }
     let mut base = Settings::load(None).context("loading settings")?;
-    let _kek = crate::prepare_privacy(&mut base).await?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let tag = &run[run.len() - 8..];
+    crate::prepare_privacy(&mut base).await?;
 
     let mut rows = Vec::new();
     for length in lengths {
-        rows.push(measure(&base, &format!("{tag}_{length}"), length, &args).await?);
+        rows.push(measure(&base, length, &args).await?);
     }
 
     println!(
@@ -181,17 +180,14 @@ fn start_point(start: &StartPoint) -> String {
 
 /// Writes one session of `length` events to a fresh topic and keyspace, projects it, then times
 /// the checkpoint rebuild and the full replay.
-async fn measure(base: &Settings, tag: &str, length: u64, args: &Args) -> Result<Row> {
+async fn measure(base: &Settings, length: u64, args: &Args) -> Result<Row> {
     let mut settings = base.clone();
-    settings.kafka.topic = format!("bench-recovery-{tag}");
-    settings.kafka.dead_letter_topic = format!("bench-recovery-{tag}-dlq");
-    settings.kafka.partitions = 1;
-    settings.cql.keyspace = format!("bench_recovery_{tag}");
-    crate::prepare_topics(&settings).await?;
+    let tag = stack::isolate(&mut settings, "bench", &format!("recovery_{length}"), 1);
+    stack::create_topics(&settings).await?;
 
     // The projector runs alongside the appends, as it would in production.
     let options = ProjectorOptions {
-        group_id: format!("bench-recovery-{tag}"),
+        group_id: stack::group("bench", &tag),
         ..ProjectorOptions::from(&settings.projector)
     };
     let projector = Projector::new(&settings, options).await?;

@@ -11,17 +11,18 @@
 //! target/release/sessionlog-bench rejoin --rounds 6
 //! ```
 
-use crate::{
-    Spread, partition_ends, print_table, sessionlog_bin, sessionlog_env, wait_applied_through,
-};
+use crate::{POLL, Spread, print_table};
 use anyhow::Result;
 use sessionlog_log::{PartitionReader, Settings};
 use sessionlog_producer::{EventLog, ProducerOptions, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent};
 use sessionlog_store::ProjectionStore;
+use sessionlog_testkit::projector::{partition_ends, wait_applied_through};
+use sessionlog_testkit::sessionlog_bin;
+use sessionlog_testkit::stack;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -48,11 +49,10 @@ struct Projector(Child);
 
 impl Projector {
     fn start(bin: &Path, settings: &Settings, group: &str, instance: &str) -> Result<Self> {
-        let child = Command::new(bin)
+        let mut instance_settings = settings.clone();
+        instance_settings.projector.instance_id = instance.into();
+        let child = sessionlog_testkit::served::command_with(bin, &instance_settings)?
             .args(["project", "--group", group])
-            .envs(sessionlog_env(settings))
-            .env("SESSIONLOG_PROJECTOR__INSTANCE_ID", instance)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -92,7 +92,7 @@ async fn rejoin(
     );
     let first = Projector::start(&bin, settings, group, instance)?;
     let ends = partition_ends(&reader, partitions).await?;
-    wait_applied_through(store, topic, &ends, CATCH_UP).await?;
+    wait_applied_through(store, topic, &ends, CATCH_UP, POLL).await?;
     first.kill_9()?;
     // Some record written since its last batch, so that only the restarted one can apply it.
     let before = loop {
@@ -104,21 +104,21 @@ async fn rejoin(
         {
             break now;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
     };
     let restarted = Instant::now();
     let _second = Projector::start(&bin, settings, group, instance)?;
-    wait_applied_through(store, topic, &before, CATCH_UP).await?;
+    wait_applied_through(store, topic, &before, CATCH_UP, POLL).await?;
     Ok(restarted.elapsed().as_secs_f64())
 }
 
 /// Runs the benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
-    let tag = crate::isolate_run(&mut settings, "rejoin", args.partitions);
-    crate::prepare_topics(&settings).await?;
+    let tag = stack::isolate(&mut settings, "bench", "rejoin", args.partitions);
+    stack::create_topics(&settings).await?;
     let store = ProjectionStore::migrate(&settings.cql).await?;
-    let _kek = crate::prepare_privacy(&mut settings).await?;
+    crate::prepare_privacy(&mut settings).await?;
 
     // A light load throughout, so that there is always something to apply after a restart.
     let log = Arc::new(EventLog::connect(&settings, ProducerOptions::default()).await?);

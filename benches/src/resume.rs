@@ -18,12 +18,13 @@
 //! target/release/sessionlog-bench resume --sessions 1000 --rounds 3
 //! ```
 
-use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
+use crate::{Latencies, Spread, Watched, print_table};
 use anyhow::{Result, bail};
 use futures::StreamExt;
 use sessionlog_log::Settings;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{Content, SessionEvent, SessionId};
+use sessionlog_testkit::{free_address, wait_ready};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,30 +83,25 @@ pub async fn run(args: Args) -> Result<()> {
     if args.sessions == 0 || args.rounds == 0 {
         bail!("--sessions and --rounds must be at least 1");
     }
-    let run = crate::ServiceRun::prepare("resume", args.partitions).await?;
-    let (bin, settings, store, auth, env) =
-        (&run.bin, &run.settings, &run.store, &run.auth, &run.env);
+    let mut run = crate::ServiceRun::prepare("resume", args.partitions).await?;
 
-    let projector = Watched::spawn(crate::sessionlog_command(bin, &["project"], env))?;
+    let projector = Watched::spawn(run.command(&["project"])?)?;
 
-    let sessions = write_sessions(settings, &args).await?;
-    let took = crate::wait_projected(settings, store).await?;
+    let sessions = write_sessions(&run.settings, &args).await?;
+    let took = crate::wait_projected(&run.settings, &run.store).await?;
     eprintln!("projected ({:.1} s)", took.as_secs_f64());
 
-    let listen = free_address()?;
-    let mut serve = crate::sessionlog_command(bin, &["serve-recovery", "--listen", &listen], env);
+    // The service's own settings, given to it alone (the writes above used the defaults).
     if let Some(readers) = args.readers {
-        serve.env("SESSIONLOG_PRODUCER__READERS", readers.to_string());
+        run.settings.producer.readers = readers;
     }
     if let Some(limit) = args.max_concurrent_resumes {
-        serve.env(
-            "SESSIONLOG_RECOVERY__MAX_CONCURRENT_RESUMES",
-            limit.to_string(),
-        );
+        run.settings.recovery.max_concurrent_resumes = limit;
     }
-    let service = Watched::spawn(serve)?;
+    let listen = free_address()?;
+    let service = Watched::spawn(run.command(&["serve-recovery", "--listen", &listen])?)?;
     let base = format!("http://{listen}");
-    let http = auth.client(
+    let http = run.client(
         args.sessions,
         Duration::from_secs(args.request_timeout_secs),
     )?;
@@ -301,7 +297,9 @@ pub(crate) struct Counters {
 
 impl Counters {
     async fn scrape(http: &reqwest::Client, base: &str) -> Result<Self> {
-        Ok(Self::parse(&crate::metrics_page(http, base).await?))
+        Ok(Self::parse(
+            &sessionlog_testkit::metrics_page(http, base).await?,
+        ))
     }
 
     /// The counters in a Prometheus text page (a service's `/metrics`, or this process's own

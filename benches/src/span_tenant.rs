@@ -29,6 +29,7 @@ use sessionlog_log::Settings;
 use sessionlog_schemas::SessionId;
 use sessionlog_session::trace::{MODEL_CALL, SpanWrite, day_bucket, day_of};
 use sessionlog_store::{CqlRow, DaySpanRow, ProjectionStore, ROWS_PER_BATCH, SpanSearch};
+use sessionlog_testkit::stack;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -84,8 +85,8 @@ pub async fn run(args: Args) -> Result<()> {
         bail!("--rounds, --small-spans, --factor and --limit must be at least 1");
     }
     let mut settings = Settings::load(None).context("loading settings")?;
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    settings.cql.keyspace = format!("bench_spantenant_{}", &run[run.len() - 8..]);
+    // A keyspace of the run's own (it writes no topic).
+    stack::isolate(&mut settings, "bench", "spantenant", 1);
     let store = ProjectionStore::migrate(&settings.cql).await?;
     store.fix_trace_day_buckets(args.buckets).await?;
 

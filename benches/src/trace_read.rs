@@ -17,7 +17,7 @@
 //!
 //! `cargo run --release -p sessionlog-benches --bin sessionlog-bench -- trace-read --rounds 5`
 
-use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
+use crate::{Latencies, Spread, Watched, print_table};
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
 use serde_json::Value;
@@ -25,6 +25,7 @@ use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_schemas::{
     CallOutcome, Content, EffectClass, ResultSource, SessionEvent, SessionId, TerminalOutcome,
 };
+use sessionlog_testkit::{free_address, wait_ready};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,9 +66,8 @@ pub async fn run(args: Args) -> Result<()> {
         bail!("--spans must be at least 3, --rounds at least 1, --days 1 to 31");
     }
     let run = crate::ServiceRun::prepare("traceread", args.partitions).await?;
-    let (bin, settings, store, auth, env) =
-        (&run.bin, &run.settings, &run.store, &run.auth, &run.env);
-    let projector = Watched::spawn(crate::sessionlog_command(bin, &["project"], env))?;
+    let (settings, store) = (&run.settings, &run.store);
+    let projector = Watched::spawn(run.command(&["project"])?)?;
 
     let log = Arc::new(EventLog::from_settings(settings).await?);
     let big = big_session(&log, args.spans).await?;
@@ -77,10 +77,9 @@ pub async fn run(args: Args) -> Result<()> {
     eprintln!("written and projected ({:.1} s)", took.as_secs_f64());
 
     let listen = free_address()?;
-    let serve = crate::sessionlog_command(bin, &["serve-recovery", "--listen", &listen], env);
-    let service = Watched::spawn(serve)?;
+    let service = Watched::spawn(run.command(&["serve-recovery", "--listen", &listen])?)?;
     let base = format!("http://{listen}");
-    let http = auth.client(8, Duration::from_secs(60))?;
+    let http = run.client(8, Duration::from_secs(60))?;
     wait_ready(&http, &base).await?;
 
     let today = sessionlog_session::trace::day_of(sessionlog_schemas::now_micros());

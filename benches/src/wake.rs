@@ -26,13 +26,14 @@
 //! ```
 
 use crate::resume::Counters;
-use crate::{Latencies, Spread, Watched, free_address, print_table, wait_ready};
+use crate::{Latencies, Spread, Watched, print_table};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use sessionlog_producer::{EventLog, SessionWriter};
 use sessionlog_recovery::Recovery;
 use sessionlog_recovery::worker::{Work, Worker};
 use sessionlog_schemas::{Content, Micros, SessionEvent, SessionId, now_micros};
+use sessionlog_testkit::{free_address, wait_ready};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,19 +150,11 @@ pub async fn run(args: Args) -> Result<()> {
     let render_metrics = move || recorder.render();
     let mut run = crate::ServiceRun::prepare("wake", args.partitions).await?;
     run.settings.lease.ttl_ms = args.ttl_ms;
-    run.env
-        .push(("SESSIONLOG_LEASE__TTL_MS", args.ttl_ms.to_string()));
-    // The workers' claims are signed with the key the run's services trust.
-    run.settings.recovery.signing_key_file = run
-        .env
-        .iter()
-        .find(|(k, _)| *k == "SESSIONLOG_RECOVERY__SIGNING_KEY_FILE")
-        .map(|(_, v)| v.clone());
     let (settings, store) = (&run.settings, &run.store);
 
-    let projector = Watched::spawn(run.command(&["project"]))?;
+    let projector = Watched::spawn(run.command(&["project"])?)?;
     let listen = free_address()?;
-    let waker = Watched::spawn(run.command(&["wake", "--listen", &listen]))?;
+    let waker = Watched::spawn(run.command(&["wake", "--listen", &listen])?)?;
     let base = format!("http://{listen}");
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -472,7 +465,7 @@ fn ms(d: Duration) -> f64 {
 /// The wake component's lease-expiry wakes written so far, first and repeated, from its
 /// `/metrics`.
 async fn wakes_written(http: &reqwest::Client, base: &str) -> Result<(f64, f64)> {
-    let text = crate::metrics_page(http, base).await?;
+    let text = sessionlog_testkit::metrics_page(http, base).await?;
     let sum = |repeat: &str| -> f64 {
         text.lines()
             .filter(|l| {

@@ -44,7 +44,7 @@ enum Bench {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().bench {
+    let result = match Cli::parse().bench {
         Bench::Claim(args) => claim::run(args).await,
         Bench::Export(args) => export::run(args).await,
         Bench::Ingest(args) => ingest::run(args).await,
@@ -57,5 +57,8 @@ async fn main() -> anyhow::Result<()> {
         Bench::SpanTenant(args) => span_tenant::run(args).await,
         Bench::TraceRead(args) => trace_read::run(args).await,
         Bench::Wake(args) => wake::run(args).await,
-    }
+    };
+    // The run's settings files and keys (sessionlog-testkit's scratch directory) end with it.
+    sessionlog_testkit::served::remove_scratch_dir();
+    result
 }
