@@ -21,6 +21,10 @@ use std::time::Duration;
 /// Apicurio Registry 3's Confluent-compatible API on its default port.
 pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:8081/apis/ccompat/v7";
 
+/// What [`SchemaRegistry::kept`] calls itself where a registry has a URL.
+#[cfg(any(test, feature = "testing"))]
+const KEPT_URL: &str = "kept:session-event";
+
 /// How long one registry HTTP call may take before it counts as unreachable.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -131,6 +135,9 @@ struct Inner {
     by_id: Mutex<HashMap<u32, Arc<Schema>>>,
     /// Held while a schema is fetched: one fetch at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// No registry behind it: the cache holds the schemas this build keeps, and nothing is
+    /// asked over HTTP ([`SchemaRegistry::kept`]).
+    kept: bool,
 }
 
 impl SchemaRegistry {
@@ -199,8 +206,41 @@ impl SchemaRegistry {
                 credentials: access.credentials,
                 by_id: Mutex::new(HashMap::new()),
                 fetching: tokio::sync::Mutex::new(()),
+                kept: false,
             }),
         })
+    }
+
+    /// A registry-free stand-in: the schemas this build keeps (`avro/session-event.vN.avsc`),
+    /// version N under id N, and no server. Encoding with it writes schema id
+    /// [`crate::CURRENT_SCHEMA_VERSION`], and decoding reads records of every kept version: what
+    /// unit tests and the in-memory log of `sessionlog-producer` (feature `test-util`) encode
+    /// and decode with. An id it does not keep is [`Error::UnknownSchemaId`] (a dead letter).
+    /// One per process, shared by its clones: building it (an HTTP client, every schema) is
+    /// most of a unit test's time otherwise.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn kept() -> Self {
+        static KEPT: std::sync::OnceLock<SchemaRegistry> = std::sync::OnceLock::new();
+        KEPT.get_or_init(Self::build_kept).clone()
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn build_kept() -> Self {
+        let by_id = schema_versions()
+            .iter()
+            .map(|v| (v.version, Arc::new(v.schema.clone())))
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                url: KEPT_URL.to_owned(),
+                settings: SrSettings::new(KEPT_URL.to_owned()),
+                http: reqwest::Client::new(),
+                credentials: RegistryCredentials::None,
+                by_id: Mutex::new(by_id),
+                fetching: tokio::sync::Mutex::new(()),
+                kept: true,
+            }),
+        }
     }
 
     /// The registry base URL.
@@ -214,6 +254,10 @@ impl SchemaRegistry {
         subject: &str,
         level: CompatibilityLevel,
     ) -> Result<()> {
+        if self.inner.kept {
+            // The kept versions are checked BACKWARD_TRANSITIVE by this crate's tests.
+            return Ok(());
+        }
         let url = format!("{}/config/{}", self.inner.url, escape(subject));
         let response = self
             .authed(self.inner.http.put(&url))
@@ -251,6 +295,9 @@ impl SchemaRegistry {
     /// Asks the registry for schema `id`, past the cache: whether it serves the schema events
     /// are written with, for a readiness check.
     pub async fn ping(&self, id: u32) -> Result<()> {
+        if self.inner.kept {
+            return self.schema_by_id(id).await.map(drop);
+        }
         let url = format!("{}/schemas/ids/{id}", self.inner.url);
         let response = self
             .authed(self.inner.http.get(&url))
@@ -281,6 +328,12 @@ impl SchemaRegistry {
         struct Config {
             #[serde(rename = "compatibilityLevel")]
             compatibility_level: String,
+        }
+        if self.inner.kept {
+            return Ok(RegistryAbout {
+                version: Some("the schemas this build keeps (no registry)".to_owned()),
+                compatibility: Some(CompatibilityLevel::BackwardTransitive.as_str().to_owned()),
+            });
         }
         let url = &self.inner.url;
         let compatibility = self
@@ -348,6 +401,16 @@ impl SchemaRegistry {
     /// Register one schema text under `subject`, returning its id. Registering a schema the
     /// subject already has returns the existing id.
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32> {
+        if self.inner.kept {
+            return schema_versions()
+                .iter()
+                .find(|v| v.text == schema)
+                .map(|v| v.version)
+                .ok_or_else(|| Error::Registry {
+                    url: self.inner.url.clone(),
+                    message: format!("{subject}: only the schemas this build keeps register here"),
+                });
+        }
         let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.to_owned());
         post_schema(&self.inner.settings, subject.to_owned(), supplied)
             .await
@@ -383,6 +446,10 @@ impl SchemaRegistry {
     pub async fn schema_by_id(&self, id: u32) -> Result<Arc<Schema>> {
         if let Some(schema) = self.cache().get(&id) {
             return Ok(Arc::clone(schema));
+        }
+        if self.inner.kept {
+            // Nobody to ask: every kept version is in the cache from the start.
+            return Err(Error::UnknownSchemaId(id));
         }
         // One fetch at a time, and the cache looked at again once it is this one's turn: a
         // fresh process whose thousand sessions all read back at once would otherwise ask the
@@ -511,6 +578,15 @@ impl EventDecoder {
         }
     }
 
+    /// A decoder of every kept schema version with no registry ([`SchemaRegistry::kept`]).
+    /// Clones of one process-wide decoder, so each version's body decoder is built once.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn kept() -> Self {
+        static KEPT: std::sync::OnceLock<EventDecoder> = std::sync::OnceLock::new();
+        KEPT.get_or_init(|| Self::new(SchemaRegistry::kept()))
+            .clone()
+    }
+
     /// The registry this decoder asks.
     pub fn registry(&self) -> &SchemaRegistry {
         &self.registry
@@ -570,6 +646,77 @@ mod tests {
             }
         });
         url
+    }
+
+    /// Golden bodies of every kept version, framed with the version as the schema id: what a
+    /// topic written by every earlier build holds, as the kept registry numbers them.
+    fn golden_records() -> Vec<(u32, Vec<u8>, EventEnvelope)> {
+        let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+        let mut records = Vec::new();
+        for version in schema_versions() {
+            let dir = golden.join(format!("v{}", version.version));
+            let mut bodies: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .map(|entry| entry.expect("a readable entry").path())
+                .filter(|path| path.extension().is_some_and(|x| x == "avro"))
+                .collect();
+            bodies.sort();
+            for body in bodies {
+                let json = std::fs::read_to_string(body.with_extension("json")).expect("its json");
+                let expected = serde_json::from_str(&json).expect("golden json parses");
+                let body = std::fs::read(&body).expect("a readable body");
+                records.push((version.version, frame(version.version, &body), expected));
+            }
+        }
+        records
+    }
+
+    #[tokio::test]
+    async fn the_kept_registry_decodes_every_kept_version_without_a_server() {
+        let decoder = EventDecoder::kept();
+        let records = golden_records();
+        let versions: std::collections::BTreeSet<u32> = records.iter().map(|r| r.0).collect();
+        assert_eq!(versions.len(), schema_versions().len(), "{versions:?}");
+        for (version, record, expected) in records {
+            let decoded = decoder.decode(&record).await.expect("decodes");
+            assert_eq!(decoded, expected, "a v{version} record");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_kept_registry_encodes_with_the_current_version_and_reads_it_back() {
+        let registry = SchemaRegistry::kept();
+        let encoder = EventEncoder::register(&registry, &value_subject("session-events"))
+            .await
+            .expect("registers the kept versions");
+        assert_eq!(encoder.schema_id(), crate::CURRENT_SCHEMA_VERSION);
+        let (_, _, envelope) = golden_records().pop().expect("a golden record");
+        let record = encoder.encode(&envelope).expect("encodes");
+        let decoded = EventDecoder::new(registry.clone()).decode(&record).await;
+        assert_eq!(decoded.expect("decodes"), envelope);
+        registry
+            .ping(encoder.schema_id())
+            .await
+            .expect("knows its id");
+    }
+
+    #[tokio::test]
+    async fn an_id_the_build_does_not_keep_is_a_dead_letter_not_an_outage() {
+        let decoder = EventDecoder::kept();
+        let (_, record, _) = golden_records().pop().expect("a golden record");
+        let (_, body) = unframe(&record).expect("framed");
+        let unknown = crate::CURRENT_SCHEMA_VERSION + 1;
+        let failed = decoder.decode(&frame(unknown, body)).await;
+        assert!(
+            matches!(&failed, Err(Error::UnknownSchemaId(id)) if *id == unknown),
+            "{failed:?}"
+        );
+        assert!(!failed.is_err_and(|e| e.is_retriable()));
+        let registered = SchemaRegistry::kept().register("s", "{}").await;
+        assert!(
+            matches!(registered, Err(Error::Registry { .. })),
+            "{registered:?}"
+        );
     }
 
     #[tokio::test]
