@@ -1,23 +1,20 @@
 //! The process-wide handle on the session-events topic.
 
+use crate::backend::{Backend, KafkaBackend, LogBackend};
+use crate::epochs::{EpochsSeen, WriterSeen};
 use crate::{Appended, Error, Result};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use serde::Serialize;
 use sessionlog_keys::Keyring;
 use sessionlog_log::lease::Release;
-use sessionlog_log::retry::{self, Retryable};
-use sessionlog_log::{
-    KafkaSettings, Lease, LogTail, PartitionReader, Settings, Start, TailOptions, partitioner,
-    topic,
-};
+use sessionlog_log::{Lease, RawRecord, Settings, Start, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
 use sessionlog_schemas::{EventDecoder, EventEncoder, EventEnvelope, SessionId, value_subject};
 use sessionlog_store::ProjectionStore;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+pub use crate::kafka::LentReader;
 
 /// Where an acknowledged event sits in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -49,41 +46,25 @@ pub enum WhenFull {
 /// round trip. Writers of other processes are detected by the read-back at claim and at
 /// checkpoint; whatever a fenced writer sends before then is rejected by the fold (a zombie
 /// write), never accepted.
+///
+/// Under it is a [`crate::LogBackend`]: Kafka, or memory in unit tests
+/// ([`crate::testing::MemoryLog`], feature `test-util`).
 pub struct EventLog {
-    producer: FutureProducer,
+    pub(crate) backend: Backend,
     encoder: EventEncoder,
     decoder: EventDecoder,
-    kafka: KafkaSettings,
+    topic: String,
     partitions: i32,
     options: ProducerOptions,
     in_flight: Arc<Semaphore>,
     epochs: Arc<EpochsSeen>,
-    keyring: Option<Arc<Keyring>>,
+    pub(crate) keyring: Option<Arc<Keyring>>,
     projection: Option<ProjectionStore>,
     /// Signs the claims and forks written through this log (the recovery service's): a signed
     /// claim is one whose maker judged the session's gates (see `sessionlog_session::gate`).
     attester: Option<Arc<dyn Attester>>,
-    /// Idle partition readers, kept between read-backs: a consumer costs a client, its
-    /// threads and a connection to every broker, too much to make for every confirmed append.
-    readers: Mutex<Vec<PartitionReader>>,
-    /// One permit per reader that may exist (`[producer] readers`): read-backs beyond it wait
-    /// for a reader rather than each making one (a thousand sessions confirming at once would
-    /// make a thousand; a consumer made per read-back managed about 25 a second). A reused
-    /// reader never hands a read records it fetched for an earlier one:
-    /// `PartitionReader::read_range` delivers exactly the offsets asked for, and reads again on
-    /// any gap (tests/tests/integration/reader_reuse.rs).
-    reader_permits: Arc<Semaphore>,
-    /// The process's tail of the topic, started by the first keyed read (a confirmation, a
-    /// catch-up): afterwards such reads wait for it instead of seeking a reader
-    /// (`[producer] tail_bytes`; see [`LogTail`]).
-    tail: tokio::sync::OnceCell<Option<LogTail>>,
     /// `[lease] ttl_ms`: how long the leases writers hold through this log last (`None`: off).
-    lease_ttl: Option<Duration>,
-    /// Whether the lease topic was found with the events topic's partition count (checked
-    /// once, at the first lease written).
-    lease_topic_checked: tokio::sync::OnceCell<()>,
-    /// The wake topic's writer, made on first use.
-    wake_writer: tokio::sync::OnceCell<sessionlog_log::WakeWriter>,
+    pub(crate) lease_ttl: Option<Duration>,
 }
 
 /// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
@@ -120,49 +101,41 @@ impl EventLog {
             })?;
         let keyring = sessionlog_store::keyring(settings).await?;
         let partitions = topic::pinned_partitions(&settings.kafka).await?;
-        let mut config = settings.kafka.producer_config();
-        config
-            .set("compression.type", &options.compression)
-            .set("linger.ms", options.linger_ms.to_string())
-            .set("batch.size", options.batch_size.to_string())
-            .set("batch.num.messages", options.batch_num_messages.to_string())
-            .set(
-                "message.timeout.ms",
-                options.delivery_timeout_ms.to_string(),
-            )
-            // Our own window admits at most max_in_flight events, so librdkafka's queue never
-            // has to refuse one of ours for its count.
-            .set(
-                "queue.buffering.max.messages",
-                options.max_in_flight.clamp(1, 10_000_000).to_string(),
-            );
-        // Pass-through properties win over our tuning, as they do in producer_config().
-        for (key, value) in &settings.kafka.librdkafka {
-            config.set(key, value);
-        }
-        let producer: FutureProducer = config
-            .create()
-            .map_err(sessionlog_log::Error::kafka("create producer"))?;
-        let readers = options.readers.max(1);
-        Ok(Self {
-            producer,
+        let backend = KafkaBackend::connect(&settings.kafka, partitions, &options)?;
+        let mut log = Self::over(
+            Backend::Kafka(backend),
+            (encoder, EventDecoder::new(registry)),
+            &settings.kafka.topic,
+            partitions,
+            options,
+        );
+        log.keyring = keyring;
+        log.lease_ttl = settings.lease.ttl();
+        Ok(log)
+    }
+
+    /// A log writing through `backend`, with nothing attached.
+    pub(crate) fn over(
+        backend: Backend,
+        (encoder, decoder): (EventEncoder, EventDecoder),
+        topic: &str,
+        partitions: i32,
+        options: ProducerOptions,
+    ) -> Self {
+        Self {
+            backend,
             encoder,
-            decoder: EventDecoder::new(registry),
-            kafka: settings.kafka.clone(),
+            decoder,
+            topic: topic.to_string(),
             partitions,
             in_flight: Arc::new(Semaphore::new(options.max_in_flight.max(1))),
             options,
             epochs: Arc::default(),
-            keyring,
+            keyring: None,
             projection: None,
             attester: None,
-            readers: Mutex::new(Vec::new()),
-            reader_permits: Arc::new(Semaphore::new(readers)),
-            tail: tokio::sync::OnceCell::new(),
-            lease_ttl: settings.lease.ttl(),
-            lease_topic_checked: tokio::sync::OnceCell::new(),
-            wake_writer: tokio::sync::OnceCell::new(),
-        })
+            lease_ttl: None,
+        }
     }
 
     /// How long the leases writers hold through this log last: `[lease] ttl_ms`, `None` when
@@ -205,48 +178,12 @@ impl EventLog {
     /// Writes `wake` to the wake topic (keyed and partitioned as its session's events, so a
     /// session's wakes stay in order) and waits for the ack.
     pub async fn put_wake(&self, wake: &sessionlog_log::Wake) -> Result<()> {
-        let writer = self
-            .wake_writer
-            .get_or_try_init(|| async {
-                sessionlog_log::WakeWriter::new(
-                    &self.kafka,
-                    self.partitions,
-                    Duration::from_millis(self.options.delivery_timeout_ms),
-                )
-            })
-            .await?;
-        Ok(writer.put(wake).await?)
+        Ok(self.backend.put_wake(wake).await?)
     }
 
     async fn send_lease(&self, session: SessionId, key: &str, value: Option<&[u8]>) -> Result<()> {
-        let topic = self.kafka.lease_topic();
-        self.lease_topic_checked
-            .get_or_try_init(|| async {
-                let live = topic::partition_count(&self.kafka, &topic).await?;
-                match topic::unpinned(live, self.partitions) {
-                    None => Ok(()),
-                    Some(problem) => Err(sessionlog_log::Error::TopicMismatch {
-                        topic: topic.clone(),
-                        problem: format!(
-                            "{problem} (the lease topic must have the events topic's partitions; \
-                             `sessionlog init` creates it so)"
-                        ),
-                    }),
-                }
-            })
-            .await?;
-        let mut record = FutureRecord::<str, [u8]>::to(&topic)
-            .partition(self.partition_of(session))
-            .key(key);
-        if let Some(value) = value {
-            record = record.payload(value);
-        }
-        let timeout = Duration::from_millis(self.options.delivery_timeout_ms);
-        self.producer
-            .send(record, timeout)
-            .await
-            .map(drop)
-            .map_err(|(source, _)| sessionlog_log::Error::kafka("write a lease")(source).into())
+        let partition = self.partition_of(session);
+        Ok(self.backend.send_lease(partition, key, value).await?)
     }
 
     /// Signs every claim and fork made through this log with `attester` (the recovery
@@ -284,7 +221,7 @@ impl EventLog {
     /// Makes the data key of a session about to start under a fresh id (nothing when
     /// encryption is off): one plain write at creation instead of a conditional one on the
     /// session's first text (see [`Keyring::key_fresh_session`]).
-    pub async fn key_fresh_session(&self, session: SessionId) -> Result<()> {
+    pub(crate) async fn key_fresh_session(&self, session: SessionId) -> Result<()> {
         match &self.keyring {
             Some(keyring) => Ok(keyring.key_fresh_session(session).await?),
             None => Ok(()),
@@ -296,7 +233,7 @@ impl EventLog {
     /// processes agree on one key. Done before the start so that no reader can meet the
     /// session keyless: a recovery instance that opened it then would keep that answer for the
     /// key cache's TTL, and its later sealed texts would read as sealed.
-    pub async fn key_session(&self, session: SessionId) -> Result<()> {
+    pub(crate) async fn key_session(&self, session: SessionId) -> Result<()> {
         match &self.keyring {
             Some(keyring) => keyring
                 .sealing_key(session)
@@ -341,7 +278,7 @@ impl EventLog {
 
     /// The topic written to.
     pub fn topic(&self) -> &str {
-        &self.kafka.topic
+        &self.topic
     }
 
     /// The partition count sessions are placed by (`[kafka] partitions`, checked against the
@@ -441,21 +378,13 @@ impl EventLog {
             };
             let key = partitioner::session_key(envelope.session_id);
             let partition = self.partition_of(envelope.session_id);
-            let delivery = self.enqueue(partition, &key, payload).await;
+            let delivery = self.backend.enqueue(partition, &key, payload).await;
             pending.push((envelope, key, delivery, permit));
         }
         let mut outcomes = Vec::with_capacity(pending.len());
         for (envelope, key, delivery, permit) in pending {
             let outcome = match delivery {
-                Ok(future) => match future.await {
-                    Ok(Ok(delivery)) => Ok(Position {
-                        partition: delivery.partition,
-                        offset: delivery.offset,
-                    }),
-                    Ok(Err((source, _))) => Err(source),
-                    // The producer was dropped with the event queued: it was never acknowledged.
-                    Err(_) => Err(KafkaError::Canceled),
-                },
+                Ok(delivery) => delivery.await,
                 Err(source) => Err(source),
             };
             drop(permit);
@@ -490,43 +419,10 @@ impl EventLog {
             .map_err(|_: TryAcquireError| full())
     }
 
-    /// Hands one record to librdkafka, for `partition`: named explicitly, so that the
-    /// session's partition comes from the pinned count and never from the live one (which
-    /// librdkafka's partitioner would use, moving sessions if partitions were added).
-    /// Enqueueing is synchronous, so events enqueued one after another keep their order;
-    /// librdkafka refuses only when its own byte budget is full, and then we wait for acks to
-    /// free it rather than drop the event.
-    async fn enqueue(
-        &self,
-        partition: i32,
-        key: &str,
-        payload: &[u8],
-    ) -> std::result::Result<DeliveryFuture, KafkaError> {
-        loop {
-            let record = FutureRecord::to(&self.kafka.topic)
-                .partition(partition)
-                .key(key)
-                .payload(payload);
-            match self.producer.send_result(record) {
-                Ok(future) => return Ok(future),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    // librdkafka has no "queue has room" notification; its own FutureProducer
-                    // polls the same way.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((e, _)) => return Err(e),
-            }
-        }
-    }
-
     /// Waits until everything sent so far is acknowledged or `timeout` passes. Call it on
     /// shutdown: events still queued when the process exits are lost unacknowledged.
     pub async fn flush(&self, timeout: Duration) -> Result<()> {
-        let producer = self.producer.clone();
-        tokio::task::spawn_blocking(move || producer.flush(timeout))
-            .await
-            .map_err(|e| sessionlog_log::Error::Task(e.to_string()))?
-            .map_err(|e| sessionlog_log::Error::kafka("flush producer")(e).into())
+        Ok(self.backend.flush(timeout).await?)
     }
 
     /// Reads `partition` from `from` (inclusive) up to `until` (exclusive; `None`: its end as
@@ -572,15 +468,13 @@ impl EventLog {
     ) -> Result<(Vec<Appended>, i64)> {
         let key = session.map(partitioner::session_key);
         let (records, next) = self
-            .read_records(partition, from, until, key.as_deref(), start)
+            .backend
+            .read(partition, from, until, key.as_deref(), start)
             .await?;
         let mut events = Vec::with_capacity(records.len());
         for record in records {
-            let Some(payload) = record.payload.as_deref() else {
-                continue;
-            };
-            match self.decoder.decode(payload).await {
-                Ok(envelope) if session.is_none_or(|s| s == envelope.session_id) => {
+            match self.decoded(&record).await? {
+                Some(envelope) if session.is_none_or(|s| s == envelope.session_id) => {
                     events.push(Appended {
                         envelope,
                         position: Position {
@@ -589,14 +483,27 @@ impl EventLog {
                         },
                     });
                 }
-                Ok(_) => {}
-                Err(e) if e.is_retriable() => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(partition, offset = record.offset, error = %e, "skipping undecodable record");
-                }
+                _ => {}
             }
         }
         Ok((events, next))
+    }
+
+    /// The envelope in `record`, or `None` for a record without one or that will never
+    /// decode (skipped, as the projector dead-letters it); a registry outage is an error.
+    async fn decoded(&self, record: &RawRecord) -> Result<Option<EventEnvelope>> {
+        let Some(payload) = record.payload.as_deref() else {
+            return Ok(None);
+        };
+        match self.decoder.decode(payload).await {
+            Ok(envelope) => Ok(Some(envelope)),
+            Err(e) if e.is_retriable() => Err(e.into()),
+            Err(e) => {
+                let (partition, offset) = (record.partition, record.offset);
+                tracing::warn!(partition, offset, error = %e, "skipping undecodable record");
+                Ok(None)
+            }
+        }
     }
 
     /// Reads and decodes the records of `partition` at `offsets` (any order, duplicates
@@ -616,30 +523,17 @@ impl EventLog {
         let mut events = std::collections::BTreeMap::new();
         for span in wanted.chunk_by(|a, b| b.saturating_sub(*a) <= OFFSET_GAP) {
             let (first, last) = (span[0], span[span.len() - 1]);
+            let until = Some(last.saturating_add(1));
             let (records, _) = self
-                .read_records(
-                    partition,
-                    first,
-                    Some(last.saturating_add(1)),
-                    None,
-                    Start::AskTheLog,
-                )
+                .backend
+                .read(partition, first, until, None, Start::AskTheLog)
                 .await?;
             for record in records {
                 if span.binary_search(&record.offset).is_err() {
                     continue;
                 }
-                let Some(payload) = record.payload.as_deref() else {
-                    continue;
-                };
-                match self.decoder.decode(payload).await {
-                    Ok(envelope) => {
-                        events.insert(record.offset, envelope);
-                    }
-                    Err(e) if e.is_retriable() => return Err(e.into()),
-                    Err(e) => {
-                        tracing::warn!(partition, offset = record.offset, error = %e, "skipping undecodable record");
-                    }
+                if let Some(envelope) = self.decoded(&record).await? {
+                    events.insert(record.offset, envelope);
                 }
             }
         }
@@ -660,48 +554,25 @@ impl EventLog {
         until: i64,
         log_start: i64,
         session: SessionId,
-    ) -> Result<Option<Vec<sessionlog_log::RawRecord>>> {
-        let Some(Some(tail)) = self.tail.get() else {
-            return Ok(None);
-        };
+    ) -> Result<Option<Vec<RawRecord>>> {
         if log_start > from {
             return Ok(None);
         }
         let key = partitioner::session_key(session);
-        match tail
-            .read(
-                partition,
-                from,
-                Some(until),
-                key.as_bytes(),
-                self.options.tail_wait(),
-                Start::Held,
-            )
-            .await
-        {
-            Ok(read) => Ok(read.map(|(records, _)| records)),
-            Err(sessionlog_log::Error::TailBehind { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.backend.read_held(partition, from, until, &key).await?)
     }
 
     /// The first offset of `partition` the process's tail holds: `None` before a keyed read
     /// started it and it positioned itself, or without a tail.
     pub fn tail_start(&self, partition: i32) -> Option<i64> {
-        match self.tail.get() {
-            Some(Some(tail)) => tail.first_held(partition),
-            _ => None,
-        }
+        self.backend.tail_bounds(partition).map(|(start, _)| start)
     }
 
     /// The offset after the last record of `partition` the process's tail has read: `None`
     /// without a tail or before it positioned itself. Records of `[tail_start, tail_end)` are
     /// read from memory, with no round trip.
     pub fn tail_end(&self, partition: i32) -> Option<i64> {
-        match self.tail.get() {
-            Some(Some(tail)) => tail.held_end(partition),
-            _ => None,
-        }
+        self.backend.tail_bounds(partition).map(|(_, end)| end)
     }
 
     /// The first offset `partition` still holds and the offset its next record will get, in
@@ -709,13 +580,7 @@ impl EventLog {
     /// and then shared with the process's other callers at that moment; this does not start
     /// it): everything acknowledged before the call is below the second.
     pub async fn watermarks(&self, partition: i32) -> Result<(i64, i64)> {
-        if let Some(Some(tail)) = self.tail.get() {
-            return Ok(tail.watermarks(partition).await?);
-        }
-        let reader = self.lend_reader().await?;
-        let marks = reader.watermarks(partition).await?;
-        reader.keep();
-        Ok(marks)
+        Ok(self.backend.watermarks(partition).await?)
     }
 
     /// [`Self::watermarks`] for a borrower of `reader`: with the reader when the process runs
@@ -725,9 +590,10 @@ impl EventLog {
         reader: &LentReader<'_>,
         partition: i32,
     ) -> Result<(i64, i64)> {
-        match self.tail.get() {
-            Some(Some(tail)) => Ok(tail.watermarks(partition).await?),
-            _ => Ok(reader.watermarks(partition).await?),
+        match &self.backend {
+            Backend::Kafka(kafka) => Ok(kafka.watermarks_with(reader, partition).await?),
+            #[cfg(any(test, feature = "test-util"))]
+            Backend::Memory(_) => self.watermarks(partition).await,
         }
     }
 
@@ -773,138 +639,29 @@ impl EventLog {
         Ok(self.watermarks(partition).await?.0)
     }
 
-    /// The raw records of `partition` in `[from, until)` (with `key`, when given).
-    ///
-    /// `PartitionReader` gives up at the first consumer error, and librdkafka reports a broker
-    /// it lost the connection to (one restarting, say) as such an error while it reconnects.
-    /// A read is repeatable, so a Kafka error or timeout gets a few fresh attempts.
-    async fn read_records(
-        &self,
-        partition: i32,
-        from: i64,
-        until: Option<i64>,
-        key: Option<&str>,
-        start: Start,
-    ) -> Result<(Vec<sessionlog_log::RawRecord>, i64)> {
-        if let (Some(key), Some(tail)) = (key, self.tail().await)
-            && let Some(read) = tail
-                .read(
-                    partition,
-                    from,
-                    until,
-                    key.as_bytes(),
-                    self.options.tail_wait(),
-                    start,
-                )
-                .await?
-        {
-            return Ok(read);
-        }
-        let read = || async {
-            let _permit = Arc::clone(&self.reader_permits)
-                .acquire_owned()
-                .await
-                .map_err(|_| sessionlog_log::Error::Task("reader permits closed".into()))?;
-            let reader = self.idle_reader()?;
-            let mut records = Vec::new();
-            let mut keep = |record: sessionlog_log::RawRecord| {
-                if key.is_none_or(|k| record.key.as_deref() == Some(k.as_bytes())) {
-                    records.push(record);
-                }
-            };
-            let next = match until {
-                None => reader.read_to_end(partition, from, &mut keep).await?,
-                Some(until) => reader.read_range(partition, from, until, &mut keep).await?,
-            };
-            // Only a reader whose read went through is kept: one that failed starts afresh.
-            self.keep_reader(reader);
-            Ok((records, next))
-        };
-        Ok(read
-            .retry(retry::tries(4))
-            .when(|e: &sessionlog_log::Error| {
-                matches!(
-                    e,
-                    sessionlog_log::Error::Kafka { .. } | sessionlog_log::Error::Timeout { .. }
-                )
-            })
-            .notify(|e, wait| {
-                tracing::warn!(partition, error = %e, ?wait, "read-back failed; reading again");
-            })
-            .await?)
-    }
-
-    /// Starts the process's tail of the topic now, if it is not running (see [`LogTail`]):
-    /// every record acknowledged afterwards is one a confirmation finds in memory. A service
-    /// that confirms (ingest) calls it at start-up; a writer starts it before its session's
-    /// first event, so that none of its confirmations reads the partition.
+    /// Starts the process's tail of the topic now, if it is not running (see
+    /// [`sessionlog_log::LogTail`]): every record acknowledged afterwards is one a
+    /// confirmation finds in memory. A service that confirms (ingest) calls it at start-up; a
+    /// writer starts it before its session's first event, so that none of its confirmations
+    /// reads the partition.
     pub async fn start_tail(&self) {
-        self.tail().await;
-    }
-
-    /// The process's tail of the topic, started at the first call (`None` with
-    /// `[producer] tail_bytes = 0`, or when its consumer cannot be made: reads then go to the
-    /// partition, as without a tail).
-    async fn tail(&self) -> Option<&LogTail> {
-        self.tail
-            .get_or_init(|| async {
-                if self.options.tail_bytes == 0 {
-                    return None;
-                }
-                LogTail::start(
-                    &self.kafka,
-                    &self.kafka.topic,
-                    self.partitions,
-                    &TailOptions::from(&self.options),
-                    self.options.tail_wait(),
-                )
-                .await
-                .inspect_err(
-                    |e| tracing::warn!(error = %e, "no log tail: confirmations read the partition"),
-                )
-                .ok()
-            })
-            .await
-            .as_ref()
+        self.backend.start_tail().await;
     }
 
     /// A reader of the topic lent from this log's pool, within its permits (so a thousand
     /// concurrent rebuilds share `[producer] readers` consumers instead of making one each): it goes
     /// back to the pool when [`LentReader::keep`] is called, and is dropped if the borrower
-    /// fails before that, as a failed read-back's reader is.
+    /// fails before that, as a failed read-back's reader is. Kafka only: the in-memory log of
+    /// unit tests lends none.
     pub async fn lend_reader(&self) -> Result<LentReader<'_>> {
-        let permit = Arc::clone(&self.reader_permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| sessionlog_log::Error::Task("reader permits closed".into()))?;
-        Ok(LentReader {
-            log: self,
-            reader: Some(self.idle_reader()?),
-            keep: false,
-            _permit: permit,
-        })
-    }
-
-    /// A reader of the topic: an idle one, or a new one. (Each read assigns its partition and
-    /// offset anew, which makes the consumer drop whatever it had fetched for the last one.)
-    fn idle_reader(&self) -> std::result::Result<PartitionReader, sessionlog_log::Error> {
-        let idle = self
-            .readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        match idle {
-            Some(reader) => Ok(reader),
-            None => PartitionReader::for_short_reads(&self.kafka, &self.kafka.topic),
+        match &self.backend {
+            Backend::Kafka(kafka) => Ok(kafka.lend_reader().await?),
+            #[cfg(any(test, feature = "test-util"))]
+            Backend::Memory(_) => Err(sessionlog_log::Error::Task(
+                "the in-memory log lends no Kafka reader".into(),
+            )
+            .into()),
         }
-    }
-
-    fn keep_reader(&self, reader: PartitionReader) {
-        // A push or a pop at a time: a panic cannot leave the list torn.
-        self.readers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(reader);
     }
 
     /// The highest epoch a claim made or observed through this log established for `session`.
@@ -923,82 +680,6 @@ impl EventLog {
     }
 }
 
-/// The highest epoch this process saw of each session one of its writers writes: the early
-/// fence a writer checks before every append (see [`EventLog`]). An entry lives as long as a
-/// writer of its session in this process does, so the map holds no more sessions than the
-/// process has writers (an ingest instance's bounded cache of them, a harness's running
-/// sessions), not every session it ever touched. Forgetting a session no writer here writes
-/// loses nothing: the fence only spares a writer of this process a send that the fold would
-/// reject, and a writer made later starts from the log's epoch, which the read-back (at a
-/// claim, a confirmed append, a refresh) keeps authoritative.
-#[derive(Default)]
-pub(crate) struct EpochsSeen {
-    seen: Mutex<HashMap<SessionId, Seen>>,
-}
-
-/// What the fence holds of one session.
-struct Seen {
-    /// The highest epoch seen.
-    epoch: Epoch,
-    /// The writers of the session in this process.
-    writers: usize,
-}
-
-/// A writer of a session, registered with the [`EpochsSeen`] of its log while it lives: the
-/// last one dropped takes the session's entry with it.
-pub(crate) struct WriterSeen {
-    seen: Arc<EpochsSeen>,
-    session: SessionId,
-}
-
-impl Drop for WriterSeen {
-    fn drop(&mut self) {
-        let mut seen = self.seen.lock();
-        if let Some(entry) = seen.get_mut(&self.session) {
-            entry.writers = entry.writers.saturating_sub(1);
-            if entry.writers == 0 {
-                seen.remove(&self.session);
-            }
-        }
-    }
-}
-
-impl EpochsSeen {
-    fn highest(&self, session: SessionId) -> Option<Epoch> {
-        self.lock().get(&session).map(|s| s.epoch)
-    }
-
-    /// Raises `session`'s epoch when a writer of it lives here (no entry otherwise: nobody to
-    /// fence).
-    fn note(&self, session: SessionId, epoch: Epoch) {
-        if let Some(entry) = self.lock().get_mut(&session) {
-            entry.epoch = entry.epoch.max(epoch);
-        }
-    }
-
-    fn writer_made(seen: &Arc<Self>, session: SessionId, epoch: Epoch) -> WriterSeen {
-        let mut map = seen.lock();
-        let entry = map.entry(session).or_insert(Seen { epoch, writers: 0 });
-        entry.epoch = entry.epoch.max(epoch);
-        entry.writers = entry.writers.saturating_add(1);
-        drop(map);
-        WriterSeen {
-            seen: Arc::clone(seen),
-            session,
-        }
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Seen>> {
-        // Each change leaves an entry whole: a panic elsewhere cannot leave the map torn.
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 fn first_outcome(outcomes: Vec<Result<Position>>) -> Result<Position> {
     outcomes
         .into_iter()
@@ -1007,70 +688,4 @@ fn first_outcome(outcomes: Vec<Result<Position>>) -> Result<Position> {
             partition: -1,
             offset: -1,
         }))
-}
-
-/// A partition reader lent by [`EventLog::lend_reader`], holding one of the log's reader
-/// permits until it is dropped.
-pub struct LentReader<'a> {
-    log: &'a EventLog,
-    /// Always `Some` until the drop takes it back to the pool.
-    reader: Option<PartitionReader>,
-    keep: bool,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl LentReader<'_> {
-    /// Returns the reader to the pool (its reads went through): the next borrower reuses it.
-    pub fn keep(mut self) {
-        self.keep = true;
-    }
-}
-
-impl std::ops::Deref for LentReader<'_> {
-    type Target = PartitionReader;
-
-    fn deref(&self) -> &PartitionReader {
-        // Taken only by `drop`, after which nothing can deref.
-        self.reader
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("a lent reader is taken back only when dropped"))
-    }
-}
-
-impl Drop for LentReader<'_> {
-    fn drop(&mut self) {
-        if let Some(reader) = self.reader.take()
-            && self.keep
-        {
-            self.log.keep_reader(reader);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sessions_epoch_is_forgotten_with_its_last_writer_in_the_process() {
-        let seen = Arc::new(EpochsSeen::default());
-        let session = SessionId::new();
-        let first = EpochsSeen::writer_made(&seen, session, 1);
-        // A claim through this process raises it: the first writer is fenced before it sends.
-        seen.note(session, 2);
-        let second = EpochsSeen::writer_made(&seen, session, 2);
-        drop(second);
-        assert_eq!(
-            seen.highest(session),
-            Some(2),
-            "the first writer still lives"
-        );
-        drop(first);
-        assert_eq!(seen.highest(session), None);
-        assert_eq!(seen.len(), 0);
-        // A claim lost here, or a read of a session no writer of this process writes, leaves
-        // nothing behind: there is no writer to fence.
-        seen.note(SessionId::new(), 3);
-        assert_eq!(seen.len(), 0);
-    }
 }

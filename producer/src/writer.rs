@@ -119,7 +119,7 @@ pub struct SessionWriter {
     /// The lease [`Self::put_lease_once`] wrote, until a holder takes it over.
     written_lease: Option<Lease>,
     /// Keeps the session's entry in its log's early fence while this writer lives.
-    _seen: crate::event_log::WriterSeen,
+    _seen: crate::epochs::WriterSeen,
 }
 
 /// A writer's lease renewal task: stopped when dropped (with its writer), without a release,
