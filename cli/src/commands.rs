@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 mod approve;
 mod completions;
+mod console;
 mod diff;
 mod dlq;
 mod doctor;
@@ -181,6 +182,9 @@ enum Command {
     Mcp(mcp::Args),
     /// Run the recovery HTTP service until interrupted.
     ServeRecovery(serve_recovery::Args),
+    /// Serve the console until interrupted: web pages where operators and approvers see
+    /// sessions and decide what waits for them (log in with a token or an API key).
+    Console(console::Args),
     /// Development keys and tokens for the services' authentication, and API keys.
     Token(token::Args),
     /// The key-encryption key: make one, or rotate to a new one.
@@ -250,6 +254,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Steer(args) => steer::run(args, &globals()?).await,
         Command::Mcp(args) => mcp::run(args, &globals()?).await,
         Command::ServeRecovery(args) => serve_recovery::run(args, &globals()?).await,
+        Command::Console(args) => console::run(args, &globals()?).await,
         Command::Token(args) => token::run(args, &globals()?).await,
         Command::Keys(args) => keys::run(args, &globals()?).await,
         Command::Erase(args) => erase::run(args, &globals()?).await,

@@ -1193,8 +1193,12 @@ async fn needing_resolution(
 /// Refuses a session the caller's tenant may not see with 404 `unknown_session`, as if it did
 /// not exist. The operations behind these routes rebuild the session themselves, so the
 /// tenant comes from the projection where it has the session (a tenant never changes), and
-/// from the log only where it does not.
-async fn visible(recovery: &Recovery, caller: &Caller, session: SessionId) -> Result<(), Problem> {
+/// from the log only where it does not. The console's actions check with it too.
+pub async fn visible(
+    recovery: &Recovery,
+    caller: &Caller,
+    session: SessionId,
+) -> Result<(), Problem> {
     if caller.tenant.is_none() {
         return Ok(());
     }
