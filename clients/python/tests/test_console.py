@@ -185,6 +185,40 @@ def test_an_operator_records_the_outcome_of_a_call_in_doubt_in_the_inbox(
     assert result["recorded_by"] == "console-operator", result
 
 
+def test_an_operator_pauses_on_the_session_page_and_unpauses_in_the_inbox(
+    corner: StackCorner, console: str, context: BrowserContext, harness: sessionlog.Client
+) -> None:
+    c = harness
+    opened = c.create("pausable", "a long run")
+    session_id = opened.session_id
+    projected_status(c, session_id, "running")
+    page = log_in(context, console, corner.token("operator", "reader", subject="console-operator"))
+    page.goto(f"{console}/sessions/{session_id}")
+    page.get_by_label("Why pause").fill("change freeze")
+    page.get_by_role("button", name="Pause").click()
+    page.wait_for_url(f"{console}/sessions/{session_id}?done=paused")
+    assert c.session(session_id).status == "paused"
+    projected_status(c, session_id, "paused")
+
+    page.goto(f"{console}/")
+    paused = page.get_by_role("region", name="Paused sessions").get_by_role("row").filter(has_text=session_id)
+    paused.get_by_role("button", name="Unpause").click()
+    page.wait_for_url(f"{console}/?done=unpaused")
+    assert c.session(session_id).status == "running"
+    events = [e.kind for e in c.events(session_id)]
+    assert "SessionPaused" in events
+
+
+def test_a_page_weighs_under_200_kb_before_content(corner: StackCorner, console: str, context: BrowserContext) -> None:
+    page = log_in(context, console, corner.token("reader", subject="console-reader"))
+    # A list with nothing in it: the page's frame, forms and stylesheet alone (no script).
+    page.goto(f"{console}/sessions?days=1&status=erased")
+    assert page.evaluate("document.scripts.length") == 0
+    css = len(page.request.get(f"{console}/static/console.css").body())
+    html = len(page.content().encode())
+    assert css + html < 200_000, (css, html)
+
+
 def test_a_reader_sees_no_action_buttons_and_its_posts_are_refused(
     corner: StackCorner, console: str, context: BrowserContext, harness: sessionlog.Client
 ) -> None:
