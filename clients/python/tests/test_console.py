@@ -5,7 +5,8 @@ console served on this run's corner of the stack.
 A person logs in with a token once; a harness waits for an approval, the approver approves it in
 the inbox and the harness goes on to complete the session; a reader sees no action buttons and its
 form posts are refused; a tenant sees only its own sessions; a session whose texts hold markup
-runs no script. Screenshots go to ``target/console-screenshots``."""
+runs no script; axe-core finds no serious accessibility violation on any page. Screenshots go to
+``target/console-screenshots``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Dialog, Page, Playwright, sync_playwright
 
 import sessionlog
+from axe_playwright_python.sync_playwright import Axe  # type: ignore[import-untyped]
 from stackcorner import REPO, StackCorner, wait_for
 
 #: The markup a hostile text carries: if either ran, it would set ``window.__pwned``.
@@ -310,3 +312,24 @@ def test_a_session_whose_texts_hold_markup_runs_no_script(
     assert "onerror" in page.inner_text("pre.content")
     shoot(page, "session-markup")
     assert dialogs == []
+
+
+def test_axe_finds_no_serious_accessibility_violation_on_any_page(
+    corner: StackCorner, console: str, context: BrowserContext, harness: sessionlog.Client
+) -> None:
+    session_id = waiting_for_approval(harness, "accessible", "a11y", "publish the report")
+    page = log_in(context, console, corner.token("approver", "operator", "reader", subject="console-a11y"))
+    axe = Axe()
+    # The checker itself finds what it should: an input without a label.
+    probe = context.new_page()
+    probe.set_content('<html lang="en"><title>probe</title><main><input type="text"></main></html>')
+    assert "label" in [v["id"] for v in axe.run(probe).response["violations"]], "axe-core did not run"
+    for url in [f"{console}/", f"{console}/sessions?days=1", f"{console}/sessions/{session_id}?open=2#e2"]:
+        page.goto(url)
+        violations = axe.run(page).response["violations"]
+        serious = [(v["id"], v["help"], len(v["nodes"])) for v in violations if v.get("impact") in ("serious", "critical")]
+        assert serious == [], f"{url}: {serious}"
+    context.clear_cookies()
+    page.goto(f"{console}/login")
+    violations = axe.run(page).response["violations"]
+    assert [v["id"] for v in violations if v.get("impact") in ("serious", "critical")] == []
