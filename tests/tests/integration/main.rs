@@ -24,6 +24,7 @@ mod ingest_chaos;
 mod ingest_fleet;
 mod interop_python;
 mod leases;
+mod log_contract;
 mod mcp;
 mod openapi;
 mod otlp_export;
