@@ -3,6 +3,10 @@
 //! - [`Problem`]: every error answer, an RFC 9457 `application/problem+json` document with a
 //!   stable `code` member; [`JsonBody`], [`PathParams`] and [`QueryParams`] refuse bad input
 //!   with one.
+//! - The route kit: [`SessionPath`] (the session a path names, parsed once), [`WriterToken`]
+//!   (the writer's header), [`Authorized`] (the role an operation needs, checked before the
+//!   body is read), and named groups of problem answers for the OpenAPI document
+//!   ([`problems!`], [`ServerProblems`], [`SessionProblems`], ...).
 //! - [`Service`]: a service's `#[utoipa::path]` handlers become its router and its OpenAPI
 //!   document at once: the API under `/v1` behind the [`Authenticator`] (where access control
 //!   plugs in), `/health` and `/metrics` unversioned, `/v1/openapi.json`, 404/405 problems,
@@ -19,14 +23,23 @@ pub mod metrics;
 mod problem;
 mod producer;
 mod ready;
-mod responses;
+pub mod responses;
 mod service;
 
 pub use auth::{Access, Approver, Authorized, Caller, Harness, Operator, Reader};
 pub use error::Error;
-pub use extract::{JsonBody, PathParams, QueryParams};
+pub use extract::{
+    JsonBody, PathParams, QueryParams, SessionPath, WRITER_TOKEN_HEADER, WriterToken,
+};
 pub use problem::{PROBLEM_JSON, Problem, ProblemDocument, identifier, session_id};
 pub use producer::{from_keys, log_error_status, store_error_status};
 pub use ready::{CHECK_TIMEOUT, CheckOutcome, Liveness, Readiness, ReadinessReport};
-pub use responses::{BodyProblems, ServerProblems};
+pub use responses::{
+    BodyProblems, InvalidRequest, ServerProblems, SessionBodyProblems, SessionProblems,
+    UnknownSession,
+};
 pub use service::{API_PREFIX, Authenticator, Service, ServiceInfo, Unauthenticated};
+
+/// For [`problems!`]: the `utoipa` the groups implement `IntoResponses` of.
+#[doc(hidden)]
+pub use utoipa as __utoipa;
