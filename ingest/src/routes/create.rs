@@ -138,10 +138,10 @@ async fn create_named(
             // Started under this name (by a racing create of it): the name is taken. Started
             // otherwise (a caller's id used before, ids are global; or a leftover of a create
             // that died): the name must not point at it.
-            let holds_name = SessionWriter::current(log, id)
-                .await
-                .is_ok_and(|w| w.state().name_sha256.as_deref() == Some(digest.as_str()));
-            if holds_name {
+            // A read that fails says nothing of whose the session is: answer it (503) and
+            // free nothing, or a live session's name could go to another.
+            let holder = SessionWriter::current(log, id).await?;
+            if holder.state().name_sha256.as_deref() == Some(digest.as_str()) {
                 return Err(name_taken(id));
             }
             names.release(tenant, &digest, id).await?;

@@ -22,6 +22,7 @@ mod fleet_tail;
 mod framework_state;
 mod ingest_chaos;
 mod ingest_fleet;
+mod ingest_names;
 mod interop_python;
 mod leases;
 mod log_contract;
