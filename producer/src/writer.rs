@@ -1030,23 +1030,6 @@ impl SessionWriter {
         .await
     }
 
-    /// Appends a framework's own state (`framework`, such as `langgraph`, names it by `key`):
-    /// sealed like any text, read back by range reads, withdrawn by [`Self::retract`]. The fold
-    /// refuses an empty framework or key.
-    pub async fn save_framework_state(
-        &mut self,
-        framework: &str,
-        key: &str,
-        state: &str,
-    ) -> Result<Appended> {
-        self.append(SessionEvent::FrameworkStateSaved {
-            framework: framework.into(),
-            key: key.into(),
-            state: Content::plain(state),
-        })
-        .await
-    }
-
     fn envelope(
         &self,
         seq: Seq,
