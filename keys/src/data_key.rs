@@ -467,6 +467,8 @@ pub fn sensitive_fields(
         | E::SessionForked { .. }
         // A retraction names a seq and who withdrew it: no text.
         | E::EventRetracted { .. }
+        // A redaction's reason is its readable record, like an erasure's.
+        | E::PayloadRedacted { .. }
         | E::SessionResumed {} => {}
     }
 }

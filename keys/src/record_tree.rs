@@ -26,19 +26,8 @@ const CACHED_DEPTH: u8 = DEPTH - 8 - FIELD_BITS;
 const CHILD_CONTEXT: &[u8] = b"sessionlog-tree\0";
 
 /// The sensitive fields in the order of their slot under an event (see
-/// [`crate::sensitive_fields`]). Append only: a slot, once given, names its field for good.
-const FIELDS: [&str; 10] = [
-    "title",
-    "content",
-    "arguments",
-    "output",
-    "note",
-    "plan",
-    "summary",
-    "state",
-    "action",
-    "reason",
-];
+/// [`crate::sensitive_fields`]): append only, a slot once given names its field for good.
+const FIELDS: [&str; 10] = sessionlog_schemas::SEALED_FIELDS;
 
 /// The slot of `field` under its event, if it is a sealed field.
 pub fn field_slot(field: &str) -> Option<u8> {

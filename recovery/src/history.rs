@@ -31,7 +31,7 @@ pub const MAX_LIMIT: u64 = 1000;
 const MAX_ANCESTORS: usize = 1000;
 
 /// Every kind of event, as [`SessionEvent::kind`] names it: what a kinds filter may ask for.
-pub const KINDS: [&str; 20] = SessionEvent::KINDS;
+pub const KINDS: [&str; 21] = SessionEvent::KINDS;
 
 /// Which part of a session's history to read, as a caller asks for it: nothing is trusted
 /// until [`EventRange::validate`] (which [`Recovery::events`] runs) accepts it.
@@ -722,6 +722,15 @@ mod tests {
                 key: String::new(),
                 state: text(),
             },
+            SessionEvent::PayloadRedacted {
+                redacted_seq: 1,
+                field: String::new(),
+                redacted_by: String::new(),
+                reason: String::new(),
+                redacted_at: 0,
+                key_id: String::new(),
+                key_destroyed: false,
+            },
         ];
         assert_eq!(events.len(), KINDS.len());
         for (i, event) in events.iter().enumerate() {
@@ -754,6 +763,7 @@ mod tests {
             SessionEvent::ContextSummarized { .. } => 17,
             SessionEvent::EventRetracted { .. } => 18,
             SessionEvent::FrameworkStateSaved { .. } => 19,
+            SessionEvent::PayloadRedacted { .. } => 20,
         }
     }
 }

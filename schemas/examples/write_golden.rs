@@ -273,6 +273,20 @@ fn examples() -> Vec<(String, EventEnvelope)> {
             None,
             None,
         ),
+        (
+            "payload_redacted",
+            SessionEvent::PayloadRedacted {
+                redacted_seq: 5,
+                field: "output".into(),
+                redacted_by: "operator:dpo@example.com".into(),
+                reason: "a credential the tool printed".into(),
+                redacted_at: base_time + 30_000_000,
+                key_id: "dk2g:5:output".into(),
+                key_destroyed: true,
+            },
+            None,
+            None,
+        ),
     ];
     events
         .into_iter()
@@ -294,11 +308,13 @@ fn examples() -> Vec<(String, EventEnvelope)> {
                 schema_version: CURRENT_SCHEMA_VERSION,
                 // Privileged events carry the recovery service's signature (fixed bytes here:
                 // the codec does not check signatures, recovery does).
-                attestation: matches!(event, SessionEvent::ApprovalDecided { .. }).then(|| {
-                    sessionlog_schemas::Attestation {
-                        key_id: "recovery-key-1".into(),
-                        signature: (0u8..64).collect(),
-                    }
+                attestation: matches!(
+                    event,
+                    SessionEvent::ApprovalDecided { .. } | SessionEvent::PayloadRedacted { .. }
+                )
+                .then(|| sessionlog_schemas::Attestation {
+                    key_id: "recovery-key-1".into(),
+                    signature: (0u8..64).collect(),
                 }),
                 event,
             };

@@ -24,7 +24,7 @@ use std::sync::{LazyLock, Mutex};
 use uuid::Uuid;
 
 /// The schema version this build writes. It is the highest kept version.
-pub const CURRENT_SCHEMA_VERSION: u32 = 7;
+pub const CURRENT_SCHEMA_VERSION: u32 = 8;
 
 /// The full name of the top-level record in every version.
 pub const ENVELOPE_RECORD: &str = "sessionlog.events.SessionEventEnvelope";
@@ -39,6 +39,7 @@ const KEPT: &[(u32, &str)] = &[
     (5, include_str!("../avro/session-event.v5.avsc")),
     (6, include_str!("../avro/session-event.v6.avsc")),
     (7, include_str!("../avro/session-event.v7.avsc")),
+    (8, include_str!("../avro/session-event.v8.avsc")),
 ];
 
 /// One kept version of the session-event schema.
@@ -556,6 +557,23 @@ fn event_to_value(event: &SessionEvent, c: &Current) -> Result<Value> {
         } => vec![
             field("requested_by", string(requested_by)),
             field("reason", Value::Union(0, Box::new(string(reason)))),
+        ],
+        E::PayloadRedacted {
+            redacted_seq,
+            field: redacted_field,
+            redacted_by,
+            reason,
+            redacted_at,
+            key_id,
+            key_destroyed,
+        } => vec![
+            field("redacted_seq", long("redacted_seq", *redacted_seq)?),
+            field("field", string(redacted_field)),
+            field("redacted_by", string(redacted_by)),
+            field("reason", string(reason)),
+            field("redacted_at", Value::TimestampMicros(*redacted_at)),
+            field("key_id", string(key_id)),
+            field("key_destroyed", Value::Boolean(*key_destroyed)),
         ],
     };
     Ok(Value::Record(fields))
@@ -1349,6 +1367,15 @@ fn value_to_event(kind: &str, value: Value, c: &Current) -> Result<SessionEvent>
             framework: f.string("framework")?,
             key: f.string("key")?,
             state: f.content("state", c)?,
+        },
+        "PayloadRedacted" => E::PayloadRedacted {
+            redacted_seq: f.unsigned("redacted_seq")?,
+            field: f.string("field")?,
+            redacted_by: f.string("redacted_by")?,
+            reason: f.string("reason")?,
+            redacted_at: f.long("redacted_at")?,
+            key_id: f.string("key_id")?,
+            key_destroyed: f.boolean("key_destroyed")?,
         },
         other => return Err(Error::malformed("event", format!("unknown kind {other}"))),
     })

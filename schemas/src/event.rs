@@ -638,11 +638,50 @@ pub enum SessionEvent {
         /// The state itself (the framework's serialisation, e.g. JSON with base64 blobs): sealed.
         state: Content,
     },
+    /// One sealed field of an earlier event of this session redacted (schema v8): the field's
+    /// own key is destroyed, so its text is gone wherever it was copied, while the event's
+    /// metadata and every digest stay. Appended signed by the recovery service for an operator.
+    PayloadRedacted {
+        /// The seq of the event whose field is redacted: an earlier event of this session.
+        #[cfg_attr(feature = "openapi", schema(value_type = u64))]
+        redacted_seq: Seq,
+        /// The sealed field (`output`, `arguments`, `content`, ...).
+        field: String,
+        /// Who redacted it: the verified operator.
+        redacted_by: String,
+        /// Why. Never sealed: the readable record of the redaction, so it must not hold
+        /// personal data.
+        reason: String,
+        /// When the field's key was destroyed (microseconds since the Unix epoch).
+        #[cfg_attr(feature = "openapi", schema(value_type = i64))]
+        redacted_at: Micros,
+        /// Which key: the sealed field's key id (`dk2g:{seq}:{field}`: its own key), a
+        /// per-session one (`dk1g:...`), or empty for plain text.
+        key_id: String,
+        /// Whether the field had a key of its own, now destroyed.
+        key_destroyed: bool,
+    },
 }
+
+/// The names of every sealed (sensitive) field an event can carry, in the order their
+/// per-record keys are numbered (`sessionlog_keys` derives a field's key from its place here):
+/// append only. A redaction (`PayloadRedacted`) names one of them.
+pub const SEALED_FIELDS: [&str; 10] = [
+    "title",
+    "content",
+    "arguments",
+    "output",
+    "note",
+    "plan",
+    "summary",
+    "state",
+    "action",
+    "reason",
+];
 
 impl SessionEvent {
     /// Every kind's stable name, in the schema's order (what [`Self::kind`] answers).
-    pub const KINDS: [&'static str; 20] = [
+    pub const KINDS: [&'static str; 21] = [
         "SessionStarted",
         "UserRequest",
         "ModelResponse",
@@ -663,6 +702,7 @@ impl SessionEvent {
         "ContextSummarized",
         "EventRetracted",
         "FrameworkStateSaved",
+        "PayloadRedacted",
     ];
 
     /// The event kind's stable name, as in the Avro schema.
@@ -688,6 +728,7 @@ impl SessionEvent {
             Self::ContextSummarized { .. } => "ContextSummarized",
             Self::EventRetracted { .. } => "EventRetracted",
             Self::FrameworkStateSaved { .. } => "FrameworkStateSaved",
+            Self::PayloadRedacted { .. } => "PayloadRedacted",
         }
     }
 }

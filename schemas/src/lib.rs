@@ -35,8 +35,9 @@ pub use avro::{
 pub use error::{Error, Result};
 pub use event::{
     Attestation, CallOutcome, Content, DEFAULT_TENANT, EffectClass, Epoch, EventEnvelope,
-    ForkPoint, InheritedApproval, Micros, ResultSource, Seq, SessionEvent, SessionId,
-    TerminalOutcome, action_digest, call_digest, now_micros, sealable, session_name_sha256,
+    ForkPoint, InheritedApproval, Micros, ResultSource, SEALED_FIELDS, Seq, SessionEvent,
+    SessionId, TerminalOutcome, action_digest, call_digest, now_micros, sealable,
+    session_name_sha256,
 };
 pub use registry::{
     CompatibilityLevel, DEFAULT_REGISTRY_URL, EventDecoder, EventEncoder, RegistryAbout,

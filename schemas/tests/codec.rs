@@ -252,6 +252,32 @@ fn event() -> impl Strategy<Value = SessionEvent> {
                 state,
             }
         }),
+        (
+            small_u64(),
+            (text(), text(), text()),
+            any::<i64>(),
+            text(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(
+                    redacted_seq,
+                    (field, redacted_by, reason),
+                    redacted_at,
+                    key_id,
+                    key_destroyed,
+                )| {
+                    E::PayloadRedacted {
+                        redacted_seq,
+                        field,
+                        redacted_by,
+                        reason,
+                        redacted_at,
+                        key_id,
+                        key_destroyed,
+                    }
+                }
+            ),
     ]
 }
 
@@ -623,6 +649,35 @@ fn an_until_needs_a_v7_writer() {
         .expect("a reader of v6 reads a v7 pause");
 }
 
+/// A redaction is v8's: no older writer has a branch for it, so one refuses it rather than
+/// write something else; v8 writes and reads it back.
+#[test]
+fn a_redaction_needs_a_v8_writer() {
+    let mut e = sample();
+    e.event = SessionEvent::PayloadRedacted {
+        redacted_seq: 4,
+        field: "output".into(),
+        redacted_by: "operator:alice".into(),
+        reason: "a key the tool printed".into(),
+        redacted_at: 1_750_003_615_000_001,
+        key_id: "dk2g:4:output".into(),
+        key_destroyed: true,
+    };
+    for version in 1..=7 {
+        e.schema_version = version;
+        assert!(
+            matches!(
+                encode_body_for_version(version, &e),
+                Err(Error::Unrepresentable { .. })
+            ),
+            "v{version}"
+        );
+    }
+    e.schema_version = 8;
+    let body = encode_body_for_version(8, &e).expect("v8 writes a redaction");
+    assert_eq!(decode_body(&body).expect("decodes"), e);
+}
+
 #[test]
 fn kept_versions_are_numbered_in_order_and_the_last_is_current() {
     let numbers: Vec<u32> = schema_versions().iter().map(|v| v.version).collect();
@@ -750,10 +805,11 @@ fn v1_can_carry(e: &EventEnvelope) -> bool {
             | E::SessionPaused { reason, .. }
             | E::SessionEnded { reason, .. } => opt_plain(reason),
             E::ResolutionRequired { reason, .. } => plain(reason),
-            // Kinds of v3 and v4: no older version has a branch for them.
+            // Kinds of v3, v4 and v8: no older version has a branch for them.
             E::ContextSummarized { .. }
             | E::EventRetracted { .. }
-            | E::FrameworkStateSaved { .. } => false,
+            | E::FrameworkStateSaved { .. }
+            | E::PayloadRedacted { .. } => false,
             E::UserRequest { .. }
             | E::ToolCallRequested { .. }
             | E::SteeringMessage { .. }
@@ -822,6 +878,12 @@ fn fit_v1(e: &mut EventEnvelope) {
             let mut plan = state.clone();
             unseal(&mut plan);
             e.event = E::PlanUpdated { plan };
+        }
+        E::PayloadRedacted { redacted_by, .. } => {
+            e.event = E::WriterClaimed {
+                writer: redacted_by.clone(),
+                writer_token_sha256: None,
+            };
         }
         _ => {}
     }

@@ -94,7 +94,8 @@ fn current_golden_files_cover_every_event_kind() {
         | SessionEvent::SessionEnded { .. }
         | SessionEvent::SessionErased { .. }
         | SessionEvent::EventRetracted { .. }
-        | SessionEvent::FrameworkStateSaved { .. } => (),
+        | SessionEvent::FrameworkStateSaved { .. }
+        | SessionEvent::PayloadRedacted { .. } => (),
     };
 }
 

@@ -27,6 +27,7 @@ pub fn is_privileged(event: &SessionEvent) -> bool {
             }
             | SessionEvent::SessionPaused { .. }
             | SessionEvent::SessionResumed {}
+            | SessionEvent::PayloadRedacted { .. }
     )
 }
 
@@ -127,6 +128,19 @@ pub fn statement(e: &EventEnvelope) -> Option<String> {
         } => format!("pause\n{until}"),
         SessionEvent::SessionResumed {} => "unpause".to_string(),
         SessionEvent::SteeringMessage { author, .. } => format!("steering\n{author}"),
+        // Schema v8: which field, by whom, why, when and which key; the signature covers the
+        // readable record whole.
+        SessionEvent::PayloadRedacted {
+            redacted_seq,
+            field,
+            redacted_by,
+            reason,
+            redacted_at,
+            key_id,
+            key_destroyed,
+        } => format!(
+            "redaction\n{redacted_seq}\n{field}\n{redacted_by}\n{redacted_at}\n{key_id}\n{key_destroyed}\n{reason}"
+        ),
         _ => return None,
     };
     Some(format!(

@@ -26,12 +26,14 @@ pub mod attest;
 pub mod context;
 pub mod gate;
 pub mod limits;
+mod redaction;
 mod state;
 pub mod trace;
 pub mod usage;
 mod verdict;
 
 pub use gate::{Gate, writer_token_sha256};
+pub use redaction::Redaction;
 pub use state::{
     CheckpointMark, DUPLICATE_WINDOW, Decision, OperatorResult, PendingApproval, PendingCall,
     SessionState, SessionStatus,

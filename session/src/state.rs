@@ -259,6 +259,10 @@ pub struct SessionState {
     /// the seq of the retraction (left out while empty, as above). The log keeps both.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub retracted: BTreeMap<Seq, Seq>,
+    /// Fields redacted by a `PayloadRedacted` (schema v8), by the event's seq and the field
+    /// (left out while empty, as above).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub redacted: BTreeMap<Seq, BTreeMap<String, crate::redaction::Redaction>>,
     /// Paused and not resumed.
     pub paused: bool,
     /// When the pause lapses and the session wants its harness again (microseconds since the
@@ -318,6 +322,7 @@ impl SessionState {
             decided_approvals: BTreeMap::new(),
             operator_results: BTreeMap::new(),
             retracted: BTreeMap::new(),
+            redacted: BTreeMap::new(),
             paused: false,
             paused_until: None,
             terminal: None,
@@ -460,6 +465,7 @@ impl SessionState {
                 .judge_sequenced(e)
                 .and(|| self.judge_limits(e))
                 .and(|| self.judge_operator_kinds(e))
+                .and(|| self.judge_redaction(e))
             {
                 Verdict::Accepted => match self.judge_kind(event) {
                     Verdict::Accepted if self.keeps_gates => self.judge_gates(e),
@@ -533,8 +539,12 @@ impl SessionState {
         if e.seq < expected {
             return Verdict::Rejected(Rejection::SeqConflict { seq: e.seq });
         }
-        let erasure = matches!(e.event, SessionEvent::SessionErased { .. });
-        if self.erased || (self.terminal.is_some() && !erasure) {
+        // An ended session may still be erased, or have a field redacted.
+        let after_end = matches!(
+            e.event,
+            SessionEvent::SessionErased { .. } | SessionEvent::PayloadRedacted { .. }
+        );
+        if self.erased || (self.terminal.is_some() && !after_end) {
             return Verdict::Rejected(Rejection::AfterTerminal);
         }
         Verdict::Accepted
@@ -900,6 +910,8 @@ impl SessionState {
             // A framework's state is the framework's to read back (range reads); the fold
             // keeps nothing of it.
             E::FrameworkStateSaved { .. } => {}
+            // The text is destroyed with its key; the fold keeps the record, never the text.
+            E::PayloadRedacted { .. } => self.accept_redaction(e),
         }
     }
 }

@@ -192,6 +192,13 @@ fn short_text(event: &HistoryEvent) -> String {
         } => format!("retracts seq {retracted_seq} ({retracted_by})"),
         // The framework and its key, never the state: it is the framework's, and large.
         SessionEvent::FrameworkStateSaved { framework, key, .. } => format!("{framework} {key}"),
+        SessionEvent::PayloadRedacted {
+            redacted_seq,
+            field,
+            redacted_by,
+            reason,
+            ..
+        } => format!("redacts {field} of seq {redacted_seq} by {redacted_by}: {reason}"),
     };
     one_line(&line, 60)
 }
