@@ -36,6 +36,7 @@ mod openapi;
 mod pause;
 mod project;
 mod recover;
+mod redact;
 mod replay;
 mod resolve;
 mod resume;
@@ -192,6 +193,9 @@ enum Command {
     /// Erase a session: append SessionErased, destroy its data key (every sealed copy of its
     /// texts becomes unreadable), keep a receipt; or print where an erasure stands (--status).
     Erase(erase::Args),
+    /// Redact one field of one event: destroy its own key (every sealed copy of that text
+    /// becomes unreadable) and append PayloadRedacted; the rest of the session still reads.
+    Redact(redact::Args),
     /// The session-event schema versions registered for the events topic against the ones this
     /// build keeps: `list` them, or `check` (exit 1 on drift, naming the fix).
     Schemas(schemas::Args),
@@ -258,6 +262,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Token(args) => token::run(args, &globals()?).await,
         Command::Keys(args) => keys::run(args, &globals()?).await,
         Command::Erase(args) => erase::run(args, &globals()?).await,
+        Command::Redact(args) => redact::run(args, &globals()?).await,
         Command::Schemas(args) => schemas::run(args, &globals()?).await,
         Command::Status(args) => status::run(args, &globals()?).await,
         Command::Dlq(args) => dlq::run(args, &globals()?).await,

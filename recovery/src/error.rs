@@ -94,6 +94,18 @@ pub enum Error {
         /// The approval named.
         approval_id: String,
     },
+    /// A redaction named something that cannot be redacted.
+    #[error("cannot redact {field} of seq {seq} of session {session}: {reason}")]
+    NotRedactable {
+        /// The session.
+        session: String,
+        /// The seq named.
+        seq: u64,
+        /// The field named.
+        field: String,
+        /// Why not.
+        reason: String,
+    },
     /// A fork point past the parent's end, or not a checkpoint when one was asked for.
     #[error("cannot fork session {session} at seq {seq}: {reason}")]
     BadForkPoint {
@@ -194,6 +206,7 @@ impl Error {
                 | Self::NothingToDo { .. }
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }
+                | Self::NotRedactable { .. }
                 | Self::BadForkPoint { .. }
                 | Self::ForkOfWaitingSession { .. }
                 | Self::Unverified { .. }

@@ -69,6 +69,7 @@ pub fn service() -> Service<Arc<Recovery>> {
             .routes(routes!(approve))
             .routes(routes!(erase))
             .routes(routes!(erasure))
+            .routes(routes!(redact))
             .routes(routes!(needing_resolution))
             .routes(routes!(work)),
         OpenApiRouter::new(),
@@ -108,6 +109,7 @@ impl From<Error> for Problem {
             Error::NothingToDo { .. } => (StatusCode::CONFLICT, "nothing_to_do"),
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
+            Error::NotRedactable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_redactable"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),
@@ -1008,6 +1010,65 @@ async fn erase(
         .await?;
     caller.audit("erase", session);
     Ok(Json(ReceiptView(receipt)))
+}
+
+/// One field of one event to redact, and why.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RedactRequest {
+    /// The seq of the event.
+    seq: u64,
+    /// The sealed field (`output`, `arguments`, `content`, ...).
+    field: String,
+    /// Why. Kept readable in the log and the receipt: say what and which policy, not the text.
+    reason: String,
+}
+
+/// A redaction's receipt.
+#[derive(Serialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+struct RedactionReceiptView(crate::RedactionReceipt);
+
+/// Redacts one field of one event: destroys the field's own key (every sealed copy of that
+/// text becomes unreadable) and appends `PayloadRedacted`, signed, in the operator's name (the
+/// harness writing is fenced, as by a pause, and resumes); answers the receipt. Every other
+/// text of the session still opens; it resumes and forks. Redacting again answers the same.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/redactions",
+    tag = "operators",
+    params(("session_id" = Uuid, Path, description = "the session")),
+    request_body = RedactRequest,
+    responses(
+        (status = 200, description = "redacted: the receipt", body = RedactionReceiptView),
+        (status = 404, description = "`unknown_session`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 409, description = "`fenced`, `lost_claim`", body = ProblemDocument, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_request`, `not_redactable`", body = ProblemDocument, content_type = "application/problem+json"),
+        BodyProblems,
+        ServerProblems,
+    )
+)]
+async fn redact(
+    State(recovery): State<Arc<Recovery>>,
+    Authorized(caller, _): Authorized<Operator>,
+    PathParams(session): PathParams<String>,
+    JsonBody(r): JsonBody<RedactRequest>,
+) -> Answer<RedactionReceiptView> {
+    let session = sessionlog_http::session_id(&session)?;
+    if r.reason.trim().is_empty() {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "a redaction needs a reason (what was removed and under which policy)",
+        ));
+    }
+    visible(&recovery, &caller, session).await?;
+    let receipt = recovery
+        .redact(session, r.seq, &r.field, &caller.on_behalf(""), &r.reason)
+        .await?;
+    caller.audit("redact", session);
+    Ok(Json(RedactionReceiptView(receipt)))
 }
 
 /// Where a session's erasure stands: in the log, in the projection, the data key, the receipt.

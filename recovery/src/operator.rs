@@ -21,7 +21,7 @@ const RACE_TRIES: usize = 8;
 
 /// Whether `error` means another writer got to the session between this action's rebuild and
 /// its event (a claim of its own, or an event at its seq): worth starting again from the log.
-fn lost_a_race(error: &Error) -> bool {
+pub(crate) fn lost_a_race(error: &Error) -> bool {
     use sessionlog_producer::Error as P;
     matches!(
         error,
@@ -197,7 +197,7 @@ impl Recovery {
     /// state the claim caught up to, since another instance may have settled the same thing in
     /// between and its answered event must stand. `judge` answers the event, its causation id
     /// and its idempotency key.
-    async fn claim_and_append<F>(
+    pub(crate) async fn claim_and_append<F>(
         &self,
         session: SessionId,
         writer: &str,
