@@ -741,3 +741,219 @@ async fn a_key_held_stops_opening_and_sealing_within_key_cache_secs_of_an_erasur
     assert_eq!(opened, [("content", Text::Erased)]);
     Ok(())
 }
+
+/// Redaction (issue 54): a canary in one tool output of a session with several others is
+/// redacted; it reads as redacted (with its reason) to the library's readers, the recovery
+/// service's answers and a reader in another process holding the stored key, while every other
+/// canary of the session still reads back; its checkpoint stays verified; the session resumes
+/// and forks, and the fork reads the inherited output as redacted too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads() -> Result<()> {
+    let stack = TestStack::new("redaction", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let log = event_log(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = writer.session_id();
+    let mut outputs = Vec::new();
+    for i in 0..3 {
+        let tag = format!("R{i}");
+        let call = writer
+            .append(SessionEvent::ToolCallRequested {
+                tool: "grep".into(),
+                arguments: Content::plain(canary(&tag, "arguments")),
+                effect: EffectClass::Pure,
+                approval_id: None,
+            })
+            .await?;
+        let result = writer
+            .append(SessionEvent::ToolCallResult {
+                call_seq: call.envelope.seq,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain(canary(&tag, "output")),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: Some(Content::plain(canary(&tag, "note"))),
+            })
+            .await?;
+        outputs.push(result.envelope.seq);
+    }
+    let checkpoint = writer.checkpoint(None).await?;
+    let target = outputs[1];
+    let secret = canary("R1", "output");
+
+    let http = client()?;
+    let receipt: Value = http
+        .post(format!(
+            "{}/v1/sessions/{session}/redactions",
+            recovery_service.base
+        ))
+        .json(&json!({"seq": target, "field": "output", "reason": "a credential the tool printed"}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(receipt["key_destroyed"], true, "{receipt}");
+    assert_eq!(receipt["key_id"], format!("dk2g:{target}:output"));
+    assert_eq!(receipt["requested_by"], "test");
+    // Redacting again (through the library) answers the same receipt.
+    let again = recovery
+        .redact(session, target, "output", "someone else", "again")
+        .await?;
+    assert_eq!(serde_json::to_value(&again)?, receipt);
+    // Not redactable: a field the event does not have; an unknown field.
+    for (field, code) in [("content", "not_redactable"), ("tool", "not_redactable")] {
+        let refused = http
+            .post(format!(
+                "{}/v1/sessions/{session}/redactions",
+                recovery_service.base
+            ))
+            .json(&json!({"seq": target, "field": field, "reason": "x"}))
+            .send()
+            .await?;
+        assert_eq!(
+            refused.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{field}"
+        );
+        assert_eq!(refused.json::<Value>().await?["code"], code);
+    }
+
+    // The library's readers: this process learns of it from the store within key_cache_secs;
+    // a reader told the state's redactions reads it as redacted at once.
+    let rebuilt = recovery.rebuild(session).await?;
+    assert_eq!(
+        rebuilt.state.redactions().collect::<Vec<_>>(),
+        [(
+            target,
+            "output".to_string(),
+            "a credential the tool printed".to_string()
+        )]
+    );
+    let opener = recovery
+        .opener(session, false)
+        .await?
+        .redacted(rebuilt.state.redactions());
+    let mut readable = Vec::new();
+    for event in accepted_events(&recovery, session).await? {
+        let (_, unopened) = opener.open_event(&event.envelope);
+        let mut opened = event.envelope.clone();
+        opened = opener.open_event(&opened).0;
+        sessionlog_keys::sensitive_fields(&mut opened.event, |_, c| {
+            if let Content::Plain(t) = c
+                && !t.is_empty()
+            {
+                readable.push(t.clone());
+            }
+        });
+        if event.envelope.seq == target {
+            assert_eq!(
+                unopened,
+                [(
+                    "output",
+                    Text::Redacted("a credential the tool printed".into())
+                )]
+            );
+        } else {
+            assert!(unopened.is_empty(), "{unopened:?}");
+        }
+    }
+    let mut expected: Vec<String> = (0..3)
+        .flat_map(|i| {
+            let tag = format!("R{i}");
+            ["arguments", "output", "note"].map(|f| canary(&tag, f))
+        })
+        .filter(|c| *c != secret)
+        .collect();
+    expected.sort();
+    readable.sort();
+    assert_eq!(readable, expected, "every other canary reads back");
+
+    // A reader in another process, with the key as the store holds it now: nothing it holds
+    // opens the redacted output, even without being told of the redaction.
+    let other = sessionlog_store::keyring(&stack.settings)
+        .await?
+        .context("encryption is on")?;
+    let result = accepted_events(&recovery, session)
+        .await?
+        .into_iter()
+        .find(|e| e.envelope.seq == target)
+        .context("the redacted event")?;
+    let sessionlog_keys::KeyState::Live(key) = other.key(session).await? else {
+        anyhow::bail!("the session's key is live");
+    };
+    let SessionEvent::ToolCallResult {
+        output:
+            Content::Sealed {
+                key_id,
+                nonce,
+                ciphertext,
+            },
+        ..
+    } = &result.envelope.event
+    else {
+        anyhow::bail!("a sealed output");
+    };
+    assert_eq!(key.open(session, key_id, nonce, ciphertext), None);
+    assert!(key.redaction(target, "output").is_some());
+
+    // The recovery service's history answer: the redacted canary is not in it, the others are.
+    let body = wait_for(
+        "the history to list the redaction",
+        Duration::from_secs(60),
+        || async {
+            let body = http
+                .get(format!(
+                    "{}/v1/sessions/{session}/events",
+                    recovery_service.base
+                ))
+                .send()
+                .await?
+                .text()
+                .await?;
+            Ok(body.contains("PayloadRedacted").then_some(body))
+        },
+    )
+    .await?;
+    assert!(!body.contains(&secret), "the redacted canary in an answer");
+    assert!(body.contains("redacted: a credential the tool printed"));
+    for c in &expected {
+        assert!(body.contains(c.as_str()), "{c} missing from the history");
+    }
+
+    // The checkpoint taken before stays verified (the fold ran on ciphertext), and the
+    // session resumes and forks.
+    let checkpoint_seq = checkpoint.envelope.seq;
+    wait_for(
+        "a rebuild from the checkpoint taken before the redaction",
+        Duration::from_secs(60),
+        || async {
+            let rebuilt = recovery.rebuild(session).await?;
+            Ok(matches!(
+                rebuilt.start,
+                sessionlog_recovery::StartPoint::Checkpoint { seq, .. } if seq == checkpoint_seq
+            )
+            .then_some(()))
+        },
+    )
+    .await?;
+    let bundle = recovery.resume(session, "harness-2", None).await?;
+    assert!(bundle.state.redaction(target, "output").is_some());
+    let fork = recovery
+        .fork(session, ForkAt::Seq(target), "branch")
+        .await?
+        .envelope
+        .session_id;
+    let inherited = recovery.opener(session, false).await?;
+    assert_eq!(
+        inherited.open_event(&result.envelope).1,
+        [(
+            "output",
+            Text::Redacted("a credential the tool printed".into())
+        )],
+        "what the fork {fork} inherits is the parent's, redacted with one key"
+    );
+    Ok(())
+}
