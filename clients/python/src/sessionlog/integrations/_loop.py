@@ -5,19 +5,111 @@ their locks) on an event loop of its own, in a thread of its own, whichever loop
 callers run. A durable tool runs on the caller's side, so the writer it records its calls with
 hands each step to the adapter's loop: ``LoopWriter`` for an ``async def`` tool (ADK, the OpenAI
 Agents SDK), ``BlockingLoopWriter`` for a blocking one (LangGraph). How a step gets there (and
-what a closed adapter answers) is the adapter's own.
+what a closed adapter answers) is ``AdapterLoop``'s, or the adapter's own (the OpenAI Agents
+session starts its loop lazily and survives ``os.fork``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from .. import errors
+from ..client import AsyncClient
 from ..ledger import Occurrences, SessionLedger, ToolCall
 from ..models import EffectClass, EventAck
 from ..session import AsyncSession
 
 T = TypeVar("T")
+
+
+def serve(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
+    """An adapter's loop thread: runs the loop until stopped, then closes the client's
+    connections and the loop, on the thread they belong to."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        # Stopped (closed, or the adapter collected): what is still running is cancelled, so
+        # its callers get an answer.
+        while pending := asyncio.all_tasks(loop):
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+
+
+def stop(loop: asyncio.AbstractEventLoop) -> None:
+    """Stops ``loop`` from any thread (a closed loop is stopped already)."""
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+    except RuntimeError:
+        pass  # closed already
+
+
+class AdapterLoop:
+    """An adapter's event loop, running ``client``'s work in a thread of its own from
+    construction until ``close``. ``what`` names the adapter in its errors.
+
+    Work is submitted under the lock ``close`` takes, so no work reaches a stopped loop: work
+    submitted after ``close`` is refused at once (``SessionlogError`` naming the close), and
+    work already submitted is cancelled by the loop's last turn, its caller told why."""
+
+    def __init__(self, client: AsyncClient, *, name: str, what: str) -> None:
+        self._what = what
+        self._loop = asyncio.new_event_loop()
+        self._submitting = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=serve, args=(self._loop, client), name=name, daemon=True)
+        self._thread.start()
+
+    def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        with self._submitting:
+            if self._closed:
+                work.close()  # never awaited: say so to nobody
+                raise errors.SessionlogError(f"{self._what} is closed (close() was called): make a new one")
+            return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    def _closed_during_call(self) -> errors.SessionlogError:
+        return errors.SessionlogError(f"{self._what} was closed (close() was called) during the call")
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Runs ``work`` on the loop, the calling thread waiting for its answer."""
+        future = self._submit(work)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            if self._closed:
+                raise self._closed_during_call() from None
+            raise
+
+    async def wait(self, work: Coroutine[Any, Any, T]) -> T:
+        """Runs ``work`` on the loop, awaited from whichever loop the caller runs."""
+        future = self._submit(work)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            caller = asyncio.current_task()
+            if self._closed and future.cancelled() and (caller is None or caller.cancelling() == 0):
+                # The loop's last turn cancelled the work, not the caller: say why.
+                raise self._closed_during_call() from None
+            raise
+
+    def close(self, timeout: float) -> None:
+        """Stops the loop (cancelling the work still on it) and closes the client's connections,
+        waiting up to ``timeout`` seconds for that (once; later calls do nothing)."""
+        with self._submitting:
+            if self._closed:
+                return
+            self._closed = True
+        stop(self._loop)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
 
 
 class AwaitsOnLoop(Protocol):

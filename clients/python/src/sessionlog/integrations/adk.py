@@ -58,7 +58,6 @@ import asyncio
 import copy
 import inspect
 import json
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -84,7 +83,7 @@ from ..ledger import Occurrences, SessionLedger
 from ..models import EffectClass, HistoryEvent, SessionView
 from ..session import AsyncSession, Event, await_projected, framework_state
 from ..tools import durable_tool as _durable_tool
-from ._loop import LoopWriter
+from ._loop import AdapterLoop, LoopWriter
 from ._records import framework_records
 
 T = TypeVar("T")
@@ -343,24 +342,16 @@ class SessionlogSessionService(BaseSessionService):
         self._occurrences: dict[str, Occurrences] = {}
         # What a held session's last record owes its app's catalogue, until written.
         self._owed: dict[str, Owed] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="sessionlog-adk", daemon=True)
-        self._thread.start()
+        self._loop = AdapterLoop(self._client, name="sessionlog-adk", what="the ADK session service")
 
     def close(self) -> None:
-        """Closes the connections and stops the service's loop (once; later calls do nothing)."""
-        if not self._loop.is_running():
-            return
-        asyncio.run_coroutine_threadsafe(self._client.aclose(), self._loop).result(timeout=self.wait_for)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=self.wait_for)
+        """Closes the connections and stops the service's loop (once; later calls do nothing).
+        A call after it raises ``SessionlogError``, as does one still running then."""
+        self._loop.close(timeout=self.wait_for)
 
     async def _on_loop(self, work: Coroutine[Any, Any, T]) -> T:
         """Runs ``work`` on the service's loop, awaited from the caller's."""
-        if not self._loop.is_running():
-            work.close()
-            raise errors.SessionlogError("the ADK session service is closed")
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+        return await self._loop.wait(work)
 
     # -- BaseSessionService ------------------------------------------------------------------
 

@@ -34,7 +34,6 @@ import base64
 import builtins
 import json
 import random
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextvars import ContextVar
@@ -62,7 +61,7 @@ from ..ledger import Occurrences
 from ..models import EffectClass, HistoryEvent, SessionView, text_of
 from ..session import AsyncSession, await_projected, framework_state
 from ..tools import durable_tool
-from ._loop import BlockingLoopWriter
+from ._loop import AdapterLoop, BlockingLoopWriter
 from ._records import framework_records
 
 T = TypeVar("T")
@@ -271,17 +270,12 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         self._locks: dict[str, asyncio.Lock] = {}
         # The session holding each name's events, once known (a copy's is not the named one).
         self._sessions: dict[str, str] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="sessionlog-saver", daemon=True)
-        self._thread.start()
+        self._loop = AdapterLoop(self._client, name="sessionlog-saver", what="the LangGraph saver")
 
     def close(self) -> None:
-        """Closes the connections and stops the saver's loop (once; later calls do nothing)."""
-        if not self._loop.is_running():
-            return
-        self._run(self._client.aclose())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        """Closes the connections and stops the saver's loop (once; later calls do nothing).
+        A call after it raises ``SessionlogError``, as does one still running then."""
+        self._loop.close(timeout=self.wait_for)
 
     def durable_tool(
         self, *, effect: EffectClass, key: Callable[..., str] | None = None, name: str | None = None
@@ -315,10 +309,10 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
     # -- the two faces over one implementation ------------------------------------------------
 
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        return self._loop.run(work)
 
     async def _await(self, work: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self._loop))
+        return await self._loop.wait(work)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._run(self._get_tuple(config))

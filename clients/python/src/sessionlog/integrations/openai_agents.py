@@ -75,7 +75,7 @@ from ..session import (
     user_request,
 )
 from ..tools import durable_tool
-from ._loop import LoopWriter
+from ._loop import LoopWriter, serve, stop
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -223,7 +223,7 @@ class SessionlogSession:
             self._loop = self._thread = self._client = None
         if loop is None or thread is None:
             return
-        _stop(loop)
+        stop(loop)
         if thread is not threading.current_thread():
             thread.join(timeout=self.wait_for)
 
@@ -233,11 +233,11 @@ class SessionlogSession:
             raise errors.SessionlogError(f"session {self.session_id!r} is closed")
         if self._loop is None or self._client is None:
             loop, client = asyncio.new_event_loop(), self.client.twin()
-            self._thread = threading.Thread(target=_serve, args=(loop, client), name="sessionlog-openai-agents", daemon=True)
+            self._thread = threading.Thread(target=serve, args=(loop, client), name="sessionlog-openai-agents", daemon=True)
             self._thread.start()
             self._loop, self._client, self._pid = loop, client, os.getpid()
             # A session nobody closes (one per request, say) must not keep a thread forever.
-            weakref.finalize(self, _stop, loop)
+            weakref.finalize(self, stop, loop)
         return self._loop, self._client
 
     def _forked(self) -> bool:
@@ -654,30 +654,6 @@ class SessionlogSession:
         if event.kind == "ToolCallResult":
             data = calls[int(data.get("call_seq", 0))].data or {} if int(data.get("call_seq", 0)) in calls else {}
         return event.kind in ("ToolCallRequested", "ToolCallResult") and data.get("tool") in self._durable
-
-
-def _serve(loop: asyncio.AbstractEventLoop, client: AsyncClient) -> None:
-    """A session's loop thread: runs the loop until stopped, then closes the client's
-    connections and the loop, on the thread they belong to."""
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-        # Stopped (close, or the session collected): what is still running is cancelled, so
-        # its callers get an answer.
-        while pending := asyncio.all_tasks(loop):
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(client.aclose())
-    finally:
-        loop.close()
-
-
-def _stop(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        loop.call_soon_threadsafe(loop.stop)
-    except RuntimeError:
-        pass  # closed already
 
 
 def _arguments(text: str) -> dict[str, Any]:
