@@ -55,7 +55,6 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -63,7 +62,7 @@ from agents.memory.session_settings import SessionSettings, coerce_session_setti
 from .. import errors
 from ..client import AsyncClient
 from ..ledger import ToolCall
-from ..models import EffectClass, HistoryEvent, text_of
+from ..models import EffectClass, HistoryEvent
 from ..session import (
     AsyncSession,
     Event,
@@ -75,6 +74,21 @@ from ..session import (
     user_request,
 )
 from ..tools import durable_tool
+from ._agents_items import (
+    CLAIM_KEY,
+    FRAMEWORK,
+    ITEM_KEY,
+    ITEM_MODEL,
+    claimed_requests,
+    event_of,
+    item_of_event,
+    item_record,
+    parse_arguments,
+    same_call,
+    saved_items,
+    text_parts,
+    whole_items,
+)
 from ._loop import LoopWriter, serve, stop
 
 if TYPE_CHECKING:
@@ -86,17 +100,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-#: Who the retractions name.
+#: Who the retractions name. (The item records' framework and keys are in ``_agents_items``.)
 RETRACTED_BY = "openai-agents:pop_item"
-#: The model name prefix of items with no event of their own, kept whole in a ``ModelResponse``.
-ITEM_MODEL = "openai-agents:item:"
-#: The framework and key of the ``FrameworkStateSaved`` event that keeps an item whole beside
-#: its event (its ``causation_id`` is that event's id).
-FRAMEWORK = "openai-agents"
-ITEM_KEY = "item"
-#: The key of a ``FrameworkStateSaved`` naming (``causation_id``) a durable tool's request that
-#: a function call kept whole before the tool ran stands for; its state is the SDK's call id.
-CLAIM_KEY = "claim"
 #: How often a caller waiting for the session's loop looks whether its thread still runs (seconds).
 _WATCH = 1.0
 _ITEM_KINDS = ["UserRequest", "ModelResponse", "ToolCallRequested", "ToolCallResult", "EventRetracted", "FrameworkStateSaved"]
@@ -106,13 +111,6 @@ def session_name(session_id: str) -> str:
     """The name of an SDK session's sessionlog session, unique within the caller's tenant (the
     same in every process)."""
     return f"openai-agents:{session_id}"
-
-
-def _text_parts(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = content if isinstance(content, list) else []
-    return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
 class SessionlogSession:
@@ -339,7 +337,7 @@ class SessionlogSession:
             if orphans or durable:
                 events = await self._read(writer)
                 # Durable calls the SDK saved before (another process, perhaps): their outputs are too.
-                self._durable_calls = self._durable_items([item for _, item in _saved_items(events)], set())[1]
+                self._durable_calls = self._durable_items([item for _, item in saved_items(events)], set())[1]
                 durable = self._durable_items(items, self._durable_calls)[0]
                 claims, markers = self._claims(events, items, durable)
             planned: list[tuple[str, tuple[str, dict[str, Any]] | None]] = []
@@ -464,9 +462,9 @@ class SessionlogSession:
         # The event keeps a message's text (what the context view shows); the item whole, with
         # its other parts (an image, a file), is kept beside it.
         if kind == "message" and item.get("role") == "user":
-            return user_request(_text_parts(item.get("content")))
+            return user_request(text_parts(item.get("content")))
         if kind == "message" and item.get("role") == "assistant":
-            return model_response(self.model, _text_parts(item.get("content")))
+            return model_response(self.model, text_parts(item.get("content")))
         if kind == "function_call":
             call_id, tool = str(item["call_id"]), str(item["name"])
             effect = self.tool_effects.get(tool, "NonIdempotent")
@@ -526,8 +524,8 @@ class SessionlogSession:
         An item that finds none is kept whole on its own. A call kept on its own before its tool
         ran (it waited for approval) claims its request when its output comes: the second answer,
         the claims to record (request event id, the SDK's call id; see ``CLAIM_KEY``)."""
-        beside, alone = _whole_items(events)
-        claimed = _claimed(events)
+        beside, alone = whole_items(events)
+        claimed = claimed_requests(events)
         results = {int((e.data or {}).get("call_seq", 0)): e.event_id for e in events if e.kind == "ToolCallResult"}
         # The SDK's call ids of durable calls already claimed, by the request they stand for.
         by_call_id = {str(item.get("call_id")): eid for eid, item in beside.items() if item.get("type") == "function_call"}
@@ -549,8 +547,8 @@ class SessionlogSession:
         )
 
         def claim(call: dict[str, Any]) -> str | None:
-            asked = _arguments(str(call.get("arguments", "")))
-            found = next((e for e in unclaimed if _same_call(e, str(call.get("name")), asked)), None)
+            asked = parse_arguments(str(call.get("arguments", "")))
+            found = next((e for e in unclaimed if same_call(e, str(call.get("name")), asked)), None)
             if found is None:
                 return None
             unclaimed.remove(found)
@@ -592,8 +590,8 @@ class SessionlogSession:
         retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
         calls = {e.seq: e for e in events if e.kind == "ToolCallRequested"}
         by_id = {e.event_id: e for e in events}
-        whole, alone = _whole_items(events)
-        claimed = _claimed(events)
+        whole, alone = whole_items(events)
+        claimed = claimed_requests(events)
         # Requests written with their output stand for a call kept whole before, where it is.
         standing_for = {e.causation_id for e in events if e.kind == "ToolCallRequested" and e.causation_id in alone}
         withdrawn = {e.event_id for e in events if e.seq in retracted}
@@ -611,9 +609,9 @@ class SessionlogSession:
                 continue
             seq = event.seq
             if event.kind == "FrameworkStateSaved":
-                item = _record(event)
+                item = item_record(event)
                 beside = by_id.get(event.causation_id or "")
-                if item is not None and beside is not None and _event_of(beside, item):
+                if item is not None and beside is not None and event_of(beside, item):
                     # Withdrawn with its event: a retraction names the event (the context view reads it).
                     if beside.seq in retracted:
                         continue
@@ -623,7 +621,7 @@ class SessionlogSession:
             elif self._unsaved(event, calls):
                 item = None
             else:
-                item = _item(event, calls, self._durable)
+                item = item_of_event(event, calls, self._durable)
                 if item is not None and event.kind == "ToolCallResult" and self._is_durable(event, calls):
                     self._found.add(calls[int((event.data or {}).get("call_seq", 0))].event_id)
             if item is None:
@@ -654,132 +652,3 @@ class SessionlogSession:
         if event.kind == "ToolCallResult":
             data = calls[int(data.get("call_seq", 0))].data or {} if int(data.get("call_seq", 0)) in calls else {}
         return event.kind in ("ToolCallRequested", "ToolCallResult") and data.get("tool") in self._durable
-
-
-def _arguments(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _same_call(request: HistoryEvent, tool: str, asked: dict[str, Any]) -> bool:
-    """Whether a durable wrapper's recorded request is the call the model asked for: its tool,
-    and every argument the model gave (the wrapper also records defaults the model left out)."""
-    data = request.data or {}
-    recorded = _arguments(text_of(data.get("arguments")) or "")
-    return data.get("tool") == tool and _same_value(recorded, asked)
-
-
-def _same_value(recorded: Any, asked: Any) -> bool:
-    """Whether a recorded argument (parsed JSON) is what the model gave: an object has every
-    field the model gave (its defaults are recorded too), a list item by item, a date or time
-    the same instant however written ("Z" or "+00:00")."""
-    if isinstance(asked, dict):
-        return isinstance(recorded, dict) and all(k in recorded and _same_value(recorded[k], v) for k, v in asked.items())
-    if isinstance(asked, list):
-        return isinstance(recorded, list) and len(recorded) == len(asked) and all(map(_same_value, recorded, asked))
-    if isinstance(asked, str) and isinstance(recorded, str) and asked != recorded:
-        try:
-            return datetime.fromisoformat(recorded) == datetime.fromisoformat(asked)
-        except ValueError:
-            return False
-    return bool(recorded == asked)
-
-
-def _record(event: HistoryEvent) -> dict[str, Any] | None:
-    """The item an item record keeps whole; ``None`` for another record, or one whose text no
-    longer opens (an erased session)."""
-    data = event.data or {}
-    text = text_of(data.get("state"))
-    if event.kind != "FrameworkStateSaved" or data.get("framework") != FRAMEWORK or data.get("key") != ITEM_KEY or text is None:
-        return None
-    return cast(dict[str, Any], json.loads(text))
-
-
-def _event_of(event: HistoryEvent, item: dict[str, Any]) -> bool:
-    """Whether ``event`` is the item's own event (written with it), not a durable tool's record
-    the item was saved beside: a tool event of the item's own carries its call id as key."""
-    return event.kind not in ("ToolCallRequested", "ToolCallResult") or event.idempotency_key == item.get("call_id")
-
-
-def _claimed(events: list[HistoryEvent]) -> dict[str, str]:
-    """The durable requests a call kept whole on its own stands for (see ``CLAIM_KEY``): the
-    SDK's call id, by the request's event id."""
-    found: dict[str, str] = {}
-    for event in events:
-        data = event.data or {}
-        if event.kind == "FrameworkStateSaved" and data.get("framework") == FRAMEWORK and data.get("key") == CLAIM_KEY:
-            text = text_of(data.get("state"))
-            if event.causation_id is not None and text is not None:
-                found[event.causation_id] = text
-    return found
-
-
-def _saved_items(events: list[HistoryEvent]) -> list[tuple[HistoryEvent, dict[str, Any]]]:
-    """The items kept whole that no retraction withdrew, in the order they were saved, each
-    with its record."""
-    retracted = {int((e.data or {}).get("retracted_seq", 0)) for e in events if e.kind == "EventRetracted"}
-    by_id = {e.event_id: e for e in events}
-    saved: list[tuple[HistoryEvent, dict[str, Any]]] = []
-    for event in events:
-        item = _record(event)
-        if item is None or event.seq in retracted:
-            continue
-        beside = by_id.get(event.causation_id or "")
-        if beside is not None and _event_of(beside, item) and beside.seq in retracted:
-            continue
-        saved.append((event, item))
-    return saved
-
-
-def _whole_items(events: list[HistoryEvent]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The items kept whole: those beside an event, by that event's id, and those on their own (a
-    function call with no request yet, a durable call's item that found no record of its
-    wrapper), by their own event id. One whose text no longer opens (an erased session) is left
-    out: an event gives what the log kept."""
-    beside: dict[str, dict[str, Any]] = {}
-    alone: dict[str, dict[str, Any]] = {}
-    for event in events:
-        item = _record(event)
-        if item is None:
-            continue
-        if event.causation_id is None:
-            alone[event.event_id] = item
-        else:
-            beside[event.causation_id] = item
-    return beside, alone
-
-
-def _item(event: HistoryEvent, calls: dict[int, HistoryEvent], durable: set[str]) -> dict[str, Any] | None:
-    data = event.data or {}
-    if event.kind == "UserRequest":
-        return {"role": "user", "content": text_of(data.get("content")) or ""}
-    if event.kind == "ModelResponse":
-        model = str(data.get("model", ""))
-        text = text_of(data.get("content")) or ""
-        if model.startswith(ITEM_MODEL):
-            return cast(dict[str, Any], json.loads(text))
-        return {"role": "assistant", "content": text}
-    if event.kind == "ToolCallRequested":
-        return {
-            "type": "function_call",
-            "call_id": event.idempotency_key or f"call-{event.seq}",
-            "name": str(data.get("tool", "")),
-            "arguments": text_of(data.get("arguments")) or "",
-        }
-    if event.kind == "ToolCallResult":
-        call = calls.get(int(data.get("call_seq", 0)))
-        if call is None:
-            return None
-        output = text_of(data.get("output")) or ""
-        if (call.data or {}).get("tool") in durable and data.get("source") == "Executed" and data.get("outcome") == "Succeeded":
-            # A durable tool records its value as JSON; the SDK hands a model the text.
-            try:
-                value = json.loads(output)
-            except ValueError:
-                value = None
-            output = value if isinstance(value, str) else output
-        return {"type": "function_call_output", "call_id": call.idempotency_key or f"call-{call.seq}", "output": output}
-    return None
