@@ -193,6 +193,13 @@ fn routes(s: SessionId) -> Vec<Route> {
         ),
         r(
             Recovery,
+            Method::POST,
+            format!("/v1/sessions/{s}/redactions"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
             Method::GET,
             format!("/v1/sessions/{s}/erasure"),
             Role::Operator,
@@ -561,6 +568,12 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             json!({ "reason": "r" }),
         ),
         (recovery_base, Method::GET, "erasure", Value::Null),
+        (
+            recovery_base,
+            Method::POST,
+            "redactions",
+            json!({ "seq": 1, "field": "output", "reason": "r" }),
+        ),
     ];
     for (base, method, tail, body) in &routes {
         let path = match *tail {
