@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The services our binary runs; the others are the servers.
-const OUR_SERVICES: [&str; 7] = [
+const OUR_SERVICES: [&str; 8] = [
     "sessionlog-init",
     "projector",
     "wake",
     "ingest",
     "recovery",
     "mcp",
+    "console",
     "otlp-export",
 ];
 const SERVERS: [&str; 3] = ["kafka", "schema-registry", "scylla"];
