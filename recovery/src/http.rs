@@ -1056,13 +1056,6 @@ async fn redact(
     JsonBody(r): JsonBody<RedactRequest>,
 ) -> Answer<RedactionReceiptView> {
     let session = sessionlog_http::session_id(&session)?;
-    if r.reason.trim().is_empty() {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            "a redaction needs a reason (what was removed and under which policy)",
-        ));
-    }
     visible(&recovery, &caller, session).await?;
     let receipt = recovery
         .redact(session, r.seq, &r.field, &caller.on_behalf(""), &r.reason)

@@ -69,6 +69,12 @@ impl Recovery {
             field: field.to_string(),
             reason: why,
         };
+        // Checked here, not at one door: HTTP, the CLI and the console all call this.
+        if reason.trim().is_empty() {
+            return Err(not_redactable(
+                "a redaction needs a reason (what was removed and under which policy)".into(),
+            ));
+        }
         if !SEALED_FIELDS.contains(&field) {
             return Err(not_redactable(format!(
                 "not a field that can be redacted (one of {})",

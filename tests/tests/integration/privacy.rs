@@ -783,6 +783,16 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     let target = outputs[1];
     let secret = canary("R1", "output");
 
+    // A redaction needs a reason through every door, the library's too (the CLI and the
+    // console call it): a blank one is refused and destroys nothing.
+    let blank = recovery
+        .redact(session, target, "output", "test", "  ")
+        .await;
+    assert!(
+        matches!(blank, Err(sessionlog_recovery::Error::NotRedactable { .. })),
+        "a blank reason: {blank:?}"
+    );
+
     let http = client()?;
     let receipt: Value = http
         .post(format!(
