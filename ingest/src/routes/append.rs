@@ -142,7 +142,17 @@ pub(crate) async fn append(
             .iter()
             .map(|incoming| envelope(writer, incoming))
             .collect::<Result<Vec<_>, Problem>>()?;
-        let confirmed = writer.append_confirmed(fresh).await?;
+        let confirmed = if unsafe_ack_before_confirm() {
+            let sent = writer.append_envelopes(fresh).await?;
+            sent.into_iter()
+                .map(|appended| sessionlog_producer::Confirmed {
+                    appended,
+                    duplicate: false,
+                })
+                .collect::<Vec<_>>()
+        } else {
+            writer.append_confirmed(fresh).await?
+        };
         let fresh = confirmed.iter().filter(|c| !c.duplicate).count();
         acks.extend(confirmed.iter().map(EventAck::from));
         Ok((writer.next_seq(), acks, fresh))
@@ -313,4 +323,24 @@ fn envelope(writer: &SessionWriter, incoming: &IncomingEvent) -> Result<EventEnv
         .map_err(|e| sessionlog_http::from_keys(&e, e.to_string()))?;
     let [envelope] = envelope;
     Ok(envelope)
+}
+
+/// TEST ONLY: `SESSIONLOG_TEST_UNSAFE_ACK_BEFORE_CONFIRM=1` answers an append once Kafka
+/// acknowledged it, before the session's fold confirmed it: the broken build the checked-history
+/// soak must catch (docs/operations.md, "Checked histories"). Never set in a deployment; unset
+/// (or anything but `1`), nothing changes.
+fn unsafe_ack_before_confirm() -> bool {
+    static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let set =
+            std::env::var("SESSIONLOG_TEST_UNSAFE_ACK_BEFORE_CONFIRM").is_ok_and(|v| v == "1");
+        if set {
+            tracing::error!(
+                "SESSIONLOG_TEST_UNSAFE_ACK_BEFORE_CONFIRM=1: appends are answered before the fold \
+                 confirms them (a deliberately broken build for the checked-history soak; never in \
+                 production)"
+            );
+        }
+        set
+    })
 }
