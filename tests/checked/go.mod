@@ -1,0 +1,5 @@
+module sessionlog/tests/checked
+
+go 1.26
+
+require github.com/anishathalye/porcupine v1.3.1
