@@ -21,12 +21,14 @@ pub struct Redaction {
 
 impl SessionState {
     /// The redaction rules, whoever writes: a redaction is an operator's, signed by the
-    /// recovery service; it names an earlier event of this session and one of the sealed
-    /// fields; and a field is redacted once.
+    /// recovery service; it says who and why; it names an earlier event of this session and
+    /// one of the sealed fields; and a field is redacted once.
     pub(crate) fn judge_redaction(&self, e: &EventEnvelope) -> Verdict {
         let SessionEvent::PayloadRedacted {
             redacted_seq,
             field,
+            redacted_by,
+            reason,
             ..
         } = &e.event
         else {
@@ -36,6 +38,16 @@ impl SessionState {
             return Verdict::Rejected(Rejection::Unsigned {
                 kind: "a redaction".into(),
             });
+        }
+        // Every reader shows the reason in the field's place: a redaction without one (or
+        // without its operator) would read as empty text, whichever producer wrote it.
+        if reason.trim().is_empty() {
+            return invalid(
+                "a redaction needs a reason (what was removed and under which policy)".into(),
+            );
+        }
+        if redacted_by.trim().is_empty() {
+            return invalid("a redaction names the operator who made it".into());
         }
         if *redacted_seq == 0 || *redacted_seq >= e.seq {
             return invalid(format!(

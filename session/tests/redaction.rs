@@ -156,3 +156,28 @@ fn an_ended_session_may_be_redacted_an_erased_one_not() {
         Verdict::Rejected(Rejection::AfterTerminal)
     );
 }
+
+#[test]
+fn a_redaction_without_a_reason_or_an_operator_is_refused_whoever_writes_it() {
+    for (redacted_by, reason) in [
+        ("operator:alice", ""),
+        ("operator:alice", " \t\n"),
+        ("", "a key the tool printed"),
+    ] {
+        let mut state = session_of_three();
+        let mut event = redaction(2, "content");
+        if let SessionEvent::PayloadRedacted {
+            redacted_by: by,
+            reason: why,
+            ..
+        } = &mut event
+        {
+            *by = redacted_by.into();
+            *why = reason.into();
+        }
+        let verdict = state.apply(&ev(4, event, true));
+        assert!(invalid(&verdict), "{redacted_by:?} {reason:?}: {verdict:?}");
+        assert!(state.redaction(2, "content").is_none());
+        assert_eq!(state.last_seq, 3, "nothing accepted");
+    }
+}
