@@ -21,6 +21,14 @@ looks to its peers) for as long, and a Kafka broker killed together with a CQL n
 fault a session of its own is erased; after the node is back, its data key must read as
 destroyed at consistency ALL (every replica, the returned one included), and the projectors'
 lag must come back within ``--lag-back-secs``.
+
+With ``--checked`` (`scripts/soak --checked`) the load is the checked-history driver
+(tests/checked, Go, built by scripts/soak and named by SESSIONLOG_CHECKED_BIN) instead of the
+harnesses: writers taking sessions from each other through both ingest instances and recovery,
+readers of the log and of the projection, every operation recorded; the faults are one of each
+per round of CHECKED_KINDS (or, with ``--cluster`` too, the cluster's). At the end the driver
+checks each session's history with porcupine and prints the result; its exit status is the
+soak's (1 when a history is not linearizable).
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ BROKERS = ("kafka", "kafka-2", "kafka-3")
 #: What the soak does to a cluster (--cluster), one of each per round.
 CLUSTER_KINDS = ("cql_node_killed", "cql_node_frozen", "broker_and_cql_node_killed")
 CQL_NODES = ("cassandra", "cassandra-2", "cassandra-3")
+#: What a checked run (--checked) does, one of each per round: kills as the soak's, and a broker frozen.
+CHECKED_KINDS = ("ingest", "recovery", "projector", "broker", "broker_frozen", "cassandra")
+#: How long a checked run keeps a broker frozen (SIGSTOP), in seconds.
+FREEZE_SECS = 10.0
 
 
 @dataclass
@@ -179,6 +191,12 @@ class Soak:
             victim = kind
             self.stack("kill", victim)
             self.stack("start", victim)
+        elif kind == "broker_frozen":
+            victim = self.rng.choice(BROKERS)
+            self.stack("freeze", victim)
+            # The freeze's length is what is being injected, not a wait for something to happen.
+            time.sleep(FREEZE_SECS)
+            self.stack("thaw", victim)
         elif kind == "harness":
             harness = self.rng.choice(self.harnesses)
             victim = harness.name
@@ -380,6 +398,50 @@ def run(
     return soak, check(soak, counter, corner.token("reader", subject="soak-check"))
 
 
+def run_checked(args: argparse.Namespace, rng: random.Random, seed: int) -> int:
+    """The checked-history run: the driver's load under one of each fault per round; the
+    driver's verdict."""
+    corner = StackCorner.create(args.workdir, {}, projectors=2, ingests=2)
+    soak = Soak(corner, [], rng, fault_secs=args.fault_secs)
+    kinds = CLUSTER_KINDS if args.cluster else CHECKED_KINDS
+    driver: subprocess.Popen[bytes] | None = None
+    try:
+        token = corner.token("harness", "reader", subject="checked")
+        driver = subprocess.Popen([
+            os.environ["SESSIONLOG_CHECKED_BIN"], "--ingest", ",".join(corner.ingest_urls),
+            "--recovery", corner.recovery_url, "--token", token, "--out", str(args.workdir / "checked"),
+            # The soak stops it (SIGTERM) once its faults are done; this only bounds a lost soak.
+            "--seconds", str(args.minutes * 60 + 1800), "--seed", str(seed),
+        ])
+        started = time.monotonic()
+        end = started + args.minutes * 60
+        bag: list[str] = []
+        next_fault = started + rng.uniform(10, 20)
+        while time.monotonic() < end or sum(soak.kills[k] for k in kinds) < len(kinds):
+            if driver.poll() is not None:
+                raise RuntimeError(f"the checked-history driver exited early ({driver.returncode})")
+            now = time.monotonic()
+            if now >= next_fault:
+                if not bag:
+                    bag = list(kinds)
+                    rng.shuffle(bag)
+                kind = bag.pop()
+                victim = soak.fault(kind) if args.cluster else soak.kill_one(kind)
+                print(f"[soak] {now - started:6.0f}s {kind}: {victim}, back after {soak.downtime[kind][-1]:.1f}s", flush=True)
+                next_fault = time.monotonic() + rng.uniform(10, 20)
+            # Cadence of the control loop, not a wait for anything to happen.
+            time.sleep(0.5)
+        faults = ", ".join(f"{k} {soak.kills[k]}" for k in kinds)
+        print(f"[soak] faults injected: {sum(soak.kills.values())} ({faults}) in {time.monotonic() - started:.0f}s; "
+              "stopping the load and checking", flush=True)
+        driver.send_signal(signal.SIGTERM)
+        return driver.wait(timeout=3600)
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+        corner.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--minutes", type=float, default=10)
@@ -387,6 +449,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--cluster", action="store_true", help="the cluster's faults (three CQL nodes)")
+    parser.add_argument("--checked", action="store_true",
+                        help="the checked-history driver's load, each session's history checked by porcupine")
     parser.add_argument("--fault-secs", type=float, default=60, help="--cluster: how long each fault lasts")
     parser.add_argument("--lag-back-secs", type=float, default=120,
                         help="--cluster: the lag must be back within this after each fault")
@@ -395,10 +459,13 @@ def main() -> int:
     rng = random.Random(seed)
     args.workdir.mkdir(parents=True, exist_ok=True)
     shape = f", cluster faults of {args.fault_secs:g}s" if args.cluster else ""
-    print(f"[soak] seed {seed}, {args.minutes:g} min, {args.harnesses} harnesses{shape}, work dir {args.workdir}", flush=True)
+    load = "the checked-history driver" if args.checked else f"{args.harnesses} harnesses"
+    print(f"[soak] seed {seed}, {args.minutes:g} min, {load}{shape}, work dir {args.workdir}", flush=True)
 
     # A TERM (Ctrl-C, a CI timeout) still stops every process this soak started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.checked:
+        return run_checked(args, rng, seed)
     counter = Counter(idempotent=set())
     server, service_url = serve(counter)
     corner = StackCorner.create(args.workdir, {TOOL: f"{service_url}/{TOOL}/calls"}, projectors=2, ingests=2)
