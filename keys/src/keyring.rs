@@ -739,11 +739,6 @@ impl Opener {
         }
     }
 
-    /// An optional field's text.
-    pub fn text_of(&self, content: Option<&Content>) -> Option<Text> {
-        content.map(|c| self.text(c))
-    }
-
     /// Replaces `content` by its opened text. What does not open keeps its sealed form with
     /// the ciphertext removed (so a reader can tell something was there, and why not from
     /// the returned [`Text`]); plain text of an erased session is withdrawn (empty).

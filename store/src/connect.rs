@@ -207,11 +207,6 @@ impl ProjectionStore {
         &self.keyspace
     }
 
-    /// Whether this store may write (it was opened with [`ProjectionStore::migrate`]).
-    pub fn writable(&self) -> bool {
-        self.writes.is_some()
-    }
-
     /// The driver session, for tests and benchmarks that need statements the store does not
     /// offer. Production code reads and writes through the store's typed methods.
     pub fn cql(&self) -> &Session {

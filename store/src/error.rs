@@ -170,15 +170,6 @@ impl Error {
             source: e.into(),
         }
     }
-
-    /// Whether the error says the keyspace is missing or not migrated far enough: a command
-    /// to run fixes it, retrying does not.
-    pub fn is_schema_error(&self) -> bool {
-        matches!(
-            self,
-            Self::NoKeyspace { .. } | Self::SchemaBehind { .. } | Self::BadKeyspaceName { .. }
-        )
-    }
 }
 
 /// Result with the store's error.

@@ -81,11 +81,6 @@ impl Watches {
             }
         }
     }
-
-    /// Whether `partition` of the lease topic is still being read from its start.
-    pub fn is_catching_up(&self, partition: i32) -> bool {
-        self.catching.contains(&partition)
-    }
 }
 
 #[cfg(test)]
