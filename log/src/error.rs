@@ -79,6 +79,16 @@ pub enum Error {
         /// How long the append waited.
         waited_ms: u64,
     },
+    /// An operational record (a lease, a wake) could not be encoded as JSON: a bug, not the
+    /// input's fault; nothing was written.
+    #[error("encoding a {kind} record as JSON: {source} (a bug in sessionlog: please report it)")]
+    Encode {
+        /// Which record (`lease`, `wake`).
+        kind: &'static str,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 impl Error {

@@ -112,8 +112,8 @@ impl Lease {
     }
 
     /// The record's value.
-    pub fn encode(&self) -> Vec<u8> {
-        crate::versioned::encode(&LeaseRecordRef::Lease(self))
+    pub fn encode(&self) -> crate::Result<Vec<u8>> {
+        crate::versioned::encode(&LeaseRecordRef::Lease(self), "lease")
     }
 
     /// A record's value, or why it is not a lease this build reads (a release is not one).
@@ -159,8 +159,8 @@ impl Release {
     }
 
     /// The record's value.
-    pub fn encode(&self) -> Vec<u8> {
-        crate::versioned::encode(&LeaseRecordRef::Release(self))
+    pub fn encode(&self) -> crate::Result<Vec<u8>> {
+        crate::versioned::encode(&LeaseRecordRef::Release(self), "lease")
     }
 }
 
@@ -509,10 +509,14 @@ mod tests {
         let lease = Lease::renewed(session, "h1", 3, 1_000_000, Duration::from_millis(15_000))
             .expect("fits");
         assert_eq!(lease.expires_at, 16_000_000);
-        assert_eq!(Lease::decode(&lease.encode()), Ok(lease.clone()));
+        assert_eq!(
+            Lease::decode(&lease.encode().expect("encodes")),
+            Ok(lease.clone())
+        );
         assert!(lease.is_live(15_999_999));
         assert!(!lease.is_live(16_000_000));
-        let json: serde_json::Value = serde_json::from_slice(&lease.encode()).expect("json");
+        let json: serde_json::Value =
+            serde_json::from_slice(&lease.encode().expect("encodes")).expect("json");
         assert_eq!(json["version"], 2);
         assert_eq!(json["record"], "lease");
         assert_eq!(json["session_id"], session.to_string());
@@ -539,11 +543,11 @@ mod tests {
             Lease::renewed(session, writer, epoch, at, Duration::from_secs(15)).expect("fits")
         };
         let new = lease("b", 2, 10);
-        let held = later(None, Some(&new.encode()));
-        let held = later(held, Some(&lease("a", 1, 20).encode()));
+        let held = later(None, Some(&new.encode().expect("encodes")));
+        let held = later(held, Some(&lease("a", 1, 20).encode().expect("encodes")));
         assert_eq!(held, Some(new));
         let renewed = lease("b", 2, 30);
-        let held = later(held, Some(&renewed.encode()));
+        let held = later(held, Some(&renewed.encode().expect("encodes")));
         assert_eq!(held, Some(renewed));
         assert_eq!(later(held.clone(), Some(b"junk")), held);
         assert_eq!(later(held, None), None);
@@ -556,7 +560,9 @@ mod tests {
         assert!(Lease::decode(b"not json").is_err());
         assert!(Lease::decode(br#"{"version":1}"#).is_err());
         assert!(Lease::decode(br#"{"version":2,"record":"lease"}"#).is_err());
-        let release = Release::new(SessionId::new(), "h", 1, 5).encode();
+        let release = Release::new(SessionId::new(), "h", 1, 5)
+            .encode()
+            .expect("encodes");
         assert!(Lease::decode(&release).is_err(), "a release is no lease");
     }
 
@@ -571,16 +577,22 @@ mod tests {
         // The old writer's release lands after its successor's lease (the release race).
         let held = later(
             Some(new.clone()),
-            Some(&Release::new(session, "a", 1, 20).encode()),
+            Some(&Release::new(session, "a", 1, 20).encode().expect("encodes")),
         );
         assert_eq!(held, Some(new.clone()));
         // A release of the epoch held releases it, for a reader of leases as for one of records.
         let released = Release::new(session, "b", 2, 30);
-        assert_eq!(later(Some(new.clone()), Some(&released.encode())), None);
+        assert_eq!(
+            later(
+                Some(new.clone()),
+                Some(&released.encode().expect("encodes"))
+            ),
+            None
+        );
         assert_eq!(
             later_record(
                 Some(LeaseRecord::Lease(new.clone())),
-                Some(&released.encode())
+                Some(&released.encode().expect("encodes"))
             ),
             Some(LeaseRecord::Release(released))
         );
@@ -594,12 +606,12 @@ mod tests {
         let released = Some(LeaseRecord::Release(Release::new(session, "b", 2, 30)));
         let zombie = lease(session, "a", 1, 40);
         assert_eq!(
-            later_record(released.clone(), Some(&zombie.encode())),
+            later_record(released.clone(), Some(&zombie.encode().expect("encodes"))),
             released
         );
         // The releasing writer holding it again, at its epoch, holds it; so does a later epoch.
         for again in [lease(session, "b", 2, 50), lease(session, "c", 3, 50)] {
-            let kept = later_record(released.clone(), Some(&again.encode()));
+            let kept = later_record(released.clone(), Some(&again.encode().expect("encodes")));
             assert_eq!(kept, Some(LeaseRecord::Lease(again)));
         }
     }
@@ -618,7 +630,7 @@ mod tests {
         // A newer build's lease of a later epoch replaces it; a tombstone clears either.
         let newer = later(
             Some(held.clone()),
-            Some(&lease(session, "w", 2, 3).encode()),
+            Some(&lease(session, "w", 2, 3).encode().expect("encodes")),
         );
         assert_eq!(newer.as_ref().map(|l| l.epoch), Some(2));
         assert_eq!(later(Some(held), None), None);
@@ -681,7 +693,7 @@ mod tests {
     #[test]
     fn compaction_never_leaves_an_older_epochs_record_in_place_of_a_newer_lease() {
         let session = SessionId::new();
-        let record = |lease: &Lease| (lease.key(), Some(lease.encode()));
+        let record = |lease: &Lease| (lease.key(), Some(lease.encode().expect("encodes")));
         let (a1, b2) = (lease(session, "a", 1, 10), lease(session, "b", 2, 20));
         let a1_release = Release::new(session, "a", 1, 40);
         let runs = [
@@ -689,7 +701,10 @@ mod tests {
             vec![
                 record(&a1),
                 record(&b2),
-                (a1_release.key(), Some(a1_release.encode())),
+                (
+                    a1_release.key(),
+                    Some(a1_release.encode().expect("encodes")),
+                ),
             ],
             // A fenced writer renewing after its successor's lease, its last record.
             vec![
@@ -708,7 +723,10 @@ mod tests {
         let records = vec![
             record(&a1),
             record(&b2),
-            (b2_release.key(), Some(b2_release.encode())),
+            (
+                b2_release.key(),
+                Some(b2_release.encode().expect("encodes")),
+            ),
             record(&lease(session, "a", 1, 60)),
         ];
         assert_eq!(folded(&records), None);

@@ -4,10 +4,10 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// `record` as JSON.
-pub(crate) fn encode(record: &impl Serialize) -> Vec<u8> {
-    // The records are structs of plain fields, which always serialise.
-    serde_json::to_vec(record).unwrap_or_default()
+/// `record`, a `kind` record, as JSON. A record that does not serialise is an error, never an
+/// empty value: a reader would take an empty record for one it cannot read.
+pub(crate) fn encode(record: &impl Serialize, kind: &'static str) -> crate::Result<Vec<u8>> {
+    serde_json::to_vec(record).map_err(|source| crate::Error::Encode { kind, source })
 }
 
 /// A `kind` record of `version` from `value`, or why it is not one this build reads.
@@ -30,4 +30,24 @@ pub(crate) fn decode<T: DeserializeOwned>(
         ));
     }
     serde_json::from_slice(value).map_err(|e| format!("not a {kind} record: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_record_that_does_not_serialise_is_an_error_naming_it_not_an_empty_value() {
+        // JSON object keys are strings: a map keyed by pairs cannot be written.
+        let unwritable: BTreeMap<(u8, u8), u8> = BTreeMap::from([((1, 2), 3)]);
+        match encode(&unwritable, "lease") {
+            Err(error @ crate::Error::Encode { kind: "lease", .. }) => {
+                assert!(error.to_string().contains("lease record"), "{error}");
+            }
+            other => panic!("an encoding error expected, got {other:?}"),
+        }
+        let written = encode(&BTreeMap::from([("version", 1)]), "wake").expect("encodes");
+        assert_eq!(written, br#"{"version":1}"#);
+    }
 }

@@ -96,8 +96,8 @@ pub struct Wake {
 
 impl Wake {
     /// The record's value.
-    pub fn encode(&self) -> Vec<u8> {
-        crate::versioned::encode(self)
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        crate::versioned::encode(self, "wake")
     }
 
     /// A record's value, or why it is not a wake this build reads.
@@ -138,7 +138,7 @@ impl WakeWriter {
     /// Writes `wake` and waits for the ack.
     pub async fn put(&self, wake: &Wake) -> Result<()> {
         let key = crate::partitioner::session_key(wake.session_id);
-        let value = wake.encode();
+        let value = wake.encode()?;
         let record = FutureRecord::<str, [u8]>::to(&self.topic)
             .partition(crate::partitioner::partition_for(
                 wake.session_id,
@@ -364,7 +364,7 @@ mod tests {
     #[test]
     fn a_wake_round_trips_and_names_its_reason_in_snake_case() {
         let wake = wake();
-        let bytes = wake.encode();
+        let bytes = wake.encode().expect("a wake encodes");
         assert_eq!(Wake::decode(&bytes), Ok(wake));
         let json: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
         assert_eq!(json["reason"], "approval_decided");

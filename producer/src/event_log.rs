@@ -148,7 +148,7 @@ impl EventLog {
     /// session's events) and waits for the ack. Liveness only: it changes nothing about who
     /// may write.
     pub async fn put_lease(&self, lease: &Lease) -> Result<()> {
-        self.send_lease(lease.session_id, &lease.key(), Some(&lease.encode()))
+        self.send_lease(lease.session_id, &lease.key(), Some(&lease.encode()?))
             .await
     }
 
@@ -162,7 +162,7 @@ impl EventLog {
         writer: &str,
     ) -> Result<()> {
         let release = Release::new(session, writer, epoch, sessionlog_schemas::now_micros());
-        self.send_lease(session, &release.key(), Some(&release.encode()))
+        self.send_lease(session, &release.key(), Some(&release.encode()?))
             .await
     }
 

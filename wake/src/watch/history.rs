@@ -14,6 +14,7 @@ pub(super) fn lease(session: SessionId, epoch: Epoch, renewed_at: Micros) -> Vec
     Lease::renewed(session, "h", epoch, renewed_at, Duration::from_secs(15))
         .expect("fits")
         .encode()
+        .expect("a lease encodes")
 }
 
 /// A session's records as its partition holds them, one per offset from 0: started by
