@@ -139,6 +139,12 @@ pub fn from_keys(error: &sessionlog_keys::Error, message: String) -> Problem {
                 .with("seq", *seq)
         }
         K::Erased(_) => Problem::new(StatusCode::CONFLICT, "session_erased", message),
+        K::SecretNotSealable { seq, field, rule } => {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "secret_detected", message)
+                .with("seq", *seq)
+                .with("field", *field)
+                .with("rule", rule.as_str())
+        }
         K::Store(_) => Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "key_store_unavailable",
@@ -148,7 +154,8 @@ pub fn from_keys(error: &sessionlog_keys::Error, message: String) -> Problem {
         | K::KekFile { .. }
         | K::KekFormat { .. }
         | K::UnknownKek { .. }
-        | K::Unwrap { .. } => Problem::internal(message),
+        | K::Unwrap { .. }
+        | K::SecretRules { .. } => Problem::internal(message),
     }
 }
 

@@ -69,6 +69,30 @@ pub enum Error {
         /// The field.
         field: &'static str,
     },
+    /// A secret rule of the settings is not usable.
+    #[error("[privacy] {setting}: {reason}")]
+    SecretRules {
+        /// The setting (`secret_rules`, `secret_rules_disabled`).
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A field holds a secret the scan would redact, and encryption is off: it cannot be
+    /// sealed, so it is not written.
+    #[error(
+        "{field} of event seq {seq} holds what looks like a secret (rule {rule}); with [privacy] \
+         encrypt = false it cannot be sealed and redacted, so nothing was written: remove it, \
+         turn encryption on, or set [privacy] secret_scan = \"warn\" or \"off\" (or list the \
+         rule in [privacy] secret_rules_disabled)"
+    )]
+    SecretNotSealable {
+        /// The event's seq.
+        seq: u64,
+        /// The field.
+        field: &'static str,
+        /// The rule that matched.
+        rule: String,
+    },
     /// The key store failed.
     #[error("key store ([privacy] keyspace on the [cql] nodes): {0}")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -17,6 +17,7 @@ mod error;
 mod kek;
 mod keyring;
 mod record_tree;
+mod secret_scan;
 mod store;
 
 pub use data_key::{
@@ -27,5 +28,9 @@ pub use error::{Error, Result};
 pub use kek::{Kek, Keks};
 pub use keyring::{
     HeldKey, KeyState, Keyring, Opener, RecordKeyDestroyed, Rotation, Text, refuse_sealed,
+};
+pub use secret_scan::{
+    SECRET_SCAN_IDENTITY, SecretAction, SecretFound, SecretScanner, built_in_rule_ids,
+    secret_reason, withhold,
 };
 pub use store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};

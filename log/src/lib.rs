@@ -42,7 +42,8 @@ pub use settings::{
     ApiKey, AuthMode, AuthSettings, ConsistencyLevel, CqlConsistency, CqlSettings, IngestSettings,
     KafkaSettings, LeaseSettings, McpAccessSettings, PrivacySettings, ProducerSettings,
     ProjectorSettings, RecoverySettings, RegistrySettings, Resolution, ResolvedSetting,
-    RetentionSettings, Role, Secret, SerialConsistencyLevel, SettingSource, Settings, WakeSettings,
+    RetentionSettings, Role, Secret, SecretRuleSettings, SecretScanMode, SerialConsistencyLevel,
+    SettingSource, Settings, WakeSettings,
 };
 pub use tail::{LogTail, Start, TailOptions};
 pub use wake::{Wake, WakeFeed, WakeReason, WakeStream, WakeWriter};

@@ -156,6 +156,46 @@ pub struct PrivacySettings {
     /// text or seal with its key for at most this long, also when it cannot reach the store
     /// (its uses of the key then fail with the store's error).
     pub key_cache_secs: u64,
+    /// What sealing does with a text field that holds what looks like a secret (a cloud key,
+    /// a private key, a token, a password in a connection string): `redact` (the default)
+    /// writes it without its text and redacts it at once, `warn` writes it sealed as usual and
+    /// says so, `off` does not look.
+    pub secret_scan: SecretScanMode,
+    /// A deployment's own secret rules, looked for besides the built-in ones
+    /// (`[[privacy.secret_rules]]`).
+    pub secret_rules: Vec<SecretRuleSettings>,
+    /// Ids of built-in secret rules not to look for (a shape this deployment's texts hold by
+    /// design).
+    pub secret_rules_disabled: Vec<String>,
+}
+
+/// What sealing does with a text that holds a secret (`[privacy] secret_scan`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SecretScanMode {
+    /// Written without its text, its field's key destroyed and the redaction recorded at once;
+    /// refused when encryption is off (it could not be sealed).
+    #[default]
+    Redact,
+    /// Written sealed as usual; logged (never the text) and said in the append's answer.
+    Warn,
+    /// Not looked for.
+    Off,
+}
+
+/// One secret rule of a deployment's own (`[[privacy.secret_rules]]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRuleSettings {
+    /// The rule's id, named in answers and in the redaction's reason.
+    pub id: String,
+    /// A regular expression (the `regex` crate's syntax: matched in linear time); its first
+    /// capture group, if it has one, is the secret.
+    pub regex: String,
+    /// Words one of which must be in the text (case-insensitive) before the expression is
+    /// tried; none: always tried.
+    #[serde(default)]
+    pub keywords: Vec<String>,
 }
 
 impl Default for PrivacySettings {
@@ -167,6 +207,9 @@ impl Default for PrivacySettings {
             previous_kek_files: Vec::new(),
             keyspace: "sessionlog_keys".into(),
             key_cache_secs: 60,
+            secret_scan: SecretScanMode::Redact,
+            secret_rules: Vec::new(),
+            secret_rules_disabled: Vec::new(),
         }
     }
 }
