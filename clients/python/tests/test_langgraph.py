@@ -4,6 +4,7 @@ approval, resumed by new processes, and a thread copied while a node waits."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, TypedDict
@@ -12,6 +13,7 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -144,3 +146,18 @@ def test_a_thread_another_saver_wrote_resumes_in_a_new_process(corner: StackCorn
     assert latest is not None and latest.metadata["step"] > 2
     assert all(isinstance(v, str) for v in latest.checkpoint["channel_versions"].values()), "strings go on as strings"
     second.close()
+
+
+@pytest.mark.anyio
+async def test_threads_one_saver_starts_at_once_are_all_catalogued(corner: StackCorner, token: str) -> None:
+    # New threads at once (a server's requests) each catalogue themselves: the catalogue's first
+    # takeover is one, not one per thread fencing the others (a LostClaim before the fix).
+    tag = uuid.uuid4().hex[:8]
+    saver = SessionlogSaver(corner.ingest_url, corner.recovery_url, token=token, catalogue=f"at-once-{tag}")
+    threads = {f"at-once-{tag}-{n}" for n in range(8)}
+    await asyncio.gather(
+        *(saver.aput({"configurable": {"thread_id": t, "checkpoint_ns": ""}}, empty_checkpoint(), {}, {}) for t in threads)
+    )
+    listed = {found.config["configurable"]["thread_id"] async for found in saver.alist(None)}
+    assert listed == threads
+    saver.close()

@@ -270,6 +270,8 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         self._locks: dict[str, asyncio.Lock] = {}
         # The session holding each name's events, once known (a copy's is not the named one).
         self._sessions: dict[str, str] = {}
+        # Threads waiting for their catalogue record (see ``_catalogue``).
+        self._uncatalogued: builtins.list[str] = []
         self._loop = AdapterLoop(self._client, name="sessionlog-saver", what="the LangGraph saver")
 
     def close(self) -> None:
@@ -430,16 +432,29 @@ class SessionlogSaver(BaseCheckpointSaver[int]):
         return writer
 
     async def _catalogue(self, thread_id: str) -> None:
-        """Records ``thread_id`` in the catalogue, taking the catalogue over if another process did."""
-        event = framework_state(FRAMEWORK, THREAD_KEY, json.dumps({"type": "thread", "thread_id": thread_id}))
-        for _ in range(3):
-            writer = await self._writer(self.catalogue_name)
-            assert writer is not None
-            try:
-                await writer.append(event)
-                return
-            except errors.Fenced:
-                del self._writers[self.catalogue_name]
+        """Records ``thread_id`` in the catalogue, taking the catalogue over if another process did.
+
+        Under the catalogue's lock: threads started at once would otherwise each take the
+        catalogue over and fence one another. The threads that queued while an append was under
+        way go in the next one together, so a thousand new threads make a few appends, not a
+        thousand in a row."""
+        self._uncatalogued.append(thread_id)
+        async with self._lock(self.catalogue_name):
+            if thread_id not in self._uncatalogued:
+                return  # recorded by another caller's append
+            batch = list(self._uncatalogued)
+            events = [
+                framework_state(FRAMEWORK, THREAD_KEY, json.dumps({"type": "thread", "thread_id": t})) for t in batch
+            ]
+            for _ in range(3):
+                writer = await self._writer(self.catalogue_name)
+                assert writer is not None
+                try:
+                    await writer.append_all(events)
+                    self._uncatalogued = [t for t in self._uncatalogued if t not in batch]
+                    return
+                except errors.Fenced:
+                    del self._writers[self.catalogue_name]
         raise errors.SessionlogError("the LangGraph catalogue is being taken over by other processes; try again")
 
     async def _view(self, name: str) -> SessionView | None:
