@@ -33,6 +33,8 @@ use utoipa_axum::routes;
 pub const REQUESTS_TOTAL: &str = "sessionlog_ingest_requests_total";
 /// Events appended through the append route.
 pub const EVENTS_TOTAL: &str = "sessionlog_ingest_events_total";
+/// Texts the secret scan found a secret in, by `action` (`redacted`, `warned`) and `rule`.
+pub const SECRETS_DETECTED_TOTAL: &str = "sessionlog_ingest_secrets_detected_total";
 /// Sessions whose writer this instance holds in its cache.
 pub const CACHED_SESSIONS: &str = "sessionlog_ingest_cached_sessions";
 /// Events sent to Kafka and not yet acknowledged, in this process.
@@ -52,6 +54,11 @@ pub fn describe_metrics() {
     metrics::describe_counter!(
         EVENTS_TOTAL,
         "Events appended to the log through POST /v1/sessions/{session_id}/events."
+    );
+    metrics::describe_counter!(
+        SECRETS_DETECTED_TOTAL,
+        "Texts appended through ingest in which the secret scan found a secret ([privacy] \
+         secret_scan), by action and rule."
     );
     metrics::describe_gauge!(
         CACHED_SESSIONS,

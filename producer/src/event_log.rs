@@ -4,7 +4,7 @@ use crate::backend::{Backend, KafkaBackend, LogBackend};
 use crate::epochs::{EpochsSeen, WriterSeen};
 use crate::{Appended, Error, Result};
 use serde::Serialize;
-use sessionlog_keys::Keyring;
+use sessionlog_keys::{Keyring, SecretAction, SecretFound, SecretScanner};
 use sessionlog_log::lease::Release;
 use sessionlog_log::{Lease, RawRecord, Settings, Start, partitioner, topic};
 use sessionlog_schemas::{Epoch, Error as SchemaError};
@@ -65,6 +65,8 @@ pub struct EventLog {
     attester: Option<Arc<dyn Attester>>,
     /// `[lease] ttl_ms`: how long the leases writers hold through this log last (`None`: off).
     pub(crate) lease_ttl: Option<Duration>,
+    /// `[privacy] secret_scan`: what sealing does with a text that holds a secret.
+    secret_scan: Arc<SecretScanner>,
 }
 
 /// Signs an envelope's attestation statement (`sessionlog_session::attest::statement`): the
@@ -111,6 +113,7 @@ impl EventLog {
         );
         log.keyring = keyring;
         log.lease_ttl = settings.lease.ttl();
+        log.secret_scan = Arc::new(SecretScanner::from_settings(&settings.privacy)?);
         Ok(log)
     }
 
@@ -135,6 +138,7 @@ impl EventLog {
             projection: None,
             attester: None,
             lease_ttl: None,
+            secret_scan: Arc::new(SecretScanner::defaults()),
         }
     }
 
@@ -213,6 +217,18 @@ impl EventLog {
         self.projection.as_ref()
     }
 
+    /// Scans the texts written through this log with `scanner` instead of the one its
+    /// settings describe.
+    pub fn with_secret_scanner(mut self, scanner: SecretScanner) -> Self {
+        self.secret_scan = Arc::new(scanner);
+        self
+    }
+
+    /// The secret scan every text written through this log meets (`[privacy] secret_scan`).
+    pub fn secret_scanner(&self) -> &SecretScanner {
+        &self.secret_scan
+    }
+
     /// The data keys events are sealed with; `None` when `[privacy] encrypt` is off.
     pub fn keyring(&self) -> Option<&Arc<Keyring>> {
         self.keyring.as_ref()
@@ -245,12 +261,13 @@ impl EventLog {
     }
 
     /// Seals the sensitive fields of envelopes about to be written (nothing when encryption
-    /// is off). A writer folds what this returns, so its state and digests are the readers'.
+    /// is off), after the secret scan (see [`Self::seal_scanned`]); a field withheld for a
+    /// secret is redacted at once, as nothing here knows when the envelopes are written. A
+    /// writer folds what this returns, so its state and digests are the readers'.
     pub async fn seal(&self, envelopes: &mut [EventEnvelope]) -> Result<()> {
-        match &self.keyring {
-            Some(keyring) => Ok(keyring.seal(envelopes).await?),
-            None => Ok(()),
-        }
+        let found = self.seal_scanned(None, envelopes).await?;
+        self.record_redactions(&found).await;
+        Ok(())
     }
 
     /// [`Self::seal`] for one session's writer, holding its key in `held` between appends
@@ -260,9 +277,76 @@ impl EventLog {
         held: &mut sessionlog_keys::HeldKey,
         envelopes: &mut [EventEnvelope],
     ) -> Result<()> {
-        match &self.keyring {
-            Some(keyring) => Ok(keyring.seal_held(held, envelopes).await?),
-            None => Ok(()),
+        let found = self.seal_scanned(Some(held), envelopes).await?;
+        self.record_redactions(&found).await;
+        Ok(())
+    }
+
+    /// The one way texts are sealed for the log: every door that writes (ingest, the library's
+    /// writers, [`Self::append`]) comes through here. Scans the plain text fields first
+    /// (`[privacy] secret_scan`); in redact mode a field holding a secret is written without
+    /// its text (its sealed form keeps its place and key id, with nothing to open), and the
+    /// caller records the redaction ([`Self::record_redactions`]) once the event is in the
+    /// log; with encryption off such a field cannot be sealed, and the batch is refused
+    /// ([`sessionlog_keys::Error::SecretNotSealable`]) before anything is written. In warn mode
+    /// it is sealed as usual. Returns what was found; no log line holds a text.
+    pub(crate) async fn seal_scanned(
+        &self,
+        held: Option<&mut sessionlog_keys::HeldKey>,
+        envelopes: &mut [EventEnvelope],
+    ) -> Result<Vec<SecretFound>> {
+        let found = self.secret_scan.scan(envelopes);
+        if self.keyring.is_none()
+            && let Some(refused) = found.iter().find(|f| f.action == SecretAction::Redacted)
+        {
+            return Err(sessionlog_keys::Error::SecretNotSealable {
+                seq: refused.seq,
+                field: refused.field,
+                rule: refused.rule.clone(),
+            }
+            .into());
+        }
+        for f in &found {
+            tracing::warn!(
+                session = %f.session,
+                seq = f.seq,
+                field = f.field,
+                rule = %f.rule,
+                action = ?f.action,
+                "a text to seal holds what looks like a secret"
+            );
+        }
+        match (&self.keyring, held) {
+            (Some(keyring), Some(held)) => keyring.seal_held(held, envelopes).await?,
+            (Some(keyring), None) => keyring.seal(envelopes).await?,
+            (None, _) => {}
+        }
+        sessionlog_keys::withhold(envelopes, &found_redacted(&found));
+        Ok(found)
+    }
+
+    /// Destroys the own key of every field `found` withheld, recording the scan's reason with
+    /// the session's key ([`Keyring::redact`]): every reader then reads it as redacted. Called
+    /// once the events are in the log (a key destroyed for an event that never gets there
+    /// would redact whatever event later takes its seq). A redaction that fails is logged and
+    /// left: the field was written without its text, and reads as unreadable instead.
+    pub(crate) async fn record_redactions(&self, found: &[SecretFound]) {
+        let Some(keyring) = &self.keyring else {
+            return;
+        };
+        for f in found_redacted(found) {
+            if let Err(e) = keyring
+                .redact(f.session, f.seq, f.field, true, &f.reason)
+                .await
+            {
+                tracing::warn!(
+                    session = %f.session,
+                    seq = f.seq,
+                    field = f.field,
+                    error = %e,
+                    "a field withheld for a secret could not be redacted: it reads as unreadable"
+                );
+            }
         }
     }
 
@@ -306,28 +390,42 @@ impl EventLog {
     /// in-flight window is full the call waits: backpressure, never a silent drop.
     /// Sensitive fields are sealed first (with encryption on): pass plain text.
     pub async fn append(&self, envelope: &EventEnvelope) -> Result<Position> {
-        let sealed = self.sealed(std::slice::from_ref(envelope)).await?;
-        first_outcome(self.send_all(&sealed, WhenFull::Wait).await?)
+        self.append_sealed(std::slice::from_ref(envelope), WhenFull::Wait)
+            .await
+            .and_then(first_outcome)
     }
 
-    /// `envelopes` as they are written: sealed when encryption is on.
-    async fn sealed<'a>(
+    /// Scans and seals `envelopes` ([`Self::seal_scanned`]), sends them, and records the
+    /// redactions of those acknowledged.
+    async fn append_sealed(
         &self,
-        envelopes: &'a [EventEnvelope],
-    ) -> Result<std::borrow::Cow<'a, [EventEnvelope]>> {
-        if self.keyring.is_none() {
-            return Ok(std::borrow::Cow::Borrowed(envelopes));
+        envelopes: &[EventEnvelope],
+        when_full: WhenFull,
+    ) -> Result<Vec<Result<Position>>> {
+        let mut sealed = envelopes.to_vec();
+        let found = self.seal_scanned(None, &mut sealed).await?;
+        let outcomes = self.send_all(&sealed, when_full).await?;
+        if !found.is_empty() {
+            let written: Vec<SecretFound> = found
+                .into_iter()
+                .filter(|f| {
+                    sealed
+                        .iter()
+                        .zip(&outcomes)
+                        .any(|(e, o)| o.is_ok() && e.seq == f.seq && e.session_id == f.session)
+                })
+                .collect();
+            self.record_redactions(&written).await;
         }
-        let mut owned = envelopes.to_vec();
-        self.seal(&mut owned).await?;
-        Ok(std::borrow::Cow::Owned(owned))
+        Ok(outcomes)
     }
 
     /// Like [`Self::append`], but fails with [`Error::Backpressure`] instead of waiting when
     /// the in-flight window is full.
     pub async fn try_append(&self, envelope: &EventEnvelope) -> Result<Position> {
-        let sealed = self.sealed(std::slice::from_ref(envelope)).await?;
-        first_outcome(self.send_all(&sealed, WhenFull::Fail).await?)
+        self.append_sealed(std::slice::from_ref(envelope), WhenFull::Fail)
+            .await
+            .and_then(first_outcome)
     }
 
     /// Sends several events in order and waits for every ack. Events of one session keep
@@ -335,8 +433,7 @@ impl EventLog {
     /// the first event not acknowledged; [`crate::SessionWriter::append_envelopes`] tells which
     /// were.
     pub async fn append_batch(&self, envelopes: &[EventEnvelope]) -> Result<Vec<Position>> {
-        let sealed = self.sealed(envelopes).await?;
-        self.send_all(&sealed, WhenFull::Wait)
+        self.append_sealed(envelopes, WhenFull::Wait)
             .await?
             .into_iter()
             .collect()
@@ -481,6 +578,7 @@ impl EventLog {
                             partition,
                             offset: record.offset,
                         },
+                        secrets: Vec::new(),
                     });
                 }
                 _ => {}
@@ -688,4 +786,13 @@ fn first_outcome(outcomes: Vec<Result<Position>>) -> Result<Position> {
             partition: -1,
             offset: -1,
         }))
+}
+
+/// The findings whose fields were withheld (redact mode).
+fn found_redacted(found: &[SecretFound]) -> Vec<SecretFound> {
+    found
+        .iter()
+        .filter(|f| f.action == SecretAction::Redacted)
+        .cloned()
+        .collect()
 }

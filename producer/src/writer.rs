@@ -65,6 +65,11 @@ pub struct Appended {
     pub envelope: EventEnvelope,
     /// Where it sits.
     pub position: Position,
+    /// The secrets the scan found in its texts as it was sealed (`[privacy] secret_scan`):
+    /// each field, the rule, and whether it was withheld and redacted or only warned about.
+    /// Empty for an event read back from the log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<sessionlog_keys::SecretFound>,
 }
 
 /// Appends the events of one session, in order, as its current writer.
@@ -699,7 +704,8 @@ impl SessionWriter {
             let confirmed = self.send_confirmed(vec![envelope], WhenFull::Fail).await?;
             confirmed.into_iter().map(|c| c.appended).collect()
         } else {
-            self.send(vec![envelope], WhenFull::Fail).await?
+            self.send(vec![envelope], WhenFull::Fail, Redactions::WhenAcknowledged)
+                .await?
         };
         appended.pop().ok_or(Error::Unconfirmed {
             partition: self.partition,
@@ -749,7 +755,8 @@ impl SessionWriter {
             let confirmed = self.append_confirmed(envelopes).await?;
             return Ok(confirmed.into_iter().map(|c| c.appended).collect());
         }
-        self.send(envelopes, WhenFull::Wait).await
+        self.send(envelopes, WhenFull::Wait, Redactions::WhenAcknowledged)
+            .await
     }
 
     /// Sends prepared envelopes like [`Self::append_envelopes`], then reads the session's
@@ -773,11 +780,27 @@ impl SessionWriter {
         envelopes: Vec<EventEnvelope>,
         when_full: WhenFull,
     ) -> Result<Vec<Confirmed>> {
-        let appended = self.send(envelopes, when_full).await?;
+        let appended = self
+            .send(envelopes, when_full, Redactions::WhenConfirmed)
+            .await?;
         let Some(upto) = appended.iter().map(|a| a.position.offset).max() else {
             return Ok(Vec::new());
         };
         let verdicts = self.read_back(upto).await?;
+        // A field withheld for a secret is redacted once its event is in the session (this
+        // write or an earlier one of the same event): never for an event the log refused,
+        // whose seq another event holds.
+        let in_session: Vec<_> = appended
+            .iter()
+            .filter(|a| {
+                matches!(
+                    verdicts.get(&a.position.offset),
+                    Some(Verdict::Accepted | Verdict::Duplicate)
+                )
+            })
+            .flat_map(|a| a.secrets.iter().cloned())
+            .collect();
+        self.log.record_redactions(&in_session).await;
         appended
             .into_iter()
             .map(|appended| {
@@ -835,6 +858,7 @@ impl SessionWriter {
         &mut self,
         envelopes: Vec<EventEnvelope>,
         when_full: WhenFull,
+        redactions: Redactions,
     ) -> Result<Vec<Appended>> {
         self.check_not_fenced()?;
         if envelopes.len() > DUPLICATE_WINDOW {
@@ -849,18 +873,42 @@ impl SessionWriter {
         // sake while the fold's reason (after the end) is the one to report (and a call acting
         // on an approval is compared with what was approved while its arguments are readable).
         self.judge_all(&envelopes)?;
-        self.log.seal_held(&mut self.key, &mut envelopes).await?;
+        let found = self
+            .log
+            .seal_scanned(Some(&mut self.key), &mut envelopes)
+            .await?;
         let outcomes = self.log.send_all(&envelopes, when_full).await?;
         let mut appended = Vec::with_capacity(envelopes.len());
+        let mut accepted_secrets = Vec::new();
         for (envelope, outcome) in envelopes.into_iter().zip(outcomes) {
-            let position = outcome?;
+            let position = match outcome {
+                Ok(position) => position,
+                Err(e) => {
+                    // Those acknowledged before are in the log: their withheld fields too.
+                    self.log.record_redactions(&accepted_secrets).await;
+                    return Err(e);
+                }
+            };
+            let secrets: Vec<_> = found
+                .iter()
+                .filter(|f| f.seq == envelope.seq)
+                .cloned()
+                .collect();
             if self.state.apply(&envelope).is_accepted() {
                 self.remember((envelope.seq, envelope.event_id, position));
+                if redactions == Redactions::WhenAcknowledged {
+                    accepted_secrets.extend(secrets.iter().cloned());
+                }
             }
             self.first.get_or_insert(position);
             self.last = Some(position);
-            appended.push(Appended { envelope, position });
+            appended.push(Appended {
+                envelope,
+                position,
+                secrets,
+            });
         }
+        self.log.record_redactions(&accepted_secrets).await;
         if let Some(last) = self.last {
             tracing::Span::current().record("last_offset", last.offset);
         }
@@ -1248,8 +1296,19 @@ impl PendingClaim {
             Appended {
                 envelope: claim,
                 position,
+                secrets: Vec::new(),
             },
             caught_events,
         ))
     }
+}
+
+/// When a writer's append records the redactions of the fields the secret scan withheld.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Redactions {
+    /// Once Kafka acknowledged the event and the writer's own fold accepted it: an append
+    /// that is not confirmed learns no more.
+    WhenAcknowledged,
+    /// Once the read-back confirmed the fold accepted it.
+    WhenConfirmed,
 }

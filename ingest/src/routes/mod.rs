@@ -31,16 +31,61 @@ pub(crate) struct EventAck {
     offset: i64,
     /// True when the event had been written before (a retry): the position is the first write's.
     duplicate: bool,
+    /// Secrets the scan found in the event's texts (`[privacy] secret_scan`): each field, the
+    /// rule, and the `action`: `redacted` (written without its text and redacted with
+    /// `reason`: it reads as redacted everywhere) or `warned` (written sealed as usual).
+    /// Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    secrets: Vec<SecretNotice>,
+}
+
+/// A secret the scan found in a text of an appended event. It never holds the text.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SecretNotice {
+    /// The field (`output`, `arguments`, `content`, ...).
+    field: String,
+    /// The id of the rule that matched (`aws-access-token`, `private-key`, ...).
+    rule: String,
+    /// `redacted` or `warned`.
+    #[schema(example = "redacted")]
+    action: String,
+    /// The redaction's reason: `secret detected: RULE`.
+    reason: String,
+}
+
+impl From<&sessionlog_keys::SecretFound> for SecretNotice {
+    fn from(found: &sessionlog_keys::SecretFound) -> Self {
+        let action = match found.action {
+            sessionlog_keys::SecretAction::Redacted => "redacted",
+            sessionlog_keys::SecretAction::Warned => "warned",
+        };
+        // Counted where the harness is told: once per secret answered.
+        metrics::counter!(
+            crate::SECRETS_DETECTED_TOTAL,
+            "action" => action,
+            "rule" => found.rule.clone()
+        )
+        .increment(1);
+        Self {
+            field: found.field.to_string(),
+            rule: found.rule.clone(),
+            action: action.to_string(),
+            reason: found.reason.clone(),
+        }
+    }
 }
 
 impl EventAck {
     fn new(appended: &Appended, duplicate: bool) -> Self {
-        Self::at(
-            appended.envelope.seq,
-            appended.envelope.event_id,
-            appended.position,
-            duplicate,
-        )
+        Self {
+            secrets: appended.secrets.iter().map(SecretNotice::from).collect(),
+            ..Self::at(
+                appended.envelope.seq,
+                appended.envelope.event_id,
+                appended.position,
+                duplicate,
+            )
+        }
     }
 
     fn at(seq: Seq, event_id: Uuid, position: Position, duplicate: bool) -> Self {
@@ -50,6 +95,7 @@ impl EventAck {
             partition: position.partition,
             offset: position.offset,
             duplicate,
+            secrets: Vec::new(),
         }
     }
 }
