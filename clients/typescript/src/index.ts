@@ -12,7 +12,7 @@ export type { CallName, Event, Plan as CallPlan, RecordedResult, ToolCall } from
 export { textOf } from "./models.js";
 export type {
   Appended, CallOutcome, EffectClass, EventAck, EventPage, ForkPoint, Forked, HistoryEvent, InDoubtCall, Json, Lease, Lineage, McpAccess, NamedSession,
-  Opened, ResumeBundle, SessionView, TerminalOutcome, Wake, WakeReason, Work,
+  Opened, ResumeBundle, SecretNotice, SessionView, TerminalOutcome, Wake, WakeReason, Work,
 } from "./models.js";
 export {
   Session, awaitProjected, encodeJson, frameworkState, modelResponse, retraction, toolCall, toolResult, userRequest,

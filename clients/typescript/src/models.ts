@@ -25,6 +25,20 @@ export interface EventAck {
   offset: number;
   /** True when the event had been written before (a retry): the position is the first write's. */
   duplicate: boolean;
+  /** Secrets the service's scan found in the event's texts (`[privacy] secret_scan`); empty when none. */
+  secrets: SecretNotice[];
+}
+
+/** A secret the service's scan found in a text of an appended event. It never holds the text. */
+export interface SecretNotice {
+  /** The field (`output`, `arguments`, `content`, ...). */
+  field: string;
+  /** The id of the rule that matched (`aws-access-token`, `private-key`, ...). */
+  rule: string;
+  /** `redacted`: written without its text and redacted at once (it reads as redacted, with `reason`, everywhere); `warned`: written sealed as usual. */
+  action: "redacted" | "warned";
+  /** The redaction's reason: `secret detected: RULE`. */
+  reason: string;
 }
 
 /** A writer's lease on a session, as ingest wrote it: liveness, not permission to write. */
@@ -262,7 +276,16 @@ function optStr(doc: Json, member: string): string | undefined {
 /** Reads an `EventAck`. */
 export function eventAck(doc: unknown): EventAck {
   const d = object(doc, "event ack");
-  return { seq: int(d, "seq"), eventId: str(d, "event_id"), partition: int(d, "partition"), offset: int(d, "offset"), duplicate: d["duplicate"] === true };
+  const secrets = Array.isArray(d["secrets"]) ? d["secrets"].map(secretNotice) : [];
+  return { seq: int(d, "seq"), eventId: str(d, "event_id"), partition: int(d, "partition"), offset: int(d, "offset"), duplicate: d["duplicate"] === true, secrets };
+}
+
+/** Reads a `SecretNotice`. */
+export function secretNotice(doc: unknown): SecretNotice {
+  const d = object(doc, "secret notice");
+  const action = str(d, "action");
+  if (action !== "redacted" && action !== "warned") throw new SessionlogError(`unknown secret action ${JSON.stringify(action)}`);
+  return { field: str(d, "field"), rule: str(d, "rule"), action, reason: optStr(d, "reason") ?? "" };
 }
 
 /** Reads a `Lease`. */

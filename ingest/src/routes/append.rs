@@ -83,7 +83,9 @@ sessionlog_http::problems! {
                 `session_ended`, `start_deleted`; a tool call while the session waits: \
                 `needs_resolution`, `awaiting_approval`, `paused`",
         413 => "`too_large`, `too_many_events`",
-        422 => "`invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`",
+        422 => "`invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`, \
+                `secret_detected` (a text holds a secret and `[privacy] encrypt = false`: it \
+                cannot be sealed and redacted, so nothing was written)",
     } + SessionBodyProblems
 }
 

@@ -38,6 +38,7 @@ from .models import (
     NamedSession,
     Opened,
     ResumeBundle,
+    SecretNotice,
     SessionView,
     TerminalOutcome,
 )
@@ -49,7 +50,7 @@ __all__ = [
     "Appended", "AsyncClient", "AsyncSession", "AwaitingApproval", "CallInDoubt", "CallInDoubtConflict", "CallInfo",
     "CallOutcome", "Client", "Credential", "EffectClass", "EventAck", "EventPage", "Fenced", "HistoryEvent",
     "InDoubtCall", "InvalidArgument", "Lease", "McpAccess", "NameTaken", "NamedSession", "NeedsResolution", "NotReady", "Opened", "Paused",
-    "ProblemError", "RecordedResult", "ResumeBundle", "Session", "SessionView", "SessionEnded", "SessionLedger",
+    "ProblemError", "RecordedResult", "ResumeBundle", "SecretNotice", "Session", "SessionView", "SessionEnded", "SessionLedger",
     "SessionlogError", "TerminalOutcome", "ToolCall", "ToolFailed", "ToolFailedDefinitively", "TransportError",
     "UnknownName", "UnknownSession", "WriterTokenRequired", "WrongSeq", "current_call", "durable_tool", "errors",
     "AsyncWorker", "Wake", "Work", "Worker",

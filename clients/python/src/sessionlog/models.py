@@ -21,6 +21,31 @@ def _token(doc: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
+class SecretNotice:
+    """A secret the service's scan found in a text of an appended event (``[privacy]
+    secret_scan``). It never holds the text."""
+
+    #: The field (``output``, ``arguments``, ``content``, ...).
+    field: str
+    #: The id of the rule that matched (``aws-access-token``, ``private-key``, ...).
+    rule: str
+    #: ``redacted``: written without its text and redacted at once (it reads as redacted, with
+    #: ``reason``, everywhere); ``warned``: written sealed as usual.
+    action: str
+    #: The redaction's reason: ``secret detected: RULE``.
+    reason: str
+
+    @staticmethod
+    def from_json(doc: dict[str, Any]) -> SecretNotice:
+        return SecretNotice(
+            field=str(doc["field"]),
+            rule=str(doc["rule"]),
+            action=str(doc["action"]),
+            reason=str(doc.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
 class EventAck:
     """One event's durable position in the log."""
 
@@ -30,6 +55,13 @@ class EventAck:
     offset: int
     #: True when the event had been written before (a retry): the position is the first write's.
     duplicate: bool
+    #: Secrets the service's scan found in the event's texts; empty when none.
+    secrets: tuple[SecretNotice, ...] = ()
+
+    @property
+    def redacted(self) -> bool:
+        """Whether a text of the event was withheld and redacted for a secret."""
+        return any(s.action == "redacted" for s in self.secrets)
 
     @staticmethod
     def from_json(doc: dict[str, Any]) -> EventAck:
@@ -39,6 +71,7 @@ class EventAck:
             partition=int(doc["partition"]),
             offset=int(doc["offset"]),
             duplicate=bool(doc.get("duplicate", False)),
+            secrets=tuple(SecretNotice.from_json(s) for s in doc.get("secrets") or ()),
         )
 
 
