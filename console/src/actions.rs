@@ -1,4 +1,5 @@
-//! The forms: decide an approval, record an in-doubt call's outcome, pause, unpause, steer.
+//! The forms: decide an approval, record an in-doubt call's outcome, pause, unpause, steer,
+//! fork from a checkpoint, erase.
 //! Each checks the role the recovery service's route needs (403 otherwise, as there), the
 //! login's CSRF token, and that the caller may see the session's tenant (404 otherwise), then
 //! calls the library function that route calls, in the caller's verified name, and writes the
@@ -7,13 +8,15 @@
 use crate::Console;
 use crate::error::Refused;
 use crate::login::Visitor;
+use crate::pages::{frame, when};
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Redirect;
+use maud::{Markup, html};
 use serde::Deserialize;
 use sessionlog_log::Role;
-use sessionlog_recovery::{OperatorAct, Resolution};
+use sessionlog_recovery::{ForkAt, OperatorAct, Resolution};
 use sessionlog_schemas::{CallOutcome, SessionId};
 use sessionlog_session::limits::IdentifierKind;
 use std::sync::Arc;
@@ -227,4 +230,94 @@ pub(crate) async fn steer(
     let act = OperatorAct::Steer { text: form.text };
     let session = operate(&console, &visitor, &session, &form.csrf, act, "steer").await?;
     Ok(back(form.back.as_deref(), session, "steered"))
+}
+
+/// A fork from a checkpoint.
+#[derive(Deserialize)]
+pub(crate) struct ForkForm {
+    csrf: String,
+    at_checkpoint: u64,
+    agent: String,
+}
+
+/// `POST /sessions/{id}/fork`: what `POST /v1/sessions/{id}/fork` does with `at_checkpoint`;
+/// then to the new session's page.
+pub(crate) async fn fork(
+    State(console): State<Arc<Console>>,
+    visitor: Visitor,
+    Path(session): Path<String>,
+    Form(form): Form<ForkForm>,
+) -> Result<Redirect, Refused> {
+    let session = allowed(&console, &visitor, Role::Operator, &session, &form.csrf).await?;
+    let by = visitor.caller.on_behalf("");
+    let first = console
+        .recovery
+        .fork_by(
+            session,
+            ForkAt::Checkpoint(form.at_checkpoint),
+            form.agent.trim(),
+            Some(&by),
+            None,
+            &[],
+        )
+        .await?;
+    visitor.caller.audit("fork", session);
+    let child = first.envelope.session_id;
+    Ok(Redirect::to(&format!("/sessions/{child}?done=forked")))
+}
+
+/// An erasure: why, and the session's id typed again.
+#[derive(Deserialize)]
+pub(crate) struct EraseForm {
+    csrf: String,
+    reason: String,
+    confirm: String,
+}
+
+/// `POST /sessions/{id}/erase`: what `POST /v1/sessions/{id}/erase` does, once the session's
+/// id was typed to confirm; answers the receipt.
+pub(crate) async fn erase(
+    State(console): State<Arc<Console>>,
+    visitor: Visitor,
+    Path(session): Path<String>,
+    Form(form): Form<EraseForm>,
+) -> Result<Markup, Refused> {
+    let session = allowed(&console, &visitor, Role::Operator, &session, &form.csrf).await?;
+    if form.confirm.trim() != session.to_string() {
+        return Err(Refused::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not_confirmed",
+            "type the session's id exactly to confirm the erasure; nothing was erased",
+        ));
+    }
+    if form.reason.trim().is_empty() {
+        return Err(Refused::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "an erasure needs a reason (which request or policy asked for it); nothing was erased",
+        ));
+    }
+    let receipt = console
+        .recovery
+        .erase(session, &visitor.caller.on_behalf(""), form.reason.trim())
+        .await?;
+    visitor.caller.audit("erase", session);
+    let body = html! {
+        p.notice role="status" { "Erased: the data key is destroyed. Keep this receipt." }
+        dl.header.receipt {
+            dt { "Session" } dd { code { (receipt.session_id) } }
+            dt { "Requested by" } dd { (receipt.requested_by) }
+            dt { "Reason" } dd.text { (receipt.reason) }
+            dt { "Erased at" } dd { (when(receipt.erased_at)) }
+            dt { "Erasure event" } dd { "seq " (receipt.erased_seq) " at " (receipt.log_partition) ":" (receipt.log_offset) }
+            dt { "Key destroyed" } dd {
+                @match &receipt.destroyed_kek_id {
+                    Some(kek) => { "the session's data key, wrapped by " code { (kek) } },
+                    None => "none: written without encryption, its text stays in the topic until retention removes it",
+                }
+            }
+        }
+        p { a href={ "/sessions/" (session) } { "The session's page" } }
+    };
+    Ok(frame(Some(&visitor), "Erasure receipt", body))
 }

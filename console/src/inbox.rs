@@ -42,6 +42,7 @@ impl Notice {
             "paused" => "Paused: the harness that was writing is fenced.",
             "unpaused" => "Unpaused: the session can be resumed.",
             "steered" => "The steering message is recorded.",
+            "forked" => "Forked: this is the new session, branched from its parent's checkpoint.",
             _ => return None,
         })
     }
@@ -71,7 +72,10 @@ impl Console {
         let Some(state) = self.recovery.store().session_state(session).await? else {
             return Ok(None);
         };
-        let opener = self.recovery.opener(session, state.erased).await?;
+        let opener = self
+            .recovery
+            .opener_for(session, &state, state.erased)
+            .await?;
         Ok(Some(sessionlog_recovery::reveal::opened_state(
             &opener, &state,
         )))
@@ -126,7 +130,7 @@ impl Console {
     }
 
     /// Sessions without a live writer that `visitor` may see, or why they could not be read.
-    async fn orphaned(
+    pub(crate) async fn orphaned(
         &self,
         visitor: &Visitor,
     ) -> Result<Vec<(sessionlog_wake::OrphanedSession, String)>, String> {

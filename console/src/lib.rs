@@ -7,17 +7,20 @@
 //! Security: a person logs in once with a bearer token or an API key; the console keeps it on
 //! the server and gives the browser an opaque login id in an `HttpOnly`, `SameSite=Strict`
 //! cookie (`Secure` behind TLS). Every form carries the login's CSRF token; every page is sent
-//! with a Content-Security-Policy that allows no script at all (the pages need none), and
+//! with a Content-Security-Policy that allows scripts from the console alone (one: the live
+//! timeline's, a few lines of our own pinned by its integrity hash; no inline script), and
 //! every value is escaped by the templates ([`maud`]).
 //!
-//! `login` keeps logins and checks callers, `pages` renders, `inbox` and `sessions` read what
-//! the pages show, `actions` handles the forms.
+//! `login` keeps logins and checks callers, `pages` renders, `inbox`, `sessions`, `session`
+//! and `fleet` read what the pages show, `actions` handles the forms.
 
 mod actions;
 mod error;
+mod fleet;
 mod inbox;
 mod login;
 mod pages;
+mod session;
 mod sessions;
 
 pub use error::Error;
@@ -51,10 +54,12 @@ pub(crate) struct Console {
     pub(crate) options: Options,
 }
 
-/// The policy every answer carries: no script from anywhere, styles only from the console,
-/// forms only to it, never framed.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The policy every answer carries: scripts and styles only from the console (no inline
+/// script or style), connections (the live timeline's events) only to it, forms only to it,
+/// never framed.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+    connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; \
+    frame-ancestors 'none'; base-uri 'none'";
 
 /// The stylesheet, served from `/static/console.css` (the policy forbids inline styles).
 const STYLESHEET: &str = include_str!("../static/console.css");
@@ -72,7 +77,21 @@ pub fn router(recovery: Arc<Recovery>, access: Arc<dyn Authenticator>, options: 
         .route("/login", get(login::form).post(login::submit))
         .route("/logout", post(login::logout))
         .route("/sessions", get(sessions::list))
-        .route("/sessions/{session_id}", get(sessions::page))
+        .route("/sessions/{session_id}", get(session::page))
+        .route("/sessions/{session_id}/live", get(session::live))
+        .route("/sessions/{session_id}/context", get(session::context))
+        .route("/sessions/{session_id}/lineage", get(session::lineage))
+        .route(
+            "/sessions/{session_id}/checkpoints",
+            get(session::checkpoints),
+        )
+        .route("/sessions/{session_id}/trace", get(session::trace))
+        .route(
+            "/sessions/{session_id}/erase",
+            get(session::erase_form).post(actions::erase),
+        )
+        .route("/sessions/{session_id}/fork", post(actions::fork))
+        .route("/fleet", get(fleet::page))
         .route(
             "/sessions/{session_id}/approvals/{approval_id}",
             post(actions::decide),
@@ -82,6 +101,7 @@ pub fn router(recovery: Arc<Recovery>, access: Arc<dyn Authenticator>, options: 
         .route("/sessions/{session_id}/unpause", post(actions::unpause))
         .route("/sessions/{session_id}/steering", post(actions::steer))
         .route("/static/console.css", get(stylesheet))
+        .route(session::LIVE_SCRIPT_PATH, get(live_script))
         .route("/health/live", get(|| async { "live" }))
         .route("/health/ready", get(ready))
         .fallback(not_found)
@@ -96,6 +116,17 @@ async fn stylesheet() -> Response {
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
         STYLESHEET,
+    )
+        .into_response()
+}
+
+async fn live_script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        session::LIVE_SCRIPT,
     )
         .into_response()
 }

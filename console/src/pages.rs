@@ -9,6 +9,16 @@ use sessionlog_schemas::Micros;
 
 /// A whole page: `title`, the navigation and who is logged in (when someone is), `body`.
 pub(crate) fn frame(visitor: Option<&Visitor>, title: &str, body: Markup) -> Markup {
+    frame_with(visitor, title, body, None)
+}
+
+/// [`frame`] with a script of the console's (its path and integrity hash), loaded deferred.
+pub(crate) fn frame_with(
+    visitor: Option<&Visitor>,
+    title: &str,
+    body: Markup,
+    script: Option<(&str, &str)>,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -17,6 +27,9 @@ pub(crate) fn frame(visitor: Option<&Visitor>, title: &str, body: Markup) -> Mar
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · sessionlog console" }
                 link rel="stylesheet" href="/static/console.css";
+                @if let Some((src, integrity)) = script {
+                    script src=(src) integrity=(integrity) defer {}
+                }
             }
             body {
                 header {
@@ -25,6 +38,7 @@ pub(crate) fn frame(visitor: Option<&Visitor>, title: &str, body: Markup) -> Mar
                         @if visitor.is_some() {
                             a href="/" { "Inbox" }
                             a href="/sessions" { "Sessions" }
+                            a href="/fleet" { "Fleet" }
                         }
                     }
                     @if let Some(v) = visitor {
