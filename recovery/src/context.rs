@@ -61,9 +61,17 @@ pub fn within_budget(
     let budget_tokens = budget_tokens.unwrap_or(window.policy.token_budget);
     let chars = window.policy.turn_text_chars;
     let open = |turn: &Turn| {
-        let opened = turn.sealed_text.as_ref().map(|t| opener.text(t));
-        let readable = opened.as_ref().and_then(|t| t.readable());
-        let mut turn = turn.clone().with_opened(readable, chars);
+        // A redacted text shows why in its place, never nothing: the turn still happened.
+        let opened = turn
+            .sealed_text
+            .as_ref()
+            .map(|t| opener.text(t))
+            .and_then(|t| match t {
+                sessionlog_keys::Text::Plain(text) => Some(text),
+                redacted @ sessionlog_keys::Text::Redacted(_) => Some(redacted.shown()),
+                _ => None,
+            });
+        let mut turn = turn.clone().with_opened(opened.as_deref(), chars);
         // An erased session shows no text, plain text written without encryption included.
         if opener.is_erased() {
             turn.text = None;

@@ -233,13 +233,19 @@ impl Recovery {
                 }
             })
             .await?;
-        let fork_point = rebuilt.state.parent.ok_or_else(|| Error::BadForkPoint {
-            session: child.to_string(),
-            seq: 0,
-            reason: "the session is not a fork".into(),
-        })?;
+        let fork_point = rebuilt
+            .state
+            .parent
+            .clone()
+            .ok_or_else(|| Error::BadForkPoint {
+                session: child.to_string(),
+                seq: 0,
+                reason: "the session is not a fork".into(),
+            })?;
         // Each side opens with its own session's key (an erased side reads as erased).
-        let child_opener = self.opener(child, rebuilt.state.erased).await?;
+        let child_opener = self
+            .opener_for(child, &rebuilt.state, rebuilt.state.erased)
+            .await?;
         crate::reveal::open_events(&child_opener, &mut child_only);
         if scope == Scope::Session {
             return Ok(BranchDiff {
@@ -263,7 +269,11 @@ impl Recovery {
             )
             .await?;
         let parent_opener = self
-            .opener(fork_point.parent_session_id, parent.state.erased)
+            .opener_for(
+                fork_point.parent_session_id,
+                &parent.state,
+                parent.state.erased,
+            )
             .await?;
         crate::reveal::open_events(&parent_opener, &mut parent_only);
         Ok(BranchDiff {

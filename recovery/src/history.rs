@@ -252,6 +252,8 @@ struct Segment {
     from: u64,
     to: u64,
     erased: bool,
+    /// The redactions its projected state records (seq, field, reason).
+    redactions: Vec<(u64, String, String)>,
 }
 
 impl Recovery {
@@ -326,6 +328,7 @@ impl Recovery {
             from: range.from,
             to: range.to,
             erased,
+            redactions: own.redactions().collect(),
         }];
         let mut parent = if range.inherited { own.parent } else { None };
         while let Some(point) = parent {
@@ -339,6 +342,7 @@ impl Recovery {
                 from: 1,
                 to: point.parent_seq,
                 erased,
+                redactions: state.redactions().collect(),
             });
             parent = state.parent;
         }
@@ -393,7 +397,8 @@ impl Recovery {
         let read_segments: BTreeSet<usize> = rows.iter().map(|(i, _)| *i).collect();
         let opens = futures::future::try_join_all(read_segments.into_iter().map(|i| async move {
             let segment = &segments[i];
-            Ok::<_, Error>((i, self.opener(segment.session, segment.erased).await?))
+            let opener = self.opener(segment.session, segment.erased).await?;
+            Ok::<_, Error>((i, opener.redacted(segment.redactions.iter().cloned())))
         }));
         let (records, openers) = futures::try_join!(reads, opens)?;
         let mut records: BTreeMap<(usize, i32), BTreeMap<i64, EventEnvelope>> =

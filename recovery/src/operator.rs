@@ -207,6 +207,20 @@ impl Recovery {
         F: Fn(&SessionState) -> Result<(SessionEvent, Option<uuid::Uuid>, Option<String>)>,
     {
         let rebuilt = self.rebuild(session).await?;
+        self.claim_and_append_from(rebuilt, writer, judge).await
+    }
+
+    /// [`Self::claim_and_append`] on a session the caller has just rebuilt (one rebuild,
+    /// not two, for an act that first looked at the session).
+    pub(crate) async fn claim_and_append_from<F>(
+        &self,
+        rebuilt: crate::RebuiltSession,
+        writer: &str,
+        judge: F,
+    ) -> Result<Appended>
+    where
+        F: Fn(&SessionState) -> Result<(SessionEvent, Option<uuid::Uuid>, Option<String>)>,
+    {
         judge(&rebuilt.state)?;
         let (mut claimed, _) = SessionWriter::claim_from(
             Arc::clone(self.log()),

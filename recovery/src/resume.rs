@@ -296,7 +296,7 @@ impl Recovery {
             });
         }
         // The new harness gets the session's texts opened (it is the session's writer now).
-        let opener = self.opener(session, false).await?;
+        let opener = self.opener_for(session, writer.state(), false).await?;
         let mut context = within_budget(&window, writer.state(), context_budget_tokens, &opener);
         if let Some(fork_point) = &writer.state().parent {
             // The child's own view first; what it leaves of the budget goes to the parent's.

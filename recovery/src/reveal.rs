@@ -17,6 +17,22 @@ impl Recovery {
         };
         Ok(opener.erased(erased))
     }
+
+    /// [`Self::opener`] for a reader holding `session`'s `state`: every field the state records
+    /// as redacted reads as redacted, whatever key this process holds. A key this process
+    /// cached before a redaction made elsewhere still derives the field's own key until its
+    /// answer is `key_cache_secs` old; the redaction's event is what every reader has at once.
+    pub async fn opener_for(
+        &self,
+        session: SessionId,
+        state: &SessionState,
+        erased: bool,
+    ) -> Result<Opener> {
+        Ok(self
+            .opener(session, erased)
+            .await?
+            .redacted(state.redactions()))
+    }
 }
 
 /// A copy of `state` with its texts opened (what does not open keeps its sealed form without

@@ -122,7 +122,7 @@ impl Recovery {
         let point = self.prepare_resume(session).await?;
         let state = &point.rebuilt.state;
         let erased = self.erased_for_reading(session, state.erased).await?;
-        let opener = self.opener(session, erased).await?;
+        let opener = self.opener_for(session, state, erased).await?;
         let mut context = within_budget(&point.window, state, budget_tokens, &opener);
         if let Some(fork_point) = &state.parent {
             let left = context
@@ -178,14 +178,16 @@ impl Recovery {
         let at = self
             .window_at(parent, fork_point.parent_seq, fork_point.parent_offset)
             .await?;
-        // An erasure after the fork point erases what the child inherits too, wherever it ran.
+        // An erasure or a redaction after the fork point reaches what the child inherits too,
+        // wherever it ran.
         let projected = self
             .store()
             .load_session(parent)
             .await?
-            .is_some_and(|row| row.state.erased);
-        let erased = self.erased_for_reading(parent, projected).await?;
-        let opener = self.opener(parent, erased).await?;
+            .map(|row| row.state)
+            .unwrap_or_else(|| at.state.clone());
+        let erased = self.erased_for_reading(parent, projected.erased).await?;
+        let opener = self.opener_for(parent, &projected, erased).await?;
         let mut context = within_budget(&at.window, &at.state, Some(budget_tokens), &opener);
         context.unresolved_calls.clear();
         if let Some(grandparent) = &at.state.parent {

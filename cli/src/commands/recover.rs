@@ -20,7 +20,9 @@ pub async fn run(args: Args, globals: &Globals) -> Result<Output> {
     let mut rebuilt = recovery.rebuild(session).await?;
     // The digest covers the sealed form; what is printed has the texts opened.
     let digest = rebuilt.state.digest();
-    let opener = recovery.opener(session, rebuilt.state.erased).await?;
+    let opener = recovery
+        .opener_for(session, &rebuilt.state, rebuilt.state.erased)
+        .await?;
     rebuilt.state = sessionlog_recovery::reveal::opened_state(&opener, &rebuilt.state);
     let text = format!(
         "recovered session from the log: partition {}, {}; read {} records, \

@@ -106,7 +106,7 @@ pub(crate) async fn page(
         .require_tenant(session, &rebuilt.state.tenant)?;
     let opener = console
         .recovery
-        .opener(session, rebuilt.state.erased)
+        .opener_for(session, &rebuilt.state, rebuilt.state.erased)
         .await?;
     let state = sessionlog_recovery::reveal::opened_state(&opener, &rebuilt.state);
     let lease = match tokio::time::timeout(LEASE_WITHIN, console.recovery.lease(session)).await {
