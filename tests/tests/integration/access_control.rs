@@ -201,6 +201,13 @@ fn routes(s: SessionId) -> Vec<Route> {
         r(
             Recovery,
             Method::GET,
+            format!("/v1/sessions/{s}/redactions"),
+            Role::Operator,
+            true,
+        ),
+        r(
+            Recovery,
+            Method::GET,
             format!("/v1/sessions/{s}/erasure"),
             Role::Operator,
             true,
@@ -574,6 +581,7 @@ async fn a_tenant_sees_only_its_own_sessions() -> Result<()> {
             "redactions",
             json!({ "seq": 1, "field": "output", "reason": "r" }),
         ),
+        (recovery_base, Method::GET, "redactions", Value::Null),
     ];
     for (base, method, tail, body) in &routes {
         let path = match *tail {

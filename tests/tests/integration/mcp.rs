@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 const CATCH_UP: Duration = Duration::from_secs(180);
 
 /// A minimal MCP client over Streamable HTTP: initialize, then requests in that MCP session.
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     url: String,
     token: String,
@@ -34,7 +34,7 @@ struct Client {
 }
 
 impl Client {
-    async fn connect(base: &str, token: &str) -> Result<Self> {
+    pub(crate) async fn connect(base: &str, token: &str) -> Result<Self> {
         let mut client = Self {
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
@@ -111,7 +111,7 @@ impl Client {
     }
 
     /// A tool's answer: its JSON text parsed, or Err with the tool's error text.
-    async fn call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
+    pub(crate) async fn call(&mut self, tool: &str, arguments: Value) -> Result<Value> {
         let result = self
             .request("tools/call", json!({"name": tool, "arguments": arguments}))
             .await?;
@@ -174,7 +174,7 @@ async fn answer_call(
         .await?)
 }
 
-fn reader_token(session: SessionId) -> Result<String> {
+pub(crate) fn reader_token(session: SessionId) -> Result<String> {
     token_with(
         "model",
         &[Role::Reader],
@@ -637,7 +637,7 @@ async fn a_tenant_seen_before_the_start_does_not_let_another_tenant_in() -> Resu
 }
 
 /// `sessionlog mcp --session ID` on a free port.
-async fn served_for(stack: &TestStack, session: SessionId) -> Result<ServedProcess> {
+pub(crate) async fn served_for(stack: &TestStack, session: SessionId) -> Result<ServedProcess> {
     let listen = sessionlog_testkit::free_address()?;
     let mut spawn = stack.command(&[])?;
     spawn

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Phoenix's address, from the stack's environment.
-fn phoenix() -> Result<(String, String)> {
+pub(crate) fn phoenix() -> Result<(String, String)> {
     let url = std::env::var("SESSIONLOG_PHOENIX_URL");
     let endpoint = std::env::var("SESSIONLOG_OTLP_ENDPOINT");
     match (url, endpoint) {
@@ -36,7 +36,7 @@ fn phoenix() -> Result<(String, String)> {
 
 /// Runs `sessionlog export-otlp` in `stack`'s corner, as consumer group `group` (a suffix),
 /// until it has caught up; its summary.
-fn export(
+pub(crate) fn export(
     stack: &TestStack,
     endpoint: &str,
     project: &str,
@@ -75,7 +75,7 @@ fn export(
 }
 
 /// Every span Phoenix holds in `project`, as it answers them (one entry per stored span).
-async fn phoenix_spans(url: &str, project: &str) -> Result<Vec<Value>> {
+pub(crate) async fn phoenix_spans(url: &str, project: &str) -> Result<Vec<Value>> {
     let http = reqwest::Client::new();
     let mut spans = Vec::new();
     let mut cursor: Option<String> = None;

@@ -22,7 +22,7 @@ use sessionlog_schemas::{
 use sessionlog_testkit::auth::client;
 use sessionlog_testkit::projector::{dead_letters, event_log, send_raw, store, wait_caught_up};
 use sessionlog_testkit::recovery::accepted_events;
-use sessionlog_testkit::{ServedProcess, TestStack, wait_for};
+use sessionlog_testkit::{ChildGuard, ServedProcess, TestStack, wait_for};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -742,16 +742,98 @@ async fn a_key_held_stops_opening_and_sealing_within_key_cache_secs_of_an_erasur
     Ok(())
 }
 
-/// Redaction (issue 54): a canary in one tool output of a session with several others is
-/// redacted; it reads as redacted (with its reason) to the library's readers, the recovery
-/// service's answers and a reader in another process holding the stored key, while every other
-/// canary of the session still reads back; its checkpoint stays verified; the session resumes
-/// and forks, and the fork reads the inherited output as redacted too.
+/// The filter the processes a redaction test starts log with: our crates at debug, so that a
+/// text logged anywhere they log would be found.
+const DEBUG_LOGS: &str = "info,sessionlog_recovery=debug,sessionlog_mcp=debug,\
+    sessionlog_projector=debug,sessionlog_keys=debug,sessionlog_producer=debug,\
+    sessionlog_export=debug,sessionlog_store=debug";
+
+/// `sessionlog <args>` in `stack`'s corner with its stdout and stderr written to `log`.
+fn spawn_logged(stack: &TestStack, args: &[&str], log: &std::path::Path) -> Result<ChildGuard> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = stack
+        .command(args)?
+        .env("RUST_LOG", DEBUG_LOGS)
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("spawning sessionlog {args:?}"))?;
+    Ok(ChildGuard(child))
+}
+
+/// `sessionlog <command> ... --listen <free address>` logging to `log`, once its `/health`
+/// answers 200.
+async fn served_logged(
+    stack: &TestStack,
+    command: &[&str],
+    log: &std::path::Path,
+) -> Result<ServedProcess> {
+    let listen = sessionlog_testkit::free_address()?;
+    let mut args = command.to_vec();
+    args.extend(["--listen", listen.as_str()]);
+    let mut process = spawn_logged(stack, &args, log)?;
+    let base = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    wait_for(
+        &format!("`sessionlog {command:?}` to answer /health"),
+        Duration::from_secs(60),
+        || {
+            let exited = process.assert_running();
+            let request = http.get(format!("{base}/health")).send();
+            async move {
+                exited?;
+                Ok(request.await.ok().filter(|r| r.status() == 200).map(|_| ()))
+            }
+        },
+    )
+    .await?;
+    Ok(ServedProcess { base, process })
+}
+
+/// The texts of `session`'s history (inherited with `inherited`) as `recovery` answers them:
+/// each event's fields as JSON, and what did not open, by seq.
+async fn history_texts(
+    recovery: &Recovery,
+    session: SessionId,
+    inherited: bool,
+) -> Result<Vec<(u64, String, std::collections::BTreeMap<String, String>)>> {
+    let page = recovery
+        .events(
+            session,
+            sessionlog_recovery::EventRange {
+                inherited,
+                limit: Some(1000),
+                ..Default::default()
+            },
+        )
+        .await?;
+    page.events
+        .into_iter()
+        .map(|e| Ok((e.seq, serde_json::to_string(&e.event)?, e.unopened)))
+        .collect()
+}
+
+/// Redaction (issue 54), the erase canary test extended: a canary in one tool output of a
+/// session with several others (each with its own canary) is redacted; that canary is then in
+/// no byte of the topic or the dead letters, no row of any keyspace, no log of a process the
+/// test started, no span the OTLP export sent to Phoenix, no MCP answer and no output of the
+/// Python client, and every reader shows the field as redacted with its reason; every other
+/// canary still reads back, the checkpoint taken before stays verified, and the session
+/// resumes and forks (a fork made before the redaction and one made after both read the field
+/// as redacted: one key).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads() -> Result<()> {
     let stack = TestStack::new("redaction", 1).await?;
-    let _projector = stack.spawn_projector()?;
-    let recovery_service = ServedProcess::start(&stack, "serve-recovery").await?;
+    let logs = sessionlog_testkit::served::scratch_dir()?.join(format!("logs-{}", stack.group));
+    std::fs::create_dir_all(&logs)?;
+    let _projector = spawn_logged(
+        &stack,
+        &["project", "--group", &stack.group],
+        &logs.join("project.log"),
+    )?;
+    let recovery_service =
+        served_logged(&stack, &["serve-recovery"], &logs.join("recovery.log")).await?;
     let log = event_log(&stack).await?;
     let recovery = Recovery::connect(&stack.settings).await?;
     let (mut writer, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
@@ -782,6 +864,13 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     let checkpoint = writer.checkpoint(None).await?;
     let target = outputs[1];
     let secret = canary("R1", "output");
+    let why = "a credential the tool printed";
+    // A fork made before the redaction inherits the output; it must read as redacted after.
+    let fork_before = recovery
+        .fork(session, ForkAt::Seq(target), "before")
+        .await?
+        .envelope
+        .session_id;
 
     // A redaction needs a reason through every door, the library's too (the CLI and the
     // console call it): a blank one is refused and destroys nothing.
@@ -799,7 +888,7 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
             "{}/v1/sessions/{session}/redactions",
             recovery_service.base
         ))
-        .json(&json!({"seq": target, "field": "output", "reason": "a credential the tool printed"}))
+        .json(&json!({"seq": target, "field": "output", "reason": why}))
         .send()
         .await?
         .error_for_status()?
@@ -813,6 +902,18 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
         .redact(session, target, "output", "someone else", "again")
         .await?;
     assert_eq!(serde_json::to_value(&again)?, receipt);
+    // The session's redactions, listed over HTTP, are that receipt.
+    let listed: Value = http
+        .get(format!(
+            "{}/v1/sessions/{session}/redactions",
+            recovery_service.base
+        ))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(listed, json!([receipt]));
     // Not redactable: a field the event does not have; an unknown field.
     for (field, code) in [("content", "not_redactable"), ("tool", "not_redactable")] {
         let refused = http
@@ -830,27 +931,23 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
         );
         assert_eq!(refused.json::<Value>().await?["code"], code);
     }
+    let fork_after = recovery
+        .fork(session, ForkAt::Seq(target), "after")
+        .await?
+        .envelope
+        .session_id;
 
-    // The library's readers: this process learns of it from the store within key_cache_secs;
-    // a reader told the state's redactions reads it as redacted at once.
+    // The library's readers: every text but the redacted one opens.
     let rebuilt = recovery.rebuild(session).await?;
     assert_eq!(
         rebuilt.state.redactions().collect::<Vec<_>>(),
-        [(
-            target,
-            "output".to_string(),
-            "a credential the tool printed".to_string()
-        )]
+        [(target, "output".to_string(), why.to_string())]
     );
-    let opener = recovery
-        .opener(session, false)
-        .await?
-        .redacted(rebuilt.state.redactions());
+    let opener = recovery.opener_for(session, &rebuilt.state, false).await?;
     let mut readable = Vec::new();
     for event in accepted_events(&recovery, session).await? {
-        let (_, unopened) = opener.open_event(&event.envelope);
-        let mut opened = event.envelope.clone();
-        opened = opener.open_event(&opened).0;
+        let (opened, unopened) = opener.open_event(&event.envelope);
+        let mut opened = opened;
         sessionlog_keys::sensitive_fields(&mut opened.event, |_, c| {
             if let Content::Plain(t) = c
                 && !t.is_empty()
@@ -859,13 +956,7 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
             }
         });
         if event.envelope.seq == target {
-            assert_eq!(
-                unopened,
-                [(
-                    "output",
-                    Text::Redacted("a credential the tool printed".into())
-                )]
-            );
+            assert_eq!(unopened, [("output", Text::Redacted(why.into()))]);
         } else {
             assert!(unopened.is_empty(), "{unopened:?}");
         }
@@ -909,6 +1000,21 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     assert_eq!(key.open(session, key_id, nonce, ciphertext), None);
     assert!(key.redaction(target, "output").is_some());
 
+    // The redacted record sent again in a frame the projector cannot decode: dead-lettered
+    // as it arrived (its output still sealed under the destroyed key).
+    let mut payload = None;
+    sessionlog_log::PartitionReader::new(&stack.settings.kafka, &stack.settings.kafka.topic)?
+        .read_range(
+            recovery.partition_of(session),
+            result.offset,
+            result.offset + 1,
+            &mut |r| payload = r.payload,
+        )
+        .await?;
+    let payload = payload.context("the redacted record")?;
+    let (_, body) = unframe(&payload)?;
+    send_raw(&stack, &session.to_string(), &frame(987_654_321, body)).await?;
+
     // The recovery service's history answer: the redacted canary is not in it, the others are.
     let body = wait_for(
         "the history to list the redaction",
@@ -928,13 +1034,150 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     )
     .await?;
     assert!(!body.contains(&secret), "the redacted canary in an answer");
-    assert!(body.contains("redacted: a credential the tool printed"));
+    assert!(body.contains(&format!("redacted: {why}")));
     for c in &expected {
         assert!(body.contains(c.as_str()), "{c} missing from the history");
     }
 
+    // Both forks read the inherited output as redacted (one key, the parent's), through the
+    // inherited history and the context view, and the other canaries they inherit.
+    for fork in [fork_before, fork_after] {
+        let texts = history_texts(&recovery, fork, true).await?;
+        let redacted = texts
+            .iter()
+            .find(|(seq, _, unopened)| *seq == target && !unopened.is_empty())
+            .with_context(|| format!("fork {fork}: the inherited output {texts:?}"))?;
+        assert_eq!(redacted.2["output"], format!("redacted: {why}"));
+        let all = format!("{texts:?}");
+        assert!(!all.contains(&secret), "fork {fork}: {all}");
+        assert!(all.contains(&canary("R0", "output")), "fork {fork}: {all}");
+        let view = serde_json::to_string(&recovery.context_view(fork, None).await?)?;
+        assert!(!view.contains(&secret), "fork {fork}'s view: {view}");
+    }
+    let view = serde_json::to_string(&recovery.context_view(session, None).await?)?;
+    assert!(!view.contains(&secret), "the session's view: {view}");
+    assert!(view.contains(&format!("[redacted: {why}]")), "{view}");
+
+    // MCP: the tools read the output as redacted with its reason, and the others as written.
+    let mcp = served_logged(
+        &stack,
+        &["mcp", "--session", &session.to_string()],
+        &logs.join("mcp.log"),
+    )
+    .await?;
+    let mut model =
+        crate::mcp::Client::connect(&mcp.base, &crate::mcp::reader_token(session)?).await?;
+    let mut answers = String::new();
+    for (tool, arguments) in [
+        ("history_read", json!({})),
+        ("call_lookup", json!({"seq": target})),
+        ("history_search", json!({"query": "CANARY"})),
+    ] {
+        let answer = model.call(tool, arguments).await?;
+        answers.push_str(&answer.to_string());
+    }
+    assert!(!answers.contains(&secret), "an MCP answer: {answers}");
+    assert!(answers.contains(&format!("redacted: {why}")), "{answers}");
+    assert!(answers.contains(&canary("R2", "output")), "{answers}");
+
+    // The Python client: the same, as a program using it prints it.
+    let python = tokio::process::Command::new(sessionlog_testkit::python_env()?)
+        .env(
+            "PYTHONPATH",
+            sessionlog_testkit::repo_root().join("clients/python/src"),
+        )
+        .args([
+            "-c",
+            "import json, sys\n\
+             from sessionlog import Client\n\
+             with Client(recovery_url=sys.argv[1], token=sys.argv[2]) as c:\n\
+             \x20   for e in c.events(sys.argv[3]):\n\
+             \x20       print(json.dumps({'seq': e.seq, 'data': e.data, 'unopened': e.unopened}))\n",
+            &recovery_service.base,
+            &sessionlog_testkit::auth::token("python", &[sessionlog_log::Role::Reader])?,
+            &session.to_string(),
+        ])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), python)
+        .await
+        .context("the Python client did not finish within 120 s")??;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!printed.contains(&secret), "the Python client printed it");
+    assert!(printed.contains(&format!("redacted: {why}")), "{printed}");
+    assert!(printed.contains(&canary("R0", "note")), "{printed}");
+
+    // The OTLP export with content, to Phoenix: the other texts go out, the redacted one not.
+    let (phoenix_url, endpoint) = crate::otlp_export::phoenix()?;
+    let project = format!("redaction-{}", stack.group);
+    let summary = crate::otlp_export::export(
+        &stack,
+        &endpoint,
+        &project,
+        "redaction",
+        &["--with-content"],
+    )?;
+    let spans = wait_for(
+        "Phoenix to hold the session's spans with their content",
+        Duration::from_secs(60),
+        || async {
+            let spans = serde_json::to_string(
+                &crate::otlp_export::phoenix_spans(&phoenix_url, &project).await?,
+            )?;
+            Ok(spans.contains(&canary("R2", "output")).then_some(spans))
+        },
+    )
+    .await
+    .with_context(|| format!("export summary {summary}"))?;
+    assert!(!spans.contains(&secret), "a span sent to Phoenix holds it");
+
+    // No byte of the topic or the dead letters, no row of any keyspace holds it.
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(90)).await?;
+    assert!(
+        !dead_letters(&stack).await?.is_empty(),
+        "the re-framed record is dead-lettered"
+    );
+    for topic in [
+        &stack.settings.kafka.topic,
+        &stack.settings.kafka.dead_letter_topic,
+    ] {
+        let records = every_record(&stack, topic).await?;
+        assert!(!records.is_empty(), "{topic} has records");
+        let hits = records
+            .iter()
+            .filter(|r| r.windows(secret.len()).any(|w| w == secret.as_bytes()))
+            .count();
+        assert_eq!(
+            hits, 0,
+            "{hits} record(s) of {topic} hold the redacted canary"
+        );
+    }
+    let (rows, read) = every_row(
+        sessionlog_store::KeyTable::open(&stack.settings)
+            .await?
+            .cql(),
+    )
+    .await?;
+    for keyspace in [
+        &stack.settings.cql.keyspace,
+        &stack.settings.privacy.keyspace,
+    ] {
+        assert!(
+            read.iter().any(|t| t.starts_with(&format!("{keyspace}."))),
+            "{keyspace} was not read"
+        );
+    }
+    let hits: Vec<&String> = rows.iter().filter(|r| r.contains(&secret)).collect();
+    assert!(hits.is_empty(), "rows hold the redacted canary: {hits:?}");
+
     // The checkpoint taken before stays verified (the fold ran on ciphertext), and the
-    // session resumes and forks.
+    // session resumes.
     let checkpoint_seq = checkpoint.envelope.seq;
     wait_for(
         "a rebuild from the checkpoint taken before the redaction",
@@ -951,19 +1194,235 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     .await?;
     let bundle = recovery.resume(session, "harness-2", None).await?;
     assert!(bundle.state.redaction(target, "output").is_some());
-    let fork = recovery
-        .fork(session, ForkAt::Seq(target), "branch")
-        .await?
-        .envelope
-        .session_id;
-    let inherited = recovery.opener(session, false).await?;
-    assert_eq!(
-        inherited.open_event(&result.envelope).1,
-        [(
-            "output",
-            Text::Redacted("a credential the tool printed".into())
-        )],
-        "what the fork {fork} inherits is the parent's, redacted with one key"
+    let resumed = serde_json::to_string(&bundle.context)?;
+    assert!(!resumed.contains(&secret), "the resumed context: {resumed}");
+    assert!(resumed.contains(&canary("R2", "output")), "{resumed}");
+
+    // Nor any log of the processes this test started (at debug).
+    drop((mcp, recovery_service, _projector));
+    let mut logged = 0;
+    for entry in std::fs::read_dir(&logs)? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        logged += text.len();
+        assert!(
+            !text.contains(&secret),
+            "{} logs the redacted canary",
+            path.display()
+        );
+    }
+    assert!(
+        logged > 0,
+        "the processes' logs were captured in {}",
+        logs.display()
     );
+    assert!(
+        !summary.to_string().contains(&secret),
+        "the export's summary: {summary}"
+    );
+    Ok(())
+}
+
+/// A session of one tool call per tag, each output a canary: the session and the outputs' seqs.
+async fn tool_outputs(log: &Arc<EventLog>, tags: &[&str]) -> Result<(SessionId, Vec<u64>)> {
+    let (mut writer, _) = SessionWriter::create(Arc::clone(log), "agent", None).await?;
+    let mut outputs = Vec::new();
+    for tag in tags {
+        let call = writer
+            .append(SessionEvent::ToolCallRequested {
+                tool: "grep".into(),
+                arguments: Content::plain("{}"),
+                effect: EffectClass::Pure,
+                approval_id: None,
+            })
+            .await?;
+        let result = writer
+            .append(SessionEvent::ToolCallResult {
+                call_seq: call.envelope.seq,
+                outcome: CallOutcome::Succeeded,
+                output: Content::plain(canary(tag, "output")),
+                source: ResultSource::Executed,
+                recorded_by: None,
+                note: None,
+            })
+            .await?;
+        outputs.push(result.envelope.seq);
+    }
+    Ok((writer.session_id(), outputs))
+}
+
+/// A reader process that cached the session's key (`key_cache_secs` of an hour) reads a field
+/// redacted by another process as redacted as soon as the redaction is projected, not an hour
+/// later: the key it cached still derives the field's own key, so its readers go by the
+/// redactions the session's state records. `sessionlog redact --status` then lists it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_holding_a_cached_key_reads_a_redaction_made_elsewhere_as_redacted() -> Result<()>
+{
+    let mut stack = TestStack::new("redaction_cache", 1).await?;
+    stack.settings.privacy.key_cache_secs = 3_600;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let reader = Recovery::connect(&stack.settings).await?;
+    let (session, outputs) = tool_outputs(&log, &["K0", "K1"]).await?;
+    let (target, secret, why) = (outputs[1], canary("K1", "output"), "a token in the output");
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(90)).await?;
+    // The reader reads the session: its key is cached now, for an hour.
+    let before = format!("{:?}", history_texts(&reader, session, false).await?);
+    assert!(before.contains(&secret), "{before}");
+
+    // Another process redacts it.
+    let out = stack.sessionlog(&[
+        "redact",
+        &session.to_string(),
+        "--seq",
+        &target.to_string(),
+        "--field",
+        "output",
+        "--reason",
+        why,
+        "--by",
+        "alice",
+    ])?;
+    anyhow::ensure!(
+        out.status.success(),
+        "redact: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The key this reader cached still opens the field: only the redaction's record stops it.
+    let result = accepted_events(&reader, session)
+        .await?
+        .into_iter()
+        .find(|e| e.envelope.seq == target)
+        .context("the redacted event")?;
+    let stale = reader
+        .opener(session, false)
+        .await?
+        .open_event(&result.envelope);
+    assert!(
+        stale.1.is_empty(),
+        "the cached key is the one before: {:?}",
+        stale.1
+    );
+    // Every reader of this process goes by the record: the history once it is projected, the
+    // context view, a rebuild opened for reading.
+    let texts = wait_for(
+        "the reader's history to show the redaction",
+        Duration::from_secs(60),
+        || async {
+            let texts = history_texts(&reader, session, false).await?;
+            Ok(format!("{texts:?}")
+                .contains("PayloadRedacted")
+                .then_some(texts))
+        },
+    )
+    .await?;
+    let all = format!("{texts:?}");
+    assert!(!all.contains(&secret), "a cached key read it: {all}");
+    assert!(all.contains(&format!("redacted: {why}")), "{all}");
+    assert!(all.contains(&canary("K0", "output")), "{all}");
+    let view = serde_json::to_string(&reader.context_view(session, None).await?)?;
+    assert!(!view.contains(&secret), "{view}");
+    assert!(view.contains(&format!("[redacted: {why}]")), "{view}");
+    let rebuilt = reader.rebuild(session).await?;
+    let opened = reader
+        .opener_for(session, &rebuilt.state, false)
+        .await?
+        .open_event(&result.envelope)
+        .1;
+    assert_eq!(opened, [("output", Text::Redacted(why.into()))]);
+
+    // `sessionlog redact --status` lists it: seq, field, who, why, when, which key.
+    let out = stack.sessionlog(&["--json", "redact", &session.to_string(), "--status"])?;
+    anyhow::ensure!(
+        out.status.success(),
+        "redact --status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout)?;
+    let listed = listed.as_array().context("a list of receipts")?;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let r = &listed[0];
+    assert_eq!(
+        (
+            &r["seq"],
+            &r["field"],
+            &r["requested_by"],
+            &r["reason"],
+            &r["key_id"],
+            &r["key_destroyed"]
+        ),
+        (
+            &json!(target),
+            &json!("output"),
+            &json!("alice"),
+            &json!(why),
+            &json!(format!("dk2g:{target}:output")),
+            &json!(true)
+        )
+    );
+    assert!(r["redacted_at"].as_i64().is_some_and(|t| t > 0), "{r}");
+    assert_eq!(r["redaction_seq"], json!(rebuilt.state.last_seq), "{r}");
+    Ok(())
+}
+
+/// The fold refuses a redaction without a reason whoever writes it: one sent straight to
+/// Kafka, signed with the service's own key (so only its reason is wrong), is in the log and
+/// changes nothing, for recovery and for the projector; the field still reads, and a
+/// redaction with a reason still goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redaction_without_a_reason_sent_straight_to_kafka_is_refused_by_the_fold() -> Result<()>
+{
+    let stack = TestStack::new("redaction_raw", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let (session, outputs) = tool_outputs(&log, &["W0"]).await?;
+    let target = outputs[0];
+    let mut raw = sessionlog_testkit::recovery::raw_next(
+        &recovery,
+        session,
+        SessionEvent::PayloadRedacted {
+            redacted_seq: target,
+            field: "output".into(),
+            redacted_by: "mallory".into(),
+            reason: " ".into(),
+            redacted_at: sessionlog_schemas::now_micros(),
+            key_id: format!("dk2g:{target}:output"),
+            key_destroyed: false,
+        },
+    )
+    .await?;
+    recovery.notary().attest(&mut raw)?;
+    log.append(&raw).await?;
+
+    // In the log, and refused by the fold: recovery's rebuild and the projector's state.
+    let mut verdict = None;
+    let rebuilt = recovery
+        .rebuild_with(session, Some(0), |e, _| {
+            if e.envelope.event_id == raw.event_id {
+                verdict = Some(e.accepted);
+            }
+        })
+        .await?;
+    assert_eq!(verdict, Some(false), "read from the log, and rejected");
+    assert_eq!(rebuilt.state.redactions().count(), 0);
+    let store = store(&stack).await?;
+    wait_caught_up(&stack, &store, Duration::from_secs(90)).await?;
+    let projected = store.session_state(session).await?.context("projected")?;
+    assert_eq!(projected.redactions().count(), 0);
+    let texts = opened_texts(&recovery, session).await?;
+    assert!(
+        texts
+            .iter()
+            .any(|(_, t)| t.readable() == Some(canary("W0", "output").as_str())),
+        "{texts:?}"
+    );
+    // A redaction with a reason, through the service's library, still goes through.
+    let receipt = recovery
+        .redact(session, target, "output", "alice", "a key in the output")
+        .await?;
+    assert!(receipt.key_destroyed, "{receipt:?}");
     Ok(())
 }
