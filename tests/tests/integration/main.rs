@@ -54,6 +54,7 @@ mod recovery_rebuild;
 mod recovery_tool_calls;
 mod retention;
 mod schema_upgrade;
+mod secret_scan;
 mod secure_transport;
 mod serve;
 mod spans_by_tenant;
