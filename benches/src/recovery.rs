@@ -16,6 +16,11 @@
 //! it), and prints the log records each read: bounded by the events since the last verified
 //! checkpoint plus what the projector has not applied, whatever the session's length.
 //!
+//! And it times redacting one field of the session (`Recovery::redact`, `--redactions` rounds,
+//! each a request's content near the session's start, printed as it runs, then the median and
+//! the spread): a rebuild from the last checkpoint, the event read by seq, one key-store write,
+//! a claim and one event, whatever the session's length.
+//!
 //! ```sh
 //! set -a; . .stack/stack.env; set +a
 //! cargo run --release -p sessionlog-benches --bin sessionlog-bench -- recovery --max-events 100000
@@ -48,6 +53,9 @@ pub struct Args {
     /// Timed repetitions of each rebuild; the median is reported.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Timed redactions of one field each (a field is redacted once: each round another event).
+    #[arg(long, default_value_t = 5)]
+    redactions: usize,
     /// Seconds to wait for the projector to catch up with one session.
     #[arg(long, default_value_t = 900)]
     catch_up_secs: u64,
@@ -71,6 +79,10 @@ struct Row {
     replay_rss: Option<u64>,
     /// How long erasing the session took (once: a session is erased once).
     erase: Duration,
+    /// Redacting one field: median, fastest and slowest of `--redactions` rounds.
+    redact: Duration,
+    redact_min: Duration,
+    redact_max: Duration,
     /// Building the context view as a resume does: median time, log records read, turns.
     view: Duration,
     view_records: u64,
@@ -94,6 +106,10 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let mut base = Settings::load(None).context("loading settings")?;
     crate::prepare_privacy(&mut base).await?;
+    // A redaction is signed: with the development key the tests use, unless one is set.
+    if base.recovery.signing_key_file.is_none() {
+        base.recovery.signing_key_file = Some(sessionlog_testkit::auth::signing_key_file()?);
+    }
 
     let mut rows = Vec::new();
     for length in lengths {
@@ -133,6 +149,12 @@ pub async fn run(args: Args) -> Result<()> {
                 mib(r.rebuild_rss),
                 mib(r.replay_rss),
                 ms(r.erase),
+                format!(
+                    "{} ({}–{})",
+                    ms(r.redact),
+                    ms(r.redact_min),
+                    ms(r.redact_max)
+                ),
                 format!("{} / {} / {}", ms(r.view), r.view_records, r.view_turns),
                 format!(
                     "{} / {}",
@@ -158,6 +180,7 @@ pub async fn run(args: Args) -> Result<()> {
             "rebuild peak RSS MiB",
             "replay peak RSS MiB",
             "erase ms",
+            "redact ms p50 (min–max)",
             "view ms / records / turns",
             "view from checkpoint ms / records",
         ],
@@ -294,6 +317,37 @@ async fn measure(base: &Settings, length: u64, args: &Args) -> Result<Row> {
     if at.window.recent != view_point.window.recent {
         bail!("the view from the checkpoint differs from the projector's");
     }
+    // Redacting one field of a request near the start (a checkpoint is no request).
+    let mut redactions = Vec::with_capacity(args.redactions);
+    let requests =
+        (2..length).filter(|seq| seq % args.checkpoint_every != args.checkpoint_every / 2);
+    for (round, seq) in requests.take(args.redactions.max(1)).enumerate() {
+        let started = Instant::now();
+        let receipt = recovery
+            .redact(session, seq, "content", "bench", "benchmark")
+            .await?;
+        let took = started.elapsed();
+        if receipt.seq != seq {
+            bail!("the redaction of seq {seq} answered seq {}", receipt.seq);
+        }
+        eprintln!(
+            "{length}: redaction {} (seq {seq}): {:.1} ms",
+            round + 1,
+            took.as_secs_f64() * 1e3
+        );
+        redactions.push(took);
+    }
+    let (redact_min, redact_max) = (
+        redactions.iter().min().copied().unwrap_or_default(),
+        redactions.iter().max().copied().unwrap_or_default(),
+    );
+    eprintln!(
+        "{length}: redaction median {:.1} ms, spread {:.1}–{:.1} ms over {} rounds",
+        median(redactions.clone()).as_secs_f64() * 1e3,
+        redact_min.as_secs_f64() * 1e3,
+        redact_max.as_secs_f64() * 1e3,
+        redactions.len()
+    );
     // Erasure rewrites nothing: a rebuild from the checkpoint, a claim, one event, the key.
     let started = Instant::now();
     recovery.erase(session, "bench", "benchmark").await?;
@@ -319,6 +373,9 @@ async fn measure(base: &Settings, length: u64, args: &Args) -> Result<Row> {
         rebuild_rss,
         replay_rss,
         erase,
+        redact: median(redactions),
+        redact_min,
+        redact_max,
         view: median(views),
         view_records: view_point.rebuilt.records_read,
         view_turns: view_point.window.recent.len(),
