@@ -32,6 +32,7 @@ mod redact;
 pub mod resolver;
 mod resume;
 pub mod reveal;
+mod routes;
 pub mod trace;
 pub mod usage;
 mod view;
