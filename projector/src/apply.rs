@@ -84,9 +84,7 @@ pub struct Folded {
     positions: HashMap<SessionId, usize>,
     /// Span rows by tenant, day and bucket, their partition key (rather than the session):
     /// each entry's rows are written as single-partition batches, which no batch size limit
-    /// refuses. Since migration 14 they go to `trace_spans_by_tenant_day` alone:
-    /// `trace_spans_by_day_bucket` keeps what was projected before (a replay into a fresh
-    /// keyspace puts it in the new table).
+    /// refuses. They go to `trace_spans_by_tenant_day` (migration 14).
     days: BTreeMap<(String, String, i32), Vec<CqlRow>>,
     /// The usage rollups the batch changed, as they stand at its end.
     usage: Vec<CqlRow>,

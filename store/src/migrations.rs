@@ -3,7 +3,7 @@
 //! CQL that runs unchanged on ScyllaDB and Cassandra: no LWT, no materialized views,
 //! no SASI, and column names that are keywords in neither (`log_offset`, not `offset`).
 //! A migration is applied once; its version is recorded in `schema_migrations`. Every
-//! statement is `IF NOT EXISTS`, and a column is added only if `system_schema.columns` lacks
+//! statement is `IF NOT EXISTS` (a drop `IF EXISTS`), and a column is added only if `system_schema.columns` lacks
 //! it (`ADD IF NOT EXISTS` is not portable), so a migration interrupted half-way can simply run
 //! again.
 //!
@@ -468,6 +468,19 @@ pub const MIGRATIONS: &[Migration] = &[
             tenant text,
             bucket int,
             PRIMARY KEY ((day), tenant, bucket))",
+        ],
+        columns: &[],
+    },
+    Migration {
+        version: 15,
+        description: "the span tables no longer written dropped: spans by day, by day and bucket",
+        statements: &[
+            // Nothing has written these since migrations 9 and 14, and nothing reads them: they
+            // only held spans projected before, which `/v1/spans` never listed. A replay into a
+            // fresh keyspace puts those spans in `trace_spans_by_tenant_day`.
+            "DROP TABLE IF EXISTS {ks}.trace_spans_by_day",
+            "DROP TABLE IF EXISTS {ks}.trace_spans_by_day_bucket",
+            "DROP TABLE IF EXISTS {ks}.trace_day_buckets",
         ],
         columns: &[],
     },

@@ -12,9 +12,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// The derived tables, in the order they are compared. `schema_migrations` is left out:
-/// it records when each keyspace was migrated, which differs by design; so are the tables no
-/// longer written (`trace_spans_by_day`, `trace_spans_by_day_bucket`), which a replay leaves
-/// empty.
+/// it records when each keyspace was migrated, which differs by design.
 pub const TABLES: &[&str] = &[
     "sessions",
     "event_index",

@@ -9,8 +9,7 @@ pub(crate) enum Table {
     Checkpoints,
     RejectedEvents,
     SpansBySession,
-    /// `trace_spans_by_tenant_day` (since migration 14; `trace_spans_by_day_bucket` is no
-    /// longer written).
+    /// `trace_spans_by_tenant_day` (since migration 14).
     SpansByTenantDay,
     /// `trace_tenant_day_buckets`: the (tenant, bucket) partitions a day's spans went to.
     TenantDayBuckets,

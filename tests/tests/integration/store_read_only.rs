@@ -7,6 +7,7 @@ use anyhow::{Context, Result, bail};
 use sessionlog_store::{Error, ProjectionStore, Wait, migrations, nodes};
 use sessionlog_testkit::TestStack;
 use sessionlog_testkit::projector::store;
+use std::collections::BTreeSet;
 use std::process::Output;
 
 /// Runs `sessionlog` with `args` against `stack`, with `extra` environment.
@@ -169,5 +170,90 @@ async fn new_keyspaces_use_network_topology_and_an_older_simple_strategy_one_sti
     let class = replication_class(&probe, &old.keyspace).await?;
     assert!(class.ends_with("SimpleStrategy"), "{class}");
     probe.drop_keyspace(&old.keyspace).await?;
+    Ok(())
+}
+
+/// The span tables nothing has written since migrations 9 and 14 and nothing reads.
+const DROPPED_BY_15: [&str; 3] = [
+    "trace_spans_by_day",
+    "trace_spans_by_day_bucket",
+    "trace_day_buckets",
+];
+
+/// The tables of `keyspace`, as `system_schema` lists them.
+async fn tables(store: &ProjectionStore, keyspace: &str) -> Result<BTreeSet<String>> {
+    let rows = store
+        .cql()
+        .query_unpaged(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = ?",
+            (keyspace,),
+        )
+        .await?
+        .into_rows_result()?;
+    let names = rows
+        .rows::<(String,)>()?
+        .map(|row| row.map(|(name,)| name))
+        .collect::<std::result::Result<_, _>>()?;
+    Ok(names)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migration_15_drops_the_unread_span_tables_of_an_existing_keyspace_and_keeps_the_rest()
+-> Result<()> {
+    let stack = TestStack::new("rdrop", 1).await?;
+    let probe = store(&stack).await?;
+    // A keyspace as the previous build left it (migrations 1 to 14), with spans in the tables
+    // it no longer wrote.
+    let mut old = stack.settings.cql.clone();
+    old.keyspace = format!("{}_v14", old.keyspace);
+    let factor = old.replication_factor.unwrap_or(1);
+    migrations::migrate_through(probe.cql(), &old.keyspace, factor, 14).await?;
+    let ks = &old.keyspace;
+    let session = uuid::Uuid::now_v7();
+    probe
+        .cql()
+        .query_unpaged(
+            format!(
+                "INSERT INTO {ks}.trace_spans_by_day_bucket (day, bucket, start_us, session_id, \
+                 span_seq, tenant) VALUES ('2026-01-01', 0, 1, ?, 1, 'acme')"
+            ),
+            (session,),
+        )
+        .await?;
+    probe
+        .cql()
+        .query_unpaged(
+            format!(
+                "INSERT INTO {ks}.trace_spans_by_day (day, start_us, session_id, span_seq) \
+                 VALUES ('2025-01-01', 1, ?, 1)"
+            ),
+            (session,),
+        )
+        .await?;
+    let before = tables(&probe, ks).await?;
+    for table in DROPPED_BY_15 {
+        assert!(before.contains(table), "{table} missing at 14: {before:?}");
+    }
+
+    // The writers' way in applies 15: the three are gone, every other table is still there.
+    let env = [("SESSIONLOG_CQL__KEYSPACE", ks.as_str())];
+    let out = sessionlog(&stack, &["init"], &env)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = tables(&probe, ks).await?;
+    let kept: BTreeSet<String> = before
+        .iter()
+        .filter(|table| !DROPPED_BY_15.contains(&table.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(after, kept);
+
+    // Migrating again changes nothing, and readers open the keyspace.
+    migrations::migrate(probe.cql(), ks, factor).await?;
+    assert_eq!(tables(&probe, ks).await?, kept);
+    ProjectionStore::open(&old).await?;
     Ok(())
 }
