@@ -286,6 +286,13 @@ export interface components {
             offset: number;
             /** Format: int32 */
             partition: number;
+            /**
+             * @description Secrets the scan found in the event's texts (`[privacy] secret_scan`): each field, the
+             *     rule, and the `action`: `redacted` (written without its text and redacted with
+             *     `reason`: it reads as redacted everywhere) or `warned` (written sealed as usual).
+             *     Absent when none.
+             */
+            secrets?: components["schemas"]["SecretNotice"][];
             /** Format: int64 */
             seq: number;
         };
@@ -443,6 +450,20 @@ export interface components {
              * @example ready
              */
             status: string;
+        };
+        /** @description A secret the scan found in a text of an appended event. It never holds the text. */
+        SecretNotice: {
+            /**
+             * @description `redacted` or `warned`.
+             * @example redacted
+             */
+            action: string;
+            /** @description The field (`output`, `arguments`, `content`, ...). */
+            field: string;
+            /** @description The redaction's reason: `secret detected: RULE`. */
+            reason: string;
+            /** @description The id of the rule that matched (`aws-access-token`, `private-key`, ...). */
+            rule: string;
         };
         /**
          * Format: uuid
@@ -1203,7 +1224,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event` */
+            /** @description `invalid_request`, `unknown_kind`, `reserved_kind`, `invalid_event`, `secret_detected` (a text holds a secret and `[privacy] encrypt = false`: it cannot be sealed and redacted, so nothing was written) */
             422: {
                 headers: {
                     [name: string]: unknown;
