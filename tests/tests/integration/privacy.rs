@@ -178,6 +178,31 @@ async fn every_record(stack: &TestStack, topic: &str) -> Result<Vec<Vec<u8>>> {
     .await
 }
 
+/// Checks that the topic and the dead letters (a re-framed record among them) have records and
+/// that none holds `text` in plain bytes.
+async fn assert_no_record_holds(stack: &TestStack, text: &str) -> Result<()> {
+    assert!(
+        !dead_letters(stack).await?.is_empty(),
+        "the re-framed record is dead-lettered"
+    );
+    for topic in [
+        &stack.settings.kafka.topic,
+        &stack.settings.kafka.dead_letter_topic,
+    ] {
+        let records = every_record(stack, topic).await?;
+        assert!(!records.is_empty(), "{topic} has records");
+        let hits = records
+            .iter()
+            .filter(|r| r.windows(text.len()).any(|w| w == text.as_bytes()))
+            .count();
+        assert_eq!(
+            hits, 0,
+            "{hits} record(s) of {topic} hold {text} in plain text"
+        );
+    }
+    Ok(())
+}
+
 /// Every value of every row of every table of every keyspace but the system ones, as text
 /// (blobs as their bytes, lossily), and how many tables were read. Tests running beside this
 /// one create and drop keyspaces meanwhile: a table listed in the schema that the node no
@@ -350,28 +375,9 @@ async fn an_erased_sessions_canaries_are_nowhere_and_the_others_still_open() -> 
         }
     })
     .await?;
-    assert!(
-        !dead_letters(&stack).await?.is_empty(),
-        "the re-framed record is dead-lettered"
-    );
-
     // No byte of the topic, the dead letters or any table holds a canary in plain text: not the
     // erased sessions' (their keys are gone), and not the others' either (sealed at rest).
-    for topic in [
-        &stack.settings.kafka.topic,
-        &stack.settings.kafka.dead_letter_topic,
-    ] {
-        let records = every_record(&stack, topic).await?;
-        assert!(!records.is_empty(), "{topic} has records");
-        let hits = records
-            .iter()
-            .filter(|r| r.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()))
-            .count();
-        assert_eq!(
-            hits, 0,
-            "{hits} record(s) of {topic} hold a canary in plain text"
-        );
-    }
+    assert_no_record_holds(&stack, CANARY).await?;
     let keys = sessionlog_store::KeyTable::open(&stack.settings).await?;
     let (rows, read) = every_row(keys.cql()).await?;
     for keyspace in [
@@ -1139,25 +1145,7 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
     // No byte of the topic or the dead letters, no row of any keyspace holds it.
     let store = store(&stack).await?;
     wait_caught_up(&stack, &store, Duration::from_secs(90)).await?;
-    assert!(
-        !dead_letters(&stack).await?.is_empty(),
-        "the re-framed record is dead-lettered"
-    );
-    for topic in [
-        &stack.settings.kafka.topic,
-        &stack.settings.kafka.dead_letter_topic,
-    ] {
-        let records = every_record(&stack, topic).await?;
-        assert!(!records.is_empty(), "{topic} has records");
-        let hits = records
-            .iter()
-            .filter(|r| r.windows(secret.len()).any(|w| w == secret.as_bytes()))
-            .count();
-        assert_eq!(
-            hits, 0,
-            "{hits} record(s) of {topic} hold the redacted canary"
-        );
-    }
+    assert_no_record_holds(&stack, &secret).await?;
     let (rows, read) = every_row(
         sessionlog_store::KeyTable::open(&stack.settings)
             .await?
