@@ -284,6 +284,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sessions/{session_id}/redactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A session's redactions, each as its receipt (seq, field, who, why, when, which key), oldest
+         *     first: the same as `sessionlog redact SESSION --status`.
+         */
+        get: operations["redactions"];
+        put?: never;
+        /**
+         * Redacts one field of one event: destroys the field's own key (every sealed copy of that
+         *     text becomes unreadable) and appends `PayloadRedacted`, signed, in the operator's name (the
+         *     harness writing is fenced, as by a pause, and resumes); answers the receipt. Every other
+         *     text of the session still opens; it resumes and forks. Redacting again answers the same.
+         */
+        post: operations["redact"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{session_id}/resolutions": {
         parameters: {
             query?: never;
@@ -904,6 +930,22 @@ export interface components {
             /** Format: int32 */
             partition: number;
         };
+        /** @description One field of one event to redact, and why. */
+        RedactRequest: {
+            /** @description The sealed field (`output`, `arguments`, `content`, ...). */
+            field: string;
+            /** @description Why. Kept readable in the log and the receipt: say what and which policy, not the text. */
+            reason: string;
+            /**
+             * Format: int64
+             * @description The seq of the event.
+             */
+            seq: number;
+        };
+        /** @description A redaction's receipt. */
+        RedactionReceiptView: Record<string, never>;
+        /** @description The receipts of a session's redactions, oldest first. */
+        RedactionsView: Record<string, never>[];
         /** @description An operator's outcome for an in-doubt tool call. */
         ResolutionRequest: {
             /**
@@ -1218,6 +1260,40 @@ export interface components {
                 key: string;
                 /** @description The state itself (the framework's serialisation, e.g. JSON with base64 blobs): sealed. */
                 state: components["schemas"]["Content"];
+            };
+        } | {
+            /**
+             * @description One sealed field of an earlier event of this session redacted (schema v8): the field's
+             *     own key is destroyed, so its text is gone wherever it was copied, while the event's
+             *     metadata and every digest stay. Appended signed by the recovery service for an operator.
+             */
+            PayloadRedacted: {
+                /** @description The sealed field (`output`, `arguments`, `content`, ...). */
+                field: string;
+                /** @description Whether the field had a key of its own, now destroyed. */
+                key_destroyed: boolean;
+                /**
+                 * @description Which key: the sealed field's key id (`dk2g:{seq}:{field}`: its own key), a
+                 *     per-session one (`dk1g:...`), or empty for plain text.
+                 */
+                key_id: string;
+                /**
+                 * @description Why. Never sealed: the readable record of the redaction, so it must not hold
+                 *     personal data.
+                 */
+                reason: string;
+                /**
+                 * Format: int64
+                 * @description When the field's key was destroyed (microseconds since the Unix epoch).
+                 */
+                redacted_at: number;
+                /** @description Who redacted it: the verified operator. */
+                redacted_by: string;
+                /**
+                 * Format: int64
+                 * @description The seq of the event whose field is redacted: an earlier event of this session.
+                 */
+                redacted_seq: number;
             };
         };
         /**
@@ -2434,6 +2510,191 @@ export interface operations {
                 };
             };
             /** @description `invalid_request`: `until` is not an RFC 3339 time to come */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `internal`: a bug in the service; retrying will not help */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description a server behind the service is unavailable (`unavailable`, `not_acknowledged`, `backpressure`, `registry_unavailable`): retry the same request */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    redactions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the receipts */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RedactionsView"];
+                };
+            };
+            /** @description `bad_session_id` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unauthenticated`: no credential; `invalid_token`: expired, wrong issuer or audience, unknown key or bad signature (see `WWW-Authenticate`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `forbidden`: the caller lacks the role this operation needs, or its credential is narrowed to one session */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unknown_session` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `internal`: a bug in the service; retrying will not help */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description a server behind the service is unavailable (`unavailable`, `not_acknowledged`, `backpressure`, `registry_unavailable`): retry the same request */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    redact: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the session */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RedactRequest"];
+            };
+        };
+        responses: {
+            /** @description redacted: the receipt */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RedactionReceiptView"];
+                };
+            };
+            /** @description `malformed_json`: the body is not JSON; `bad_session_id`: the path's session id is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unauthenticated`: no credential; `invalid_token`: expired, wrong issuer or audience, unknown key or bad signature (see `WWW-Authenticate`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `forbidden`: the caller lacks the role this operation needs, or its credential is narrowed to one session */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unknown_session` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `fenced`, `lost_claim` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unsupported_media_type`: send `content-type: application/json` */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `invalid_request`, `not_redactable` */
             422: {
                 headers: {
                     [name: string]: unknown;
