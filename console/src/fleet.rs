@@ -14,7 +14,6 @@ use crate::error::Refused;
 use crate::login::Visitor;
 use crate::pages::{age, frame};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use maud::{Markup, html};
 use serde::Deserialize;
 use sessionlog_log::Role;
@@ -152,25 +151,7 @@ pub(crate) async fn page(
     visitor: Visitor,
     Query(query): Query<FleetQuery>,
 ) -> Result<Markup, Refused> {
-    let days = match query
-        .days
-        .as_deref()
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-    {
-        None => DEFAULT_DAYS,
-        Some(d) => d
-            .parse::<i64>()
-            .ok()
-            .filter(|d| (1..=MAX_DAYS).contains(d))
-            .ok_or_else(|| {
-                Refused::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_query",
-                    format!("days must be a whole number from 1 to {MAX_DAYS}"),
-                )
-            })?,
-    };
+    let days = crate::sessions::days(&query.days, DEFAULT_DAYS, MAX_DAYS)?;
     let now = sessionlog_schemas::now_micros();
     let (from, to) = (day(now - (days - 1) * 86_400_000_000), day(now));
     let tenant = visitor.caller.tenant.as_deref();
@@ -362,7 +343,7 @@ fn schemas(settings: &Settings, registry: &Part<sessionlog_schemas::RegistryAbou
 fn bar(share: f64, label: &str, alarm: bool) -> Markup {
     let width = (share.clamp(0.0, 1.0) * CHART_WIDTH).max(1.0);
     html! {
-        svg.bar width=(CHART_WIDTH) height="12" viewBox={ "0 0 " (CHART_WIDTH) " 12" } role="img" aria-label=(label) {
+        svg.bar width=(CHART_WIDTH) height="12" viewBox={ "0 0 " (CHART_WIDTH) " 12" } preserveAspectRatio="none" role="img" aria-label=(label) {
             rect x="0" y="1" width=(format!("{width:.1}")) height="10" class=(if alarm { "failed" } else { "span" }) {}
         }
     }

@@ -110,23 +110,21 @@ pub fn router(recovery: Arc<Recovery>, access: Arc<dyn Authenticator>, options: 
 }
 
 async fn stylesheet() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "public, max-age=3600"),
-        ],
-        STYLESHEET,
-    )
-        .into_response()
+    static_asset("text/css; charset=utf-8", STYLESHEET)
 }
 
 async fn live_script() -> Response {
+    static_asset("text/javascript; charset=utf-8", session::LIVE_SCRIPT)
+}
+
+/// One of the console's own files, cached by browsers for an hour.
+fn static_asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
-        session::LIVE_SCRIPT,
+        body,
     )
         .into_response()
 }

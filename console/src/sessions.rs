@@ -87,6 +87,18 @@ fn bad_query(detail: impl Into<String>) -> Refused {
     Refused::new(StatusCode::BAD_REQUEST, "bad_query", detail)
 }
 
+/// A page's `days` parameter: `default` when not given, else a whole number from 1 to `most`.
+pub(crate) fn days(value: &Option<String>, default: i64, most: i64) -> Result<i64, Refused> {
+    match given(value) {
+        None => Ok(default),
+        Some(d) => d
+            .parse::<i64>()
+            .ok()
+            .filter(|d| (1..=most).contains(d))
+            .ok_or_else(|| bad_query(format!("days must be a whole number from 1 to {most}"))),
+    }
+}
+
 /// A list cursor as the page writes it: `start.session.seq`.
 fn decode_after(text: &str) -> Result<(i64, Uuid, i64), Refused> {
     let bad = || bad_query("`after` is not a cursor this page gave out");
@@ -130,16 +142,7 @@ pub(crate) async fn list(
         )));
     }
     let agent = given(&query.agent);
-    let days = match given(&query.days) {
-        None => DEFAULT_DAYS,
-        Some(d) => d
-            .parse::<i64>()
-            .ok()
-            .filter(|d| (1..=MAX_DAYS).contains(d))
-            .ok_or_else(|| {
-                bad_query(format!("days must be a whole number from 1 to {MAX_DAYS}"))
-            })?,
-    };
+    let days = days(&query.days, DEFAULT_DAYS, MAX_DAYS)?;
     let mut after = given(&query.after).map(decode_after).transpose()?;
     let now = sessionlog_schemas::now_micros();
     let from = now - days * DAY_US;

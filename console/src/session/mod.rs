@@ -146,11 +146,14 @@ pub(crate) async fn page(
             }
         }
     };
+    // The hash in the address too: a browser's cached copy of an older script is not used.
+    let integrity = live_script_integrity();
+    let src = format!("{LIVE_SCRIPT_PATH}?v={}", &integrity[7..19]);
     Ok(frame_with(
         Some(&visitor),
         &title,
         body,
-        Some((LIVE_SCRIPT_PATH, live_script_integrity())),
+        Some((&src, integrity)),
     ))
 }
 

@@ -271,7 +271,7 @@ pub(crate) async fn trace(
                             td { @if let (Some(i), Some(o)) = (s.tokens_in, s.tokens_out) { (i) " / " (o) } }
                             td { @if let Some(c) = s.cost_micros { (dollars(c as f64)) } }
                             td {
-                                svg.bar width=(BAR_WIDTH) height="12" viewBox={ "0 0 " (BAR_WIDTH) " 12" } role="img" aria-label={ (s.name) ": from +" (millis(s.start_us - start)) " for " (millis(until - s.start_us)) } {
+                                svg.bar width=(BAR_WIDTH) height="12" viewBox={ "0 0 " (BAR_WIDTH) " 12" } preserveAspectRatio="none" role="img" aria-label={ (s.name) ": from +" (millis(s.start_us - start)) " for " (millis(until - s.start_us)) } {
                                     rect x=(format!("{x:.1}")) y="1" width=(format!("{w:.1}")) height="10" class=(if s.outcome == "failed" { "failed" } else { "span" }) {}
                                 }
                             }
