@@ -290,6 +290,7 @@ func report(rec *Recorder, out string, timeout time.Duration) int {
 	}
 	sort.Strings(sessions)
 	var linearizable, violations, undecided int
+	checking := time.Now()
 	for _, session := range sessions {
 		model := SessionModel(inits[session])
 		history := bySession[session]
@@ -312,7 +313,8 @@ func report(rec *Recorder, out string, timeout time.Duration) int {
 			fmt.Printf("[checked]   visualisation: %s\n", path)
 		}
 	}
-	fmt.Printf("[checked] sessions checked: %d: linearizable %d, not linearizable %d, undecided %d\n", len(sessions), linearizable, violations, undecided)
+	fmt.Printf("[checked] sessions checked: %d in %s: linearizable %d, not linearizable %d, undecided %d\n",
+		len(sessions), time.Since(checking).Round(time.Millisecond), linearizable, violations, undecided)
 	if violations > 0 {
 		return 1
 	}
