@@ -44,6 +44,13 @@ impl Recovery {
         requested_by: &str,
         reason: &str,
     ) -> Result<ErasureReceipt> {
+        // Checked here, not at one door: HTTP, the CLI and the console all call this.
+        if reason.trim().is_empty() {
+            return Err(Error::ReasonRequired {
+                action: "an erasure",
+                hint: "which request or policy asked for it",
+            });
+        }
         if let Some(receipt) = self.key_table().receipt(session).await? {
             return Ok(receipt);
         }

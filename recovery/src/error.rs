@@ -94,6 +94,14 @@ pub enum Error {
         /// The approval named.
         approval_id: String,
     },
+    /// An act that must say why (an erasure) was asked without a reason.
+    #[error("{action} needs a reason ({hint}); nothing was done")]
+    ReasonRequired {
+        /// The act refused, e.g. "an erasure".
+        action: &'static str,
+        /// What a reason names.
+        hint: &'static str,
+    },
     /// A redaction named something that cannot be redacted.
     #[error("cannot redact {field} of seq {seq} of session {session}: {reason}")]
     NotRedactable {
@@ -207,6 +215,7 @@ impl Error {
                 | Self::NotInDoubt { .. }
                 | Self::NoSuchApproval { .. }
                 | Self::NotRedactable { .. }
+                | Self::ReasonRequired { .. }
                 | Self::BadForkPoint { .. }
                 | Self::ForkOfWaitingSession { .. }
                 | Self::Unverified { .. }

@@ -40,6 +40,7 @@ impl From<Error> for Problem {
             Error::NotInDoubt { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_in_doubt"),
             Error::NoSuchApproval { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_such_approval"),
             Error::NotRedactable { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "not_redactable"),
+            Error::ReasonRequired { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             Error::BadForkPoint { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "bad_fork_point"),
             Error::ForkOfWaitingSession { .. } => (StatusCode::CONFLICT, "fork_of_waiting_session"),
             Error::Unverified { .. } => (StatusCode::CONFLICT, "unverified_decision"),

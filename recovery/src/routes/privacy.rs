@@ -5,10 +5,9 @@ use super::{Answer, TakeoverProblems, visible};
 use crate::{ErasureStatus, Recovery};
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use sessionlog_http::{
-    Authorized, InvalidRequest, JsonBody, Operator, Problem, SessionPath, SessionProblems,
+    Authorized, InvalidRequest, JsonBody, Operator, SessionPath, SessionProblems,
 };
 use std::sync::Arc;
 use utoipa::ToSchema;
@@ -84,13 +83,6 @@ pub(crate) async fn erase(
     SessionPath(session): SessionPath,
     JsonBody(r): JsonBody<EraseRequest>,
 ) -> Answer<ReceiptView> {
-    if r.reason.trim().is_empty() {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_request",
-            "an erasure needs a reason (which request or policy asked for it)",
-        ));
-    }
     visible(&recovery, &caller, session).await?;
     let receipt = recovery
         .erase(session, &caller.on_behalf(""), &r.reason)

@@ -393,6 +393,21 @@ async fn an_erased_sessions_range_reads_with_its_texts_erased() -> Result<()> {
         ensure!(event.unopened.is_empty(), "{:?}", event.unopened);
     }
 
+    // A blank reason is refused by the library itself, whichever door calls it (HTTP, the CLI,
+    // the console), and erases nothing.
+    let blank = recovery.erase(session, "dpo", "  ").await;
+    ensure!(
+        matches!(
+            blank,
+            Err(sessionlog_recovery::Error::ReasonRequired { .. })
+        ),
+        "a blank reason answered {blank:?}"
+    );
+    ensure!(
+        !recovery.erased_for_reading(session, false).await?,
+        "a refused erasure destroyed the key"
+    );
+
     recovery.erase(session, "dpo", "request 7").await?;
     caught_up(&stack).await?;
     let after = recovery.events(session, range).await?;
