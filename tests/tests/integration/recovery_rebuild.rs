@@ -288,8 +288,7 @@ async fn a_session_the_tail_holds_rebuilds_from_memory_to_the_same_state() -> Re
         let tail_began = recovery.log().tail_start(held.partition);
         let held_from_start = tail_began.is_some_and(|began| held.start.first_offset() >= began);
         ensure!(
-            held.from_tail == held_from_start
-                && (held.from_tail || !after.contains_key(session)),
+            held.from_tail == held_from_start && (held.from_tail || !after.contains_key(session)),
             "session {session}: from_tail {} (the tail began at {tail_began:?}, the read at {}; \
              written after the tail started: {})",
             held.from_tail,
