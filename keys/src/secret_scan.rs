@@ -36,12 +36,14 @@ struct BuiltIn {
 /// The built-in rules. Those marked *gitleaks* are rules of gitleaks' default configuration
 /// (`config/gitleaks.toml`, gitleaks v8, commit b58d3f1; MIT License, Copyright (c) 2019
 /// Zachary Rice), kept as data with their ids, expressions, entropies, keywords and
-/// allowlists; the others are ours, for shapes gitleaks leaves to its generic rule.
+/// allowlists; the others are ours, for shapes gitleaks leaves to its generic rule. Word
+/// boundaries are written `(?-u:\b)`: ASCII ones, as Go's `\b` in gitleaks is (a Unicode `\b`
+/// also sends the regex crate to its slow engine on any non-ASCII text).
 const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "aws-access-token",
-        regex: r"\b((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})\b",
+        regex: r"(?-u:\b)((?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16})(?-u:\b)",
         entropy: Some(3.0),
         keywords: &["a3t", "akia", "asia", "abia", "acca"],
         allow: Some(r".+EXAMPLE$"),
@@ -50,7 +52,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // alone are too common to take for one).
     BuiltIn {
         id: "aws-secret-access-key",
-        regex: r#"(?i)aws_?secret_?(?:access_?)?key(?:_?id)?["']?\s*(?:=|:|=>)\s*["']?([A-Za-z0-9/+=]{40})\b"#,
+        regex: r#"(?i)aws_?secret_?(?:access_?)?key(?:_?id)?["']?\s*(?:=|:|=>)\s*["']?([A-Za-z0-9/+=]{40})(?-u:\b)"#,
         entropy: Some(3.5),
         keywords: &[
             "aws_secret",
@@ -72,7 +74,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "gcp-api-key",
-        regex: r#"\b(AIza[\w-]{35})(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?-u:\b)(AIza[\w-]{35})(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: Some(4.0),
         keywords: &["aiza"],
         allow: None,
@@ -80,7 +82,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "jwt",
-        regex: r#"\b(ey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?)(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?-u:\b)(ey[a-zA-Z0-9]{17,}\.ey[a-zA-Z0-9/\\_-]{17,}\.(?:[a-zA-Z0-9/\\_-]{10,}={0,2})?)(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: Some(3.0),
         keywords: &["ey"],
         allow: None,
@@ -88,7 +90,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // ours: an opaque bearer token in an Authorization header or a curl command.
     BuiltIn {
         id: "bearer-token",
-        regex: r"(?i)\bbearer[ \t]+([a-z0-9._~+/-]{20,}=*)",
+        regex: r"(?i)(?-u:\b)bearer[ \t]+([a-z0-9._~+/-]{20,}=*)",
         entropy: Some(3.0),
         keywords: &["bearer"],
         allow: None,
@@ -96,7 +98,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // ours: a URL or connection string carrying a password (`postgres://user:pw@host/db`).
     BuiltIn {
         id: "connection-string-password",
-        regex: r"(?i)\b[a-z][a-z0-9+.-]{1,30}://[^\s:/@]{1,256}:([^\s@/]{3,256})@[a-z0-9._-]{1,256}",
+        regex: r"(?i)(?-u:\b)[a-z][a-z0-9+.-]{1,30}://[^\s:/@]{1,256}:([^\s@/]{3,256})@[a-z0-9._-]{1,256}",
         entropy: Some(2.0),
         keywords: &["://"],
         allow: Some(
@@ -186,7 +188,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "openai-api-key",
-        regex: r#"\b(sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})\b|sk-[a-zA-Z0-9]{20}T3BlbkFJ[a-zA-Z0-9]{20})(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?-u:\b)(sk-(?:proj|svcacct|admin)-(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})T3BlbkFJ(?:[A-Za-z0-9_-]{74}|[A-Za-z0-9_-]{58})(?-u:\b)|sk-[a-zA-Z0-9]{20}T3BlbkFJ[a-zA-Z0-9]{20})(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: Some(3.0),
         keywords: &["t3blbkfj"],
         allow: None,
@@ -194,7 +196,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "anthropic-api-key",
-        regex: r#"\b(sk-ant-api03-[a-zA-Z0-9_\-]{93}AA)(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?-u:\b)(sk-ant-api03-[a-zA-Z0-9_\-]{93}AA)(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: None,
         keywords: &["sk-ant-api03"],
         allow: None,
@@ -202,7 +204,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "stripe-access-token",
-        regex: r#"\b((?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99})(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?-u:\b)((?:sk|rk)_(?:test|live|prod)_[a-zA-Z0-9]{10,99})(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: Some(2.0),
         keywords: &[
             "sk_test", "sk_live", "sk_prod", "rk_test", "rk_live", "rk_prod",
@@ -212,7 +214,7 @@ const BUILT_IN: &[BuiltIn] = &[
     // gitleaks
     BuiltIn {
         id: "npm-access-token",
-        regex: r#"(?i)\b(npm_[a-z0-9]{36})(?:[\x60'"\s;]|\\[nr]|$)"#,
+        regex: r#"(?i)(?-u:\b)(npm_[a-z0-9]{36})(?:[\x60'"\s;]|\\[nr]|$)"#,
         entropy: Some(2.0),
         keywords: &["npm_"],
         allow: None,
@@ -523,6 +525,22 @@ mod tests {
         let scanner = SecretScanner::defaults();
         assert_eq!(scanner.rules.len(), BUILT_IN.len());
         assert_eq!(scanner.mode(), SecretScanMode::Redact);
+    }
+
+    /// Word boundaries are ASCII ones, as gitleaks' (Go's `\b`) are: a key written right after
+    /// a non-ASCII letter is still a key (and the regex crate's fast engine keeps working on
+    /// non-ASCII text instead of falling back to the slow one).
+    #[test]
+    fn a_key_next_to_non_ascii_text_is_found() {
+        let scanner = SecretScanner::defaults();
+        assert_eq!(
+            scanner.first_match("密钥AKIAZ3MQTLW7RD4XBN2V"),
+            Some("aws-access-token")
+        );
+        assert_eq!(
+            scanner.first_match("clé:AKIAZ3MQTLW7RD4XBN2Vé"),
+            Some("aws-access-token")
+        );
     }
 
     #[test]
