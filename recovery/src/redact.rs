@@ -114,6 +114,13 @@ impl Recovery {
                 "a redaction needs a reason (what was removed and under which policy)".into(),
             ));
         }
+        // The fold refuses a redaction that names no operator; refused here first, before
+        // any key is destroyed, or the act would be half done.
+        if requested_by.trim().is_empty() {
+            return Err(not_redactable(
+                "a redaction needs who asked for it (--by, or the caller's identity)".into(),
+            ));
+        }
         if !SEALED_FIELDS.contains(&field) {
             return Err(not_redactable(format!(
                 "not a field that can be redacted (one of {})",

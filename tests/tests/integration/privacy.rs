@@ -887,6 +887,21 @@ async fn a_redacted_output_reads_as_redacted_everywhere_and_the_rest_still_reads
         matches!(blank, Err(sessionlog_recovery::Error::NotRedactable { .. })),
         "a blank reason: {blank:?}"
     );
+    let nobody = recovery.redact(session, target, "output", " ", why).await;
+    assert!(
+        matches!(
+            nobody,
+            Err(sessionlog_recovery::Error::NotRedactable { .. })
+        ),
+        "no operator: {nobody:?}"
+    );
+    anyhow::ensure!(
+        opened_texts(&recovery, session)
+            .await?
+            .iter()
+            .any(|(_, text)| matches!(text, Text::Plain(t) if t.contains(&secret))),
+        "a refused redaction destroyed the field's key"
+    );
 
     let http = client()?;
     let receipt: Value = http
