@@ -160,7 +160,7 @@ impl Release {
 
     /// The record's value.
     pub fn encode(&self) -> crate::Result<Vec<u8>> {
-        crate::versioned::encode(&LeaseRecordRef::Release(self), "lease")
+        crate::versioned::encode(&LeaseRecordRef::Release(self), "lease release")
     }
 }
 
