@@ -971,14 +971,18 @@ async fn a_search_over_a_long_session_answers_within_its_budget() -> Result<()> 
         .call("history_search", json!({"query": "line 2 of the"}))
         .await?;
     let took = started.elapsed();
-    // The budget is 1 s; the slack is the HTTP round trip and one read started before it ran
-    // out (it is abandoned, not awaited).
+    // The budget is 1 s, and a search of everything takes far longer (tens of seconds in a
+    // debug build), so stopping near the budget is what is checked. The bound is loose on
+    // purpose: on a loaded two-core CI machine the scheduler alone has put 104 ms past the
+    // budget, and this is not a timing test (the kept-back slack is a unit test in
+    // mcp/src/reader.rs); a search that ignored its budget would still be far past it.
     ensure!(
-        took < Duration::from_millis(1_500),
-        "took {took:?}: {answer}"
+        answer["stopped"] == "budget" || answer["complete"] == true,
+        "{answer}"
     );
+    ensure!(took < Duration::from_secs(3), "took {took:?}: {answer}");
     ensure!(
-        answer["elapsed_ms"].as_u64().is_some_and(|ms| ms <= 1_100),
+        answer["elapsed_ms"].as_u64().is_some_and(|ms| ms < 3_000),
         "{answer}"
     );
     let scanned = answer["events_scanned"].as_u64().context("scanned")?;
