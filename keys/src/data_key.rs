@@ -264,19 +264,33 @@ impl DataKey {
     /// under one (`per_record`), and records why. The session's data key itself goes too
     /// (the tree's root derives from it), leaving the per-session AES key of older fields.
     /// Whether a key was destroyed now (false when it was before, or there was none).
+    /// A redaction recorded without destroying a key (the secret scan's: nothing was sealed
+    /// under it) gives way to one that destroys it: the reason becomes the destroying one's.
     pub(crate) fn redact(&mut self, seq: Seq, field: &str, reason: &str, per_record: bool) -> bool {
         let Some(slot) = record_tree::field_slot(field) else {
             return false;
         };
-        if self.redaction(seq, field).is_none() {
-            self.redactions.push(RecordRedaction {
+        self.raw = None;
+        let destroyed = per_record && self.tree.puncture(record_tree::leaf(seq, slot));
+        match self
+            .redactions
+            .iter_mut()
+            .find(|r| r.seq == seq && r.slot == slot)
+        {
+            Some(known) if destroyed => known.reason = reason.to_string(),
+            Some(_) => {}
+            None => self.redactions.push(RecordRedaction {
                 seq,
                 slot,
                 reason: reason.to_string(),
-            });
+            }),
         }
-        self.raw = None;
-        per_record && self.tree.puncture(record_tree::leaf(seq, slot))
+        destroyed
+    }
+
+    /// Whether field `field` of event `seq` still has its own key (none was destroyed).
+    pub(crate) fn has_record_key(&self, seq: Seq, field: &str) -> bool {
+        self.record_key(seq, field).is_some()
     }
 
     /// The redaction of field `field` of event `seq`, if it was redacted.

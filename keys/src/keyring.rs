@@ -2,7 +2,8 @@
 //! them, and opening sealed fields for readers.
 
 use crate::data_key::{
-    DataKey, KEY_VERSION, seal_envelope, sealed_as, sealed_place, sensitive_fields,
+    DataKey, KEY_VERSION, seal_envelope, sealed_as, sealed_per_record, sealed_place,
+    sensitive_fields,
 };
 use crate::kek::Keks;
 use crate::store::{DataKeyStore, ErasureReceipt, StoredKey, WrappedKey};
@@ -468,7 +469,11 @@ impl Keyring {
             else {
                 return Err(Error::Erased(session));
             };
-            if key.redaction(seq, field).is_some() {
+            // Done before, unless only its reason was recorded (the secret scan's, which
+            // destroys no key) and this one destroys the key.
+            if key.redaction(seq, field).is_some()
+                && !(per_record && key.has_record_key(seq, field))
+            {
                 return Ok(Some(RecordKeyDestroyed {
                     seq,
                     field: field.to_string(),
@@ -682,8 +687,18 @@ impl Opener {
         self
     }
 
-    /// Why field `field` of event `seq` was redacted, if it was (by the state or the key).
-    fn redaction(&self, seq: sessionlog_schemas::Seq, field: &str) -> Option<String> {
+    /// Why field `field` of event `seq` was redacted, if it was: by the state (its
+    /// `PayloadRedacted` events, which only an operator's signed act puts there), or by the key.
+    /// The key's record of a field sealed under its own key counts unless the field still
+    /// opens: the secret scan records its reason without destroying a key (the withheld field
+    /// was written without its text, so it does not open), and a writer fenced without knowing
+    /// it records one for a seq whose event is another writer's, whose field must still read.
+    fn redaction(
+        &self,
+        seq: sessionlog_schemas::Seq,
+        content: &Content,
+        field: &str,
+    ) -> Option<String> {
         if let Some((_, _, reason)) = self
             .redacted
             .iter()
@@ -691,10 +706,14 @@ impl Opener {
         {
             return Some(reason.clone());
         }
-        match &self.lease.state {
-            KeyState::Live(key) => key.redaction(seq, field).map(|r| r.reason.clone()),
-            _ => None,
-        }
+        let KeyState::Live(key) = &self.lease.state else {
+            return None;
+        };
+        let redaction = key.redaction(seq, field)?;
+        let still_opens = matches!(content, Content::Sealed { key_id, nonce, ciphertext }
+            if sealed_per_record(key_id)
+                && key.open(self.lease.session, key_id, nonce, ciphertext).is_some());
+        (!still_opens).then(|| redaction.reason.clone())
     }
 
     /// Whether the session's key is destroyed or the session is marked erased.
@@ -718,7 +737,7 @@ impl Opener {
             Content::Sealed { key_id, .. } => sealed_place(key_id).or(place),
             Content::Plain(_) => place,
         };
-        if let Some(reason) = place.and_then(|(seq, field)| self.redaction(seq, field))
+        if let Some(reason) = place.and_then(|(seq, field)| self.redaction(seq, content, field))
             && !matches!(self.lease.state, KeyState::Destroyed)
         {
             return Text::Redacted(reason);
@@ -834,7 +853,6 @@ pub struct HeldKey(Option<KeyLease>);
 mod tests {
     use super::*;
     use crate::Kek;
-    use crate::data_key::sealed_per_record;
     use futures::FutureExt;
     use std::sync::Mutex;
 

@@ -471,9 +471,10 @@ impl SecretScanner {
 }
 
 /// Removes the sealed text of every field `found` names in `envelopes` (sealed already): what
-/// is written is the field's place and key id, with nothing to open. The field's own key is
-/// destroyed once the event is in the log ([`crate::Keyring::redact`]); until then, and for
-/// a reader whose key predates that, the field reads as unreadable, never as its text.
+/// is written is the field's place and key id, with nothing to open. The scan's reason is
+/// recorded with the session's key once the event is in the log ([`crate::Keyring::redact`],
+/// destroying no key: nothing sealed under it was written); until then, and for a reader whose
+/// key predates that, the field reads as unreadable, never as its text.
 pub fn withhold(envelopes: &mut [EventEnvelope], found: &[SecretFound]) {
     for envelope in envelopes.iter_mut() {
         let seq = envelope.seq;

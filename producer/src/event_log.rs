@@ -325,18 +325,22 @@ impl EventLog {
         Ok(found)
     }
 
-    /// Destroys the own key of every field `found` withheld, recording the scan's reason with
-    /// the session's key ([`Keyring::redact`]): every reader then reads it as redacted. Called
-    /// once the events are in the log (a key destroyed for an event that never gets there
-    /// would redact whatever event later takes its seq). A redaction that fails is logged and
-    /// left: the field was written without its text, and reads as unreadable instead.
+    /// Records the scan's reason for every field `found` withheld with the session's key
+    /// ([`Keyring::redact`]): every reader then reads such a field as redacted. No key is
+    /// destroyed: the field was written without its text, so nothing sealed under its key
+    /// left the process, and the key of that seq and field is the one of whichever event the
+    /// session holds there (a writer fenced without knowing it writes at the winner's seqs;
+    /// destroying the key would take the winner's field). A field that still opens reads as
+    /// its text whatever the key records ([`sessionlog_keys::Opener`]). Called once the events
+    /// are in the log. A redaction that fails is logged and left: the field reads as unreadable
+    /// instead.
     pub(crate) async fn record_redactions(&self, found: &[SecretFound]) {
         let Some(keyring) = &self.keyring else {
             return;
         };
         for f in found_redacted(found) {
             if let Err(e) = keyring
-                .redact(f.session, f.seq, f.field, true, &f.reason)
+                .redact(f.session, f.seq, f.field, false, &f.reason)
                 .await
             {
                 tracing::warn!(

@@ -368,3 +368,113 @@ async fn with_encryption_off_a_secret_is_refused_naming_the_rule_and_the_setting
     assert_eq!(next["next_seq"], 3, "{next}");
     Ok(())
 }
+
+/// A writer fenced by a takeover does not know it yet: its next appends are acknowledged by
+/// Kafka and refused by the fold (their seqs are the winner's). The scan withholds a secret
+/// it writes at the seq of the winner's tool output; that must not make the winner's output
+/// read as redacted, nor leave the operator unable to redact it for real afterwards (found
+/// by review: the scan's redaction destroyed the key of field `output` at that seq, which is
+/// the winner's field's key).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_writers_withheld_secret_leaves_the_winners_field_at_that_seq_readable()
+-> Result<()> {
+    let stack = TestStack::new("secretzombie", 1).await?;
+    let _projector = stack.spawn_projector()?;
+    let log = event_log(&stack).await?;
+    let (mut zombie, _) = SessionWriter::create(Arc::clone(&log), "agent", None).await?;
+    let session = zombie.session_id();
+    let call = zombie
+        .append(SessionEvent::ToolCallRequested {
+            tool: "shell".into(),
+            arguments: Content::plain("env"),
+            effect: EffectClass::Pure,
+            approval_id: None,
+        })
+        .await?
+        .envelope
+        .seq;
+    // The winner in another process (its own log): the zombie learns nothing of the claim.
+    let (mut winner, _) = SessionWriter::claim(event_log(&stack).await?, session, "harness-2").await?;
+    let result = |output: String| SessionEvent::ToolCallResult {
+        call_seq: call,
+        outcome: CallOutcome::Succeeded,
+        output: Content::plain(output),
+        source: ResultSource::Executed,
+        recorded_by: None,
+        note: None,
+    };
+    // Its envelope as written (sealed), to open later with nothing but the session's key.
+    let written = winner
+        .append_with_confirmed(result("CANARY-winner-output".into()), None, None)
+        .await?
+        .envelope;
+    let target = written.seq;
+
+    // The zombie fills up to the winner's seq, then prints a secret there.
+    let mut batch: Vec<SessionEvent> = (zombie.next_seq()..target)
+        .map(|n| SessionEvent::PlanUpdated {
+            plan: Content::plain(format!("zombie plan {n}")),
+        })
+        .collect();
+    batch.push(result(format!("AWS_ACCESS_KEY_ID={}", aws_key('Z'))));
+    let appended = zombie.append_batch(batch).await?;
+    let withheld = appended.last().context("the zombie's result")?;
+    assert_eq!(withheld.envelope.seq, target, "the zombie wrote at the winner's seq");
+    assert_eq!(withheld.secrets.len(), 1, "{:?}", withheld.secrets);
+
+    let output_at = |page: &sessionlog_recovery::EventPage| -> Result<(String, Option<String>)> {
+        let event = page
+            .events
+            .iter()
+            .find(|e| e.seq == target)
+            .context("the winner's result")?;
+        let text = match &event.event {
+            Some(SessionEvent::ToolCallResult { output, .. }) => match output {
+                Content::Plain(text) => text.clone(),
+                sealed => format!("{sealed:?}"),
+            },
+            other => anyhow::bail!("not the winner's result: {other:?}"),
+        };
+        Ok((text, event.unopened.get("output").cloned()))
+    };
+    let range = || sessionlog_recovery::EventRange {
+        limit: Some(100),
+        ..Default::default()
+    };
+    let recovery = Recovery::connect(&stack.settings).await?;
+    let page = wait_for(
+        "the index to hold the winner's result",
+        Duration::from_secs(60),
+        || async {
+            let page = recovery.events(session, range()).await?;
+            Ok(page.events.iter().any(|e| e.seq == target).then_some(page))
+        },
+    )
+    .await?;
+    assert_eq!(
+        output_at(&page)?,
+        ("CANARY-winner-output".to_string(), None),
+        "the winner's output reads as its text"
+    );
+
+    // An operator's redaction of the winner's output still destroys its key: a reader that
+    // knows nothing of the session's state (its own key, fetched after) reads it redacted.
+    recovery
+        .redact(session, target, "output", "alice", "the winner's output, withdrawn")
+        .await?;
+    let fresh = Recovery::connect(&stack.settings).await?;
+    let (opened, unopened) = fresh.opener(session, false).await?.open_event(&written);
+    assert!(
+        matches!(
+            &opened.event,
+            SessionEvent::ToolCallResult { output: Content::Sealed { .. }, .. }
+        ),
+        "{opened:?}"
+    );
+    assert_eq!(unopened.len(), 1, "{unopened:?}");
+    assert!(
+        matches!(&unopened[0], ("output", sessionlog_keys::Text::Redacted(_))),
+        "{unopened:?}"
+    );
+    Ok(())
+}
