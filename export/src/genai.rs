@@ -223,6 +223,20 @@ impl Trail {
                 None
             }
             SessionEvent::ToolCallResult { call_seq, .. } => self.calls.remove(call_seq),
+            // The arguments of an open call were opened when it was followed (or caught up
+            // with a key cached before the redaction): they must not leave on its span.
+            SessionEvent::PayloadRedacted {
+                redacted_seq,
+                field,
+                ..
+            } => {
+                if field == "arguments"
+                    && let Some(call) = self.calls.get_mut(redacted_seq)
+                {
+                    call.arguments = None;
+                }
+                None
+            }
             _ => None,
         };
         self.last_model_call = last_model_call_after(event, self.last_model_call);
@@ -910,6 +924,61 @@ pub(crate) mod tests {
         assert_eq!(
             attribute(&spans[0], "gen_ai.provider.name"),
             Some(&Value::from(UNKNOWN_PROVIDER))
+        );
+    }
+
+    /// A tool call's arguments redacted while the call is open: the trail opened and kept
+    /// them when the call was followed, and its span (closed by the result) must not carry
+    /// them (found by review: the trail kept the opened arguments until the result).
+    #[test]
+    fn arguments_redacted_while_their_call_is_open_leave_with_no_span() {
+        let session = SessionId(Uuid::now_v7());
+        let mut events = events();
+        let result = events.remove(3);
+        events.insert(
+            3,
+            SessionEvent::PayloadRedacted {
+                redacted_seq: 3,
+                field: "arguments".into(),
+                redacted_by: "alice".into(),
+                reason: "a token in the arguments".into(),
+                redacted_at: 3_500_000,
+                key_id: "dk2g:3:arguments".into(),
+                key_destroyed: true,
+            },
+        );
+        events.insert(4, result);
+        let mut trail = Trail::new(session);
+        let mut spans = Vec::new();
+        for (i, event) in events.into_iter().enumerate() {
+            let seq = Seq::try_from(i + 1).unwrap_or_default();
+            let mut event = envelope(session, seq, event);
+            if matches!(event.event, SessionEvent::PayloadRedacted { .. }) {
+                // Signed by the recovery service; the fold checks that there is a signature.
+                event.attestation = Some(sessionlog_schemas::Attestation {
+                    key_id: "recovery-1".into(),
+                    signature: vec![1; 64],
+                });
+            }
+            let opened = event.clone();
+            if let Some(span) = trail.follow(&event, position(i), Some(&opened)) {
+                spans.push((seq, span));
+            }
+        }
+        assert_eq!(
+            trail.state.redactions().count(),
+            1,
+            "the redaction was accepted"
+        );
+        let (_, tool) = spans
+            .iter()
+            .find(|(seq, _)| *seq == 5)
+            .expect("the result closes the call's span");
+        assert_eq!(attribute(tool, TOOL_CALL_ARGUMENTS), None);
+        assert_eq!(
+            attribute(tool, TOOL_CALL_RESULT),
+            Some(&Value::from("no match")),
+            "only the redacted field is withheld"
         );
     }
 
