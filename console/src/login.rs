@@ -154,6 +154,8 @@ fn set_cookie(name: &str, value: String, lifetime: Duration, behind_tls: bool) -
 pub(crate) struct Visitor {
     pub(crate) caller: Caller,
     pub(crate) csrf: String,
+    /// The login's cookie: a long answer (the live timeline) asks again whether it lasts.
+    login: String,
 }
 
 impl Visitor {
@@ -205,6 +207,39 @@ impl Console {
     }
 }
 
+impl Visitor {
+    /// Whether the visitor still may look at `session`, asked again now: the login lasts (not
+    /// logged out, not expired), its credential still authenticates, and the caller it
+    /// authenticates as still sees the session. `None` when it may; else why not, for the page.
+    pub(crate) async fn still_sees(
+        &self,
+        console: &Console,
+        session: sessionlog_schemas::SessionId,
+    ) -> Option<String> {
+        let Some((credential, _)) = console.logins.find(&self.login) else {
+            return Some("the login ended: log in again".into());
+        };
+        let caller = match console.authenticate(&credential, "live timeline").await {
+            Ok(caller) => caller,
+            Err(refused) if refused.status.is_client_error() => {
+                return Some(format!(
+                    "the login no longer authenticates: {}",
+                    refused.detail
+                ));
+            }
+            Err(_) => return None,
+        };
+        match sessionlog_recovery::http::visible(&console.recovery, &caller, session).await {
+            // A store that does not answer now is asked again at the next look.
+            Err(problem) if problem.status.is_client_error() => Some(format!(
+                "this session is no longer yours to see: {}",
+                problem.detail
+            )),
+            _ => None,
+        }
+    }
+}
+
 impl FromRequestParts<Arc<Console>> for Visitor {
     type Rejection = Response;
 
@@ -213,17 +248,22 @@ impl FromRequestParts<Arc<Console>> for Visitor {
         console: &Arc<Console>,
     ) -> Result<Self, Response> {
         let (name, _) = cookie_names(console.options.behind_tls);
-        let login = cookie_value(&parts.headers, name).and_then(|c| console.logins.find(&c));
+        let login = cookie_value(&parts.headers, name)
+            .and_then(|c| console.logins.find(&c).map(|found| (c, found)));
         let route = parts
             .extensions
             .get::<axum::extract::MatchedPath>()
             .map_or("unmatched", |p| p.as_str())
             .to_string();
-        let Some((credential, csrf)) = login else {
+        let Some((cookie, (credential, csrf))) = login else {
             return Err(not_logged_in(parts));
         };
         match console.authenticate(&credential, &route).await {
-            Ok(caller) => Ok(Visitor { caller, csrf }),
+            Ok(caller) => Ok(Visitor {
+                caller,
+                csrf,
+                login: cookie,
+            }),
             // The credential stopped working (expired, its key withdrawn): log in again.
             Err(refused) if refused.status == StatusCode::UNAUTHORIZED => Err(not_logged_in(parts)),
             Err(refused) => Err(refused.into_response()),

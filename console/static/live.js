@@ -18,6 +18,19 @@
       note.textContent = "Event " + message.lastEventId + " arrived.";
     }
   });
+  // The login ended (or stopped seeing the session): stop listening, and say so.
+  source.addEventListener("ended", function (message) {
+    source.close();
+    if (note) {
+      note.textContent = "Live updates stopped: " + message.data + ".";
+    }
+  });
+  // A reconnection the console refused (a login gone since) closes the source for good.
+  source.addEventListener("error", function () {
+    if (source.readyState === EventSource.CLOSED && note) {
+      note.textContent = "Live updates stopped: reload the page to see new events.";
+    }
+  });
   source.addEventListener("status", function (message) {
     var status = document.getElementById("session-status");
     if (status) {

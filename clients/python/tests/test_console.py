@@ -387,6 +387,35 @@ def test_the_session_page_shows_its_header_and_new_events_without_a_reload(
     shoot(page, "session-live")
 
 
+def test_a_live_timeline_stops_when_its_login_ends(
+    corner: StackCorner, console: str, context: BrowserContext, harness: sessionlog.Client
+) -> None:
+    """A page left open keeps a stream that outlives the request that checked the login: after
+    logging out in another tab, the open page is told its updates stopped, and an event written
+    after that never reaches it."""
+    c = harness
+    session = sessionlog.Session.start(c, "live-agent", "watched, then logged out")
+    first = session.user_request("a question asked before the logout")
+    projected_status(c, session.session_id, "running")
+    watching = log_in(context, console, corner.token("operator", "reader", subject="console-leaver"))
+    watching.goto(f"{console}/sessions/{session.session_id}")
+    assert watching.locator(f"#e{first.seq}").is_visible()
+    other_tab = context.new_page()
+    other_tab.goto(f"{console}/")
+    other_tab.get_by_role("button", name="Log out").click()
+    other_tab.wait_for_url(f"{console}/login")
+    expect(watching.locator("#live-note")).to_contain_text("Live updates stopped", timeout=30_000)
+    later = session.user_request("a question asked after the logout")
+    projected_status(c, session.session_id, "running")
+    wait_for(
+        "the event written after the logout to be projected",
+        60,
+        lambda: any(e.seq == later.seq for e in c.events(session.session_id)) or None,
+    )
+    # The stream ended before the event was written: nothing can bring its row any more.
+    assert watching.locator(f"#e{later.seq}").count() == 0
+
+
 def test_a_session_shows_its_context_checkpoints_trace_and_an_operator_forks_from_a_checkpoint(
     corner: StackCorner, console: str, context: BrowserContext, harness: sessionlog.Client
 ) -> None:

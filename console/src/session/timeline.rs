@@ -183,6 +183,8 @@ pub(crate) struct LiveQuery {
 /// `GET /sessions/{id}/live`: server-sent events, `row` (an event's row, its id the seq) for
 /// each event after `after` (or the `Last-Event-ID` the browser reconnects with), and `status`
 /// when the projected status changes. Ends after [`LIVE_FOR`]; the browser connects again.
+/// The login is asked again before every look: once it ends, or stops seeing the session,
+/// the stream sends `ended` (why) and stops.
 pub(crate) async fn live(
     State(console): State<Arc<Console>>,
     visitor: Visitor,
@@ -198,7 +200,7 @@ pub(crate) async fn live(
     let after = resumed
         .or_else(|| query.after.and_then(|a| a.parse().ok()))
         .unwrap_or(0);
-    let stream = looks(console, session, after);
+    let stream = looks(console, visitor, session, after);
     Ok((
         [(header::CACHE_CONTROL, "no-store")],
         Sse::new(stream).keep_alive(KeepAlive::default()),
@@ -208,6 +210,8 @@ pub(crate) async fn live(
 /// What a live stream has sent so far.
 struct Watching {
     console: Arc<Console>,
+    /// Asked again at every look: a stream outlives the request that checked the login.
+    visitor: Visitor,
     session: SessionId,
     after: u64,
     status: Option<String>,
@@ -218,11 +222,13 @@ struct Watching {
 /// The stream of a live timeline: a look at the index every [`LIVE_EVERY`].
 fn looks(
     console: Arc<Console>,
+    visitor: Visitor,
     session: SessionId,
     after: u64,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let watching = Watching {
         console,
+        visitor,
         session,
         after,
         status: None,
@@ -236,6 +242,13 @@ fn looks(
         w.first = false;
         if Instant::now() >= w.ends {
             return None;
+        }
+        // A login that ended (logged out, expired, its key withdrawn, its tenant changed)
+        // sees nothing more: the page is told why, and its script stops listening.
+        if let Some(why) = w.visitor.still_sees(&w.console, w.session).await {
+            w.ends = Instant::now();
+            let ended = Ok(Event::default().event("ended").data(why));
+            return Some((futures::stream::iter(vec![ended]), w));
         }
         let events = look(&mut w).await;
         Some((futures::stream::iter(events), w))
