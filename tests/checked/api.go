@@ -19,6 +19,8 @@ type API struct {
 	recovery string
 	token    string
 	http     *http.Client
+	// The Rust library's writer door, when the run has one (--library).
+	library *Library
 }
 
 func newAPI(ingest []string, recovery, token string) *API {

@@ -3,7 +3,10 @@
 // "Checked histories"). scripts/soak --checked builds it, starts the services and injects the
 // faults; this program only talks HTTP.
 //
-//	checked --ingest URL,URL --recovery URL --token T --out DIR [--seconds N] [--groups N]
+//	checked --ingest URL,URL --recovery URL --token T --out DIR [--seconds N] [--groups N] [--library BIN]
+//
+// With --library, each session has a third writer that appends and claims through the Rust
+// library (BIN is tests/bin/checked_writer.rs, given the stack's settings in the environment).
 //
 // It runs until --seconds pass or it gets SIGTERM/SIGINT, then reads every session from the
 // log once more, checks, prints the figures and exits 1 when a session's history is not
@@ -41,6 +44,7 @@ func run() int {
 	appends := flag.Int("appends", 40, "acknowledged appends after which a group starts another session")
 	seed := flag.Int64("seed", time.Now().UnixNano(), "seed of the clients' choices")
 	checkTimeout := flag.Duration("check-timeout", 60*time.Second, "how long porcupine may take per session")
+	libraryBin := flag.String("library", "", "the library writer's program (tests/bin/checked_writer.rs); none: HTTP writers only")
 	flag.Parse()
 	if *ingest == "" || *recovery == "" || *token == "" || *out == "" {
 		fmt.Fprintln(os.Stderr, "checked: --ingest, --recovery, --token and --out are required")
@@ -51,13 +55,26 @@ func run() int {
 		return 2
 	}
 	api := newAPI(strings.Split(*ingest, ","), *recovery, *token)
+	if *libraryBin != "" {
+		lib, err := newLibrary(*libraryBin, 20*time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "checked:", err)
+			return 2
+		}
+		defer lib.close()
+		api.library = lib
+	}
 	rec := newRecorder()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(*seconds*float64(time.Second)))
 	defer cancel()
 
-	fmt.Printf("[checked] %d groups through %d ingest instances, seed %d, up to %.0fs\n", *groups, len(api.ingest), *seed, *seconds)
+	doors := fmt.Sprintf("%d ingest instances", len(api.ingest))
+	if api.library != nil {
+		doors += " and the Rust library"
+	}
+	fmt.Printf("[checked] %d groups through %s, seed %d, up to %.0fs\n", *groups, doors, *seed, *seconds)
 	var wg sync.WaitGroup
 	for g := 0; g < *groups; g++ {
 		wg.Add(1)
@@ -116,6 +133,9 @@ func runSession(ctx context.Context, api *API, rec *Recorder, seed int64, opened
 		{client: rec.newClient(), name: "w0", holds: true, epoch: opened.Epoch, token: opened.WriterToken, next: opened.NextSeq},
 		{client: rec.newClient(), name: "w1"},
 	}
+	if api.library != nil {
+		writers = append(writers, &writer{client: rec.newClient(), name: "w2", lib: api.library})
+	}
 	for i, w := range writers {
 		wg.Add(1)
 		go func(w *writer, seed int64) {
@@ -161,8 +181,9 @@ func (c *counter) add() {
 }
 
 // A writer appends while it holds the session; fenced, it waits a moment and takes the
-// session back (a claim through ingest or a resume through recovery), so the two writers of
-// a session take it from each other all the time.
+// session back (a claim through ingest or a resume through recovery), so the writers of a
+// session take it from each other all the time. A library writer (lib set) appends and
+// claims through the Rust library instead.
 type writer struct {
 	client  int
 	name    string
@@ -171,6 +192,7 @@ type writer struct {
 	token   string
 	next    uint64
 	pending *Input
+	lib     *Library
 }
 
 func (w *writer) run(ctx context.Context, api *API, rec *Recorder, rng *rand.Rand, session string, count *counter) {
@@ -185,11 +207,20 @@ func (w *writer) run(ctx context.Context, api *API, rec *Recorder, rng *rand.Ran
 			continue
 		}
 		if w.pending == nil {
-			w.pending = &Input{Session: session, Kind: OpAppend, Client: w.client, Epoch: w.epoch, Seq: w.next, EventID: newUUIDv7()}
+			kind := OpAppend
+			if w.lib != nil {
+				kind = OpLibAppend
+			}
+			w.pending = &Input{Session: session, Kind: kind, Client: w.client, Epoch: w.epoch, Seq: w.next, EventID: newUUIDv7()}
 		}
 		in := *w.pending
 		via := rng.Intn(len(api.ingest))
-		out := rec.do(in, func() Output { return api.appendEvent(via, in, w.token) })
+		out := rec.do(in, func() Output {
+			if w.lib != nil {
+				return w.lib.appendEvent(in)
+			}
+			return api.appendEvent(via, in, w.token)
+		})
 		switch {
 		case out.Status == Ok:
 			w.pending = nil
@@ -214,12 +245,17 @@ func (w *writer) run(ctx context.Context, api *API, rec *Recorder, rng *rand.Ran
 
 func (w *writer) takeOver(api *API, rec *Recorder, rng *rand.Rand, session string) {
 	kind := OpClaim
-	if rng.Intn(2) == 0 {
+	if w.lib != nil {
+		kind = OpLibClaim
+	} else if rng.Intn(2) == 0 {
 		kind = OpResume
 	}
 	in := Input{Session: session, Kind: kind, Client: w.client}
 	via := rng.Intn(len(api.ingest))
 	out := rec.do(in, func() Output {
+		if kind == OpLibClaim {
+			return w.lib.claim(session, w.name)
+		}
 		if kind == OpClaim {
 			return api.claim(via, session, w.name)
 		}
@@ -279,7 +315,7 @@ func report(rec *Recorder, out string, timeout time.Duration) int {
 		bySession[in.Session] = append(bySession[in.Session], op)
 	}
 	fmt.Printf("[checked] operations recorded: %d over %d sessions (history: %s)\n", len(ops), len(inits), filepath.Join(out, "history.jsonl"))
-	for _, kind := range []string{OpAppend, OpClaim, OpResume, OpLogRead, OpProjRead} {
+	for _, kind := range []string{OpAppend, OpLibAppend, OpClaim, OpLibClaim, OpResume, OpLogRead, OpProjRead} {
 		t := tally[kind]
 		fmt.Printf("[checked]   %-9s %6d: ok %d, refused %d, unknown %d\n", kind, t[Ok]+t[Refused]+t[Unknown], t[Ok], t[Refused], t[Unknown])
 	}

@@ -18,7 +18,22 @@ const (
 	OpResume   = "resume"    // POST /v1/sessions/{id}/resume on recovery (a claim and its bundle)
 	OpLogRead  = "log-read"  // GET /v1/sessions/{id} on recovery: the session rebuilt from the log to its end
 	OpProjRead = "proj-read" // GET /v1/sessions/{id}/events on recovery: the range the projector's event index holds
+	// The Rust library's doors (tests/bin/checked_writer.rs): held to the same model as
+	// their HTTP counterparts, counted apart.
+	OpLibAppend = "lib-append" // SessionWriter::append_confirmed
+	OpLibClaim  = "lib-claim"  // SessionWriter::claim
 )
+
+// kindOf is the model's kind of an operation: a library door is its HTTP counterpart.
+func kindOf(kind string) string {
+	switch kind {
+	case OpLibAppend:
+		return OpAppend
+	case OpLibClaim:
+		return OpClaim
+	}
+	return kind
+}
 
 // How an operation ended.
 const (
@@ -153,7 +168,7 @@ func (s State) appended(in Input) State {
 // step is the model: the states the session may be in after the operation, given the state
 // before it and what the client was answered (none: the answer is impossible there).
 func step(s State, in Input, out Output) []State {
-	switch in.Kind {
+	switch kindOf(in.Kind) {
 	case OpAppend:
 		switch out.Status {
 		case Ok:
@@ -188,7 +203,7 @@ func step(s State, in Input, out Output) []State {
 			}
 			next := s
 			next.Epoch = out.Epoch
-			if in.Kind == OpClaim {
+			if kindOf(in.Kind) == OpClaim {
 				next.Chain = NextChain(s.Chain, out.ClaimSeq, out.ClaimID)
 			} else {
 				next.Chain = out.Chain
@@ -268,7 +283,7 @@ func describeOperation(input, output interface{}) string {
 	if out.Code != "" {
 		result += " " + out.Code
 	}
-	switch in.Kind {
+	switch kindOf(in.Kind) {
 	case OpAppend:
 		if out.Status == Ok {
 			result = fmt.Sprintf("ok at %d/%d", out.Partition, out.Offset)
@@ -276,7 +291,7 @@ func describeOperation(input, output interface{}) string {
 				result += " (duplicate)"
 			}
 		}
-		return fmt.Sprintf("c%d append seq %d %s epoch %d -> %s", in.Client, in.Seq, short(in.EventID), in.Epoch, result)
+		return fmt.Sprintf("c%d %s seq %d %s epoch %d -> %s", in.Client, in.Kind, in.Seq, short(in.EventID), in.Epoch, result)
 	case OpClaim, OpResume:
 		if out.Status == Ok {
 			result = fmt.Sprintf("ok epoch %d next seq %d", out.Epoch, out.NextSeq)

@@ -142,3 +142,26 @@ func TestTheChainStartsFromTheEmptyText(t *testing.T) {
 		t.Fatal("an unknown chain stays unknown")
 	}
 }
+
+// The library's doors are held to the same model as HTTP's: a library claim fences an HTTP
+// writer, and a library append acknowledged after an HTTP writer's claim is a violation.
+func TestTheLibrarysDoorsKeepTheSameRules(t *testing.T) {
+	afterClaim := NextChain(Started(1, start, 1).Chain, 2, claimID)
+	keeps := []porcupine.Operation{
+		op(2, 0, 10, Input{Kind: OpLibClaim}, Output{Status: Ok, Epoch: 2, NextSeq: 2, ClaimSeq: 2, ClaimID: claimID}),
+		appendOp(0, 11, 20, 1, 2, zombie, Output{Status: Refused, Code: "fenced"}),
+		op(2, 21, 30, Input{Kind: OpLibAppend, Epoch: 2, Seq: 2, EventID: second}, Output{Status: Ok}),
+		op(3, 31, 40, Input{Kind: OpLogRead}, Output{Status: Ok, LastSeq: 2, Epoch: 2, Chain: NextChain(afterClaim, 2, second)}),
+	}
+	if result, _ := check(t, keeps); result != porcupine.Ok {
+		t.Fatalf("a library takeover that keeps the rules was judged %v", result)
+	}
+	breaks := []porcupine.Operation{
+		op(2, 0, 10, Input{Kind: OpClaim}, Output{Status: Ok, Epoch: 2, NextSeq: 2, ClaimSeq: 2, ClaimID: claimID}),
+		op(0, 11, 20, Input{Kind: OpLibAppend, Epoch: 1, Seq: 2, EventID: zombie}, Output{Status: Ok}),
+		op(3, 21, 30, Input{Kind: OpLogRead}, Output{Status: Ok, LastSeq: 1, Epoch: 2, Chain: afterClaim}),
+	}
+	if result, _ := check(t, breaks); result != porcupine.Illegal {
+		t.Fatalf("a fenced library writer's acknowledged append was judged %v", result)
+	}
+}

@@ -412,7 +412,10 @@ def run_checked(args: argparse.Namespace, rng: random.Random, seed: int) -> int:
             "--recovery", corner.recovery_url, "--token", token, "--out", str(args.workdir / "checked"),
             # The soak stops it (SIGTERM) once its faults are done; this only bounds a lost soak.
             "--seconds", str(args.minutes * 60 + 1800), "--seed", str(seed),
-        ])
+            # A third writer per session through the Rust library (SessionWriter), on the
+            # corner's topic, keyspace and keys: the driver's environment is the corner's.
+            "--library", os.environ["SESSIONLOG_CHECKED_WRITER"],
+        ], env=corner.env)
         started = time.monotonic()
         end = started + args.minutes * 60
         bag: list[str] = []
