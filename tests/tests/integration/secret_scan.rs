@@ -394,7 +394,8 @@ async fn a_fenced_writers_withheld_secret_leaves_the_winners_field_at_that_seq_r
         .envelope
         .seq;
     // The winner in another process (its own log): the zombie learns nothing of the claim.
-    let (mut winner, _) = SessionWriter::claim(event_log(&stack).await?, session, "harness-2").await?;
+    let (mut winner, _) =
+        SessionWriter::claim(event_log(&stack).await?, session, "harness-2").await?;
     let result = |output: String| SessionEvent::ToolCallResult {
         call_seq: call,
         outcome: CallOutcome::Succeeded,
@@ -419,7 +420,10 @@ async fn a_fenced_writers_withheld_secret_leaves_the_winners_field_at_that_seq_r
     batch.push(result(format!("AWS_ACCESS_KEY_ID={}", aws_key('Z'))));
     let appended = zombie.append_batch(batch).await?;
     let withheld = appended.last().context("the zombie's result")?;
-    assert_eq!(withheld.envelope.seq, target, "the zombie wrote at the winner's seq");
+    assert_eq!(
+        withheld.envelope.seq, target,
+        "the zombie wrote at the winner's seq"
+    );
     assert_eq!(withheld.secrets.len(), 1, "{:?}", withheld.secrets);
 
     let output_at = |page: &sessionlog_recovery::EventPage| -> Result<(String, Option<String>)> {
@@ -460,14 +464,23 @@ async fn a_fenced_writers_withheld_secret_leaves_the_winners_field_at_that_seq_r
     // An operator's redaction of the winner's output still destroys its key: a reader that
     // knows nothing of the session's state (its own key, fetched after) reads it redacted.
     recovery
-        .redact(session, target, "output", "alice", "the winner's output, withdrawn")
+        .redact(
+            session,
+            target,
+            "output",
+            "alice",
+            "the winner's output, withdrawn",
+        )
         .await?;
     let fresh = Recovery::connect(&stack.settings).await?;
     let (opened, unopened) = fresh.opener(session, false).await?.open_event(&written);
     assert!(
         matches!(
             &opened.event,
-            SessionEvent::ToolCallResult { output: Content::Sealed { .. }, .. }
+            SessionEvent::ToolCallResult {
+                output: Content::Sealed { .. },
+                ..
+            }
         ),
         "{opened:?}"
     );
