@@ -450,6 +450,18 @@ pub async fn plain_and_sealed(settings: &Settings) -> anyhow::Result<(Settings, 
     Ok((plain, sealed))
 }
 
+/// `settings` sealed twice: every field of a session under its one key (before schema v8),
+/// and each field under its own key (the default), with the same KEK.
+pub async fn per_session_and_per_record(
+    settings: &Settings,
+) -> anyhow::Result<(Settings, Settings)> {
+    let (_, mut per_record) = plain_and_sealed(settings).await?;
+    per_record.privacy.per_record_keys = true;
+    let mut per_session = per_record.clone();
+    per_session.privacy.per_record_keys = false;
+    Ok((per_session, per_record))
+}
+
 /// A run whose `sessionlog` services the bench spawns: a corner of the stack of its own
 /// ([`TestStack::corner`]: topic and keyspace made, schemas registered, a KEK and a signing key
 /// the services trust), each service reading its settings from a file written from

@@ -16,7 +16,10 @@
 //!
 //! With `--encryption-rounds N` it measures what sealing costs instead: N rounds, each running
 //! the same load with `[privacy] encrypt` off and on (alternating which goes first), printing
-//! every round, the median ratio (sealed / plain) and its spread. With `--confirm-rounds N`,
+//! every round, the median ratio (sealed / plain) and its spread. With `--key-rounds N`, what
+//! per-record keys cost: the same load sealed under the session's one key and under each
+//! field's own key (`[privacy] per_record_keys`), the ratio per-record / per-session. With
+//! `--confirm-rounds N`,
 //! what confirmation costs: each append read back until the fold accepts it
 //! (`SessionWriter::append_confirmed`, what every HTTP append does) against appends answered at
 //! Kafka's ack.
@@ -69,6 +72,11 @@ pub struct Args {
     /// Compare sealed with plain over this many rounds instead of comparing with Kafka.
     #[arg(long, default_value_t = 0)]
     encryption_rounds: usize,
+    /// Compare fields sealed each under its own key (per record, the default) with fields
+    /// sealed under the session's one key (`[privacy] per_record_keys = false`, as before
+    /// schema v8) over this many rounds, instead of comparing with Kafka.
+    #[arg(long, default_value_t = 0)]
+    key_rounds: usize,
     /// Compare confirmed appends (read back until the fold accepts them, as the ingest service
     /// and the library's intents do) with appends answered at Kafka's ack, over this many
     /// rounds, instead of comparing with Kafka.
@@ -110,6 +118,24 @@ pub async fn run(args: Args) -> Result<()> {
             },
         ];
         let result = compare(sides, args.encryption_rounds, &args).await;
+        topic::delete_topics(&settings.kafka).await?;
+        return result;
+    }
+    if args.key_rounds > 0 {
+        let (per_session, per_record) = crate::per_session_and_per_record(&settings).await?;
+        let sides = [
+            Side {
+                name: "per-session",
+                settings: &per_session,
+                confirm: false,
+            },
+            Side {
+                name: "per-record",
+                settings: &per_record,
+                confirm: false,
+            },
+        ];
+        let result = compare(sides, args.key_rounds, &args).await;
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }

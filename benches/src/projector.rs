@@ -83,6 +83,10 @@ pub struct Args {
     /// Compare sealed with plain over this many rounds of the lag run (no replay).
     #[arg(long, default_value_t = 0)]
     encryption_rounds: usize,
+    /// Compare fields sealed under their own keys with fields sealed under the session's one
+    /// key (`[privacy] per_record_keys`) over this many rounds of the lag run (no replay).
+    #[arg(long, default_value_t = 0)]
+    key_rounds: usize,
 }
 
 /// One lag run's figures, for the encryption comparison.
@@ -353,49 +357,44 @@ async fn lag_run(args: &Args, base: &Settings, bin: &Path) -> Result<LagRun> {
     })
 }
 
-/// Rounds of the lag run with encryption off and on, alternating which runs first.
-async fn compare_encryption(args: &Args, settings: &Settings, bin: &Path) -> Result<()> {
-    let (plain, sealed) = crate::plain_and_sealed(settings).await?;
+/// Rounds of the lag run on two sides (`names`, `sides`: plain and sealed, or sealed per
+/// session and per record), alternating which runs first; the ratios are the second side's
+/// over the first's.
+async fn compare_sides(
+    args: &Args,
+    names: [&str; 2],
+    sides: [&Settings; 2],
+    rounds: usize,
+    bin: &Path,
+) -> Result<()> {
     let (mut rows, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 1..=args.encryption_rounds {
-        let plain_first = round % 2 == 1;
+    for round in 1..=rounds {
+        let order = if round % 2 == 1 { [0, 1] } else { [1, 0] };
         let mut runs = [None, None];
-        for sealing in if plain_first {
-            [false, true]
-        } else {
-            [true, false]
-        } {
-            eprintln!(
-                "round {round}: {}",
-                if sealing { "sealed" } else { "plain" }
-            );
-            runs[usize::from(sealing)] =
-                Some(lag_run(args, if sealing { &sealed } else { &plain }, bin).await?);
+        for i in order {
+            eprintln!("round {round}: {}", names[i]);
+            runs[i] = Some(lag_run(args, sides[i], bin).await?);
         }
-        let [Some(off), Some(on)] = runs else {
+        let [Some(a), Some(b)] = runs else {
             bail!("round {round} did not run both");
         };
-        let (p50, p99) = (on.p50_ms / off.p50_ms, on.p99_ms / off.p99_ms);
+        let (p50, p99) = (b.p50_ms / a.p50_ms, b.p99_ms / a.p99_ms);
         p50s.push(p50);
         p99s.push(p99);
         rows.push(vec![
             round.to_string(),
-            if plain_first {
-                "plain, sealed"
-            } else {
-                "sealed, plain"
-            }
-            .into(),
-            format!("{} / {}", off.appended, on.appended),
-            format!("{:.1} / {:.1}", off.p50_ms, on.p50_ms),
+            format!("{}, {}", names[order[0]], names[order[1]]),
+            format!("{} / {}", a.appended, b.appended),
+            format!("{:.1} / {:.1}", a.p50_ms, b.p50_ms),
             format!("{p50:.3}"),
-            format!("{:.1} / {:.1}", off.p99_ms, on.p99_ms),
+            format!("{:.1} / {:.1}", a.p99_ms, b.p99_ms),
             format!("{p99:.3}"),
         ]);
     }
+    let [a, b] = names;
     println!(
         "
-{} events/s over {} sessions for {}+{} s per run: lag (append → visible), plain / sealed",
+{} events/s over {} sessions for {}+{} s per run: lag (append → visible), {a} / {b}",
         args.rate, args.sessions, args.warmup, args.duration
     );
     print_table(
@@ -404,8 +403,8 @@ async fn compare_encryption(args: &Args, settings: &Settings, bin: &Path) -> Res
         ],
         &rows,
     );
-    println!("lag p50 sealed/plain: median {}", crate::Spread::of(&p50s));
-    println!("lag p99 sealed/plain: median {}", crate::Spread::of(&p99s));
+    println!("lag p50 {b}/{a}: median {}", crate::Spread::of(&p50s));
+    println!("lag p99 {b}/{a}: median {}", crate::Spread::of(&p99s));
     Ok(())
 }
 
@@ -414,7 +413,17 @@ pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
     if args.encryption_rounds > 0 {
         let bin = sessionlog_testkit::sessionlog_bin()?;
-        return compare_encryption(&args, &settings, &bin).await;
+        let (plain, sealed) = crate::plain_and_sealed(&settings).await?;
+        let sides = [&plain, &sealed];
+        let rounds = args.encryption_rounds;
+        return compare_sides(&args, ["plain", "sealed"], sides, rounds, &bin).await;
+    }
+    if args.key_rounds > 0 {
+        let bin = sessionlog_testkit::sessionlog_bin()?;
+        let (per_session, per_record) = crate::per_session_and_per_record(&settings).await?;
+        let sides = [&per_session, &per_record];
+        let (names, rounds) = (["per-session", "per-record"], args.key_rounds);
+        return compare_sides(&args, names, sides, rounds, &bin).await;
     }
     stack::isolate(&mut settings, "bench", "projector", args.partitions);
     stack::create_topics(&settings).await?;

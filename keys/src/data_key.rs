@@ -321,7 +321,25 @@ impl DataKey {
 
     /// Seals `text` as field `field` of event `seq` of `session`, under the field's own key.
     pub fn seal(&self, session: SessionId, seq: Seq, field: &str, text: &str) -> Content {
-        let key_id = sealed_key_id(seq, field);
+        self.seal_as(session, seq, field, text, true)
+    }
+
+    /// [`Self::seal`], or with `per_record` false under the session's one AES key (`dk1g`, as
+    /// before schema v8: `[privacy] per_record_keys`, the benches' reference).
+    pub fn seal_as(
+        &self,
+        session: SessionId,
+        seq: Seq,
+        field: &str,
+        text: &str,
+        per_record: bool,
+    ) -> Content {
+        let scheme = if per_record {
+            Scheme::CURRENT
+        } else {
+            Scheme::Gcm
+        };
+        let key_id = key_id_of(scheme, seq, field);
         let mut ciphertext = Vec::with_capacity(text.len() + AES_256_GCM.tag_len());
         ciphertext.extend_from_slice(text.as_bytes());
         // 96 random bits from the thread's CSPRNG (ChaCha12, reseeded from the OS; a system
@@ -331,7 +349,14 @@ impl DataKey {
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
         // A field whose key was destroyed (redacted before it was written) has no key to seal
         // with: it is written without its text.
-        let sealed = match self.record_key(seq, field) {
+        let record;
+        let key = if per_record {
+            record = self.record_key(seq, field);
+            record.as_ref()
+        } else {
+            Some(&self.gcm)
+        };
+        let sealed = match key {
             Some(key) => key.seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(seal_aad(session, &key_id)),
@@ -403,8 +428,12 @@ impl DataKey {
 /// field it was sealed as. It is part of the associated data, so a ciphertext moved to another
 /// session does not open, and one moved to another event or field is caught by [`sealed_as`].
 pub fn sealed_key_id(seq: Seq, field: &str) -> String {
+    key_id_of(Scheme::CURRENT, seq, field)
+}
+
+fn key_id_of(scheme: Scheme, seq: Seq, field: &str) -> String {
     // Built by hand rather than with format!: this runs for every sealed field.
-    let prefix = Scheme::CURRENT.prefix();
+    let prefix = scheme.prefix();
     let mut digits = itoa::Buffer::new();
     let seq = digits.format(seq);
     let mut key_id = String::with_capacity(prefix.len() + seq.len() + field.len() + 2);
@@ -490,10 +519,15 @@ pub fn sensitive_fields(
 /// Seals every plain sensitive field of `envelope` with `key`. Fields already sealed are left
 /// as they are (a retried envelope the writer sealed before).
 pub fn seal_envelope(key: &DataKey, envelope: &mut EventEnvelope) {
+    seal_envelope_as(key, envelope, true);
+}
+
+/// [`seal_envelope`], each field under its own key or (`per_record` false) the session's one.
+pub fn seal_envelope_as(key: &DataKey, envelope: &mut EventEnvelope, per_record: bool) {
     let (session, seq) = (envelope.session_id, envelope.seq);
     sensitive_fields(&mut envelope.event, |field, content| {
         if let Content::Plain(text) = content {
-            *content = key.seal(session, seq, field, text);
+            *content = key.seal_as(session, seq, field, text, per_record);
         }
     });
 }
@@ -502,6 +536,32 @@ pub fn seal_envelope(key: &DataKey, envelope: &mut EventEnvelope) {
 mod tests {
     use super::*;
     use chacha20poly1305::aead::AeadCore;
+
+    #[test]
+    fn a_field_sealed_per_session_opens_under_the_sessions_key_and_keeps_opening_when_redacted() {
+        let mut key = DataKey::generate();
+        let session = SessionId::new();
+        let Content::Sealed {
+            key_id,
+            nonce,
+            ciphertext,
+        } = key.seal_as(session, 7, "content", "canary", false)
+        else {
+            panic!("not sealed");
+        };
+        assert!(key_id.starts_with("dk1g:"), "{key_id}");
+        assert!(!sealed_per_record(&key_id));
+        assert_eq!(
+            key.open(session, &key_id, &nonce, &ciphertext).as_deref(),
+            Some("canary")
+        );
+        // A redaction records why, but there is no key of the field's own to destroy.
+        assert!(!key.redact(7, "content", "why", false));
+        assert_eq!(
+            key.open(session, &key_id, &nonce, &ciphertext).as_deref(),
+            Some("canary")
+        );
+    }
 
     #[test]
     fn a_sealed_field_opens_only_where_it_was_sealed() {

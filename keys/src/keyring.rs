@@ -2,7 +2,7 @@
 //! them, and opening sealed fields for readers.
 
 use crate::data_key::{
-    DataKey, KEY_VERSION, seal_envelope, sealed_as, sealed_per_record, sealed_place,
+    DataKey, KEY_VERSION, seal_envelope_as, sealed_as, sealed_per_record, sealed_place,
     sensitive_fields,
 };
 use crate::kek::Keks;
@@ -87,6 +87,8 @@ pub struct Keyring {
     /// Counts keys this process forgot or saw destroyed: a lease taken before a change is no
     /// longer used.
     forgotten: AtomicU64,
+    /// Each field sealed under its own key (`[privacy] per_record_keys`, the default).
+    per_record: bool,
 }
 
 impl Keyring {
@@ -99,6 +101,7 @@ impl Keyring {
             ttl,
             cache: DashMap::new(),
             forgotten: AtomicU64::new(0),
+            per_record: true,
         }
     }
 
@@ -107,8 +110,10 @@ impl Keyring {
         settings: &PrivacySettings,
         store: Arc<dyn DataKeyStore>,
     ) -> Result<Option<Self>> {
-        Ok(Keks::from_settings(settings)?
-            .map(|keks| Self::new(store, keks, Duration::from_secs(settings.key_cache_secs))))
+        Ok(Keks::from_settings(settings)?.map(|keks| Self {
+            per_record: settings.per_record_keys,
+            ..Self::new(store, keks, Duration::from_secs(settings.key_cache_secs))
+        }))
     }
 
     /// The id of the KEK new keys are wrapped with.
@@ -367,7 +372,7 @@ impl Keyring {
                     key
                 }
             };
-            seal_checked(&key, envelope)?;
+            seal_checked(&key, envelope, self.per_record)?;
         }
         Ok(())
     }
@@ -403,7 +408,7 @@ impl Keyring {
             else {
                 return Err(Error::Erased(session));
             };
-            seal_checked(key, envelope)?;
+            seal_checked(key, envelope, self.per_record)?;
         }
         Ok(())
     }
@@ -823,7 +828,7 @@ fn carries_text(envelope: &mut EventEnvelope) -> bool {
 
 /// Seals `envelope`'s plain fields with `key`, refusing sealed ones that are not its own (see
 /// [`Keyring::seal`]).
-fn seal_checked(key: &DataKey, envelope: &mut EventEnvelope) -> Result<()> {
+fn seal_checked(key: &DataKey, envelope: &mut EventEnvelope, per_record: bool) -> Result<()> {
     let (session, seq) = (envelope.session_id, envelope.seq);
     let mut foreign = None;
     sensitive_fields(&mut envelope.event, |field, content| {
@@ -841,7 +846,7 @@ fn seal_checked(key: &DataKey, envelope: &mut EventEnvelope) -> Result<()> {
     if let Some(field) = foreign {
         return Err(Error::AlreadySealed { seq, field });
     }
-    seal_envelope(key, envelope);
+    seal_envelope_as(key, envelope, per_record);
     Ok(())
 }
 
@@ -853,6 +858,7 @@ pub struct HeldKey(Option<KeyLease>);
 mod tests {
     use super::*;
     use crate::Kek;
+    use crate::data_key::seal_envelope;
     use futures::FutureExt;
     use std::sync::Mutex;
 

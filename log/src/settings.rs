@@ -167,13 +167,19 @@ pub struct PrivacySettings {
     /// Ids of built-in secret rules not to look for (a shape this deployment's texts hold by
     /// design).
     pub secret_rules_disabled: Vec<String>,
+    /// Seal each field under its own key (the default), so that a redaction destroys exactly
+    /// that field's key. `false` seals every field of a session under its one AES key, as
+    /// releases before schema v8 did: a redaction then withdraws a field from every reader but
+    /// cannot destroy its key. It is the reference the throughput benches compare per-record
+    /// keys with (`sessionlog-bench producer --key-rounds`), not a setting to deploy.
+    pub per_record_keys: bool,
 }
 
 /// What sealing does with a text that holds a secret (`[privacy] secret_scan`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SecretScanMode {
-    /// Written without its text, its field's key destroyed and the redaction recorded at once;
+    /// Written without its text, the redaction's reason recorded with the session's key at once;
     /// refused when encryption is off (it could not be sealed).
     #[default]
     Redact,
@@ -210,6 +216,7 @@ impl Default for PrivacySettings {
             secret_scan: SecretScanMode::Redact,
             secret_rules: Vec::new(),
             secret_rules_disabled: Vec::new(),
+            per_record_keys: true,
         }
     }
 }
