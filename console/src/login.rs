@@ -208,34 +208,24 @@ impl Console {
 }
 
 impl Visitor {
-    /// Whether the visitor still may look at `session`, asked again now: the login lasts (not
-    /// logged out, not expired), its credential still authenticates, and the caller it
-    /// authenticates as still sees the session. `None` when it may; else why not, for the page.
-    pub(crate) async fn still_sees(
-        &self,
-        console: &Console,
-        session: sessionlog_schemas::SessionId,
-    ) -> Option<String> {
+    /// Whether the visitor's login still holds, asked again now: not logged out nor expired,
+    /// its credential still authenticates, as a caller of the same tenant. `None` when it does;
+    /// else why not, for the page. Which sessions a caller sees follows from its tenant alone (a
+    /// session's tenant never changes), so the session is not read again: an open page costs
+    /// no store read for this.
+    pub(crate) async fn still_logged_in(&self, console: &Console) -> Option<String> {
         let Some((credential, _)) = console.logins.find(&self.login) else {
             return Some("the login ended: log in again".into());
         };
-        let caller = match console.authenticate(&credential, "live timeline").await {
-            Ok(caller) => caller,
-            Err(refused) if refused.status.is_client_error() => {
-                return Some(format!(
-                    "the login no longer authenticates: {}",
-                    refused.detail
-                ));
-            }
-            Err(_) => return None,
-        };
-        match sessionlog_recovery::http::visible(&console.recovery, &caller, session).await {
-            // A store that does not answer now is asked again at the next look.
-            Err(problem) if problem.status.is_client_error() => Some(format!(
-                "this session is no longer yours to see: {}",
-                problem.detail
+        match console.authenticate(&credential, "live timeline").await {
+            Ok(caller) if caller.tenant == self.caller.tenant => None,
+            Ok(_) => Some("the login's tenant changed: log in again".into()),
+            Err(refused) if refused.status.is_client_error() => Some(format!(
+                "the login no longer authenticates: {}",
+                refused.detail
             )),
-            _ => None,
+            // Not an answer about the login: asked again at the next look.
+            Err(_) => None,
         }
     }
 }

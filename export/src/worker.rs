@@ -520,10 +520,11 @@ impl Follower {
 
     /// What opens `session`'s texts when content is exported: nothing for a session found
     /// erased, or that the projection says is erased (without encryption, its texts are
-    /// still in the log). Not [`sessionlog_recovery::Recovery::opener_for`]: the export follows the log in order,
-    /// so an event is opened before any redaction of it (which names an earlier event), and
-    /// the one text it keeps past its event, an open call's arguments, is dropped by the
-    /// trail when the redaction is followed ([`Trail`]'s fold).
+    /// still in the log). Not [`sessionlog_recovery::Recovery::opener_for`]: the export follows
+    /// the log in order, so a redaction's event comes after what it redacts; the one text kept
+    /// past its event, an open call's arguments, is dropped by the trail when the redaction is
+    /// followed ([`Trail`]'s fold). An export behind the log opens with the key it holds until
+    /// the key is `key_cache_secs` old, as after an erasure (docs/security.md, "Redaction").
     async fn opener(&self, session: SessionId) -> Result<Option<Opener>> {
         if !self.with_content || self.erased.contains(&session) {
             return Ok(None);

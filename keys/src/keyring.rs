@@ -1305,6 +1305,54 @@ mod tests {
         found.expect("a sealed field")
     }
 
+    /// The secret scan's record (no key destroyed) names a field that still opens (a fenced
+    /// writer's finding at the winner's seq): it reads as its text. An operator's redaction of
+    /// it afterwards destroys its key, and the field reads with the operator's reason.
+    #[tokio::test]
+    async fn a_scan_record_gives_way_to_a_field_that_opens_and_to_an_operators_redaction() {
+        let store = Arc::new(MapStore::default());
+        let kek = Kek::generate();
+        let kek_copy = Kek::from_base64(&kek.to_base64(), "copy").unwrap();
+        let ring = keyring(&store, Keks::new(kek, vec![]));
+        let session = SessionId::new();
+        let mut events = vec![tool_result(session, 3, "the winner's output")];
+        ring.seal(&mut events).await.unwrap();
+        let scan = ring
+            .redact(
+                session,
+                3,
+                "output",
+                false,
+                "secret detected: aws-access-token",
+            )
+            .await
+            .unwrap()
+            .expect("a key");
+        assert!(!scan.key_destroyed);
+        async fn read(ring: &Keyring, event: &EventEnvelope) -> Vec<(&'static str, Text)> {
+            let opener = ring.opener(event.session_id).await.unwrap();
+            opener.open_event(event).1
+        }
+        assert_eq!(
+            read(&ring, &events[0]).await,
+            vec![],
+            "the winner's field opens"
+        );
+
+        let operator = ring
+            .redact(session, 3, "output", true, "withdrawn by alice")
+            .await
+            .unwrap()
+            .expect("a key");
+        assert!(operator.key_destroyed, "the scan's record did not stop it");
+        // Another process, reading the store afresh.
+        let other = keyring(&store, Keks::new(kek_copy, vec![]));
+        assert_eq!(
+            read(&other, &events[0]).await,
+            vec![("output", Text::Redacted("withdrawn by alice".into()))]
+        );
+    }
+
     #[tokio::test]
     async fn a_redaction_destroys_one_fields_key_for_every_process_and_survives_rotation() {
         let store = Arc::new(MapStore::default());

@@ -170,8 +170,10 @@ pub struct PrivacySettings {
     /// Seal each field under its own key (the default), so that a redaction destroys exactly
     /// that field's key. `false` seals every field of a session under its one AES key, as
     /// releases before schema v8 did: a redaction then withdraws a field from every reader but
-    /// cannot destroy its key. It is the reference the throughput benches compare per-record
-    /// keys with (`sessionlog-bench producer --key-rounds`), not a setting to deploy.
+    /// cannot destroy its key, and a secret-scan finding of a writer fenced without knowing it
+    /// hides the new writer's field at that seq. It is the reference the throughput benches
+    /// compare per-record keys with (`sessionlog-bench producer --key-rounds`), not a setting
+    /// to deploy.
     pub per_record_keys: bool,
 }
 

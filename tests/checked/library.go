@@ -20,6 +20,10 @@ type Library struct {
 	nextID  uint64
 	waiting map[uint64]chan libAnswer
 	timeout time.Duration
+	// Closed when the process's output ends: a run whose library writer died is not a run
+	// through the library, and the report says so.
+	gone    chan struct{}
+	closing bool
 }
 
 type libAnswer struct {
@@ -50,7 +54,7 @@ func newLibrary(bin string, timeout time.Duration) (*Library, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	l := &Library{cmd: cmd, stdin: stdin, waiting: map[uint64]chan libAnswer{}, timeout: timeout}
+	l := &Library{cmd: cmd, stdin: stdin, waiting: map[uint64]chan libAnswer{}, timeout: timeout, gone: make(chan struct{})}
 	go l.read(stdout)
 	return l, nil
 }
@@ -79,6 +83,20 @@ func (l *Library) read(stdout io.Reader) {
 		ch <- libAnswer{Status: Unknown, Code: "the library writer exited"}
 	}
 	l.mu.Unlock()
+	close(l.gone)
+}
+
+// diedEarly says whether the process ended before close was called.
+func (l *Library) diedEarly() bool {
+	l.mu.Lock()
+	closing := l.closing
+	l.mu.Unlock()
+	select {
+	case <-l.gone:
+		return !closing
+	default:
+		return false
+	}
 }
 
 // ask sends one request; an answer that does not come within the timeout is unknown (the
@@ -124,6 +142,9 @@ func (l *Library) appendEvent(in Input) Output {
 
 // close ends the process: its stdin closed, it finishes what it was asked and exits.
 func (l *Library) close() {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
 	_ = l.stdin.Close()
 	done := make(chan struct{})
 	go func() {

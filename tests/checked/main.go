@@ -86,7 +86,12 @@ func run() int {
 	wg.Wait()
 	fmt.Printf("[checked] load stopped after %.0fs; reading every session from the log once more\n", time.Since(rec.started).Seconds())
 	finalReads(api, rec)
-	return report(rec, *out, *checkTimeout)
+	verdict := report(rec, *out, *checkTimeout)
+	if api.library != nil && api.library.diedEarly() {
+		fmt.Println("[checked] the library writer (--library) exited during the run: its sessions had HTTP writers only from then on; see its output above")
+		return 1
+	}
+	return verdict
 }
 
 // finalReads reads each session from the log once the load stopped: every append

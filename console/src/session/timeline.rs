@@ -183,8 +183,8 @@ pub(crate) struct LiveQuery {
 /// `GET /sessions/{id}/live`: server-sent events, `row` (an event's row, its id the seq) for
 /// each event after `after` (or the `Last-Event-ID` the browser reconnects with), and `status`
 /// when the projected status changes. Ends after [`LIVE_FOR`]; the browser connects again.
-/// The login is asked again before every look: once it ends, or stops seeing the session,
-/// the stream sends `ended` (why) and stops.
+/// The login is asked again before every look: once it ends, the stream sends `ended` (why)
+/// and stops.
 pub(crate) async fn live(
     State(console): State<Arc<Console>>,
     visitor: Visitor,
@@ -243,9 +243,9 @@ fn looks(
         if Instant::now() >= w.ends {
             return None;
         }
-        // A login that ended (logged out, expired, its key withdrawn, its tenant changed)
-        // sees nothing more: the page is told why, and its script stops listening.
-        if let Some(why) = w.visitor.still_sees(&w.console, w.session).await {
+        // A login that ended (logged out, expired, its key withdrawn) sees nothing more: the
+        // page is told why, and its script stops listening.
+        if let Some(why) = w.visitor.still_logged_in(&w.console).await {
             w.ends = Instant::now();
             let ended = Ok(Event::default().event("ended").data(why));
             return Some((futures::stream::iter(vec![ended]), w));
