@@ -9,6 +9,7 @@
 //! One binary rather than one per benchmark, so a release build links the dependency tree once.
 
 pub mod claim;
+pub mod console;
 pub mod export;
 pub mod ingest;
 pub mod mcp;

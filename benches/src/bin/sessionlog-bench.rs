@@ -7,8 +7,8 @@
 
 use clap::{Parser, Subcommand};
 use sessionlog_benches::{
-    claim, export, ingest, mcp, producer, projector, recovery, rejoin, resume, span_tenant,
-    trace_read, wake,
+    claim, console, export, ingest, mcp, producer, projector, recovery, rejoin, resume,
+    span_tenant, trace_read, wake,
 };
 
 /// Every benchmark runs on the allocator the `sessionlog` binary ships with (see
@@ -29,6 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Bench {
     Claim(claim::Args),
+    Console(console::Args),
     Export(export::Args),
     Ingest(ingest::Args),
     Mcp(mcp::Args),
@@ -46,6 +47,7 @@ enum Bench {
 async fn main() -> anyhow::Result<()> {
     let result = match Cli::parse().bench {
         Bench::Claim(args) => claim::run(args).await,
+        Bench::Console(args) => console::run(args).await,
         Bench::Export(args) => export::run(args).await,
         Bench::Ingest(args) => ingest::run(args).await,
         Bench::Mcp(args) => mcp::run(args).await,
