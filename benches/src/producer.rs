@@ -103,54 +103,28 @@ pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None).context("loading settings")?;
     stack::isolate(&mut settings, "bench", "producer", args.partitions);
     topic::ensure_topics(&settings.kafka).await?;
-    if args.encryption_rounds > 0 {
-        let (plain, sealed) = crate::plain_and_sealed(&settings).await?;
-        let sides = [
-            Side {
-                name: "plain",
-                settings: &plain,
-                confirm: false,
-            },
-            Side {
-                name: "sealed",
-                settings: &sealed,
-                confirm: false,
-            },
-        ];
-        let result = compare(sides, args.encryption_rounds, &args).await;
-        topic::delete_topics(&settings.kafka).await?;
-        return result;
-    }
-    if args.key_rounds > 0 {
-        let (per_session, per_record) = crate::per_session_and_per_record(&settings).await?;
-        let sides = [
-            Side {
-                name: "per-session",
-                settings: &per_session,
-                confirm: false,
-            },
-            Side {
-                name: "per-record",
-                settings: &per_record,
-                confirm: false,
-            },
-        ];
-        let result = compare(sides, args.key_rounds, &args).await;
+    // Two ways of sealing the same load, alternated: plain against sealed, or each field
+    // under its own key against the session's one key.
+    if args.encryption_rounds > 0 || args.key_rounds > 0 {
+        let (names, (a, b), rounds) = if args.encryption_rounds > 0 {
+            let pair = crate::plain_and_sealed(&settings).await?;
+            (["plain", "sealed"], pair, args.encryption_rounds)
+        } else {
+            let pair = crate::per_session_and_per_record(&settings).await?;
+            (["per-session", "per-record"], pair, args.key_rounds)
+        };
+        let sides = [Side::acked(names[0], &a), Side::acked(names[1], &b)];
+        let result = compare(sides, rounds, &args).await;
         topic::delete_topics(&settings.kafka).await?;
         return result;
     }
     crate::prepare_privacy(&mut settings).await?;
     if args.confirm_rounds > 0 {
         let sides = [
+            Side::acked("acked", &settings),
             Side {
-                name: "acked",
-                settings: &settings,
-                confirm: false,
-            },
-            Side {
-                name: "confirmed",
-                settings: &settings,
                 confirm: true,
+                ..Side::acked("confirmed", &settings)
             },
         ];
         let result = compare(sides, args.confirm_rounds, &args).await;
@@ -293,6 +267,17 @@ struct Side<'a> {
     name: &'static str,
     settings: &'a Settings,
     confirm: bool,
+}
+
+impl<'a> Side<'a> {
+    /// A side whose appends are answered at Kafka's ack.
+    fn acked(name: &'static str, settings: &'a Settings) -> Self {
+        Self {
+            name,
+            settings,
+            confirm: false,
+        }
+    }
 }
 
 /// Rounds of the same load on two sides, alternating which runs first; prints every round,

@@ -411,19 +411,16 @@ async fn compare_sides(
 /// Runs the benchmark.
 pub async fn run(args: Args) -> Result<()> {
     let mut settings = Settings::load(None)?;
-    if args.encryption_rounds > 0 {
+    if args.encryption_rounds > 0 || args.key_rounds > 0 {
         let bin = sessionlog_testkit::sessionlog_bin()?;
-        let (plain, sealed) = crate::plain_and_sealed(&settings).await?;
-        let sides = [&plain, &sealed];
-        let rounds = args.encryption_rounds;
-        return compare_sides(&args, ["plain", "sealed"], sides, rounds, &bin).await;
-    }
-    if args.key_rounds > 0 {
-        let bin = sessionlog_testkit::sessionlog_bin()?;
-        let (per_session, per_record) = crate::per_session_and_per_record(&settings).await?;
-        let sides = [&per_session, &per_record];
-        let (names, rounds) = (["per-session", "per-record"], args.key_rounds);
-        return compare_sides(&args, names, sides, rounds, &bin).await;
+        let (names, (a, b), rounds) = if args.encryption_rounds > 0 {
+            let pair = crate::plain_and_sealed(&settings).await?;
+            (["plain", "sealed"], pair, args.encryption_rounds)
+        } else {
+            let pair = crate::per_session_and_per_record(&settings).await?;
+            (["per-session", "per-record"], pair, args.key_rounds)
+        };
+        return compare_sides(&args, names, [&a, &b], rounds, &bin).await;
     }
     stack::isolate(&mut settings, "bench", "projector", args.partitions);
     stack::create_topics(&settings).await?;
