@@ -694,10 +694,11 @@ impl Opener {
 
     /// Why field `field` of event `seq` was redacted, if it was: by the state (its
     /// `PayloadRedacted` events, which only an operator's signed act puts there), or by the key.
-    /// The key's record of a field sealed under its own key counts unless the field still
-    /// opens: the secret scan records its reason without destroying a key (the withheld field
-    /// was written without its text, so it does not open), and a writer fenced without knowing
-    /// it records one for a seq whose event is another writer's, whose field must still read.
+    /// The key's record of a field sealed under its own key counts when that key is gone or the
+    /// field was written without its text: the secret scan records its reason without
+    /// destroying a key (its withheld field has no ciphertext), and a writer fenced without
+    /// knowing it records one for a seq whose event is another writer's, whose field (its key
+    /// kept, its text written) must still read.
     fn redaction(
         &self,
         seq: sessionlog_schemas::Seq,
@@ -715,10 +716,11 @@ impl Opener {
             return None;
         };
         let redaction = key.redaction(seq, field)?;
-        let still_opens = matches!(content, Content::Sealed { key_id, nonce, ciphertext }
+        let readable = matches!(content, Content::Sealed { key_id, ciphertext, .. }
             if sealed_per_record(key_id)
-                && key.open(self.lease.session, key_id, nonce, ciphertext).is_some());
-        (!still_opens).then(|| redaction.reason.clone())
+                && !ciphertext.is_empty()
+                && key.has_record_key(seq, field));
+        (!readable).then(|| redaction.reason.clone())
     }
 
     /// Whether the session's key is destroyed or the session is marked erased.
